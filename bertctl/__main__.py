@@ -1,0 +1,3 @@
+from bertctl.cli import main
+
+main()
