@@ -1,0 +1,353 @@
+"""The one place that reads and writes model folders, and maps transformers' parameter names to ours.
+
+A model folder is what transformers loads as it is: config.json (plus a `bertctl` block), model.safetensors
+with transformers' names, and the tokenizer files. We read transformers' folders too: safetensors or
+pytorch_model.bin (weights_only), with or without the `bert.` prefix, legacy `gamma`/`beta` names, tied or
+absent decoder weights and `position_ids` buffers. Loading is strict: leftovers are named, never ignored.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from bertctl import __version__
+from bertctl.config import BertConfig
+from bertctl.errors import BertctlError, UsageError
+from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name
+
+FORMAT_VERSION = 1
+WEIGHTS_FILES = ("model.safetensors", "pytorch_model.bin")
+
+# (our prefix, transformers' prefix); {i} is a layer number. Encoder names are without the `bert.` prefix.
+_ENCODER_NAMES = [
+    ("embeddings.word.", "embeddings.word_embeddings."),
+    ("embeddings.position.", "embeddings.position_embeddings."),
+    ("embeddings.token_type.", "embeddings.token_type_embeddings."),
+    ("embeddings.norm.", "embeddings.LayerNorm."),
+    ("layers.{i}.attn_out.", "encoder.layer.{i}.attention.output.dense."),
+    ("layers.{i}.attn_norm.", "encoder.layer.{i}.attention.output.LayerNorm."),
+    ("layers.{i}.ffn_in.", "encoder.layer.{i}.intermediate.dense."),
+    ("layers.{i}.ffn_out.", "encoder.layer.{i}.output.dense."),
+    ("layers.{i}.ffn_norm.", "encoder.layer.{i}.output.LayerNorm."),
+    ("pooler.", "pooler.dense."),
+]
+_HEAD_NAMES = [
+    ("mlm.dense.", "cls.predictions.transform.dense."),
+    ("mlm.norm.", "cls.predictions.transform.LayerNorm."),
+    ("mlm.bias", "cls.predictions.bias"),
+    ("nsp.", "cls.seq_relationship."),
+    ("classifier.", "classifier."),
+    ("qa_outputs.", "qa_outputs."),
+]
+_QKV = ("query", "key", "value")
+_DROPPED = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.(weight|bias)$")
+# Which head (or optional encoder part) a parameter of ours belongs to.
+_PART_OF = [("bert.pooler.", "pooler"), ("mlm.", "mlm"), ("nsp.", "nsp"), ("qa_outputs.", "question_answering"),
+            ("classifier.", "classifier")]
+
+
+def to_transformers_names(state: dict[str, Tensor], bare: bool = False) -> dict[str, Tensor]:
+    """Our state dict -> transformers' names; Q, K and V are split out of the fused projection."""
+    prefix = "" if bare else "bert."
+    out: dict[str, Tensor] = {}
+    for key, tensor in state.items():
+        if key.startswith("bert."):
+            rest = key[len("bert."):]
+            match = re.fullmatch(r"layers\.(\d+)\.qkv\.(weight|bias)", rest)
+            if match:
+                layer, kind = match.groups()
+                for name, part in zip(_QKV, tensor.chunk(3, dim=0), strict=True):
+                    out[f"{prefix}encoder.layer.{layer}.attention.self.{name}.{kind}"] = part.contiguous()
+                continue
+            out[prefix + _rename(rest, _ENCODER_NAMES, forward=True)] = tensor
+        else:
+            out[_rename(key, _HEAD_NAMES, forward=True)] = tensor
+    return out
+
+
+def _rename(key: str, table: list[tuple[str, str]], forward: bool) -> str:
+    for ours, theirs in table:
+        source, target = (ours, theirs) if forward else (theirs, ours)
+        match = re.match(re.escape(source).replace(re.escape("{i}"), r"(?P<i>\d+)"), key)
+        if match:
+            return target.format(i=match.groupdict().get("i")) + key[match.end():]
+    raise KeyError(key)
+
+
+def from_transformers_names(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], list[str]]:
+    """transformers' (or Google's legacy) names -> ours; returns the mapped dict and the unknown names."""
+    out: dict[str, Tensor] = {}
+    unknown: list[str] = []
+    qkv: dict[tuple[str, str], dict[str, Tensor]] = {}
+    for key, tensor in state.items():
+        key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
+        if _DROPPED.search(key):
+            continue
+        rest = key[len("bert."):] if key.startswith("bert.") else key
+        match = re.fullmatch(r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)", rest)
+        if match:
+            layer, name, kind = match.groups()
+            qkv.setdefault((layer, kind), {})[name] = tensor
+            continue
+        try:
+            if rest.startswith(("embeddings.", "encoder.", "pooler.")):
+                out["bert." + _rename(rest, _ENCODER_NAMES, forward=False)] = tensor
+            else:
+                out[_rename(key, _HEAD_NAMES, forward=False)] = tensor
+        except KeyError:
+            unknown.append(key)
+    for (layer, kind), parts in qkv.items():
+        if set(parts) != set(_QKV):
+            unknown += [f"encoder.layer.{layer}.attention.self.{n}.{kind}" for n in parts]
+            continue
+        out[f"bert.layers.{layer}.qkv.{kind}"] = torch.cat([parts[n] for n in _QKV], dim=0)
+    return out, unknown
+
+
+def _part(key: str) -> str | None:
+    for prefix, part in _PART_OF:
+        if key.startswith(prefix):
+            return part
+    return None
+
+
+@dataclass
+class Checkpoint:
+    """A model folder read into memory: config, weights under our names, and what heads it carries."""
+
+    path: Path
+    config: BertConfig
+    raw_config: dict[str, Any]
+    state: dict[str, Tensor]
+    architecture: str
+    parts: frozenset[str] = field(default_factory=frozenset)  # heads present (+ "pooler")
+
+    @property
+    def labels(self) -> list[str] | None:
+        id2label = self.raw_config.get("id2label")
+        if not id2label:
+            return None
+        return [id2label[k] for k in sorted(id2label, key=int)]
+
+    @property
+    def problem_type(self) -> str | None:
+        return self.raw_config.get("problem_type")
+
+
+def _read_weights(folder: Path) -> dict[str, Tensor]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return {k: v for name in files for k, v in _read_weights_file(folder / name).items()}
+    for name in WEIGHTS_FILES:
+        if (folder / name).is_file():
+            return _read_weights_file(folder / name)
+    raise UsageError(f"{folder}: no weights found (expected {' or '.join(WEIGHTS_FILES)})")
+
+
+def _read_weights_file(path: Path) -> dict[str, Tensor]:
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path), device="cpu")
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BertctlError(f"cannot read weights {path}: {reason} (is the file complete? re-download or "
+                           "re-save it)") from None
+
+
+def read_checkpoint(path: Path | str) -> Checkpoint:
+    """Read a bertctl or transformers model folder (config.json + weights)."""
+    folder = Path(path)
+    if not folder.exists():
+        raise UsageError(f"model folder {folder} does not exist")
+    if not (folder / "config.json").is_file():
+        raise UsageError(f"{folder} is not a model folder: no config.json (give a folder written by bertctl or "
+                         "transformers' save_pretrained)")
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{folder / 'config.json'} is not valid JSON: {exc}") from None
+    if raw.get("model_type", "bert") != "bert":
+        raise UsageError(f"{folder}: model_type {raw.get('model_type')!r} is not BERT")
+    config = BertConfig.from_dict(raw)
+    state, unknown = from_transformers_names(_read_weights(folder))
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise BertctlError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
+    parts = frozenset(p for p in map(_part, state) if p is not None)
+    return Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts)
+
+
+def _architecture(raw: dict[str, Any], parts: frozenset[str]) -> str:
+    """The architecture the weights support: config.json's when it is one of ours, else inferred from heads."""
+    for name in raw.get("architectures") or []:
+        if name in ARCHITECTURES and set(ARCHITECTURES[name].head_names) <= parts | {"sequence_classification",
+                                                                                       "token_classification",
+                                                                                       "multiple_choice"}:
+            return name
+    if {"mlm", "nsp"} <= parts:
+        return "BertForPreTraining"
+    if "mlm" in parts:
+        return "BertForMaskedLM"
+    if "question_answering" in parts:
+        return "BertForQuestionAnswering"
+    if "classifier" in parts:
+        return "BertForSequenceClassification"
+    return "BertModel"
+
+
+def heads_present(ckpt: Checkpoint) -> list[str]:
+    """Head names as a user reads them (the classifier's kind comes from the architecture)."""
+    heads = [p for p in ("mlm", "nsp", "question_answering") if p in ckpt.parts]
+    if "classifier" in ckpt.parts:
+        kinds = ARCHITECTURES[ckpt.architecture].head_names
+        heads += [k for k in kinds if k.endswith(("classification", "choice"))] or ["sequence_classification"]
+    return heads
+
+
+def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs: Any) -> BertTaskModel:
+    """Instantiate `architecture` (default: the checkpoint's) and load its weights strictly.
+
+    A head the checkpoint lacks (or has with another shape) is created fresh and listed in `model.fresh_heads`;
+    heads the checkpoint has but the architecture does not use are dropped (pre-training -> fine-tuning).
+    """
+    name = architecture or ckpt.architecture
+    if name not in ARCHITECTURES:
+        raise UsageError(f"unknown architecture {name!r}: choose one of {', '.join(ARCHITECTURES)}")
+    cls = ARCHITECTURES[name]
+    if name == "BertModel":
+        head_kwargs.setdefault("add_pooler", "pooler" in ckpt.parts)
+    params = inspect.signature(cls.__init__).parameters
+    if "num_labels" in params:
+        head_kwargs.setdefault("num_labels", len(ckpt.labels) if ckpt.labels else 2)
+    if "classifier_dropout" in params and ckpt.raw_config.get("classifier_dropout") is not None:
+        head_kwargs.setdefault("classifier_dropout", ckpt.raw_config["classifier_dropout"])
+    model = cls(ckpt.config, **head_kwargs)
+    expected = model.state_dict()
+    fresh: set[str] = set()
+    state: dict[str, Tensor] = {}
+    for key, target in expected.items():
+        part = _part(key)
+        source = ckpt.state.get(key)
+        if source is not None and source.shape == target.shape and (part is None or part not in fresh):
+            state[key] = source
+        elif part is not None and part != "pooler" and (source is None or source.shape != target.shape):
+            fresh.add(part)
+        elif source is None:
+            raise BertctlError(f"{ckpt.path}: missing parameter {to_transformers_name(key)} for {name}")
+        else:
+            raise BertctlError(f"{ckpt.path}: {to_transformers_name(key)} has shape {tuple(source.shape)}, "
+                               f"the config says {tuple(target.shape)}")
+    for key, target in expected.items():  # a fresh head keeps its initialisation as a whole
+        state[key] = target if _part(key) in fresh else state[key]
+    model.load_state_dict(state, strict=True)
+    model.fresh_heads = tuple(sorted(fresh))
+    return model
+
+
+def to_transformers_name(key: str) -> str:
+    return next(iter(to_transformers_names({key: torch.empty(3)})))
+
+
+def load_model(path: Path | str, architecture: str | None = None, **head_kwargs: Any) -> BertTaskModel:
+    """Load any model folder bertctl reads as `architecture` (default: the one its weights carry)."""
+    return build_model(read_checkpoint(path), architecture, **head_kwargs)
+
+
+def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: str | None) -> dict[str, Any]:
+    name = architecture_name(model)
+    parts = sorted({p for p in map(_part, model.state_dict()) if p is not None})
+    data: dict[str, Any] = {"architectures": [name], "model_type": "bert", **model.config.to_dict(),
+                            "position_embedding_type": "absolute", "classifier_dropout": None}
+    num_labels = getattr(model, "num_labels", None)
+    if num_labels is not None:
+        labels = labels or [f"LABEL_{i}" for i in range(num_labels)]
+        if len(labels) != num_labels:
+            raise UsageError(f"{len(labels)} label names for a head with {num_labels} outputs")
+        data["id2label"] = {str(i): label for i, label in enumerate(labels)}
+        data["label2id"] = {label: i for i, label in enumerate(labels)}
+    if problem_type:
+        data["problem_type"] = problem_type
+    data["torch_dtype"] = "float32"
+    data["bertctl"] = {"format_version": FORMAT_VERSION, "version": __version__, "heads": parts}
+    return data
+
+
+def save_model(
+    model: nn.Module,
+    folder: Path | str,
+    tokenizer: Any = None,
+    *,
+    labels: list[str] | None = None,
+    problem_type: str | None = None,
+    extra: Callable[[Path], None] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a model folder atomically: a temp folder beside the target, renamed when complete.
+
+    `tokenizer` is a bertctl BertTokenizer (its files are written) or a folder to copy them from;
+    `extra(tmp_folder)` may add files (e.g. training state) before the rename.
+    """
+    from safetensors.torch import save_file
+
+    model = getattr(model, "module", model)  # unwrap DDP
+    model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
+    target = Path(folder)
+    if target.exists() and not overwrite:
+        raise UsageError(f"{target} already exists (pass --overwrite to replace it)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        bare = architecture_name(model) == "BertModel"
+        state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+        save_file(to_transformers_names(state, bare=bare), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config = _config_json(model, labels, problem_type)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        _write_tokenizer(tokenizer, tmp)
+        if extra is not None:
+            extra(tmp)
+        _replace_folder(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _write_tokenizer(tokenizer: Any, folder: Path) -> None:
+    if tokenizer is None:
+        return
+    if isinstance(tokenizer, (str, Path)):
+        for name in TOKENIZER_FILES:
+            if (Path(tokenizer) / name).is_file():
+                shutil.copyfile(Path(tokenizer) / name, folder / name)
+        return
+    tokenizer.save(folder)
+
+
+def _replace_folder(tmp: Path, target: Path) -> None:
+    """Rename tmp onto target; an existing target is moved aside first and removed after."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

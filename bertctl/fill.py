@@ -1,0 +1,161 @@
+"""`bertctl fill`: top-k predictions for every [MASK] in a text, all from one forward pass per batch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from bertctl.checkpoint import build_model, read_checkpoint
+from bertctl.errors import BertctlError, UsageError
+from bertctl.model import IGNORE_INDEX
+from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+
+
+@dataclass(frozen=True)
+class Prediction:
+    token: str
+    token_id: int
+    score: float  # softmax probability over the whole vocabulary
+
+
+@dataclass(frozen=True)
+class FillResult:
+    text: str
+    predictions: list[list[Prediction]]  # one top-k list per [MASK], in order
+    filled: str  # the text with every [MASK] replaced by its best prediction
+
+
+def pick_device(device: str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except RuntimeError:
+        raise UsageError(f"--device: {device!r} is not a device (cpu, cuda, cuda:1 ...)") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
+    return chosen
+
+
+def load_mlm(model: Path | str) -> tuple[torch.nn.Module, BertTokenizer]:
+    """A model folder's MLM head and tokenizer, refusing folders that cannot fill masks."""
+    ckpt = read_checkpoint(model)
+    if "mlm" not in ckpt.parts:
+        raise UsageError(f"{model} has no MLM head (it is a {ckpt.architecture}); fill needs a pre-trained "
+                         "model with its MLM head, e.g. a bertctl pretrain folder or a BertForMaskedLM")
+    if not has_tokenizer(model):
+        raise UsageError(f"{model} has no tokenizer (tokenizer.json or vocab.txt); copy the tokenizer "
+                         "files into the model folder")
+    tokenizer = load_tokenizer(model)
+    check_vocab(ckpt.config.vocab_size, tokenizer, model)
+    return build_model(ckpt, "BertForMaskedLM").eval(), tokenizer
+
+
+def check_vocab(model_vocab_size: int, tokenizer: BertTokenizer, where: Path | str) -> None:
+    if tokenizer.vocab_size != model_vocab_size:
+        raise BertctlError(f"{where}: the tokenizer has {tokenizer.vocab_size} tokens but the model has "
+                           f"{model_vocab_size} embedding rows; use the tokenizer the model was trained with")
+
+
+def _encode(texts: list[str], tokenizer: BertTokenizer, max_length: int, truncate: bool) -> list[list[int]]:
+    rows = []
+    for number, (text, encoding) in enumerate(zip(texts, tokenizer.encode_batch(texts), strict=True), 1):
+        ids = list(encoding.ids)
+        if tokenizer.mask_id not in ids:
+            raise UsageError(f"text {number} has no [MASK] token: {text[:60]!r}")
+        if len(ids) > max_length:
+            if not truncate:
+                raise UsageError(f"text {number} is {len(ids)} tokens long but the model takes at most "
+                                 f"{max_length}; shorten it or pass --truncate")
+            ids = ids[: max_length - 1] + [tokenizer.sep_id]
+            if tokenizer.mask_id not in ids:
+                raise UsageError(f"text {number}: no [MASK] is left within the first {max_length} tokens")
+        rows.append(ids)
+    return rows
+
+
+@torch.inference_mode()
+def fill(
+    texts: list[str],
+    model: Path | str,
+    top_k: int = 5,
+    batch_size: int = 32,
+    truncate: bool = False,
+    device: str | None = None,
+) -> list[FillResult]:
+    """Predict every [MASK] of every text; the MLM head runs only at the masked positions."""
+    if top_k < 1:
+        raise UsageError(f"--top-k must be at least 1, got {top_k}")
+    mlm, tokenizer = load_mlm(model)
+    run_on = pick_device(device)
+    mlm.to(run_on)
+    top_k = min(top_k, tokenizer.vocab_size)
+    rows = _encode(texts, tokenizer, mlm.config.max_position_embeddings, truncate)
+    results = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start: start + batch_size]
+        width = max(map(len, chunk))
+        ids = torch.full((len(chunk), width), tokenizer.pad_id, dtype=torch.long)
+        for i, row in enumerate(chunk):
+            ids[i, : len(row)] = torch.tensor(row)
+        attention = (torch.arange(width)[None, :] < torch.tensor([len(r) for r in chunk])[:, None]).long()
+        at_mask = torch.where(ids == tokenizer.mask_id, 0, IGNORE_INDEX)  # selects masked positions only
+        logits = mlm(ids.to(run_on), None, attention.to(run_on), mlm_labels=at_mask.to(run_on)).logits
+        scores, best = logits.float().softmax(-1).topk(top_k, dim=-1)  # (N, k), rows in text order
+        scores, best = scores.cpu().tolist(), best.cpu().tolist()
+        cursor = 0
+        for offset, row in enumerate(chunk):
+            count = row.count(tokenizer.mask_id)
+            per_mask = [[Prediction(tokenizer.id_to_token(t), t, s) for t, s in zip(best[j], scores[j], strict=True)]
+                        for j in range(cursor, cursor + count)]
+            cursor += count
+            results.append(FillResult(texts[start + offset], per_mask, _filled(row, per_mask, tokenizer)))
+    return results
+
+
+def _filled(row: list[int], predictions: list[list[Prediction]], tokenizer: BertTokenizer) -> str:
+    best = iter(p[0].token_id for p in predictions)
+    return tokenizer.decode([next(best) if t == tokenizer.mask_id else t for t in row])
+
+
+def read_texts(path: Path) -> list[str]:
+    """One text a line from a file or stdin ('-'); blank lines are skipped."""
+    if str(path) == "-":
+        lines = sys.stdin.read().splitlines()
+    else:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            raise UsageError(f"--file: {path} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--file: cannot read {path}: {exc}") from None
+    return [line for line in lines if line.strip()]
+
+
+def print_fill_results(results: list[FillResult], as_json: bool = False) -> None:
+    """JSON lines, or a rich table per text with the best fill above it."""
+    if as_json:
+        for result in results:
+            data = asdict(result)
+            data.pop("filled")
+            sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for result in results:
+        table = Table(title=result.filled, title_justify="left", show_edge=False)
+        table.add_column("mask", justify="right")
+        table.add_column("rank", justify="right")
+        table.add_column("token")
+        table.add_column("probability", justify="right")
+        for mask_number, predictions in enumerate(result.predictions, 1):
+            for rank, prediction in enumerate(predictions, 1):
+                table.add_row(str(mask_number) if rank == 1 else "", str(rank), prediction.token,
+                              f"{prediction.score:.4f}")
+        console.print(table)

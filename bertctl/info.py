@@ -1,0 +1,64 @@
+"""`bertctl info`: what a model folder holds, without building the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bertctl.checkpoint import heads_present, read_checkpoint
+from bertctl.tokenizer import has_tokenizer, load_tokenizer
+
+
+def info(model: Path | str) -> dict[str, Any]:
+    """Config, parameter count, heads, vocabulary and tokenizer of a model folder."""
+    ckpt = read_checkpoint(model)
+    folder = Path(model)
+    tokenizer: dict[str, Any] | None = None
+    if has_tokenizer(folder):
+        loaded = load_tokenizer(folder)
+        kind = "tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.txt"
+        tokenizer = {"kind": kind, "vocab_size": loaded.vocab_size, "lowercase": loaded.lowercase,
+                     "sha256": loaded.sha256()}
+    bertctl_block = ckpt.raw_config.get("bertctl")
+    return {
+        "path": str(folder),
+        "format": f"bertctl v{bertctl_block['format_version']}" if bertctl_block else "transformers",
+        "architecture": ckpt.architecture,
+        "heads": heads_present(ckpt),
+        "pooler": "pooler" in ckpt.parts,
+        "parameters": sum(t.numel() for t in ckpt.state.values()),
+        "vocab_size": ckpt.config.vocab_size,
+        "labels": ckpt.labels if ckpt.architecture != "BertForPreTraining" else None,
+        "config": ckpt.config.to_dict(),
+        "tokenizer": tokenizer,
+    }
+
+
+def print_info(summary: dict[str, Any], as_json: bool = False) -> None:
+    if as_json:
+        print(json.dumps(summary))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=summary["path"], show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    tok = summary["tokenizer"]
+    rows = {
+        "format": summary["format"],
+        "architecture": summary["architecture"],
+        "heads": ", ".join(summary["heads"]) or "none (encoder only)",
+        "pooler": "yes" if summary["pooler"] else "no",
+        "parameters": f"{summary['parameters']:,} ({summary['parameters'] / 1e6:.1f}M)",
+        "vocab size": str(summary["vocab_size"]),
+        "tokenizer": "none" if tok is None else
+        f"{tok['kind']}, {tok['vocab_size']} tokens, {'uncased' if tok['lowercase'] else 'cased'}",
+    }
+    if summary["labels"]:
+        rows["labels"] = ", ".join(summary["labels"])
+    rows.update({k: str(v) for k, v in summary["config"].items()})
+    for key, value in rows.items():
+        table.add_row(key, value)
+    Console().print(table)

@@ -1,0 +1,350 @@
+"""The one BERT encoder (Devlin et al., 2018) and every task head, all in one place.
+
+Shapes: B batch, T tokens, H hidden size, A heads, D = H / A, V vocabulary, C choices, N masked tokens.
+Parameter names are our own; bertctl.checkpoint maps them to and from transformers' names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertctl.config import BertConfig
+
+IGNORE_INDEX = -100  # label value that the losses skip (padding, unmasked tokens)
+
+_ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": partial(F.gelu, approximate="tanh"),
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+}
+
+
+class Embeddings(nn.Module):
+    """Token + segment + position embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__()
+        self.word = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.position = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
+        self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
+        x = self.word(input_ids) + self.token_type(token_type_ids)  # (B, T, H)
+        x = x + self.position.weight[: input_ids.shape[1]]
+        return self.dropout(self.norm(x))
+
+
+class EncoderLayer(nn.Module):
+    """Post-LN Transformer layer: x = LN(x + Attn(x)); x = LN(x + FFN(x)). Q, K, V share one matmul."""
+
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__()
+        hidden = cfg.hidden_size
+        self.num_heads = cfg.num_attention_heads
+        self.attention_dropout = cfg.attention_probs_dropout_prob
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.attn_out = nn.Linear(hidden, hidden)
+        self.attn_norm = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
+        self.ffn_in = nn.Linear(hidden, cfg.intermediate_size)
+        self.ffn_out = nn.Linear(cfg.intermediate_size, hidden)
+        self.ffn_norm = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
+        self.act = _ACTIVATIONS[cfg.hidden_act]
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads).permute(2, 0, 3, 1, 4)
+        attn = F.scaled_dot_product_attention(  # (B, A, T, D)
+            q, k, v, attn_mask=mask, dropout_p=self.attention_dropout if self.training else 0.0
+        )
+        attn = attn.transpose(1, 2).reshape(B, T, H)
+        x = self.attn_norm(x + self.dropout(self.attn_out(attn)))
+        return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
+
+
+class Bert(nn.Module):
+    """The encoder: embeddings, L layers and (optionally) the pooler, a dense + tanh on [CLS]."""
+
+    def __init__(self, cfg: BertConfig, add_pooler: bool = True) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embeddings = Embeddings(cfg)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if add_pooler else None
+
+    def forward(
+        self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Returns the hidden states (B, T, H) and the pooled [CLS] vector (B, H), or None without a pooler."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        mask = None
+        if attention_mask is not None:
+            mask = attention_mask[:, None, None, :].bool()  # (B, 1, 1, T): True where a key may be attended
+        x = self.embeddings(input_ids, token_type_ids)
+        for layer in self.layers:
+            x = layer(x, mask)
+        pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
+        return x, pooled
+
+
+class MaskedLMHead(nn.Module):
+    """Dense + activation + LayerNorm, then the decoder tied to the word embeddings, plus its own bias."""
+
+    def __init__(self, cfg: BertConfig, word_embeddings: nn.Embedding) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = _ACTIVATIONS[cfg.hidden_act]
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.word_embeddings = [word_embeddings]  # a list keeps it out of this module's parameters
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        decoder = self.word_embeddings[0].weight  # (V, H), shared with the input embeddings
+        return F.linear(self.norm(self.act(self.dense(hidden))), decoder, self.bias)
+
+
+def masked_lm_logits(head: MaskedLMHead, hidden: Tensor, labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """Vocabulary logits: (B, T, V) without labels; with labels only at labelled positions, (N, V) and
+    their targets (N,). The sparse path gives the same loss as the dense one at ~15% of the decoder's work."""
+    if labels is None:
+        return head(hidden), None
+    selected = labels != IGNORE_INDEX  # (B, T)
+    return head(hidden[selected]), labels[selected]
+
+
+def masked_lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy over masked tokens; zero (not NaN) when a batch has none."""
+    if targets.numel() == 0:
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits.float(), targets)
+
+
+def classification_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Cross-entropy for classes, mean squared error for a single regression output."""
+    if logits.shape[-1] == 1 and labels.is_floating_point():
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
+
+
+@dataclass
+class ModelOutput:
+    """What every head returns; fields a head does not produce stay None."""
+
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # task logits (classification, tokens, choices) or MLM logits
+    mlm_loss: Tensor | None = None
+    mlm_targets: Tensor | None = None  # (N,) original ids at the positions of sparse `logits`
+    nsp_loss: Tensor | None = None
+    nsp_logits: Tensor | None = None
+    start_logits: Tensor | None = None
+    end_logits: Tensor | None = None
+    hidden_states: Tensor | None = None
+    pooled: Tensor | None = None
+
+
+class BertTaskModel(nn.Module):
+    """Base for the heads: owns the encoder, applies BERT's initialisation to everything it holds."""
+
+    head_names: tuple[str, ...] = ()
+    uses_pooler = True
+
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.bert = Bert(cfg, add_pooler=self.uses_pooler)
+
+    def init_weights(self) -> None:
+        """Normal(0, initializer_range) weights, zero biases, LayerNorm 1/0, zero padding embedding."""
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, MaskedLMHead):
+                nn.init.zeros_(module.bias)
+
+    def encode(self, input_ids: Tensor, token_type_ids: Tensor | None, attention_mask: Tensor | None):
+        return self.bert(input_ids, token_type_ids, attention_mask)
+
+
+class BertEncoderModel(BertTaskModel):
+    """No head: hidden states and pooled output (transformers' BertModel)."""
+
+    def __init__(self, cfg: BertConfig, add_pooler: bool = True) -> None:
+        self.uses_pooler = add_pooler
+        super().__init__(cfg)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> ModelOutput:
+        hidden, pooled = self.encode(input_ids, token_type_ids, attention_mask)
+        return ModelOutput(hidden_states=hidden, pooled=pooled)
+
+
+class BertForPreTraining(BertTaskModel):
+    """MLM + next-sentence (or sentence-order) prediction, the paper's pre-training objective."""
+
+    head_names = ("mlm", "nsp")
+
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__(cfg)
+        self.mlm = MaskedLMHead(cfg, self.bert.embeddings.word)
+        self.nsp = nn.Linear(cfg.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, mlm_labels=None,
+                next_sentence_label=None) -> ModelOutput:
+        hidden, pooled = self.encode(input_ids, token_type_ids, attention_mask)
+        logits, targets = masked_lm_logits(self.mlm, hidden, mlm_labels)
+        nsp_logits = self.nsp(pooled)  # (B, 2)
+        out = ModelOutput(logits=logits, mlm_targets=targets, nsp_logits=nsp_logits, hidden_states=hidden)
+        if targets is not None:
+            out.mlm_loss = out.loss = masked_lm_loss(logits, targets)
+        if next_sentence_label is not None:
+            out.nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
+            out.loss = out.nsp_loss if out.loss is None else out.loss + out.nsp_loss
+        return out
+
+
+class BertForMaskedLM(BertTaskModel):
+    """MLM only (no pooler, as transformers' BertForMaskedLM)."""
+
+    head_names = ("mlm",)
+    uses_pooler = False
+
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__(cfg)
+        self.mlm = MaskedLMHead(cfg, self.bert.embeddings.word)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, mlm_labels=None) -> ModelOutput:
+        hidden, _ = self.encode(input_ids, token_type_ids, attention_mask)
+        logits, targets = masked_lm_logits(self.mlm, hidden, mlm_labels)
+        out = ModelOutput(logits=logits, mlm_targets=targets, hidden_states=hidden)
+        if targets is not None:
+            out.mlm_loss = out.loss = masked_lm_loss(logits, targets)
+        return out
+
+
+class BertForSequenceClassification(BertTaskModel):
+    """Dropout + linear on the pooled [CLS]; num_labels == 1 means regression (MSE)."""
+
+    head_names = ("sequence_classification",)
+
+    def __init__(self, cfg: BertConfig, num_labels: int = 2, classifier_dropout: float | None = None) -> None:
+        super().__init__(cfg)
+        self.num_labels = num_labels
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob if classifier_dropout is None else classifier_dropout)
+        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> ModelOutput:
+        _, pooled = self.encode(input_ids, token_type_ids, attention_mask)
+        logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
+        loss = classification_loss(logits, labels) if labels is not None else None
+        return ModelOutput(loss=loss, logits=logits, pooled=pooled)
+
+
+class BertForTokenClassification(BertTaskModel):
+    """Dropout + linear on every token (no pooler); labels of -100 are skipped."""
+
+    head_names = ("token_classification",)
+    uses_pooler = False
+
+    def __init__(self, cfg: BertConfig, num_labels: int = 2, classifier_dropout: float | None = None) -> None:
+        super().__init__(cfg)
+        self.num_labels = num_labels
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob if classifier_dropout is None else classifier_dropout)
+        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> ModelOutput:
+        hidden, _ = self.encode(input_ids, token_type_ids, attention_mask)
+        logits = self.classifier(self.dropout(hidden))  # (B, T, num_labels)
+        loss = classification_loss(logits, labels) if labels is not None else None
+        return ModelOutput(loss=loss, logits=logits, hidden_states=hidden)
+
+
+class BertForQuestionAnswering(BertTaskModel):
+    """Start/end span logits from one linear layer over the tokens (no pooler)."""
+
+    head_names = ("question_answering",)
+    uses_pooler = False
+
+    def __init__(self, cfg: BertConfig, num_labels: int = 2) -> None:
+        super().__init__(cfg)
+        self.num_labels = num_labels
+        self.qa_outputs = nn.Linear(cfg.hidden_size, num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, start_positions=None,
+                end_positions=None) -> ModelOutput:
+        hidden, _ = self.encode(input_ids, token_type_ids, attention_mask)
+        start, end = self.qa_outputs(hidden).split(1, dim=-1)  # (B, T, 1) each
+        start, end = start.squeeze(-1), end.squeeze(-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            outside = start.shape[1]  # positions past the sequence are ignored, as in the original code
+            start_loss = F.cross_entropy(start.float(), start_positions.clamp(0, outside), ignore_index=outside)
+            end_loss = F.cross_entropy(end.float(), end_positions.clamp(0, outside), ignore_index=outside)
+            loss = (start_loss + end_loss) / 2
+        return ModelOutput(loss=loss, start_logits=start, end_logits=end, hidden_states=hidden)
+
+
+class BertForMultipleChoice(BertTaskModel):
+    """One score per (context, choice) pair from the pooled [CLS]; softmax across the C choices."""
+
+    head_names = ("multiple_choice",)
+
+    def __init__(self, cfg: BertConfig, classifier_dropout: float | None = None) -> None:
+        super().__init__(cfg)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob if classifier_dropout is None else classifier_dropout)
+        self.classifier = nn.Linear(cfg.hidden_size, 1)
+        self.init_weights()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> ModelOutput:
+        B, C, T = input_ids.shape
+
+        def flat(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.reshape(B * C, T)
+
+        _, pooled = self.encode(flat(input_ids), flat(token_type_ids), flat(attention_mask))
+        logits = self.classifier(self.dropout(pooled)).view(B, C)
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return ModelOutput(loss=loss, logits=logits, pooled=pooled)
+
+
+ARCHITECTURES: dict[str, type[BertTaskModel]] = {
+    "BertModel": BertEncoderModel,
+    "BertForPreTraining": BertForPreTraining,
+    "BertForMaskedLM": BertForMaskedLM,
+    "BertForSequenceClassification": BertForSequenceClassification,
+    "BertForTokenClassification": BertForTokenClassification,
+    "BertForQuestionAnswering": BertForQuestionAnswering,
+    "BertForMultipleChoice": BertForMultipleChoice,
+}
+
+
+def architecture_name(model: nn.Module) -> str:
+    """transformers' class name for one of our models (what config.json's `architectures` holds)."""
+    for name, cls in ARCHITECTURES.items():
+        if type(model) is cls:
+            return name
+    raise TypeError(f"{type(model).__name__} is not a bertctl BERT model")

