@@ -1,0 +1,1 @@
+"""Datasets bertctl reads: the pre-training corpus, GLUE and the user's own labelled tables."""

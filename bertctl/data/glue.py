@@ -1,0 +1,340 @@
+"""GLUE: one registry of the nine tasks and the diagnostic set, and readers for their data.
+
+Data comes either from the official download (`--data glue_data`, the folders `CoLA/`, `SST-2/`, ... exactly
+as distributed) or from the Hugging Face hub copy (`--data nyu-mll/glue`). Both give the same `Examples`,
+with labels as indices into the task's `label_names`, so a recipe never sees where the data came from.
+
+The official TSVs are split on tabs line by line with no quote processing: MRPC and SST-2 hold unbalanced `"`
+characters that a csv reader would treat as the start of a quoted field and run on across lines.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertctl.errors import BertctlError, UsageError
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as `datasets.load_dataset` takes it
+
+
+@dataclass(frozen=True)
+class Examples:
+    """One split as parallel columns, tokenized in one call: `tokenizer.encode_batch(ex.text_a, ex.text_b)`."""
+
+    text_a: list[str]  # first (or only) text of each example
+    text_b: list[str] | None  # second text of sentence-pair tasks; None for single-sentence tasks
+    labels: list[int] | list[float] | None  # class index into label_names, a float score, or None (test sets)
+    ids: list[str]  # the file's index/id column (what a submission's `index` holds), else the row number
+    source: str  # the file or hub dataset read, for messages
+
+    def __post_init__(self) -> None:
+        lengths = {len(self.text_a), len(self.ids)}
+        lengths |= {len(self.text_b)} if self.text_b is not None else set()
+        lengths |= {len(self.labels)} if self.labels is not None else set()
+        if len(lengths) != 1:
+            raise BertctlError(f"{self.source}: texts, labels and ids differ in length")
+
+    def __len__(self) -> int:
+        return len(self.text_a)
+
+
+@dataclass(frozen=True)
+class SplitFile:
+    """Where one split lives: its file in the task folder, its columns there, and its hub split."""
+
+    split: str  # bertctl's split name: train, dev, test, or dev_matched, test_mismatched, ... for MNLI
+    file: str  # file name inside the task folder, as distributed
+    hub_split: str  # the same split in nyu-mll/glue (validation, test_matched, ...)
+    text_a: str | int  # column name; a 0-based position in a headerless file (CoLA train/dev)
+    text_b: str | int | None = None  # second text column of pair tasks
+    label: str | int | None = None  # label column; None for the unlabelled test files
+    index: str | None = None  # id column (test files: what the submission's `index` holds); None: row number
+    columns: int | None = None  # field count of a headerless file; None means the first line is a header
+    submission: str | None = None  # GLUE server file name for predictions on this (test) split
+
+    @property
+    def has_header(self) -> bool:
+        return self.columns is None
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """Everything bertctl needs to know about one GLUE task; recipes read it instead of special-casing."""
+
+    name: str  # the command-line name: cola, sst2, ...
+    folder: str  # folder in the official download: CoLA, SST-2, ..., diagnostic
+    label_names: tuple[str, ...]  # labels as the files and the GLUE server spell them, by class index; () = regression
+    metrics: tuple[str, ...]  # metrics reported, in the order the GLUE leaderboard shows them
+    main_metric: str  # the one the best epoch is chosen by (the BERT paper's Table 1 choice)
+    files: tuple[SplitFile, ...]  # every split the task has
+    hub_config: str  # config name in nyu-mll/glue
+    hub_text: tuple[str, ...]  # text column names in the hub copy
+    hub_label_names: tuple[str, ...] = ()  # the hub's ClassLabel names, same order as label_names
+    score_range: tuple[float, float] | None = None  # regression: the gold score range predictions are clipped to
+    predicted_by: str | None = None  # a task without training data is predicted by this task's model (ax: mnli)
+
+    def __post_init__(self) -> None:
+        if self.main_metric not in self.metrics:
+            raise BertctlError(f"GLUE registry: {self.name} main metric {self.main_metric} is not in its metrics")
+        if self.hub_label_names and len(self.hub_label_names) != len(self.label_names):
+            raise BertctlError(f"GLUE registry: {self.name} hub label names do not match its labels")
+
+    @property
+    def is_regression(self) -> bool:
+        return not self.label_names
+
+    @property
+    def num_labels(self) -> int:
+        """Outputs of the task head: one per class, or one score."""
+        return len(self.label_names) or 1
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.hub_text) == 2
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(f.split for f in self.files)
+
+    def split_file(self, split: str) -> SplitFile:
+        for entry in self.files:
+            if entry.split == split:
+                return entry
+        raise UsageError(f"--split {split}: task {self.name} has the splits {', '.join(self.splits)}")
+
+    def eval_splits(self, kind: str = "dev") -> tuple[str, ...]:
+        """`dev` or `test` as a user says it: MNLI's is two splits (matched and mismatched)."""
+        found = tuple(s for s in self.splits if s == kind or s.startswith(kind + "_"))
+        if not found:
+            raise UsageError(f"--split {kind}: task {self.name} has the splits {', '.join(self.splits)}")
+        return found
+
+
+def _splits(submission: str, text_a: str, text_b: str | None, label: str,
+            index: str | None = "index", test_index: str = "index") -> tuple[SplitFile, ...]:
+    """train.tsv, dev.tsv and test.tsv with a header; the test file has the same texts and no label."""
+    return (
+        SplitFile("train", "train.tsv", "train", text_a, text_b, label, index),
+        SplitFile("dev", "dev.tsv", "validation", text_a, text_b, label, index),
+        SplitFile("test", "test.tsv", "test", text_a, text_b, None, test_index, submission=submission),
+    )
+
+
+_BINARY = ("0", "1")
+_NLI3 = ("entailment", "neutral", "contradiction")
+_NLI2 = ("entailment", "not_entailment")
+_MNLI_TEXT = ("sentence1", "sentence2")
+
+TASKS: dict[str, GlueTask] = {task.name: task for task in (
+    GlueTask("cola", "CoLA", _BINARY, ("matthews_correlation",), "matthews_correlation",
+             files=(SplitFile("train", "train.tsv", "train", text_a=3, label=1, columns=4),
+                    SplitFile("dev", "dev.tsv", "validation", text_a=3, label=1, columns=4),
+                    SplitFile("test", "test.tsv", "test", "sentence", index="index", submission="CoLA.tsv")),
+             hub_config="cola", hub_text=("sentence",), hub_label_names=("unacceptable", "acceptable")),
+    GlueTask("sst2", "SST-2", _BINARY, ("accuracy",), "accuracy",
+             files=_splits("SST-2.tsv", "sentence", None, "label", index=None),
+             hub_config="sst2", hub_text=("sentence",), hub_label_names=("negative", "positive")),
+    GlueTask("mrpc", "MRPC", _BINARY, ("f1", "accuracy"), "f1",
+             files=_splits("MRPC.tsv", "#1 String", "#2 String", "Quality", index=None),
+             hub_config="mrpc", hub_text=("sentence1", "sentence2"),
+             hub_label_names=("not_equivalent", "equivalent")),
+    GlueTask("stsb", "STS-B", (), ("pearson", "spearman"), "spearman",
+             files=_splits("STS-B.tsv", "sentence1", "sentence2", "score"),
+             hub_config="stsb", hub_text=("sentence1", "sentence2"), score_range=(0.0, 5.0)),
+    GlueTask("qqp", "QQP", _BINARY, ("f1", "accuracy"), "f1",
+             files=_splits("QQP.tsv", "question1", "question2", "is_duplicate", index="id", test_index="id"),
+             hub_config="qqp", hub_text=("question1", "question2"),
+             hub_label_names=("not_duplicate", "duplicate")),
+    GlueTask("mnli", "MNLI", _NLI3, ("accuracy",), "accuracy",
+             files=(SplitFile("train", "train.tsv", "train", *_MNLI_TEXT, "gold_label", "index"),
+                    SplitFile("dev_matched", "dev_matched.tsv", "validation_matched",
+                              *_MNLI_TEXT, "gold_label", "index"),
+                    SplitFile("dev_mismatched", "dev_mismatched.tsv", "validation_mismatched",
+                              *_MNLI_TEXT, "gold_label", "index"),
+                    SplitFile("test_matched", "test_matched.tsv", "test_matched",
+                              *_MNLI_TEXT, None, "index", submission="MNLI-m.tsv"),
+                    SplitFile("test_mismatched", "test_mismatched.tsv", "test_mismatched",
+                              *_MNLI_TEXT, None, "index", submission="MNLI-mm.tsv")),
+             hub_config="mnli", hub_text=("premise", "hypothesis"), hub_label_names=_NLI3),
+    GlueTask("qnli", "QNLI", _NLI2, ("accuracy",), "accuracy",
+             files=_splits("QNLI.tsv", "question", "sentence", "label"),
+             hub_config="qnli", hub_text=("question", "sentence"), hub_label_names=_NLI2),
+    GlueTask("rte", "RTE", _NLI2, ("accuracy",), "accuracy",
+             files=_splits("RTE.tsv", "sentence1", "sentence2", "label"),
+             hub_config="rte", hub_text=("sentence1", "sentence2"), hub_label_names=_NLI2),
+    GlueTask("wnli", "WNLI", _BINARY, ("accuracy",), "accuracy",
+             files=_splits("WNLI.tsv", "sentence1", "sentence2", "label"),
+             hub_config="wnli", hub_text=("sentence1", "sentence2"),
+             hub_label_names=("not_entailment", "entailment")),
+    GlueTask("ax", "diagnostic", _NLI3, ("matthews_correlation",), "matthews_correlation",
+             files=(SplitFile("test", "diagnostic.tsv", "test", *_MNLI_TEXT, None, "index",
+                              submission="AX.tsv"),),
+             hub_config="ax", hub_text=("premise", "hypothesis"), hub_label_names=_NLI3, predicted_by="mnli"),
+)}
+
+
+def _plain(name: str) -> str:
+    return name.lower().replace("-", "").replace("_", "")
+
+
+def get_task(name: str | GlueTask) -> GlueTask:
+    """A task by its name or its folder name, any case (`sst2`, `SST-2`, `diagnostic`)."""
+    if isinstance(name, GlueTask):
+        return name
+    for task in TASKS.values():
+        if _plain(name) in (_plain(task.name), _plain(task.folder)):
+            return task
+    raise UsageError(f"unknown GLUE task {name!r}: choose one of {', '.join(TASKS)}")
+
+
+def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:
+    """One split from the official layout under `data`, or from the hub when `data` is a dataset id."""
+    task = get_task(task)
+    entry = task.split_file(split)
+    path = Path(data)
+    if path.is_dir():
+        return _read_local(task, entry, path)
+    if path.exists():
+        raise UsageError(f"--data {data}: is a file; give the GLUE folder (with {task.folder}/ inside) "
+                         "or a hub dataset id such as nyu-mll/glue")
+    if HUB_ID.fullmatch(str(data)):
+        return _read_hub(task, entry, str(data))
+    raise UsageError(f"--data {data}: no such folder; give the GLUE download folder (CoLA/, SST-2/, ...) "
+                     "or a hub dataset id such as nyu-mll/glue")
+
+
+def read_tsv(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) per non-blank line: split on tab and on newline only, no quote processing.
+
+    Only '\\n' ends a line (with an optional '\\r' before it), so U+2028 and the like inside a text stay
+    in it. A leading byte-order mark is dropped (MRPC's header starts with one).
+    """
+    try:
+        with open(path, "rb") as handle:  # binary lines end at b"\n" only
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise UsageError(f"{path}:{number}: not UTF-8 text") from None
+                if number == 1:
+                    line = line.removeprefix("\ufeff")
+                line = line.removesuffix("\n").removesuffix("\r")
+                if line.strip():
+                    yield number, line.split("\t")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _task_file(task: GlueTask, entry: SplitFile, root: Path) -> Path:
+    folder = root / task.folder
+    if not folder.is_dir():
+        raise UsageError(f"--data {root}: no {task.folder}/ folder for {task.name}; expected the official "
+                         f"GLUE layout ({task.folder}/{entry.file}) or use --data nyu-mll/glue")
+    path = folder / entry.file
+    if not path.is_file():
+        raise UsageError(f"{path}: missing; {task.name} {entry.split} is read from {task.folder}/{entry.file}")
+    return path
+
+
+def _positions(entry: SplitFile, header: list[str] | None, where: str) -> list[int | None]:
+    """Positions of text_a, text_b, label and index; named columns are looked up in the header."""
+    wanted = [entry.text_a, entry.text_b, entry.label, entry.index]
+    if header is None:
+        return wanted  # type: ignore[return-value]  # headerless layouts name positions directly
+    found = []
+    for column in wanted:
+        if isinstance(column, str) and column not in header:
+            raise UsageError(f"{where}: the header has no column {column!r} (found: {', '.join(header)})")
+        found.append(header.index(column) if isinstance(column, str) else column)
+    return found
+
+
+def _read_local(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
+    path = _task_file(task, entry, root)
+    rows = read_tsv(path)
+    header_line, header = next(rows, (0, None)) if entry.has_header else (0, None)
+    if entry.has_header and header is None:
+        raise UsageError(f"{path}: empty file (expected a header line and examples)")
+    width = len(header) if header is not None else entry.columns
+    at_a, at_b, at_label, at_index = _positions(entry, header, f"{path}:{header_line}")
+    text_a: list[str] = []
+    text_b: list[str] | None = [] if at_b is not None else None
+    labels: list | None = [] if at_label is not None else None
+    ids: list[str] = []
+    for line, fields in rows:
+        if len(fields) != width:
+            raise UsageError(f"{path}:{line}: expected {width} tab-separated fields, found {len(fields)}")
+        text_a.append(fields[at_a])
+        if text_b is not None:
+            text_b.append(fields[at_b])
+        if labels is not None:
+            labels.append(parse_label(task, fields[at_label], f"{path}:{line}"))
+        ids.append(fields[at_index] if at_index is not None else str(len(ids)))
+    if not text_a:
+        raise UsageError(f"{path}: no examples")
+    return Examples(text_a, text_b, labels, ids, str(path))
+
+
+def parse_label(task: GlueTask, raw: str, where: str) -> int | float:
+    """A label as written in a file: its class index, or the float score of a regression task."""
+    if task.is_regression:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise UsageError(f"{where}: score {raw!r} is not a finite number ({task.name} is a regression task)")
+        return value
+    try:
+        return task.label_names.index(raw)
+    except ValueError:
+        raise UsageError(f"{where}: label {raw!r} is not one of {', '.join(task.label_names)} "
+                         f"({task.name})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _read_hub(task: GlueTask, entry: SplitFile, name: str) -> Examples:
+    source = f"{name} ({task.hub_config}, {entry.hub_split})"
+    try:
+        import datasets
+
+        table = datasets.load_dataset(name, task.hub_config, split=entry.hub_split)
+    except Exception as exc:  # offline, not cached, no such config: all mean "cannot load it"
+        raise UsageError(f"--data {name}: not a local folder, and loading {source} from the hub failed: "
+                         f"{_first_line(exc)}") from None
+    wanted = [*task.hub_text, "idx"] + (["label"] if entry.label is not None else [])
+    missing = [c for c in wanted if c not in table.column_names]
+    if missing:
+        raise BertctlError(f"{source}: no column(s) {', '.join(missing)} (found: {', '.join(table.column_names)})")
+    if entry.label is not None:
+        _check_hub_label_names(task, table.features["label"], source)
+    columns = table.select_columns(wanted).to_dict()
+    labels = None
+    if entry.label is not None:
+        labels = [_hub_label(task, value, source, row) for row, value in enumerate(columns["label"])]
+    text_b = columns[task.hub_text[1]] if task.is_pair else None
+    return Examples(columns[task.hub_text[0]], text_b, labels, [str(i) for i in columns["idx"]], source)
+
+
+def _check_hub_label_names(task: GlueTask, feature: object, source: str) -> None:
+    """Hub labels are ints; they map onto label_names by position only if the hub's names agree."""
+    names = tuple(getattr(feature, "names", ()) or ())
+    if task.hub_label_names and names != task.hub_label_names:
+        raise BertctlError(f"{source}: label names {', '.join(names) or '(none)'} differ from the expected "
+                           f"{', '.join(task.hub_label_names)}; cannot map them to {task.name}'s labels")
+
+
+def _hub_label(task: GlueTask, value: int | float, source: str, row: int) -> int | float:
+    if task.is_regression:
+        return parse_label(task, str(value), f"{source} row {row}")
+    if not isinstance(value, int) or not 0 <= value < task.num_labels:
+        raise UsageError(f"{source} row {row}: label {value!r} is not a class index 0..{task.num_labels - 1}")
+    return value

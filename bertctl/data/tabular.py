@@ -1,0 +1,241 @@
+"""The user's own labelled data for `bertctl finetune classify`: csv, tsv, jsonl or parquet files.
+
+`.csv` is read with standard (RFC 4180) quoting, as spreadsheets and pandas write it; `.tsv` is split on tabs
+and newlines with no quote processing, like GLUE's files; `.jsonl` holds one JSON object per line; `.parquet`
+is read with pyarrow (installed with `datasets`). The result is the same `Examples` the GLUE readers give,
+inside a `TabularTask` that carries its label names and metrics, so one fine-tuning recipe serves both.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertctl.data.glue import Examples, read_tsv
+from bertctl.errors import UsageError
+
+FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
+PROBLEMS = ("auto", "classification", "regression")
+
+
+@dataclass(frozen=True)
+class TabularTask:
+    """A classification or regression task defined by the user's files, scored like a GLUE task."""
+
+    label_names: tuple[str, ...]  # class names by class index (as written in the files); () for regression
+    metrics: tuple[str, ...]  # what evaluation reports
+    main_metric: str  # the metric the best epoch is chosen by
+    train: Examples  # the training examples
+    validation: Examples | None  # the examples scored after each epoch, if a validation file was given
+    name: str = "classify"  # shown in messages and results
+
+    @property
+    def is_regression(self) -> bool:
+        return not self.label_names
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_names) or 1
+
+
+@dataclass
+class _Table:
+    """Raw columns of one file, with each row's line (or parquet row) number for messages."""
+
+    path: Path
+    unit: str  # ":" for text files (path:line), " row " for parquet
+    texts: list[list[str]] = field(default_factory=list)  # one list per text column
+    labels: list[Any] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+
+    def where(self, row: int) -> str:
+        return f"{self.path}{self.unit}{self.numbers[row]}"
+
+
+def _require(columns: Sequence[str], found: Sequence[str], where: str) -> None:
+    missing = [c for c in columns if c not in found]
+    if missing:
+        raise UsageError(f"{where}: no column {', '.join(map(repr, missing))} (found: {', '.join(map(str, found))})")
+
+
+def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise UsageError(f"{path}: empty file (expected a header line and examples)")
+            _require(columns, header, f"{path}:1")
+            start = reader.line_num + 1
+            for fields in reader:
+                line, start = start, reader.line_num + 1  # a quoted field may span several lines
+                if not any(f.strip() for f in fields):
+                    continue
+                if len(fields) != len(header):
+                    raise UsageError(f"{path}:{line}: expected {len(header)} comma-separated fields, "
+                                     f"found {len(fields)}")
+                yield line, dict(zip(header, fields, strict=True))
+        except csv.Error as exc:
+            raise UsageError(f"{path}:{reader.line_num}: malformed csv: {exc}") from None
+
+
+def _tsv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    rows = read_tsv(path)
+    _, header = next(rows, (0, None))
+    if header is None:
+        raise UsageError(f"{path}: empty file (expected a header line and examples)")
+    _require(columns, header, f"{path}:1")
+    for line, fields in rows:
+        if len(fields) != len(header):
+            raise UsageError(f"{path}:{line}: expected {len(header)} tab-separated fields, found {len(fields)}")
+        yield line, dict(zip(header, fields, strict=True))
+
+
+def _jsonl_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    with open(path, encoding="utf-8-sig", newline="\n") as handle:
+        for line, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{line}: not valid JSON: {exc.msg}") from None
+            if not isinstance(record, dict):
+                raise UsageError(f"{path}:{line}: expected one JSON object per line")
+            _require(columns, list(record), f"{path}:{line}")
+            yield line, record
+
+
+def _parquet_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        _require(columns, pq.read_schema(path).names, str(path))
+        table = pq.read_table(path, columns=list(dict.fromkeys(columns)))
+    except (OSError, pyarrow.ArrowException) as exc:
+        raise UsageError(f"{path}: cannot read parquet: {str(exc).splitlines()[0]}") from None
+    yield from enumerate(table.to_pylist(), start=1)
+
+
+_READERS = {".csv": _csv_rows, ".tsv": _tsv_rows, ".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
+
+
+def read_table(path: str | Path, text_columns: Sequence[str], label_column: str) -> _Table:
+    """The text and label columns of one file, checked row by row."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in _READERS:
+        raise UsageError(f"{path}: unsupported file type {suffix or '(none)'}; use one of {', '.join(FORMATS)}")
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    table = _Table(path, " row " if suffix == ".parquet" else ":", texts=[[] for _ in text_columns])
+    try:
+        for number, record in _READERS[suffix](path, [*text_columns, label_column]):
+            for column, values in zip(text_columns, table.texts, strict=True):
+                if record[column] is None:
+                    raise UsageError(f"{path}{table.unit}{number}: text column {column!r} is empty")
+                values.append(str(record[column]))
+            table.labels.append(record[label_column])
+            table.numbers.append(number)
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not table.numbers:
+        raise UsageError(f"{path}: no examples")
+    return table
+
+
+def _label_text(value: Any) -> str | None:
+    """A label as a class name: JSON/parquet numbers and booleans spelled the way a csv would hold them."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip() or None
+
+
+def _as_float(text: str | None) -> float | None:
+    try:
+        value = float(text)  # type: ignore[arg-type]  # None raises TypeError, handled below
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _is_whole(text: str | None) -> bool:
+    value = _as_float(text)
+    return value is not None and value.is_integer()
+
+
+def _is_regression(labels: list[str | None]) -> bool:
+    """Auto-detection: every label a number and at least one not a whole number."""
+    return all(_as_float(t) is not None for t in labels) and not all(_is_whole(t) for t in labels)
+
+
+def _class_names(labels: list[str | None]) -> tuple[str, ...]:
+    """Sorted class names: numerically when they are all whole numbers (so "10" comes after "2")."""
+    names = {t for t in labels if t is not None}
+    if all(_is_whole(n) for n in names):
+        return tuple(sorted(names, key=float))
+    return tuple(sorted(names))
+
+
+def _to_examples(table: _Table, label_names: tuple[str, ...], label_column: str) -> Examples:
+    labels: list = []
+    for row, raw in enumerate(table.labels):
+        text = _label_text(raw)
+        if text is None:
+            raise UsageError(f"{table.where(row)}: label column {label_column!r} is empty")
+        if not label_names:
+            value = _as_float(text)
+            if value is None:
+                raise UsageError(f"{table.where(row)}: label {text!r} is not a finite number (regression)")
+            labels.append(value)
+        elif text in label_names:
+            labels.append(label_names.index(text))
+        else:
+            raise UsageError(f"{table.where(row)}: label {text!r} is not one of {', '.join(label_names)}")
+    text_b = table.texts[1] if len(table.texts) == 2 else None
+    return Examples(table.texts[0], text_b, labels, [str(n) for n in table.numbers], str(table.path))
+
+
+def load_labelled_data(train: str | Path, validation: str | Path | None, text_columns: Sequence[str],
+                       label_column: str, problem: str = "auto",
+                       label_names: Sequence[str] | None = None) -> TabularTask:
+    """Train (and validation) examples plus what scoring them needs.
+
+    `problem="auto"` picks regression when every training label is a number and some are not whole;
+    class names come from the training file (sorted) unless `label_names` fixes their order.
+    """
+    text_columns = tuple(text_columns)
+    if len(text_columns) not in (1, 2) or not all(text_columns):
+        raise UsageError(f"--text-columns: give one or two column names, got {','.join(text_columns)!r}")
+    if problem not in PROBLEMS:
+        raise UsageError(f"--problem {problem}: choose one of {', '.join(PROBLEMS)}")
+    train_table = read_table(train, text_columns, label_column)
+    texts = [_label_text(v) for v in train_table.labels]
+    regression = problem == "regression" or (problem == "auto" and label_names is None and _is_regression(texts))
+    names: tuple[str, ...] = () if regression else tuple(label_names or _class_names(texts))
+    if len(set(names)) != len(names):
+        raise UsageError(f"--label-names: {','.join(names)} repeats a name")
+    if not regression and len(names) < 2:
+        raise UsageError(f"{train}: label column {label_column!r} has fewer than two classes "
+                         f"({', '.join(names) or 'none'}); classification needs at least two")
+    if regression:
+        metrics, main = ("pearson", "spearman"), "spearman"
+    elif len(names) == 2:
+        metrics, main = ("accuracy", "f1", "matthews_correlation"), "accuracy"
+    else:
+        metrics, main = ("accuracy", "matthews_correlation"), "accuracy"
+    train_examples = _to_examples(train_table, names, label_column)
+    dev = _to_examples(read_table(validation, text_columns, label_column), names, label_column) if validation else None
+    return TabularTask(names, metrics, main, train_examples, dev)

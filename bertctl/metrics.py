@@ -1,0 +1,129 @@
+"""Pure metric functions for fine-tuning, exact and small, tested against scipy.
+
+scipy is not a runtime dependency of bertctl, so the correlations are written here with numpy. Degenerate
+inputs follow scikit-learn's choice for the Matthews correlation: when one side is constant the correlation
+is undefined and scores 0.0 rather than NaN, which keeps best-epoch selection and seed averages defined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from bertctl.errors import BertctlError
+
+
+def _pair(predictions: Sequence, labels: Sequence, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    pred = np.asarray(predictions, dtype=dtype)
+    gold = np.asarray(labels, dtype=dtype)
+    if pred.ndim != 1 or gold.ndim != 1:
+        raise BertctlError(f"metrics take one prediction per example (class ids or scores), "
+                           f"got shapes {pred.shape} and {gold.shape}")
+    if len(pred) != len(gold):
+        raise BertctlError(f"metrics: {len(pred)} predictions for {len(gold)} labels")
+    if len(pred) == 0:
+        raise BertctlError("metrics: no examples to score")
+    return pred, gold
+
+
+def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
+    """Share of class ids predicted right."""
+    pred, gold = _pair(predictions, labels, np.int64)
+    return float(np.mean(pred == gold))
+
+
+def f1(predictions: Sequence[int], labels: Sequence[int], positive: int = 1) -> float:
+    """F1 of the positive class (MRPC's `equivalent`, QQP's `duplicate`); 0.0 when neither side has one."""
+    pred, gold = _pair(predictions, labels, np.int64)
+    true_pos = int(np.sum((pred == positive) & (gold == positive)))
+    false_pos = int(np.sum((pred == positive) & (gold != positive)))
+    false_neg = int(np.sum((pred != positive) & (gold == positive)))
+    denominator = 2 * true_pos + false_pos + false_neg
+    return 2 * true_pos / denominator if denominator else 0.0
+
+
+def matthews_correlation(predictions: Sequence[int], labels: Sequence[int]) -> float:
+    """Matthews correlation, for any number of classes (Gorodkin's R_K, the GLUE diagnostic's R3).
+
+    From the confusion counts: (correct * n - sum_k p_k t_k) / sqrt((n^2 - sum p_k^2)(n^2 - sum t_k^2)),
+    with p_k / t_k the predicted / true count of class k; 0.0 when either side uses a single class.
+    """
+    pred, gold = _pair(predictions, labels, np.int64)
+    classes, codes = np.unique(np.concatenate([pred, gold]), return_inverse=True)
+    pred_codes, gold_codes = codes[: len(pred)], codes[len(pred):]
+    pred_counts = np.bincount(pred_codes, minlength=len(classes)).astype(np.float64)
+    gold_counts = np.bincount(gold_codes, minlength=len(classes)).astype(np.float64)
+    n = float(len(pred))
+    correct = float(np.sum(pred_codes == gold_codes))
+    covariance = correct * n - pred_counts @ gold_counts
+    spread = (n * n - pred_counts @ pred_counts) * (n * n - gold_counts @ gold_counts)
+    return float(covariance / np.sqrt(spread)) if spread > 0 else 0.0
+
+
+def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
+    """Pearson's r; 0.0 when either side is constant."""
+    pred, gold = _pair(predictions, labels, np.float64)
+    if np.all(pred == pred[0]) or np.all(gold == gold[0]):
+        return 0.0  # tested exactly: a constant's deviations from its float mean are rounding noise, not 0
+    pred = pred - pred.mean()
+    gold = gold - gold.mean()
+    spread = float(np.sqrt((pred @ pred) * (gold @ gold)))
+    return float(np.clip((pred @ gold) / spread, -1.0, 1.0))
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their average rank (scipy.stats.rankdata's default)."""
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    starts_group = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    group = np.cumsum(starts_group) - 1
+    starts = np.flatnonzero(starts_group)
+    ends = np.append(starts[1:], len(values))  # one past each tie group
+    ranks = np.empty(len(values), dtype=np.float64)
+    ranks[order] = ((starts + ends + 1) / 2.0)[group]
+    return ranks
+
+
+def spearman(predictions: Sequence[float], labels: Sequence[float]) -> float:
+    """Spearman's rho: Pearson's r of the (tie-averaged) ranks; 0.0 when either side is constant."""
+    pred, gold = _pair(predictions, labels, np.float64)
+    return pearson(_ranks(pred), _ranks(gold))
+
+
+METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
+    "accuracy": accuracy,
+    "f1": f1,
+    "matthews_correlation": matthews_correlation,
+    "pearson": pearson,
+    "spearman": spearman,
+}
+
+
+class ScoredTask(Protocol):
+    """What scoring needs from a task: a GLUE task or a `finetune classify` table both have it."""
+
+    metrics: tuple[str, ...]
+    main_metric: str
+
+
+def compute_metrics(names: Sequence[str], predictions: Sequence, labels: Sequence) -> dict[str, float]:
+    """The named metrics, in the order given."""
+    unknown = [name for name in names if name not in METRICS]
+    if unknown:
+        raise BertctlError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")
+    return {name: METRICS[name](predictions, labels) for name in names}
+
+
+def compute_task_metrics(task: str | ScoredTask, predictions: Sequence, labels: Sequence) -> dict[str, float]:
+    """The task's metrics on one split: class ids (or scores for regression) against gold labels.
+
+    Keys are metric names in leaderboard order; `task.main_metric` names the one that picks the best
+    epoch. MNLI is scored once per split (matched, mismatched).
+    """
+    if isinstance(task, str):
+        from bertctl.data.glue import get_task
+
+        task = get_task(task)
+    return compute_metrics(task.metrics, predictions, labels)

@@ -1,0 +1,322 @@
+"""GLUE registry and readers, the user's own tables, and GLUE submission files, on tiny synthetic data."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from glue_fixtures import ALL_TASKS, LABELS, PAIR_TASKS, rule_label, write_glue_data
+
+from bertctl.data.glue import TASKS, get_task, read_split
+from bertctl.data.tabular import load_labelled_data
+from bertctl.errors import BertctlError, UsageError
+from bertctl.metrics import METRICS
+from bertctl.submission import submission_name, write_submission
+
+SUBMISSIONS = {"CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv", "MNLI-mm.tsv",
+               "QNLI.tsv", "RTE.tsv", "WNLI.tsv", "AX.tsv"}
+
+
+@pytest.fixture(scope="module")
+def glue_dir(tmp_path_factory) -> Path:
+    return write_glue_data(tmp_path_factory.mktemp("glue"), n_train=40, n_dev=20, n_test=10)
+
+
+@pytest.fixture
+def own_glue(tmp_path) -> Path:
+    """A private copy the test may break."""
+    return write_glue_data(tmp_path / "glue", n_train=8, n_dev=6, n_test=4)
+
+
+# --- registry ---------------------------------------------------------------------------------------------
+
+def test_registry_holds_every_task_with_server_names_and_labels():
+    assert set(TASKS) == set(ALL_TASKS)
+    names = {f.submission for t in TASKS.values() for f in t.files if f.submission}
+    assert names == SUBMISSIONS
+    for name, task in TASKS.items():
+        assert task.label_names == LABELS[name]
+        assert set(task.metrics) <= set(METRICS) and task.main_metric in task.metrics
+        assert task.is_pair == (name in PAIR_TASKS)
+    assert get_task("stsb").is_regression and get_task("stsb").num_labels == 1
+    assert get_task("mnli").eval_splits("dev") == ("dev_matched", "dev_mismatched")
+    assert get_task("mnli").eval_splits("test") == ("test_matched", "test_mismatched")
+    assert get_task("ax").predicted_by == "mnli" and get_task("ax").splits == ("test",)
+    assert (get_task("cola").main_metric, get_task("mrpc").metrics, get_task("stsb").metrics) == (
+        "matthews_correlation", ("f1", "accuracy"), ("pearson", "spearman"))
+
+
+def test_tasks_are_found_by_name_or_folder_and_unknown_ones_listed():
+    assert get_task("SST-2").name == "sst2" and get_task("STS-B").name == "stsb"
+    assert get_task("diagnostic").name == "ax"
+    with pytest.raises(UsageError, match="unknown GLUE task 'squad'.*cola, sst2, mrpc, stsb, qqp, mnli, qnli"):
+        get_task("squad")
+    with pytest.raises(UsageError, match="--split dev: task ax has the splits test"):
+        get_task("ax").eval_splits("dev")
+
+
+# --- reading the official layout ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ALL_TASKS)
+def test_every_split_reads_with_the_labels_the_rule_gives(glue_dir, name):
+    task = get_task(name)
+    for split in task.splits:
+        examples = read_split(name, split, glue_dir)
+        assert len(examples) == {"train": 40, "dev": 20, "test": 10}[split.split("_")[0]]
+        assert (examples.text_b is not None) == task.is_pair
+        if split.startswith("test"):
+            assert examples.labels is None
+            assert examples.ids == [str(i) for i in range(10)]
+            continue
+        texts_b = examples.text_b or [None] * len(examples)
+        for a, b, label in zip(examples.text_a, texts_b, examples.labels, strict=True):
+            expected = rule_label(name, a, b)
+            if task.is_regression:
+                assert abs(label - expected) <= 0.3 + 1e-9
+            else:
+                assert task.label_names[label] == expected
+
+
+def test_cola_train_has_no_header_so_its_first_line_is_an_example(glue_dir):
+    first = (glue_dir / "CoLA" / "train.tsv").read_text(encoding="utf-8").splitlines()[0].split("\t")
+    examples = read_split("cola", "train", glue_dir)
+    assert examples.text_a[0] == first[3] and examples.labels[0] == int(first[1])
+
+
+def test_quotes_are_kept_verbatim_and_mrpc_byte_order_mark_is_skipped(glue_dir):
+    raw = (glue_dir / "MRPC" / "train.tsv").read_text(encoding="utf-8")
+    assert raw.startswith("\ufeffQuality")
+    examples = read_split("mrpc", "train", glue_dir)
+    rows = [line.split("\t") for line in raw.splitlines()[1:]]
+    assert examples.text_a == [r[3] for r in rows] and examples.text_b == [r[4] for r in rows]
+    assert any(text.count('"') % 2 for text in examples.text_a + examples.text_b)  # unbalanced quotes survive
+
+
+def test_only_newline_ends_a_line(own_glue):
+    path = own_glue / "RTE" / "dev.tsv"
+    path.write_bytes("index\tsentence1\tsentence2\tlabel\r\n0\tone\u2028two\x85three\tx\rcold\tentailment\r\n"
+                     .encode("utf-8"))
+    examples = read_split("rte", "dev", own_glue)
+    assert examples.text_a == ["one\u2028two\x85three"] and examples.text_b == ["x\rcold"]
+
+
+@pytest.mark.parametrize(("task", "split", "file", "line", "match"), [
+    ("rte", "dev", "RTE/dev.tsv", "0\tjust one text\tentailment",
+     r"RTE/dev.tsv:3: expected 4 tab-separated fields, found 3"),
+    ("cola", "train", "CoLA/train.tsv", "gj04\t1\t\ttext\textra",
+     r"CoLA/train.tsv:2: expected 4 tab-separated fields, found 5"),
+    ("mnli", "dev_matched", "MNLI/dev_matched.tsv", "\t".join(["0"] * 15 + ["maybe"]),
+     r"MNLI/dev_matched.tsv:3: label 'maybe' is not one of entailment, neutral, contradiction"),
+    ("qqp", "train", "QQP/train.tsv", "7\t1\t2\ta\tb\t2", r"QQP/train.tsv:3: label '2' is not one of 0, 1"),
+    ("stsb", "dev", "STS-B/dev.tsv", "\t".join(["0"] * 9 + ["high"]),
+     r"STS-B/dev.tsv:3: score 'high' is not a finite number"),
+])
+def test_bad_rows_name_the_file_and_line(own_glue, task, split, file, line, match):
+    path = own_glue / file
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines.insert(2 if lines[0].startswith(("index", "id\t", "sentence", "\ufeff")) else 1, line)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=match):
+        read_split(task, split, own_glue)
+
+
+def test_missing_folder_file_or_column_is_a_usage_error(own_glue):
+    (own_glue / "MNLI" / "dev_mismatched.tsv").unlink()
+    with pytest.raises(UsageError, match=r"MNLI/dev_mismatched.tsv: missing; mnli dev_mismatched is read from"):
+        read_split("mnli", "dev_mismatched", own_glue)
+    with pytest.raises(UsageError, match=r"no WNLI/ folder for wnli"):
+        read_split("wnli", "train", own_glue / "CoLA")
+    qnli = own_glue / "QNLI" / "dev.tsv"
+    qnli.write_text(qnli.read_text(encoding="utf-8").replace("index\t", "idx\t", 1), encoding="utf-8")
+    with pytest.raises(UsageError, match=r"QNLI/dev.tsv:1: the header has no column 'index' \(found: idx,"):
+        read_split("qnli", "dev", own_glue)
+
+
+def test_empty_or_undecodable_files_are_usage_errors(own_glue):
+    path = own_glue / "SST-2" / "dev.tsv"
+    path.write_text("sentence\tlabel\n\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"SST-2/dev.tsv: no examples"):
+        read_split("sst2", "dev", own_glue)
+    path.write_text("", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"SST-2/dev.tsv: empty file"):
+        read_split("sst2", "dev", own_glue)
+    path.write_bytes(b"sentence\tlabel\nok\t1\n\xff\xfe bad\t0\n")
+    with pytest.raises(UsageError, match=r"SST-2/dev.tsv:3: not UTF-8"):
+        read_split("sst2", "dev", own_glue)
+
+
+def test_data_that_is_neither_a_folder_nor_a_hub_id(tmp_path):
+    with pytest.raises(UsageError, match="no such folder"):
+        read_split("rte", "dev", tmp_path / "nowhere")
+    (tmp_path / "file.tsv").write_text("x\n")
+    with pytest.raises(UsageError, match="is a file"):
+        read_split("rte", "dev", tmp_path / "file.tsv")
+
+
+# --- the hub copy (datasets.load_dataset stubbed: tests stay offline) --------------------------------------
+
+def _stub_hub(monkeypatch, names, labels, columns=("premise", "hypothesis")):
+    import datasets
+
+    calls = []
+
+    def load_dataset(name, config, split):
+        calls.append((name, config, split))
+        if name == "broken/glue":
+            raise ConnectionError("offline\nmore detail")
+        data = {columns[0]: ["p0", "p1", "p2"], columns[1]: ["h0", "h1", "h2"], "label": labels, "idx": [5, 6, 7]}
+        features = datasets.Features({columns[0]: datasets.Value("string"), columns[1]: datasets.Value("string"),
+                                      "label": datasets.ClassLabel(names=list(names)), "idx": datasets.Value("int32")})
+        return datasets.Dataset.from_dict(data, features=features)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return calls
+
+
+def test_hub_labels_map_onto_the_same_label_names(monkeypatch):
+    calls = _stub_hub(monkeypatch, ["entailment", "neutral", "contradiction"], [2, 0, 1])
+    examples = read_split("mnli", "dev_mismatched", "nyu-mll/glue")
+    assert calls == [("nyu-mll/glue", "mnli", "validation_mismatched")]
+    assert [get_task("mnli").label_names[i] for i in examples.labels] == ["contradiction", "entailment", "neutral"]
+    assert (examples.text_a, examples.text_b, examples.ids) == (["p0", "p1", "p2"], ["h0", "h1", "h2"],
+                                                                ["5", "6", "7"])
+    test = read_split("mnli", "test_matched", "nyu-mll/glue")
+    assert test.labels is None and calls[-1][2] == "test_matched"
+
+
+def test_hub_label_names_that_differ_or_a_failed_load_are_errors(monkeypatch):
+    _stub_hub(monkeypatch, ["entailment", "contradiction", "neutral"], [0, 1, 2])
+    with pytest.raises(BertctlError, match="differ from the expected entailment, neutral, contradiction"):
+        read_split("mnli", "train", "nyu-mll/glue")
+    with pytest.raises(UsageError, match=r"--data broken/glue: not a local folder.*failed: offline$"):
+        read_split("mnli", "train", "broken/glue")
+
+
+# --- the user's own tables ---------------------------------------------------------------------------------
+
+def _write_formats(folder: Path, rows: list[dict]) -> dict[str, Path]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = {s: folder / f"data{s}" for s in (".csv", ".tsv", ".jsonl", ".parquet")}
+    with open(paths[".csv"], "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    tsv = ["\t".join(rows[0])] + ["\t".join(str(v) for v in r.values()) for r in rows]
+    paths[".tsv"].write_text("\n".join(tsv) + "\n", encoding="utf-8")
+    paths[".jsonl"].write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    pq.write_table(pa.Table.from_pylist(rows), paths[".parquet"])
+    return paths
+
+
+def test_every_format_gives_the_same_examples(tmp_path):
+    rows = [{"a": "first, with comma", "b": 'say "hi"', "y": 10}, {"a": "second", "b": "x", "y": 2},
+            {"a": "third", "b": "y", "y": 2}]
+    results = {}
+    for suffix, path in _write_formats(tmp_path, rows).items():
+        task = load_labelled_data(path, path, ["a", "b"], "y")
+        results[suffix] = (task.label_names, task.train.text_a, task.train.text_b, task.train.labels)
+        assert task.metrics == ("accuracy", "f1", "matthews_correlation") and task.validation is not None
+    expected = (("2", "10"), ["first, with comma", "second", "third"], ['say "hi"', "x", "y"], [1, 0, 0])
+    assert all(result == expected for result in results.values()), results
+
+
+def test_csv_quoting_spans_lines_and_errors_name_the_starting_line(tmp_path):
+    train = tmp_path / "train.csv"
+    train.write_text('text,label\n"two\nlines",pos\nplain,neg\n', encoding="utf-8")
+    dev = tmp_path / "dev.csv"
+    dev.write_text('text,label\n"multi\nline",pos\nodd,meh\n', encoding="utf-8")
+    with pytest.raises(UsageError, match=r"dev.csv:4: label 'meh' is not one of neg, pos"):
+        load_labelled_data(train, dev, ["text"], "label")
+    task = load_labelled_data(train, None, ["text"], "label")
+    assert task.train.text_a == ["two\nlines", "plain"] and task.train.labels == [1, 0]
+    assert task.train.text_b is None and task.validation is None
+    dev.write_text("text,label\nok,pos\ntoo,many,fields\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"dev.csv:3: expected 2 comma-separated fields, found 3"):
+        load_labelled_data(train, dev, ["text"], "label")
+
+
+def test_regression_is_detected_or_forced_and_checked(tmp_path):
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"t": "a", "s": 0.5}\n{"t": "b", "s": 3}\n', encoding="utf-8")
+    task = load_labelled_data(train, None, ["t"], "s")
+    assert task.is_regression and task.train.labels == [0.5, 3.0] and task.main_metric == "spearman"
+    forced = load_labelled_data(train, None, ["t"], "s", problem="classification")
+    assert forced.label_names == ("0.5", "3")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"t": "a", "s": 0.5}\n\n{"t": "b", "s": "high"}\n', encoding="utf-8")
+    with pytest.raises(UsageError, match=r"bad.jsonl:3: label 'high' is not a finite number"):
+        load_labelled_data(bad, None, ["t"], "s", problem="regression")
+    flags = tmp_path / "flags.jsonl"
+    flags.write_text('{"t": "a", "s": true}\n{"t": "b", "s": false}\n{"t": "c", "s": 1, "u": 2}\n{"t": "d", "s": 2}\n',
+                     encoding="utf-8")
+    assert load_labelled_data(flags, None, ["t"], "s").label_names == ("1", "2", "false", "true")
+
+
+def test_table_mistakes_are_one_line_usage_errors(tmp_path):
+    good = tmp_path / "good.tsv"
+    good.write_text("text\tlabel\nx\t1\ny\t0\n", encoding="utf-8")
+    cases = [
+        ((good, None, ["text"], "y"), r"good.tsv:1: no column 'y' \(found: text, label\)"),
+        ((good, None, ["a", "b", "c"], "label"), "--text-columns: give one or two column names"),
+        ((good, None, ["text"], "label", "ordinal"), "--problem ordinal: choose one of auto, classification"),
+        ((tmp_path / "data.xlsx", None, ["text"], "label"), r"unsupported file type .xlsx; use one of .csv, .tsv"),
+        ((tmp_path / "none.csv", None, ["text"], "label"), "none.csv: no such file"),
+    ]
+    for args, match in cases:
+        with pytest.raises(UsageError, match=match):
+            load_labelled_data(*args)
+    one_class = tmp_path / "one.tsv"
+    one_class.write_text("text\tlabel\nx\t1\ny\t1\n", encoding="utf-8")
+    with pytest.raises(UsageError, match="fewer than two classes"):
+        load_labelled_data(one_class, None, ["text"], "label")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "x", "label": 1}\n{"text": "y", \n', encoding="utf-8")
+    with pytest.raises(UsageError, match=r"broken.jsonl:2: not valid JSON"):
+        load_labelled_data(broken, None, ["text"], "label")
+
+
+# --- submission files ---------------------------------------------------------------------------------------
+
+def test_submission_files_have_the_servers_exact_format(tmp_path):
+    cases = [("cola", "test", [1, 0, 1], "CoLA.tsv", ["1", "0", "1"]),
+             ("mnli", "test_matched", [0, 2, 1], "MNLI-m.tsv", ["entailment", "contradiction", "neutral"]),
+             ("mnli", "test_mismatched", [1, 1, 0], "MNLI-mm.tsv", ["neutral", "neutral", "entailment"]),
+             ("ax", "test", [2, 0, 0], "AX.tsv", ["contradiction", "entailment", "entailment"]),
+             ("rte", "test", [1, 0, 0], "RTE.tsv", ["not_entailment", "entailment", "entailment"]),
+             ("stsb", "test", [5.7, -0.2, 2.34567], "STS-B.tsv", ["5.000", "0.000", "2.346"])]
+    for task, split, predictions, name, written in cases:
+        path = write_submission(task, split, ["0", "1", "2"], predictions, tmp_path)
+        assert path == tmp_path / name and submission_name(task, split) == name
+        expected = "index\tprediction\n" + "".join(f"{i}\t{w}\n" for i, w in enumerate(written))
+        assert path.read_bytes() == expected.encode("utf-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(c[3] for c in cases)  # no temp files left
+
+
+def test_every_test_split_round_trips_to_a_submission(glue_dir, tmp_path):
+    for task in TASKS.values():
+        for split in task.eval_splits("test"):
+            examples = read_split(task, split, glue_dir)
+            texts_b = examples.text_b or [None] * len(examples)
+            gold = [rule_label(task.name, a, b) for a, b in zip(examples.text_a, texts_b, strict=True)]
+            predictions = gold if task.is_regression else [task.label_names.index(g) for g in gold]
+            path = write_submission(task, split, examples.ids, predictions, tmp_path)
+            rows = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
+            assert rows[0] == ["index", "prediction"] and [r[0] for r in rows[1:]] == examples.ids
+            assert [r[1] for r in rows[1:]] == [f"{g:.3f}" if task.is_regression else g for g in gold]
+    assert {p.name for p in tmp_path.iterdir()} == SUBMISSIONS
+
+
+def test_bad_predictions_write_nothing(tmp_path):
+    with pytest.raises(BertctlError, match="class id 3 is outside 0..2"):
+        write_submission("mnli", "test_matched", ["0", "1"], [0, 3], tmp_path)
+    with pytest.raises(BertctlError, match="MRPC.tsv: 1 predictions for 2 test examples"):
+        write_submission("mrpc", "test", ["0", "1"], [1], tmp_path)
+    with pytest.raises(BertctlError, match="0.5 is not a class id"):
+        write_submission("sst2", "test", ["0"], [0.5], tmp_path)
+    with pytest.raises(UsageError, match="sst2 dev: only test splits are submitted"):
+        write_submission("sst2", "dev", ["0"], [1], tmp_path)
+    assert list(tmp_path.iterdir()) == []
