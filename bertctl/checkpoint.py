@@ -246,7 +246,7 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
         source = ckpt.state.get(key)
         if source is not None and source.shape == target.shape and (part is None or part not in fresh):
             state[key] = source
-        elif part is not None and part != "pooler" and (source is None or source.shape != target.shape):
+        elif part is not None:
             fresh.add(part)
         elif source is None:
             raise BertctlError(f"{ckpt.path}: missing parameter {to_transformers_name(key)} for {name}")

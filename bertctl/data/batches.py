@@ -1,0 +1,127 @@
+"""Pre-training batches: which corpus rows every rank reads at every step, and the collator that pads and
+(for dynamic masking) masks them.
+
+The order is a pure function of (seed, samples already seen): epoch e visits the rows in the permutation
+drawn from (seed, e); step s reads global samples [s*B, (s+1)*B), rank r its contiguous share of those.
+So a resumed run, any number of ranks and any number of loader workers read exactly the same data, and
+dynamic masks are drawn per sample from (seed, epoch, row), so they agree as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from bertctl.data.masking import IGNORE_INDEX, mask_tokens, mlm_labels
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    rows: int  # rows in the corpus split
+    global_batch: int  # sequences per optimizer step, all ranks together
+    micro_batch: int  # sequences per forward pass on one rank
+    rank: int
+    world_size: int
+    seed: int
+
+    @property
+    def micro_per_step(self) -> int:
+        return self.global_batch // self.world_size // self.micro_batch
+
+    def samples(self, step_start: int, micro: int) -> tuple[np.ndarray, np.ndarray]:
+        """(epochs, rows) of micro-batch `micro` on this rank of the step that begins at global sample
+        `step_start` (the number of samples all earlier steps consumed)."""
+        per_rank = self.global_batch // self.world_size
+        first = step_start + self.rank * per_rank + micro * self.micro_batch
+        sample = np.arange(first, first + self.micro_batch)
+        epochs = sample // self.rows
+        rows = np.empty_like(sample)
+        for epoch in np.unique(epochs):
+            chosen = epochs == epoch
+            rows[chosen] = self.permutation(int(epoch))[sample[chosen] % self.rows]
+        return epochs, rows
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.rows)
+
+
+class Collator:
+    """Pads a list of corpus rows into tensors; masks them afresh when the corpus stores no masks."""
+
+    def __init__(self, pad_id: int, masking: dict[str, Any] | None, seed: int, pad_to: int | None = None) -> None:
+        self.pad_id = pad_id
+        self.masking = masking  # mask_tokens keyword arguments, or None for static masks stored in the rows
+        self.seed = seed
+        self.pad_to = pad_to  # fixed width (for torch.compile); None pads to the longest row
+
+    def __call__(self, rows: dict[str, list], epochs: np.ndarray, row_ids: np.ndarray) -> dict[str, torch.Tensor]:
+        ids_list = rows["input_ids"]
+        width = self.pad_to or max(len(r) for r in ids_list)
+        size = len(ids_list)
+        ids = np.full((size, width), self.pad_id, dtype=np.int64)
+        types = np.zeros((size, width), dtype=np.int64)
+        labels = np.full((size, width), IGNORE_INDEX, dtype=np.int64)
+        for i, row in enumerate(ids_list):
+            ids[i, : len(row)] = row
+            types[i, : len(row)] = rows["token_type_ids"][i]
+            if self.masking is None:
+                positions = np.asarray(rows["masked_lm_positions"][i], dtype=np.int64)
+                labels[i] = mlm_labels(positions, np.asarray(rows["masked_lm_ids"][i]), width)
+            else:
+                rng = np.random.default_rng([self.seed, int(epochs[i]), int(row_ids[i]), 1])
+                masked = mask_tokens(ids[i, : len(row)], rng=rng, **self.masking)
+                ids[i, : len(row)] = masked.input_ids
+                labels[i] = mlm_labels(masked.positions, masked.label_ids, width)
+        batch = {
+            "input_ids": torch.from_numpy(ids),
+            "token_type_ids": torch.from_numpy(types),
+            "attention_mask": torch.from_numpy(_attention_mask([len(r) for r in ids_list], width)),
+            "mlm_labels": torch.from_numpy(labels),
+        }
+        if "next_sentence_label" in rows:
+            batch["next_sentence_label"] = torch.tensor(rows["next_sentence_label"], dtype=torch.long)
+        return batch
+
+
+class StepBatches(Dataset):
+    """Item k = the k-th micro-batch this rank reads in the next `steps` steps, already collated."""
+
+    def __init__(self, table: Any, plan: BatchPlan, collate: Collator, samples_seen: int, steps: int) -> None:
+        self.table, self.plan, self.collate = table, plan, collate
+        self.samples_seen, self.steps = samples_seen, steps
+
+    def __len__(self) -> int:
+        return self.steps * self.plan.micro_per_step
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        step, micro = divmod(index, self.plan.micro_per_step)
+        epochs, rows = self.plan.samples(self.samples_seen + step * self.plan.global_batch, micro)
+        return self.collate(self.table[rows.tolist()], epochs, rows)
+
+
+class EvalBatches(Dataset):
+    """The first `limit` validation rows in order, this rank's share, in micro-batches (fixed masks)."""
+
+    def __init__(self, table: Any, collate: Collator, micro_batch: int, limit: int, rank: int, world: int) -> None:
+        rows = np.arange(min(limit, len(table)))
+        self.rows = rows[rank::world]
+        self.table, self.collate, self.micro_batch = table, collate, micro_batch
+
+    def __len__(self) -> int:
+        return -(-len(self.rows) // self.micro_batch)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return (self[i] for i in range(len(self)))
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        rows = self.rows[index * self.micro_batch: (index + 1) * self.micro_batch]
+        return self.collate(self.table[rows.tolist()], np.zeros_like(rows), rows)
+
+
+def _attention_mask(lengths: list[int], width: int) -> np.ndarray:
+    return (np.arange(width)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)

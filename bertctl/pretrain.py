@@ -1,0 +1,290 @@
+"""`bertctl pretrain`: BERT's masked-LM (+ next-sentence or sentence-order) pre-training.
+
+Supports: corpora from `bertctl corpus build` (static or dynamic masking, MLM / MLM+NSP / MLM+SOP), presets
+or config.json models, `--init-from` for sequence-length phases, AdamW or LAMB with warmup + linear/cosine
+decay, gradient accumulation to a global batch, bf16/fp16 autocast, torch.compile, torchrun DDP (NCCL or
+gloo), exact resume (model, optimizer, RNGs, data position), graceful SIGINT/SIGTERM, NaN-step skipping,
+validation, metrics.jsonl. With no corpus it runs the quick start on the bundled novels.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from bertctl import training
+from bertctl.checkpoint import build_model, read_checkpoint, save_model
+from bertctl.config import BertConfig, PretrainConfig, config_to_dict, model_config, write_json_atomic
+from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
+from bertctl.data.masking import masking_options
+from bertctl.errors import BertctlError, UsageError
+from bertctl.model import ARCHITECTURES, BertTaskModel
+from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+
+
+def pretrain(cfg: PretrainConfig) -> Path:
+    """Run (or resume) pre-training; returns the final model folder."""
+    env = training.setup_distributed(cfg.device)
+    try:
+        return _pretrain(cfg, env)
+    finally:
+        training.cleanup_distributed()
+
+
+def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
+    from bertctl.corpus import load_corpus
+
+    if cfg.corpus is None:
+        from bertctl.quickstart import prepare_quickstart
+
+        cfg = prepare_quickstart(cfg, env)
+    corpus, manifest = load_corpus(cfg.corpus)
+    run = Path(cfg.out)
+    resume_from = _resume_point(cfg, run)
+    tokenizer = _tokenizer(cfg, manifest)
+    model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
+    training.enable_fast_math(env.device)
+    precision = training.resolve_precision(cfg.precision, env.device)
+    micro, accum = cfg.micro_batches(env.world_size)
+    optimizer = training.make_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay,
+                                        (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
+    scaler = torch.amp.GradScaler(env.device.type) if precision == "fp16" else None
+    training.seed_everything(cfg.seed + env.rank)
+    step, samples_seen, bad_total = 0, 0, 0
+    if resume_from is not None:
+        record = training.read_training_state(resume_from, optimizer, scaler)
+        step, samples_seen, bad_total = record["step"], record["samples_seen"], record.get("bad_steps", 0)
+    if env.is_main:
+        run.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run / "run.json", {"config": config_to_dict(cfg), "model": model.config.to_dict(),
+                                            "world_size": env.world_size, "precision": precision,
+                                            "corpus_manifest": manifest, "resumed_from": str(resume_from or "")})
+        _trim_metrics(run, step)
+    train_model: nn.Module = model
+    if cfg.compile:
+        train_model = torch.compile(train_model)
+    if env.world_size > 1:
+        ids = [env.device.index] if env.device.type == "cuda" else None
+        train_model = nn.parallel.DistributedDataParallel(train_model, device_ids=ids)
+
+    masking = None
+    if manifest["masking"] == "dynamic":
+        masking = masking_options(tokenizer, manifest["masked_lm_prob"], manifest["max_predictions_per_seq"],
+                                  manifest["whole_word_masking"])
+    collate = Collator(tokenizer.pad_id, masking, cfg.seed, manifest["max_seq_length"] if cfg.compile else None)
+    plan = BatchPlan(len(corpus["train"]), cfg.batch_size, micro, env.rank, env.world_size, cfg.seed)
+    loader = _loader(StepBatches(corpus["train"], plan, collate, samples_seen, cfg.steps - step), cfg, env)
+    validation = corpus["validation"] if "validation" in corpus and cfg.eval_every else None
+    has_nsp = "next_sentence_label" in corpus["train"].column_names
+
+    log = training.MetricsLog(run, enabled=env.is_main)
+    speed = training.Throughput()
+    bar = _progress(cfg, step, env)
+    window: list[training.StepResult] = []
+    bad_in_row = 0
+    final = run / "final"
+    batches = iter(loader)
+    with training.GracefulStop() as stop:
+        while step < cfg.steps:
+            micro_batches = [_to_device(next(batches), env.device) for _ in range(accum)]
+            lr = cfg.lr * training.lr_factor(step, cfg.steps, cfg.warmup(), cfg.schedule)
+            training.set_lr(optimizer, lr)
+            model.train()
+            result = training.optimizer_step(train_model, micro_batches, optimizer, _loss_terms, _weights, env,
+                                             precision, scaler, cfg.clip)
+            step += 1
+            samples_seen += cfg.batch_size
+            speed.add(sum(int(b["attention_mask"].sum()) for b in micro_batches) * env.world_size)
+            bad_in_row = bad_in_row + 1 if result.skipped else 0
+            bad_total += int(result.skipped)
+            if bad_in_row >= cfg.max_bad_steps:
+                raise BertctlError(f"the loss was NaN/inf for {bad_in_row} steps in a row at step {step}; "
+                                   "lower --lr, use --precision fp32/bf16, or check the corpus")
+            window.append(result)
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                row = _log_row(step, window, lr, speed, has_nsp, bad_total)
+                log.write(row)
+                window = []
+                if bar is not None:
+                    bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
+            if bar is not None:
+                bar.update(1)
+            if validation is not None and step % cfg.eval_every == 0:
+                log.write({"step": step, **evaluate_pretraining(model, validation, collate, micro, cfg, env)})
+            stopping = _agree(stop.requested, env)
+            state = {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total}
+            if step < cfg.steps and (stopping or (cfg.save_every and step % cfg.save_every == 0)):
+                _save(model, training.step_folder(run, step), tokenizer, optimizer, scaler, state, env)
+                if env.is_main:
+                    training.prune_checkpoints(run, cfg.keep)
+            if stopping:
+                break
+        if step >= cfg.steps:
+            _save(model, final, tokenizer, optimizer, scaler,
+                  {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total}, env, overwrite=True)
+    if bar is not None:
+        bar.close()
+    log.close()
+    where = final if step >= cfg.steps else training.step_folder(run, step)
+    if env.is_main:
+        print(f"saved {where} (step {step}); try: bertctl fill --model {where} \"the [MASK] was very happy.\"")
+    return where
+
+
+def _resume_point(cfg: PretrainConfig, run: Path) -> Path | None:
+    latest = training.latest_checkpoint(run) if run.exists() else None
+    if cfg.resume:
+        if latest is None:
+            print(f"--resume: no complete checkpoint in {run} yet; starting from step 0")
+        return latest
+    if latest is not None:
+        raise UsageError(f"--out {run} already holds checkpoints; pass --resume to continue it or choose "
+                         "another --out")
+    return None
+
+
+def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:
+    """--tokenizer, else --init-from's, else the corpus's own; it must be the one the corpus was built with."""
+    candidates = [cfg.tokenizer, cfg.init_from, Path(cfg.corpus) / "tokenizer"]
+    source = next((c for c in candidates if c is not None and has_tokenizer(c)), None)
+    if source is None:
+        raise UsageError(f"no tokenizer found: pass --tokenizer (the one {cfg.corpus} was built with)")
+    tokenizer = load_tokenizer(source)
+    if tokenizer.sha256() != manifest["tokenizer_sha256"]:
+        raise UsageError(f"tokenizer {source} is not the one corpus {cfg.corpus} was built with (sha256 "
+                         f"{tokenizer.sha256()[:12]} vs {manifest['tokenizer_sha256'][:12]}); rebuild the corpus "
+                         "or pass the matching --tokenizer")
+    return tokenizer
+
+
+def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, Any],
+           resume_from: Path | None) -> BertTaskModel:
+    architecture = "BertForMaskedLM" if manifest["objective"] == "mlm" else "BertForPreTraining"
+    dropout = {} if cfg.dropout is None else {"hidden_dropout_prob": cfg.dropout,
+                                               "attention_probs_dropout_prob": cfg.dropout}
+    source = resume_from or cfg.init_from
+    if source is not None:
+        ckpt = read_checkpoint(source)
+        ckpt.config = ckpt.config.replace(**dropout)
+        model = build_model(ckpt, architecture)
+    else:
+        torch.manual_seed(cfg.seed)
+        config: BertConfig = model_config(cfg.model_config, vocab_size=tokenizer.vocab_size, **dropout)
+        model = ARCHITECTURES[architecture](config)
+    if model.config.vocab_size != tokenizer.vocab_size:
+        raise UsageError(f"the model has {model.config.vocab_size} embedding rows but the tokenizer has "
+                         f"{tokenizer.vocab_size} tokens; use the matching tokenizer")
+    if manifest["max_seq_length"] > model.config.max_position_embeddings:
+        raise UsageError(f"corpus {cfg.corpus} has sequences of {manifest['max_seq_length']} tokens but the model "
+                         f"takes at most {model.config.max_position_embeddings}")
+    return model
+
+
+def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
+    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                mlm_labels=batch["mlm_labels"], **_nsp_kwargs(batch))
+    terms = {"mlm": (out.mlm_loss, (out.logits.argmax(-1) == out.mlm_targets).sum())}
+    if "next_sentence_label" in batch:
+        label = batch["next_sentence_label"]
+        terms["nsp"] = (out.nsp_loss, (out.nsp_logits.argmax(-1) == label).sum())
+    return terms
+
+
+def _nsp_kwargs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    return {"next_sentence_label": batch["next_sentence_label"]} if "next_sentence_label" in batch else {}
+
+
+def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    counts = {"mlm": (batch["mlm_labels"] != -100).sum()}
+    if "next_sentence_label" in batch:
+        counts["nsp"] = torch.tensor(batch["next_sentence_label"].shape[0])
+    return counts
+
+
+@torch.no_grad()
+def evaluate_pretraining(model: nn.Module, table: Any, collate: Collator, micro: int, cfg: PretrainConfig,
+                         env: training.Distributed) -> dict[str, float]:
+    """MLM loss/accuracy and NSP accuracy on the validation split (each rank its share, then summed)."""
+    model.eval()
+    totals = torch.zeros(5, dtype=torch.float64, device=env.device)  # mlm loss sum, mlm n, correct, nsp n, correct
+    for batch in EvalBatches(table, collate, micro, cfg.eval_samples, env.rank, env.world_size):
+        batch = _to_device(batch, env.device)
+        terms = _loss_terms(model, batch)
+        counts = _weights(batch)
+        totals[0] += terms["mlm"][0].double() * counts["mlm"]
+        totals[1] += counts["mlm"]
+        totals[2] += terms["mlm"][1]
+        if "nsp" in terms:
+            totals[3] += counts["nsp"]
+            totals[4] += terms["nsp"][1]
+    totals = training.all_reduce_sum(totals, env).tolist()
+    row = {"val_mlm_loss": totals[0] / max(totals[1], 1), "val_mlm_accuracy": totals[2] / max(totals[1], 1)}
+    if totals[3]:
+        row["val_nsp_accuracy"] = totals[4] / totals[3]
+    return row
+
+
+def _log_row(step: int, window: list[training.StepResult], lr: float, speed: training.Throughput,
+             has_nsp: bool, bad_total: int) -> dict[str, Any]:
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    good = [r for r in window if not r.skipped] or window
+    row: dict[str, Any] = {"step": step, "loss": mean([r.loss for r in good]),
+                           "mlm_loss": mean([r.parts["mlm"] for r in good]),
+                           "mlm_accuracy": mean([r.parts["mlm_correct"] for r in good])}
+    if has_nsp:
+        row["nsp_loss"] = mean([r.parts["nsp"] for r in good])
+        row["nsp_accuracy"] = mean([r.parts["nsp_correct"] for r in good])
+    row.update({"lr": lr, "grad_norm": mean([r.grad_norm for r in good]),
+                "tokens_per_second": speed.rate(), "elapsed": speed.elapsed(), "skipped_steps": bad_total})
+    return row
+
+
+def _save(model: nn.Module, folder: Path, tokenizer: BertTokenizer, optimizer: torch.optim.Optimizer,
+          scaler: Any, state: dict[str, Any], env: training.Distributed, overwrite: bool = False) -> None:
+    if env.is_main:
+        save_model(model, folder, tokenizer, overwrite=overwrite,
+                   extra=lambda tmp: training.write_training_state(tmp, optimizer, scaler, state))
+    if env.world_size > 1:
+        torch.distributed.barrier()
+
+
+def _agree(flag: bool, env: training.Distributed) -> bool:
+    """Every rank stops when any rank got a signal (torchrun forwards them to all, but not atomically)."""
+    if env.world_size == 1:
+        return flag
+    value = torch.tensor([float(flag)], device=env.device)
+    return bool(training.all_reduce_sum(value, env).item())
+
+
+def _trim_metrics(run: Path, step: int) -> None:
+    """On resume, drop rows logged after the checkpoint we continue from (they will be logged again)."""
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        return
+    rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kept = [line for line in rows if json.loads(line)["step"] <= step]
+    path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+
+
+def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed) -> torch.utils.data.DataLoader:
+    return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=cfg.num_workers,
+                                       pin_memory=env.device.type == "cuda",
+                                       persistent_workers=False, prefetch_factor=4 if cfg.num_workers else None)
+
+
+def _to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _progress(cfg: PretrainConfig, step: int, env: training.Distributed) -> Any:
+    if not env.is_main:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=cfg.steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True)

@@ -1,0 +1,428 @@
+"""The training-loop pieces that pre-training and fine-tuning share.
+
+Optimizer groups (no decay on biases and LayerNorm), AdamW/LAMB, warmup schedules, precision, one
+optimizer step over accumulated micro-batches, torch.distributed set-up, RNG state and resumable
+training state (safetensors + JSON, no pickle), graceful SIGINT/SIGTERM, metrics logging.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from bertctl.errors import BertctlError, UsageError
+
+TRAINING_STATE = "training_state.safetensors"
+TRAINER_STATE = "trainer_state.json"
+
+
+# --- optimizer --------------------------------------------------------------------------------------
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Decay every matrix; leave biases, LayerNorm weights (1-D tensors) undecayed, as BERT does."""
+    decay, no_decay = [], []
+    for _, param in sorted(model.named_parameters(), key=lambda item: item[0]):
+        if param.requires_grad:
+            (decay if param.ndim >= 2 else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB (You et al., 2019): Adam's update scaled per tensor by ||w|| / ||update|| (trust ratio)."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0) -> None:
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(param)
+                    state["exp_avg_sq"] = torch.zeros_like(param)
+                state["step"] += 1
+                step = state["step"].item()
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                exp_avg.lerp_(param.grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
+                update = (exp_avg / (1 - beta1**step)) / ((exp_avg_sq / (1 - beta2**step)).sqrt() + group["eps"])
+                if group["weight_decay"]:
+                    update.add_(param, alpha=group["weight_decay"])
+                weight_norm, update_norm = param.norm(), update.norm()
+                trust = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, 1.0)
+                param.add_(update * trust, alpha=-group["lr"])
+        return loss
+
+
+def make_optimizer(name: str, model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
+                   eps: float) -> torch.optim.Optimizer:
+    groups = param_groups(model, weight_decay)
+    if name == "adamw":
+        on_cuda = next(model.parameters()).is_cuda
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=on_cuda or None)
+    if name == "lamb":
+        return Lamb(groups, lr=lr, betas=betas, eps=eps)
+    raise UsageError(f"--optimizer {name!r}: choose adamw or lamb")
+
+
+def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
+    """Multiplier of the peak learning rate at `step` (0-based): linear warmup, then the schedule."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule == "linear":
+        return 1.0 - progress
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise UsageError(f"--schedule {schedule!r}: choose linear, cosine or constant")
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+# --- precision and devices ---------------------------------------------------------------------------
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise UsageError(f"--precision {precision!r}: choose fp32, bf16, fp16 or auto")
+    if precision == "fp16" and device.type != "cuda":
+        raise UsageError("--precision fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
+    return precision
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def enable_fast_math(device: torch.device) -> None:
+    """TF32 matmuls and cuDNN autotuning on CUDA; nothing changes on the CPU."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+@dataclass(frozen=True)
+class Distributed:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup_distributed(device: str | None = None) -> Distributed:
+    """Join the torchrun process group when launched by torchrun (NCCL on CUDA, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    chosen = torch.device(device)
+    if chosen.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {device}: CUDA is not available here; use --device cpu")
+        chosen = torch.device("cuda", local if world > 1 else (chosen.index or 0))
+        torch.cuda.set_device(chosen)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo")
+    return Distributed(rank, world, local, chosen)
+
+
+def all_reduce_sum(value: Tensor, env: Distributed) -> Tensor:
+    if env.world_size > 1:
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value
+
+
+def cleanup_distributed() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# --- randomness and training state -------------------------------------------------------------------
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """All RNG states as tensors (safetensors) and JSON (python's and numpy's are tuples of ints)."""
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = state
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    py_version, py_state, py_gauss = random.getstate()
+    info = {"python": [py_version, list(py_state), py_gauss],
+            "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)]}
+    return tensors, info
+
+
+def set_rng_state(tensors: dict[str, Tensor], info: dict[str, Any]) -> None:
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
+    version, state, gauss = info["python"]
+    random.setstate((version, tuple(state), gauss))
+    kind, keys, pos, has_gauss, cached = info["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """Split the optimizer's state_dict into tensors (for safetensors) and JSON-safe hyperparameters."""
+    state = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for index, values in state["state"].items():
+        for name, value in values.items():
+            if isinstance(value, Tensor):
+                tensors[f"optimizer.{index}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                scalars[f"{index}.{name}"] = value
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items()}
+              for group in state["param_groups"]]
+    return tensors, {"param_groups": groups, "scalars": scalars}
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor], info: dict[str, Any]) -> None:
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    for key, value in info["scalars"].items():
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = value
+    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in group.items()} for group in info["param_groups"]]
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def write_training_state(folder: Path, optimizer: torch.optim.Optimizer, scaler: Any,
+                         trainer: dict[str, Any]) -> None:
+    """Optimizer moments and RNG states in safetensors; step, data position and scalars in JSON."""
+    from safetensors.torch import save_file
+
+    opt_tensors, opt_info = optimizer_state(optimizer)
+    rng_tensors, rng_info = rng_state()
+    save_file({**opt_tensors, **rng_tensors}, str(folder / TRAINING_STATE))
+    record = {**trainer, "optimizer": opt_info, "rng": rng_info,
+              "grad_scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}
+    (folder / TRAINER_STATE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+
+
+def read_training_state(folder: Path, optimizer: torch.optim.Optimizer, scaler: Any) -> dict[str, Any]:
+    """Restore optimizer, scaler and RNGs from `folder`; returns the trainer record (step, data position)."""
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(folder / TRAINING_STATE))
+        record = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
+    except Exception as exc:
+        raise BertctlError(f"cannot resume from {folder}: {str(exc).splitlines()[0]}") from None
+    device = next(iter(optimizer.param_groups[0]["params"])).device
+    load_optimizer_state(optimizer, {k: v.to(device) if k.split(".")[-1] != "step" else v
+                                     for k, v in tensors.items()}, record["optimizer"])
+    set_rng_state(tensors, record["rng"])
+    if scaler is not None and record.get("grad_scaler"):
+        scaler.load_state_dict(record["grad_scaler"])
+    return record
+
+
+# --- checkpoints in a run folder ---------------------------------------------------------------------
+
+def step_folder(run: Path, step: int) -> Path:
+    return run / f"step-{step:06d}"
+
+
+def complete_checkpoints(run: Path) -> list[Path]:
+    """Finished step folders, oldest first (temp folders of an interrupted save never match)."""
+    found = [p for p in run.glob("step-*") if p.is_dir() and (p / TRAINER_STATE).is_file()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def latest_checkpoint(run: Path) -> Path | None:
+    final = run / "final"
+    candidates = complete_checkpoints(run)
+    if (final / TRAINER_STATE).is_file():
+        candidates.append(final)
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: json.loads((p / TRAINER_STATE).read_text())["step"])
+
+
+def prune_checkpoints(run: Path, keep: int) -> None:
+    import shutil
+
+    for old in complete_checkpoints(run)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# --- one optimizer step --------------------------------------------------------------------------------
+
+@dataclass
+class StepResult:
+    loss: float  # the global mean loss over every micro-batch and rank
+    parts: dict[str, float]  # e.g. mlm_loss, nsp_loss, mlm_accuracy (global)
+    grad_norm: float
+    skipped: bool  # True when the loss or gradients were not finite and the update was skipped
+
+
+def optimizer_step(
+    model: nn.Module,
+    micro_batches: list[dict[str, Tensor]],
+    optimizer: torch.optim.Optimizer,
+    loss_terms: Callable[[nn.Module, dict[str, Tensor]], dict[str, tuple[Tensor, Tensor]]],
+    weights: Callable[[dict[str, Tensor]], dict[str, Tensor]],
+    env: Distributed,
+    precision: str,
+    scaler: Any = None,
+    clip: float = 1.0,
+) -> StepResult:
+    """Forward/backward every micro-batch, then one clipped update.
+
+    `loss_terms(model, batch)` gives, per term, its mean loss over its own units (masked tokens, sequences)
+    and the number of correct predictions; `weights(batch)` counts those units, so every term is re-weighted
+    by its global count (accuracy too). The result is independent of how the global
+    batch is split into micro-batches and ranks, which makes 1 and N processes give the same losses.
+    """
+    counts = {name: sum(weights(b)[name] for b in micro_batches).float() for name in weights(micro_batches[0])}
+    stacked = all_reduce_sum(torch.stack(list(counts.values())).to(env.device), env)
+    totals = dict(zip(counts, stacked.clamp(min=1).tolist(), strict=True))
+    sums: dict[str, Tensor] = {}
+    for i, batch in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        with model.no_sync() if env.world_size > 1 and not last else contextlib.nullcontext():
+            with autocast(precision, env.device):
+                terms = loss_terms(model, batch)
+            batch_weights = weights(batch)
+            loss = torch.zeros((), device=env.device)
+            for name, (mean, correct) in terms.items():
+                share = batch_weights[name].float().to(env.device) / totals[name]
+                loss = loss + mean.float() * share
+                sums[name] = sums.get(name, 0.0) + mean.detach().float() * share
+                sums[f"{name}_correct"] = sums.get(f"{name}_correct", 0.0) + correct.detach().float() / totals[name]
+            loss = loss * env.world_size  # DDP averages gradients over ranks; we want their sum
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+    names = list(sums)
+    reduced = all_reduce_sum(torch.stack([sums[n] for n in names]), env).tolist()
+    parts = dict(zip(names, reduced, strict=True))
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf"))
+    total = sum(parts[n] for n in counts)
+    finite = math.isfinite(total) and bool(torch.isfinite(grad_norm))
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    elif finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return StepResult(total, parts, float(grad_norm), skipped=not finite)
+
+
+# --- signals, logging ----------------------------------------------------------------------------------
+
+class GracefulStop:
+    """First SIGINT/SIGTERM: finish the step, save, exit. A second one: stop at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> GracefulStop:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class MetricsLog:
+    """metrics.jsonl (one JSON object a line) and TensorBoard events when tensorboard is installed."""
+
+    def __init__(self, run: Path, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._file = open(run / "metrics.jsonl", "a", encoding="utf-8") if enabled else None  # noqa: SIM115
+        self._board = None
+        if enabled:
+            with contextlib.suppress(ImportError):
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._board = SummaryWriter(str(run / "tensorboard"))
+
+    def write(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self._board is not None:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self._board.add_scalar(key, value, row["step"])
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        if self._board is not None:
+            self._board.close()
+
+
+class Throughput:
+    """Tokens per second over the last logging window."""
+
+    def __init__(self) -> None:
+        self.start = self.window = time.perf_counter()
+        self.tokens = 0
+
+    def add(self, tokens: int) -> None:
+        self.tokens += tokens
+
+    def rate(self) -> float:
+        now = time.perf_counter()
+        rate = self.tokens / max(now - self.window, 1e-9)
+        self.window, self.tokens = now, 0
+        return rate
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
