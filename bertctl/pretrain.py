@@ -273,9 +273,10 @@ def _trim_metrics(run: Path, step: int) -> None:
 
 
 def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed) -> torch.utils.data.DataLoader:
+    # Its own generator: drawing worker seeds from the global RNG would shift dropout after a resume.
     return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=cfg.num_workers,
-                                       pin_memory=env.device.type == "cuda",
-                                       persistent_workers=False, prefetch_factor=4 if cfg.num_workers else None)
+                                       pin_memory=env.device.type == "cuda", generator=torch.Generator(),
+                                       prefetch_factor=4 if cfg.num_workers else None)
 
 
 def _to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:

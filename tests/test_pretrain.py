@@ -1,0 +1,173 @@
+"""Pre-training end to end on a tiny corpus: learning, exact resume, signals, DDP parity, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertctl.cli import app
+from bertctl.config import CorpusConfig, PretrainConfig
+from bertctl.tokenizer import BertTokenizer
+
+WORDS = ("the cat dog bird fish sat ran flew swam on under over a mat log tree pond quickly slowly happily "
+         "red blue green big small old young and then later").split()
+
+
+def _write_text(path: Path, documents: int, seed: int) -> None:
+    """Documents of short sentences from a tiny grammar: learnable, so the MLM loss can fall."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(documents):
+        for _ in range(int(rng.integers(4, 9))):
+            subject, verb, place = rng.choice(WORDS[1:5]), rng.choice(WORDS[5:9]), rng.choice(WORDS[12:16])
+            lines.append(f"the {rng.choice(WORDS[20:24])} {subject} {verb} {rng.choice(WORDS[9:12])} "
+                         f"the {place} {rng.choice(WORDS[16:19])} .")
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    from bertctl.corpus import build_corpus
+
+    root = tmp_path_factory.mktemp("pretrain")
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *WORDS]).save(root / "tok")
+    _write_text(root / "docs.txt", documents=40, seed=0)
+    build_corpus(CorpusConfig(inputs=(str(root / "docs.txt"),), tokenizer=root / "tok", out=root / "corpus",
+                              max_seq_length=32, validation_fraction=0.1, workers=1, seed=1))
+    return root / "corpus"
+
+
+def small_run(corpus: Path, out: Path, **overrides) -> PretrainConfig:
+    values = {"corpus": corpus, "out": out, "model_config": "tiny", "steps": 12, "batch_size": 8, "lr": 2e-3,
+              "warmup_steps": 2, "log_every": 1, "save_every": 4, "keep": 10, "eval_every": 0, "seed": 7,
+              "num_workers": 0, "device": "cpu"}
+    return PretrainConfig(**{**values, **overrides})
+
+
+def losses(run: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {row["step"]: row["loss"] for row in rows if "loss" in row}
+
+
+def test_loss_falls_and_run_writes_its_files(corpus, tmp_path):
+    from bertctl.pretrain import pretrain
+
+    final = pretrain(small_run(corpus, tmp_path / "run", steps=40, save_every=20, eval_every=20, eval_samples=64))
+    curve = losses(tmp_path / "run")
+    assert np.mean([curve[s] for s in range(36, 41)]) < np.mean([curve[s] for s in range(1, 6)]) - 0.5
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["final", "metrics.jsonl", "run.json",
+                                                                     "step-000020"]
+    assert sorted(p.name for p in final.iterdir()) == [
+        "config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
+        "trainer_state.json", "training_state.safetensors", "vocab.txt"]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert {"step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "lr", "grad_norm", "tokens_per_second",
+            "elapsed"} <= set(rows[0])
+    assert any("val_mlm_loss" in row and "val_nsp_accuracy" in row for row in rows)
+    run_config = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run_config["config"]["steps"] == 40 and run_config["model"]["hidden_size"] == 128
+
+
+def test_resume_mid_epoch_reproduces_the_uninterrupted_run(corpus, tmp_path):
+    from bertctl.pretrain import pretrain
+
+    pretrain(small_run(corpus, tmp_path / "full"))
+    shutil.copytree(tmp_path / "full", tmp_path / "resumed")
+    for name in ("final", "step-000008"):  # as if killed between step 5 and step 8
+        shutil.rmtree(tmp_path / "resumed" / name)
+    pretrain(small_run(corpus, tmp_path / "resumed", resume=True))
+    full, resumed = losses(tmp_path / "full"), losses(tmp_path / "resumed")
+    assert sorted(resumed) == list(range(1, 13))
+    assert max(abs(full[s] - resumed[s]) for s in range(5, 13)) < 1e-5
+
+
+def test_second_run_without_resume_is_refused(corpus, tmp_path):
+    from bertctl.pretrain import pretrain
+
+    pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2))
+    result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
+                                      "--model-config", "tiny", "--steps", "4"])
+    assert result.exit_code == 2 and "--resume" in result.stderr
+
+
+def test_final_checkpoint_serves_fill_and_transformers(corpus, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from bertctl.fill import fill
+    from bertctl.pretrain import pretrain
+
+    final = pretrain(small_run(corpus, tmp_path / "run", steps=3, save_every=0))
+    [result] = fill(["the big cat [MASK] on the mat ."], final, top_k=3)
+    assert len(result.predictions[0]) == 3
+    _, info = transformers.BertForPreTraining.from_pretrained(final, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--model-config", "huge"], "neither a preset"),
+    (["--corpus", "/no/such/corpus"], "does not exist"),
+    (["--tokenizer", "OTHER"], "not the one corpus"),
+    (["--precision", "fp8"], "--precision"),
+])
+def test_refusals_are_one_line(corpus, tmp_path, flags, message):
+    other = tmp_path / "other"
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "x"]).save(other)
+    flags = [str(other) if f == "OTHER" else f for f in flags]
+    args = ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--model-config", "tiny",
+            "--steps", "2", *flags]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run" / "final").exists()
+
+
+def _cli(corpus: Path, out: Path, *extra: str) -> list[str]:
+    return ["pretrain", "--corpus", str(corpus), "--out", str(out), "--model-config", "tiny", "--lr", "2e-3",
+            "--warmup-steps", "2", "--log-every", "1", "--eval-every", "0", "--num-workers", "0",
+            "--device", "cpu", "--seed", "7", *extra]
+
+
+def test_sigterm_finishes_the_step_and_saves(corpus, tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "bertctl", *_cli(corpus, run, "--steps", "100000",
+                                "--batch-size", "8", "--save-every", "0")], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "metrics.jsonl").is_file():
+        time.sleep(0.2)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    [checkpoint] = [p for p in run.iterdir() if p.name.startswith("step-")]
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert state["step"] == max(losses(run)) == int(checkpoint.name.split("-")[1])
+    assert not (run / "final").exists()
+
+
+def test_two_gloo_processes_give_the_losses_of_one(corpus, tmp_path):
+    common = ("--steps", "6", "--batch-size", "8", "--micro-batch-size", "4", "--save-every", "0",
+              "--dropout", "0")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "bertctl", *_cli(corpus, tmp_path / "one", *common)],
+                         capture_output=True, text=True, env=env)
+    assert one.returncode == 0, one.stderr
+    port = str(29500 + os.getpid() % 1000)
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_port", port, "-m", "bertctl", *_cli(corpus, tmp_path / "two", *common)],
+                         capture_output=True, text=True, env=env)
+    assert two.returncode == 0, two.stderr[-2000:]
+    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert sorted(a) == sorted(b) == list(range(1, 7))
+    assert max(abs(a[s] - b[s]) for s in a) < 1e-4
