@@ -11,7 +11,6 @@ import traceback
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -29,11 +28,9 @@ def _fail(message: str, code: int) -> typer.Exit:
 class _Group(TyperGroup):
     """Turns library errors into one line and an exit code (a traceback only with --debug)."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except (typer.Exit, click.exceptions.Exit, click.ClickException, click.Abort):
-            raise
         except BertctlError as exc:
             if _debug:
                 traceback.print_exc()
@@ -41,6 +38,8 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             raise _fail("interrupted", 130) from None
         except Exception as exc:
+            if type(exc).__module__.split(".")[0] in ("click", "typer"):
+                raise  # usage errors and exits, which click reports itself
             if _debug:
                 traceback.print_exc()
             raise _fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1) from None
@@ -88,57 +87,317 @@ def _not_built(command: str) -> None:
 # --- tokenizer ---------------------------------------------------------------------------------------
 
 @tokenizer_app.command("train")
-def tokenizer_train() -> None:
-    """Train a WordPiece vocabulary (not built yet)."""
-    _not_built("tokenizer train")
+def tokenizer_train(
+    inputs: Annotated[list[str] | None, typer.Argument(help="Text files (.gz/.bz2/.xz too), folders, globs, "
+                                                       ".jsonl/.json/.csv/.parquet files or a dataset name.",
+                                                       show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
+    vocab_size: Annotated[int | None, typer.Option(help="Exact number of entries [30522].")] = None,
+    lowercase: Annotated[bool | None, typer.Option("--lowercase/--cased", help="Uncased or cased "
+                                                   "vocabulary [lowercase].")] = None,
+    strip_accents: Annotated[bool | None, typer.Option("--strip-accents/--keep-accents", help="[strip when "
+                                                       "lowercasing]")] = None,
+    min_frequency: Annotated[int | None, typer.Option(help="Least count of a pair to merge [2].")] = None,
+    limit_alphabet: Annotated[int | None, typer.Option(help="Most characters kept [1000].")] = None,
+    text_column: Annotated[str | None, typer.Option(help="Column of table/dataset inputs [text].")] = None,
+    overwrite: Annotated[bool | None, typer.Option("--overwrite", help="Replace OUT if it exists.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields "
+                                                "(flags win).")] = None,
+) -> None:
+    """Train a WordPiece vocabulary (Google's vocab.txt format) on text; same inputs, same bytes."""
+    flags = {k: v for k, v in locals().items() if k != "config"}
+    flags["inputs"] = tuple(inputs) if inputs else None
+    from bertctl.config import TokenizerTrainConfig, build_config, read_config_file
+    from bertctl.tokenizer_train import train_tokenizer
+
+    record = train_tokenizer(build_config(TokenizerTrainConfig, read_config_file(config) if config else {},
+                                          **flags))
+    skipped = f"; skipped {len(record['skipped'])} unreadable input(s)" if record["skipped"] else ""
+    typer.echo(f"wrote {record['config']['out']}: {record['vocab_size']} entries ({record['alphabet']} "
+               f"characters, {record['learned']} learned, {record['unused']} unused){skipped}; "
+               f"vocab sha256 {record['vocab_sha256'][:16]}")
 
 
 @tokenizer_app.command("encode")
-def tokenizer_encode() -> None:
-    """Show tokens, ids and segment ids for text (not built yet)."""
-    _not_built("tokenizer encode")
+def tokenizer_encode(
+    tokenizer: Annotated[Path, typer.Option("--tokenizer", "-t", help="Tokenizer or model folder, or a "
+                                            "vocab.txt.", show_default=False)],
+    texts: Annotated[list[str] | None, typer.Argument(help="Texts to encode (none: one a line from stdin).",
+                                                      show_default=False)] = None,
+    pair: Annotated[str | None, typer.Option("--pair", help="Second segment (B) for every text.")] = None,
+    lowercase: Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing of a bare vocab.txt "
+                                                   "[its tokenizer_config.json, else lowercase].")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per text, one per line.")] = False,
+) -> None:
+    """Show the tokens, ids and segment ids of texts, [CLS] and [SEP] included."""
+    import json
+
+    from bertctl.tokenizer import encode_rows, format_row, load_tokenizer
+
+    all_texts = list(texts or [])
+    if not all_texts and not sys.stdin.isatty():
+        all_texts = [line.rstrip("\n") for line in sys.stdin]
+    if not all_texts:
+        raise UsageError("tokenizer encode: give TEXT arguments (or lines on stdin)")
+    for row in encode_rows(load_tokenizer(tokenizer, lowercase=lowercase), all_texts, pair):
+        typer.echo(json.dumps(row, ensure_ascii=False) if as_json else format_row(row))
 
 
 # --- corpus ------------------------------------------------------------------------------------------
 
 @corpus_app.command("build")
-def corpus_build() -> None:
-    """Build pre-training instances (not built yet)."""
-    _not_built("corpus build")
+def corpus_build(
+    inputs: Annotated[list[str] | None, typer.Argument(help="Text files (.gz/.bz2/.xz too), folders, globs, "
+                                                       ".jsonl/.json/.csv/.parquet files or a dataset name.",
+                                                       show_default=False)] = None,
+    tokenizer: Annotated[Path | None, typer.Option("--tokenizer", "-t", help="Tokenizer or model folder, "
+                                                   "or a vocab.txt.", show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output corpus folder.")] = None,
+    max_seq_length: Annotated[int | None, typer.Option(help="Tokens per instance [128].")] = None,
+    objective: Annotated[str | None, typer.Option(help="mlm+nsp|mlm|mlm+sop [mlm+nsp].")] = None,
+    masking: Annotated[str | None, typer.Option(help="dynamic (collator masks) | static (stored) "
+                                                "[dynamic].")] = None,
+    dupe_factor: Annotated[int | None, typer.Option(help="Passes over the data [1].")] = None,
+    short_seq_prob: Annotated[float | None, typer.Option(help="Share of short targets [0.1].")] = None,
+    masked_lm_prob: Annotated[float | None, typer.Option(help="Share of tokens to predict [0.15].")] = None,
+    max_predictions_per_seq: Annotated[int | None, typer.Option(help="Most predictions per instance "
+                                                                "[20].")] = None,
+    whole_word_masking: Annotated[bool | None, typer.Option("--whole-word-masking/--no-whole-word-masking",
+                                                            help="Mask whole words [off].")] = None,
+    validation_fraction: Annotated[float | None, typer.Option(help="Share of documents held out [0].")] = None,
+    text_column: Annotated[str | None, typer.Option(help="Column of table/dataset inputs [text].")] = None,
+    document_per_line: Annotated[bool | None, typer.Option("--document-per-line", help="Each line of a text "
+                                                           "file is a document [blank lines separate]")] = None,
+    split_sentences: Annotated[bool | None, typer.Option("--split-sentences/--no-split-sentences", help="Split "
+                                                         "lines into sentences [on].")] = None,
+    lowercase: Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing of a bare vocab.txt "
+                                                   "[its tokenizer_config.json, else lowercase].")] = None,
+    shard_size_mb: Annotated[float | None, typer.Option(help="MB of text per shard [4].")] = None,
+    seed: Annotated[int | None, typer.Option(help="[12345]")] = None,
+    workers: Annotated[int | None, typer.Option(help="Processes, 0 = all cores; never changes the "
+                                                "output [0].")] = None,
+    overwrite: Annotated[bool | None, typer.Option("--overwrite", help="Replace OUT if it exists.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields "
+                                                "(flags win).")] = None,
+) -> None:
+    """Build pre-training instances (Google's NSP/MLM semantics) as an Arrow DatasetDict; resumable."""
+    flags = {k: v for k, v in locals().items() if k != "config"}
+    flags["inputs"] = tuple(inputs) if inputs else None
+    from bertctl.config import CorpusConfig, build_config, read_config_file
+    from bertctl.corpus import build_corpus
+
+    cfg = build_config(CorpusConfig, read_config_file(config) if config else {}, **flags)
+    counts = build_corpus(cfg)["counts"]
+    held = f", {counts['validation']['instances']} validation" if counts["validation"].get("instances") else ""
+    typer.echo(f"wrote {cfg.out}: {counts['train']['instances']} training instances{held} from "
+               f"{counts['train']['documents'] + counts['validation'].get('documents', 0)} documents; "
+               f"see 'bertctl corpus inspect {cfg.out}'")
 
 
 @corpus_app.command("inspect")
-def corpus_inspect() -> None:
-    """Statistics and sample instances of a corpus (not built yet)."""
-    _not_built("corpus inspect")
+def corpus_inspect(
+    corpus: Annotated[Path, typer.Argument(help="A corpus folder from 'bertctl corpus build'.")],
+    num: Annotated[int, typer.Option("--num", "-n", min=0, help="Instances to show.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the statistics as one JSON object.")] = False,
+) -> None:
+    """Statistics (lengths, padding, masks, NSP balance) and a few decoded instances of a corpus."""
+    import json
+
+    from bertctl.corpus import format_report, inspect_corpus
+
+    report = inspect_corpus(corpus, num=0 if as_json else num)
+    if as_json:
+        report.pop("samples")
+    typer.echo(json.dumps(report) if as_json else format_report(report))
 
 
 # --- pretrain ----------------------------------------------------------------------------------------
 
 @app.command("pretrain")
-def pretrain() -> None:
-    """Pre-train BERT with MLM (+NSP/SOP) (not built yet)."""
-    _not_built("pretrain")
+def pretrain(
+    corpus: Annotated[Path | None, typer.Option(help="Corpus folder from `bertctl corpus build` "
+                                                "(none: quick start on the bundled novels).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder [runs/quickstart].")] = None,
+    model_config: Annotated[str | None, typer.Option(help="tiny|mini|small|medium|base|large or a "
+                                                     "config.json [base; quick start: mini].")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer folder [the corpus's].")] = None,
+    init_from: Annotated[Path | None, typer.Option(help="Start from this model's weights "
+                                                   "(e.g. phase 2 at 512), fresh optimizer.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Optimizer steps [1000000].")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Global batch in sequences [256].")] = None,
+    micro_batch_size: Annotated[int | None, typer.Option(help="Sequences per forward pass and "
+                                                         "process [batch / processes].")] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate [1e-4].")] = None,
+    warmup_steps: Annotated[int | None, typer.Option(help="Linear warmup steps [10000].")] = None,
+    warmup_fraction: Annotated[float | None, typer.Option(help="Warmup as a share of --steps.")] = None,
+    schedule: Annotated[str | None, typer.Option(help="linear|cosine|constant [linear].")] = None,
+    optimizer: Annotated[str | None, typer.Option(help="adamw|lamb [adamw].")] = None,
+    weight_decay: Annotated[float | None, typer.Option(help="Decoupled weight decay [0.01].")] = None,
+    adam_beta1: Annotated[float | None, typer.Option(help="[0.9]")] = None,
+    adam_beta2: Annotated[float | None, typer.Option(help="[0.999]")] = None,
+    adam_eps: Annotated[float | None, typer.Option(help="[1e-6]")] = None,
+    clip: Annotated[float | None, typer.Option(help="Max gradient norm, 0 = off [1.0].")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto].")] = None,
+    compile: Annotated[bool | None, typer.Option("--compile/--no-compile", help="torch.compile.")] = None,
+    dropout: Annotated[float | None, typer.Option(help="Hidden and attention dropout [model's, 0.1].")] = None,
+    save_every: Annotated[int | None, typer.Option(help="Steps between checkpoints [10000].")] = None,
+    keep: Annotated[int | None, typer.Option(help="Step checkpoints kept [3].")] = None,
+    log_every: Annotated[int | None, typer.Option(help="Steps between metrics rows [100].")] = None,
+    eval_every: Annotated[int | None, typer.Option(help="Steps between validation passes [10000].")] = None,
+    eval_samples: Annotated[int | None, typer.Option(help="Validation sequences per pass [10000].")] = None,
+    seed: Annotated[int | None, typer.Option(help="[42]")] = None,
+    resume: Annotated[bool | None, typer.Option("--resume/--no-resume", help="Continue from the newest "
+                                                "checkpoint in --out.")] = None,
+    num_workers: Annotated[int | None, typer.Option(help="DataLoader workers [1].")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu|cuda [cuda when available].")] = None,
+    max_bad_steps: Annotated[int | None, typer.Option(help="NaN/inf steps in a row before stopping [5].")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields "
+                                                "(flags win).")] = None,
+) -> None:
+    """Pre-train BERT with MLM (+NSP/SOP); no arguments runs the quick start on bundled text."""
+    flags = {k: v for k, v in locals().items() if k != "config"}
+    from bertctl.config import QUICKSTART_PRETRAIN, PretrainConfig, build_config, read_config_file
+    from bertctl.pretrain import pretrain as run_pretrain
+
+    file_values = read_config_file(config) if config else {}
+    if flags["corpus"] is None and "corpus" not in file_values:
+        file_values = {**QUICKSTART_PRETRAIN, **file_values}
+    run_pretrain(build_config(PretrainConfig, file_values, **flags))
 
 
 # --- finetune / evaluate / predict ------------------------------------------------------------------
 
+# Options of `finetune glue` and `finetune classify`; None falls through to the --config file, then to
+# FinetuneConfig's defaults (shown in brackets).
+_FtModel = Annotated[Path | None, typer.Option("--model", "-m", help="Any model folder bertctl reads "
+                                               "(pre-training run, transformers folder, bare encoder).")]
+_FtOut = Annotated[Path | None, typer.Option("--out", "-o", help="Run folder: best model, eval_results.json, "
+                                             "run.json, metrics.jsonl.")]
+_FtSeeds = Annotated[str | None, typer.Option(help="Comma-separated seeds, one run each: 1,2,3,4,5 [42].")]
+_FtMaxLen = Annotated[int | None, typer.Option(help="Tokens per example, longer ones cut [128].")]
+_FtBatch = Annotated[int | None, typer.Option(help="Examples per optimizer step [32].")]
+_FtMicro = Annotated[int | None, typer.Option(help="Examples per forward pass (gradient accumulation) "
+                                              "[batch size].")]
+_FtEvalBatch = Annotated[int | None, typer.Option(help="Examples per forward pass when scoring [128].")]
+_FtLr = Annotated[float | None, typer.Option(help="Peak learning rate [2e-5].")]
+_FtEpochs = Annotated[int | None, typer.Option(help="Passes over the training data [3].")]
+_FtWarmup = Annotated[float | None, typer.Option(help="Share of steps in linear warmup [0.1].")]
+_FtSchedule = Annotated[str | None, typer.Option(help="linear|cosine|constant [linear].")]
+_FtDecay = Annotated[float | None, typer.Option(help="AdamW weight decay [0.01].")]
+_FtFloat = Annotated[float | None, typer.Option(help="[0.9, 0.999, 1e-6]")]
+_FtClip = Annotated[float | None, typer.Option(help="Max gradient norm, 0 = off [1.0].")]
+_FtDropout = Annotated[float | None, typer.Option(help="Hidden, attention and classifier dropout [0.1].")]
+_FtGroup = Annotated[bool | None, typer.Option("--group-by-length/--no-group-by-length",
+                                               help="Batch examples of similar length together [off].")]
+_FtPrecision = Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto: bf16 on CUDA].")]
+_FtDevice = Annotated[str | None, typer.Option(help="cpu|cuda [cuda when available].")]
+_FtLogEvery = Annotated[int | None, typer.Option(help="Steps between metrics.jsonl rows [50].")]
+_FtOverwrite = Annotated[bool | None, typer.Option("--overwrite/--no-overwrite", help="Replace --out.")]
+_FtConfig = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields (flags win).")]
+
+
+def _finetune_config(flags: dict[str, Any]) -> Any:
+    from bertctl.config import FinetuneConfig, build_config, read_config_file
+
+    flags = dict(flags)
+    config = flags.pop("config")
+    for name, cast in (("seeds", int), ("text_columns", str), ("label_names", str)):
+        if flags.get(name) is not None:
+            flags[name] = _split_list(flags[name], name, cast)
+    return build_config(FinetuneConfig, read_config_file(config) if config else {}, **flags)
+
+
+def _split_list(text: str, name: str, cast: type) -> tuple:
+    try:
+        return tuple(cast(item.strip()) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise UsageError(f"--{name.replace('_', '-')} {text!r}: give comma-separated whole numbers") from None
+
+
 @finetune_app.command("glue")
-def finetune_glue() -> None:
-    """Fine-tune on a GLUE task (not built yet)."""
-    _not_built("finetune glue")
+def finetune_glue(
+    task: Annotated[str, typer.Argument(help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, or all.")],
+    data: Annotated[str | None, typer.Option(help="GLUE download folder (CoLA/, SST-2/, ...) or nyu-mll/glue.")
+                    ] = None,
+    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
+    batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
+    lr: _FtLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
+    weight_decay: _FtDecay = None, adam_beta1: _FtFloat = None, adam_beta2: _FtFloat = None,
+    adam_eps: _FtFloat = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
+    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
+    overwrite: _FtOverwrite = None, config: _FtConfig = None,
+) -> None:
+    """Fine-tune on a GLUE task (best dev epoch kept in --out); `all` runs every task into OUT/<task>."""
+    cfg = _finetune_config(locals())
+    from bertctl.finetune import finetune_glue as run_finetune_glue
+
+    run_finetune_glue(cfg)
+
+
+@finetune_app.command("classify")
+def finetune_classify(
+    train: Annotated[Path | None, typer.Option(help="Training file: .csv, .tsv, .jsonl or .parquet.")] = None,
+    validation: Annotated[Path | None, typer.Option(help="File scored after each epoch (best kept).")] = None,
+    text_columns: Annotated[str | None, typer.Option(help="Text column, or two comma-separated (a pair).")
+                            ] = None,
+    label_column: Annotated[str | None, typer.Option(help="Label column [label].")] = None,
+    problem: Annotated[str | None, typer.Option(help="auto|classification|regression [auto].")] = None,
+    label_names: Annotated[str | None, typer.Option(help="Comma-separated class names in head order "
+                                                    "[sorted training labels].")] = None,
+    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
+    batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
+    lr: _FtLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
+    weight_decay: _FtDecay = None, adam_beta1: _FtFloat = None, adam_beta2: _FtFloat = None,
+    adam_eps: _FtFloat = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
+    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
+    overwrite: _FtOverwrite = None, config: _FtConfig = None,
+) -> None:
+    """Fine-tune on your own labelled table (classification or regression)."""
+    cfg = _finetune_config(locals())
+    from bertctl.finetune import finetune_classify as run_finetune_classify
+
+    run_finetune_classify(cfg)
 
 
 @evaluate_app.command("glue")
-def evaluate_glue() -> None:
-    """Evaluate on a GLUE task's dev set (not built yet)."""
-    _not_built("evaluate glue")
+def evaluate_glue(
+    task: Annotated[str, typer.Argument(help="A GLUE task: cola, sst2, ..., mnli (matched and mismatched).")],
+    model: Annotated[Path, typer.Option("--model", "-m", help="A fine-tuned model folder (or a multi-seed "
+                                        "run: its best seed).")],
+    data: Annotated[str, typer.Option(help="GLUE download folder or nyu-mll/glue.")],
+    split: Annotated[str, typer.Option(help="dev (MNLI: dev_matched and dev_mismatched), or one split.")
+                     ] = "dev",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    batch_size: Annotated[int | None, typer.Option(help="Examples per forward pass [the run's, 128].")] = None,
+    max_seq_length: Annotated[int | None, typer.Option(help="Tokens per example [the run's, 128].")] = None,
+    device: _FtDevice = None,
+    precision: Annotated[str, typer.Option(help="fp32|bf16|fp16|auto.")] = "auto",
+) -> None:
+    """Score a fine-tuned model on a GLUE task's dev set: the numbers of its eval_results.json."""
+    from bertctl.evaluate import evaluate_glue as run_evaluate
+    from bertctl.evaluate import print_results
+
+    results = run_evaluate(task, model, data, split, batch_size, max_seq_length, device, precision)
+    print_results(task, results, as_json=as_json)
 
 
 @predict_app.command("glue")
-def predict_glue() -> None:
-    """Write GLUE submission files (not built yet)."""
-    _not_built("predict glue")
+def predict_glue(
+    task: Annotated[str, typer.Argument(help="A GLUE task (ax: with an MNLI model), or all.")],
+    model: Annotated[Path, typer.Option("--model", "-m", help="Model fine-tuned on the task; for all, the "
+                                        "`finetune glue all` folder.")],
+    data: Annotated[str, typer.Option(help="GLUE download folder or nyu-mll/glue.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the submission files.")],
+    batch_size: Annotated[int | None, typer.Option(help="Examples per forward pass [the run's, 128].")] = None,
+    max_seq_length: Annotated[int | None, typer.Option(help="Tokens per example [the run's, 128].")] = None,
+    device: _FtDevice = None,
+    precision: Annotated[str, typer.Option(help="fp32|bf16|fp16|auto.")] = "auto",
+) -> None:
+    """Write test-set predictions as GLUE submission files (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)."""
+    from bertctl.predict import predict_glue as run_predict
+
+    for path in run_predict(task, model, data, out, batch_size, max_seq_length, device, precision):
+        typer.echo(str(path))
 
 
 # --- fill / convert / info --------------------------------------------------------------------------

@@ -195,3 +195,225 @@ def write_json_atomic(path: Path, data: Any) -> None:
         json.dump(data, handle, indent=2, sort_keys=False)
         handle.write("\n")
     os.replace(tmp, path)
+
+
+CORPUS_OBJECTIVES = ("mlm+nsp", "mlm", "mlm+sop")
+MASKING_MODES = ("dynamic", "static")
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """`bertctl corpus build`: inputs, tokenizer and Google's create_pretraining_data parameters."""
+
+    inputs: tuple[str, ...] = ()  # text files (.gz/.bz2/.xz too), folders, globs, .jsonl/.csv/.parquet, datasets
+    tokenizer: Path | None = None  # tokenizer folder (tokenizer.json or vocab.txt), or a model folder
+    out: Path | None = None  # output folder (a datasets DatasetDict + manifest.json)
+    max_seq_length: int = 128  # tokens per instance, [CLS]/[SEP] included
+    objective: str = "mlm+nsp"  # mlm+nsp (BERT), mlm (one segment), mlm+sop (ALBERT's sentence order)
+    masking: str = "dynamic"  # dynamic: the pre-training collator masks each batch; static: masks stored
+    dupe_factor: int = 1  # passes over the data, each with different instances (and masks when static)
+    short_seq_prob: float = 0.1  # share of documents that get a random shorter target length
+    masked_lm_prob: float = 0.15  # share of an instance's tokens to predict
+    max_predictions_per_seq: int = 20  # at most this many predictions per instance
+    whole_word_masking: bool = False  # mask a word's ## pieces together with it
+    validation_fraction: float = 0.0  # share of documents (evenly spaced) held out as the validation split
+    text_column: str = "text"  # column of .jsonl/.csv/.parquet/dataset inputs: one document per row
+    document_per_line: bool = False  # text files: each line is a document (default: blank lines separate)
+    split_sentences: bool = True  # split lines into sentences (off: each line is already one sentence)
+    lowercase: bool | None = None  # casing of a bare vocab.txt tokenizer (default: its tokenizer_config)
+    shard_size_mb: float = 4.0  # MB of text per shard: unit of work, of resume and of the NotNext pool
+    seed: int = 12345  # every random choice derives from it (Google's default)
+    workers: int = 0  # processes; 0 = all cores. Never changes the output
+    overwrite: bool = False  # replace an existing output folder
+
+    def __post_init__(self) -> None:
+        if self.objective not in CORPUS_OBJECTIVES:
+            raise UsageError(f"--objective {self.objective!r}: choose one of {', '.join(CORPUS_OBJECTIVES)}")
+        if self.masking not in MASKING_MODES:
+            raise UsageError(f"--masking {self.masking!r}: choose one of {', '.join(MASKING_MODES)}")
+        if not 5 <= self.max_seq_length <= 65535:
+            raise UsageError(f"--max-seq-length {self.max_seq_length}: must be at least 5 "
+                             "([CLS] A [SEP] B [SEP])")
+        for name, low in (("dupe_factor", 1), ("max_predictions_per_seq", 1), ("workers", 0)):
+            if getattr(self, name) < low:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(self, name)}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise UsageError(f"--short-seq-prob must be in [0, 1], got {self.short_seq_prob}")
+        if not 0.0 < self.masked_lm_prob <= 1.0:
+            raise UsageError(f"--masked-lm-prob must be in (0, 1], got {self.masked_lm_prob}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise UsageError(f"--validation-fraction must be in [0, 1), got {self.validation_fraction}")
+        if self.shard_size_mb <= 0:
+            raise UsageError(f"--shard-size-mb must be positive, got {self.shard_size_mb}")
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """`bertctl pretrain`: paper defaults (Devlin et al. 2018, appendix A.2) where the paper has one."""
+
+    corpus: Path | None = None  # `bertctl corpus build` output; None = quick start on the bundled novels
+    out: Path = Path("runs/quickstart")  # run folder: run.json, metrics.jsonl, step-*/, final/
+    model_config: str = "base"  # preset (tiny|mini|small|medium|base|large) or a config.json path
+    tokenizer: Path | None = None  # default: the corpus's tokenizer (or --init-from's)
+    init_from: Path | None = None  # start from these weights (phase 2 at 512), fresh optimizer
+    steps: int = 1_000_000  # optimizer steps
+    batch_size: int = 256  # global batch in sequences (all ranks, all micro-batches)
+    micro_batch_size: int | None = None  # per rank and forward pass; default batch_size / world size
+    lr: float = 1e-4  # peak learning rate
+    warmup_steps: int = 10_000  # linear warmup length
+    warmup_fraction: float | None = None  # alternative to warmup_steps: a share of --steps
+    schedule: str = "linear"  # decay after warmup: linear | cosine | constant
+    optimizer: str = "adamw"  # adamw | lamb
+    weight_decay: float = 0.01  # not applied to biases and LayerNorm
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-6
+    clip: float = 1.0  # max global gradient norm (0 turns clipping off)
+    precision: str = "auto"  # fp32 | bf16 | fp16 | auto (bf16 on CUDA, fp32 on CPU)
+    compile: bool = False  # torch.compile the model (pads every batch to the corpus length)
+    dropout: float | None = None  # sets hidden and attention dropout; None keeps the model config's (0.1)
+    save_every: int = 10_000  # steps between checkpoints (0: only the final one)
+    keep: int = 3  # step checkpoints kept (oldest removed first)
+    log_every: int = 100  # steps between metrics.jsonl rows
+    eval_every: int = 10_000  # steps between validation passes (0: never)
+    eval_samples: int = 10_000  # validation sequences per pass (at most)
+    seed: int = 42  # every random choice derives from it
+    resume: bool = False  # continue from the newest complete checkpoint in --out
+    num_workers: int = 1  # DataLoader worker processes
+    device: str | None = None  # cpu | cuda (default: cuda when available)
+    max_bad_steps: int = 5  # consecutive NaN/inf losses before the run stops
+
+    def __post_init__(self) -> None:
+        positive = ("steps", "batch_size", "log_every", "max_bad_steps", "eval_samples")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "save_every", "keep", "eval_every", "num_workers"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise UsageError(f"--micro-batch-size must be at least 1, got {self.micro_batch_size}")
+        if self.warmup_fraction is not None and not 0.0 <= self.warmup_fraction <= 1.0:
+            raise UsageError(f"--warmup-fraction must be in [0, 1], got {self.warmup_fraction}")
+        if self.lr <= 0:
+            raise UsageError(f"--lr must be positive, got {self.lr}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise UsageError(f"--dropout must be in [0, 1), got {self.dropout}")
+        choices = {"schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "lamb"),
+                   "precision": ("auto", "fp32", "bf16", "fp16")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise UsageError(f"--{name} {getattr(self, name)!r}: choose one of {', '.join(allowed)}")
+
+    def warmup(self) -> int:
+        if self.warmup_fraction is not None:
+            return round(self.warmup_fraction * self.steps)
+        return self.warmup_steps
+
+    def micro_batches(self, world_size: int) -> tuple[int, int]:
+        """(micro-batch size, micro-batches per rank per step) that make up the global batch exactly."""
+        per_rank, rest = divmod(self.batch_size, world_size)
+        if rest:
+            raise UsageError(f"--batch-size {self.batch_size} is not divisible by the {world_size} processes")
+        micro = self.micro_batch_size or per_rank
+        if per_rank % micro:
+            raise UsageError(f"--micro-batch-size {micro} does not divide the per-process batch {per_rank}")
+        return micro, per_rank // micro
+
+
+QUICKSTART_PRETRAIN = {
+    "model_config": "mini", "steps": 500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 50,
+    "save_every": 200, "log_every": 20, "eval_every": 200, "eval_samples": 256,
+}
+
+
+FINETUNE_PROBLEMS = ("auto", "classification", "regression")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """`bertctl finetune glue|classify`: the BERT paper's fine-tuning defaults (Devlin et al. 2018, A.3)."""
+
+    model: Path | None = None  # any model folder bertctl reads; a missing task head is created fresh
+    out: Path | None = None  # run folder: best model + eval_results.json, run.json, metrics.jsonl
+    task: str | None = None  # GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or all
+    data: str | None = None  # GLUE download folder (CoLA/, SST-2/, ...) or a hub dataset id (nyu-mll/glue)
+    train: Path | None = None  # classify: training file (.csv, .tsv, .jsonl or .parquet)
+    validation: Path | None = None  # classify: file scored after each epoch (None: the last epoch is kept)
+    text_columns: tuple[str, ...] = ()  # classify: one or two text columns
+    label_column: str = "label"  # classify: the label column
+    problem: str = "auto"  # classify: auto | classification | regression
+    label_names: tuple[str, ...] | None = None  # classify: class names in head order (default: sorted)
+    max_seq_length: int = 128  # tokens per example, [CLS]/[SEP] included; longer texts are truncated
+    batch_size: int = 32  # examples per optimizer step
+    micro_batch_size: int | None = None  # examples per forward pass (gradient accumulation); None: batch_size
+    eval_batch_size: int = 128  # examples per forward pass when scoring (never changes a metric)
+    lr: float = 2e-5  # peak learning rate (the paper picks from 5e-5, 3e-5, 2e-5 per task)
+    epochs: int = 3  # passes over the training data
+    warmup_fraction: float = 0.1  # share of the optimizer steps spent in linear warmup
+    schedule: str = "linear"  # decay after warmup: linear | cosine | constant
+    weight_decay: float = 0.01  # AdamW decoupled weight decay, not on biases and LayerNorm
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-6  # Google's BERT value
+    clip: float = 1.0  # max global gradient norm (0 turns clipping off)
+    dropout: float | None = 0.1  # hidden, attention and classifier dropout; None keeps the model config's
+    seeds: tuple[int, ...] = (42,)  # one run per seed (head init, dropout, data order); several: mean/std
+    group_by_length: bool = False  # batch examples of similar length together (less padding, faster)
+    precision: str = "auto"  # fp32 | bf16 | fp16 | auto (bf16 on CUDA, fp32 on CPU)
+    device: str | None = None  # cpu | cuda (default: cuda when available)
+    log_every: int = 50  # optimizer steps between metrics.jsonl rows
+    overwrite: bool = False  # replace an existing --out
+
+    def __post_init__(self) -> None:
+        for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "log_every"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.max_seq_length < 3:
+            raise UsageError(f"--max-seq-length {self.max_seq_length}: must be at least 3 ([CLS] A [SEP])")
+        if self.micro_batch_size is not None and (self.micro_batch_size < 1 or
+                                                  self.batch_size % self.micro_batch_size):
+            raise UsageError(f"--micro-batch-size {self.micro_batch_size} must divide --batch-size "
+                             f"{self.batch_size}")
+        if self.lr <= 0:
+            raise UsageError(f"--lr must be positive, got {self.lr}")
+        if not 0.0 <= self.warmup_fraction <= 1.0:
+            raise UsageError(f"--warmup-fraction must be in [0, 1], got {self.warmup_fraction}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise UsageError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise UsageError(f"--seeds: give one or more different seeds, got {','.join(map(str, self.seeds))!r}")
+        choices = {"schedule": ("linear", "cosine", "constant"), "precision": ("auto", "fp32", "bf16", "fp16"),
+                   "problem": FINETUNE_PROBLEMS}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise UsageError(f"--{name} {getattr(self, name)!r}: choose one of {', '.join(allowed)}")
+
+    def micro_batches(self) -> tuple[int, int]:
+        """(examples per forward pass, forward passes per optimizer step)."""
+        micro = self.micro_batch_size or self.batch_size
+        return micro, self.batch_size // micro
+
+
+@dataclass(frozen=True)
+class TokenizerTrainConfig:
+    """`bertctl tokenizer train`: a WordPiece vocabulary from text, in the format of Google's vocab.txt."""
+
+    inputs: tuple[str, ...] = ()  # text files (.gz/.bz2/.xz too), folders, globs, .jsonl/.json/.csv/.parquet, datasets
+    out: Path | None = None  # output folder: tokenizer.json, vocab.txt, tokenizer_config.json, ...
+    vocab_size: int = 30522  # exact number of entries (bert-base's size); unlearnable rest: [unusedN]
+    lowercase: bool = True  # lowercase the text (an "uncased" vocabulary, as bert-base-uncased)
+    strip_accents: bool | None = None  # drop accents (None: when lowercasing, as Google's tokenizer)
+    min_frequency: int = 2  # a pair of pieces must occur this often to be merged into a new piece
+    limit_alphabet: int = 1000  # at most this many characters (the most frequent), each also as ##char
+    text_column: str = "text"  # column of .jsonl/.json/.csv/.parquet/dataset inputs
+    overwrite: bool = False  # replace an existing output folder
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise UsageError("tokenizer train: give INPUTS (text files, folders, globs or a dataset name)")
+        if self.out is None:
+            raise UsageError("tokenizer train: --out DIR is required")
+        for name, low in (("vocab_size", 6), ("min_frequency", 1), ("limit_alphabet", 1)):
+            if getattr(self, name) < low:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(self, name)}")

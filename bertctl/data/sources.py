@@ -1,0 +1,363 @@
+"""Reading the text bertctl learns from: the one input reader of `tokenizer train` and `corpus build`.
+
+Inputs are files, folders (read recursively), glob patterns, or `datasets` names. Text files may be
+plain or .gz/.bz2/.xz, UTF-8 (a BOM is dropped). Tables (.jsonl/.json/.csv/.parquet, the first two also
+compressed) give one text per row from a column. Everything streams: memory holds one line, one row or
+one parquet batch, never a whole file (a .json array file is the exception: JSON cannot be streamed).
+
+Binary and non-UTF-8 files are skipped with a warning and counted in `ReadStats`; when every source is
+skipped the readers raise `UsageError`. `ReadStats.bytes_read` advances as input is consumed (compressed
+bytes for compressed files), so a caller can draw a progress bar in MB and MB/s against `total_bytes`.
+
+    stats = ReadStats.for_sources(sources)
+    for text in iter_texts(sources, "text", stats):
+        bar.update(stats.bytes_read - bar.n)
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import contextlib
+import csv
+import glob
+import gzip
+import io
+import json
+import logging
+import lzma
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TextIO
+
+from bertctl.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+Source = Path | str  # a local file (Path) or a `datasets` name (str), as expand_inputs returns them
+
+COMPRESSIONS = (".gz", ".bz2", ".xz")  # text and table files may be compressed with these
+TABLES = (".jsonl", ".json", ".csv", ".parquet")  # read through a text column, one text per row
+_DATASET_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(:[\w.-]+)?$")  # owner/name[:config]
+_SNIFF_BYTES = 1 << 16  # how much of each file is checked for NUL bytes and UTF-8 up front
+_UPDATE_EVERY = 1024  # lines between bytes_read updates (tell() is a syscall)
+
+
+@dataclass
+class ReadStats:
+    """What the readers consumed so far: for progress bars and the end-of-run summary."""
+
+    total_bytes: int = 0  # sum of the local files' sizes (0 when only datasets names: size unknown)
+    bytes_read: int = 0  # bytes consumed so far (on disk, i.e. compressed for .gz/.bz2/.xz)
+    files_read: int = 0  # sources read to the end
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (source, why) of each skipped source
+
+    @classmethod
+    def for_sources(cls, sources: Iterable[Source]) -> ReadStats:
+        return cls(total_bytes=sum(s.stat().st_size for s in sources if isinstance(s, Path)))
+
+
+# --- which sources ---------------------------------------------------------------------------------
+
+def expand_inputs(inputs: Sequence[str | Path], flag: str = "INPUTS") -> list[Source]:
+    """Files, folders (recursively, sorted), glob patterns and dataset names -> a list without repeats.
+
+    A name that is no local path, has no glob characters and looks like `owner/name[:config]` without a
+    file suffix is kept as a `datasets` name (str). Raises UsageError naming `flag` when an input matches
+    nothing, or when nothing is left at all; hidden files (.name) in folders are left out.
+    """
+    found: list[Source] = []
+    for item in inputs:
+        matched = _expand_one(str(item))
+        if not matched:
+            raise UsageError(f"{flag}: nothing matched {str(item)!r} (no such file, folder or glob match)")
+        found.extend(matched)
+    unique = list(dict.fromkeys(found))
+    if not unique:
+        raise UsageError(f"{flag}: no input given; name text files, folders, globs or a dataset")
+    return unique
+
+
+def _expand_one(item: str) -> list[Source]:
+    path = Path(item).expanduser()
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        return _files_under(path)
+    if glob.has_magic(item):
+        hits = sorted(glob.glob(str(path), recursive=True))
+        return [f for hit in hits for f in ([Path(hit)] if Path(hit).is_file() else _files_under(Path(hit)))]
+    file_like = {s.lower() for s in path.suffixes} & {*COMPRESSIONS, *TABLES, ".txt"}
+    return [item] if _DATASET_NAME.match(item) and not file_like else []
+
+
+def _files_under(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*")
+                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def is_table(source: Source) -> bool:
+    """True for sources read through a text column (.jsonl/.json/.csv/.parquet, and datasets names)."""
+    if isinstance(source, str):
+        return True
+    suffixes = [s.lower() for s in source.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSIONS:
+        suffixes = suffixes[:-1]
+    return bool(suffixes) and suffixes[-1] in TABLES
+
+
+# --- opening files ---------------------------------------------------------------------------------
+
+class SkipSource(Exception):
+    """A source that cannot be read as UTF-8 text (binary, other encoding, corrupt archive)."""
+
+
+def _decompressed(raw: IO[bytes], path: Path) -> contextlib.AbstractContextManager[IO[bytes]]:
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if suffix == ".bz2":
+        return bz2.BZ2File(raw)  # noqa: SIM115 - the caller enters it
+    if suffix == ".xz":
+        return lzma.LZMAFile(raw)  # noqa: SIM115 - the caller enters it
+    return contextlib.nullcontext(raw)
+
+
+def _sniff(stream: IO[bytes]) -> None:
+    """Refuse binary and non-UTF-8 data from the first 64 KiB (a cut multi-byte char at the end is fine)."""
+    try:
+        head = stream.read(_SNIFF_BYTES)
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise SkipSource(f"corrupt or not {type(exc).__name__} data: {exc}") from None
+    if b"\x00" in head:
+        raise SkipSource("binary (NUL bytes)")
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError as exc:
+        raise SkipSource(f"not UTF-8 (byte {exc.start})") from None
+
+
+def open_text(path: Path | str) -> TextIO:
+    """A UTF-8 text stream of a plain, .gz, .bz2 or .xz file (BOM dropped, universal newlines)."""
+    path = Path(path)
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(path.suffix.lower(), open)
+    return opener(path, "rt", encoding="utf-8-sig")  # type: ignore[operator]
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[tuple[IO[bytes], TextIO]]:
+    """(file on disk, text stream) after the sniff; SkipSource when the file is not UTF-8 text.
+    The file on disk's position measures progress (compressed bytes for compressed files)."""
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - entered just below
+    except OSError as exc:
+        raise SkipSource(f"cannot open: {exc.strerror or exc}") from None
+    with raw, _decompressed(raw, path) as stream:
+        _sniff(stream)
+        stream.seek(0)
+        yield raw, io.TextIOWrapper(stream, encoding="utf-8-sig")
+
+
+# --- streaming ------------------------------------------------------------------------------------
+
+def iter_lines(paths: Iterable[Path], stats: ReadStats | None = None) -> Iterator[str]:
+    """Every line (without its newline) of every text file, in order; unreadable files are skipped."""
+    stats = stats if stats is not None else ReadStats()
+    for path in paths:
+        yield from _guarded(path, _file_lines, stats)
+    _require_some(stats)
+
+
+def _file_lines(path: Path, stats: ReadStats) -> Iterator[str]:
+    start = stats.bytes_read
+    with _reading(path) as (raw, text):
+        for count, line in enumerate(text, 1):
+            yield line.rstrip("\n")
+            if count % _UPDATE_EVERY == 0:
+                stats.bytes_read = start + raw.tell()
+
+
+def _guarded(source: Source, reader: Callable[[Any, ReadStats], Iterator[Any]],
+             stats: ReadStats) -> Iterator[Any]:
+    """Run one source's reader; a source that turns out undecodable is counted and skipped."""
+    start = stats.bytes_read
+    try:
+        yield from reader(source, stats)
+    except (SkipSource, UnicodeDecodeError, EOFError, lzma.LZMAError, gzip.BadGzipFile) as exc:
+        why = str(exc) if isinstance(exc, SkipSource) else f"not readable as UTF-8 text ({type(exc).__name__})"
+        stats.skipped.append((str(source), why))
+        log.warning("warning: skipped %s: %s", source, why)
+    else:
+        stats.files_read += 1
+    if isinstance(source, Path):
+        stats.bytes_read = start + source.stat().st_size
+
+
+def _require_some(stats: ReadStats) -> None:
+    if stats.skipped and not stats.files_read:
+        raise UsageError(f"none of the {len(stats.skipped)} input(s) is UTF-8 text; first: "
+                         f"{stats.skipped[0][0]} ({stats.skipped[0][1]})")
+
+
+def iter_records(source: Source, text_column: str = "text", stats: ReadStats | None = None) -> Iterator[str]:
+    """The `text_column` of every row of a table file or a `datasets` name (NAME or NAME:CONFIG, split
+    train), streamed. A missing column raises UsageError naming the source and the columns it has."""
+    stats = stats if stats is not None else ReadStats()
+    if isinstance(source, str):
+        yield from _dataset_rows(source, text_column, stats)
+        return
+    if not is_table(source):
+        raise UsageError(f"{source} is not a table ({', '.join(TABLES)}); read it with iter_lines")
+    kind = [s.lower() for s in source.suffixes if s.lower() not in COMPRESSIONS][-1]
+    reader = {".jsonl": _jsonl_rows, ".json": _json_rows, ".csv": _csv_rows, ".parquet": _parquet_rows}
+    yield from reader[kind](source, text_column, stats)
+
+
+def _column(row: Any, text_column: str, source: Source, where: str) -> str | None:
+    if not isinstance(row, dict) or text_column not in row:
+        columns = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
+        raise UsageError(f"{source}{where}: no column {text_column!r} (it has: {columns}); pass --text-column")
+    value = row[text_column]
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # JSON's "\ud800" escapes give lone surrogates, which Rust cannot take
+            text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def _jsonl_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:
+    for number, line in enumerate(_file_lines(path, stats), 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise UsageError(f"{path}:{number}: not a JSON object: {exc}") from None
+            text = _column(row, text_column, path, f":{number}")
+            if text is not None:
+                yield text
+
+
+def _json_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:
+    """A JSON array of objects, or {"data": [...]} as datasets writes it (read whole: JSON cannot stream)."""
+    with _reading(path) as (_, text):
+        try:
+            data = json.load(text)
+        except ValueError as exc:
+            raise UsageError(f"{path}: not valid JSON: {exc}") from None
+    rows = data.get("data") if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        raise UsageError(f"{path}: expected a JSON array of objects (or {{\"data\": [...]}}); use .jsonl")
+    for number, row in enumerate(rows):
+        value = _column(row, text_column, path, f" row {number}")
+        if value is not None:
+            yield value
+
+
+def _csv_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:
+    start = stats.bytes_read
+    with _reading(path) as (raw, text):
+        reader = csv.DictReader(text)
+        if reader.fieldnames is not None and text_column not in reader.fieldnames:
+            raise UsageError(f"{path}: no column {text_column!r} (it has: {', '.join(reader.fieldnames)}); "
+                             "pass --text-column")
+        for count, row in enumerate(reader, 1):
+            if row.get(text_column) is not None:
+                yield row[text_column]
+            if count % _UPDATE_EVERY == 0:
+                stats.bytes_read = start + raw.tell()
+
+
+def _parquet_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid and OSError for non-parquet files
+        raise SkipSource(f"not a parquet file: {str(exc).splitlines()[0]}") from None
+    if text_column not in table.schema_arrow.names:
+        raise UsageError(f"{path}: no column {text_column!r} (it has: {', '.join(table.schema_arrow.names)}); "
+                         "pass --text-column")
+    start, size, rows, done = stats.bytes_read, path.stat().st_size, max(table.metadata.num_rows, 1), 0
+    for batch in table.iter_batches(batch_size=4096, columns=[text_column]):
+        yield from (str(value) for value in batch.column(0).to_pylist() if value is not None)
+        done += batch.num_rows
+        stats.bytes_read = start + size * done // rows  # progress in proportion to the rows read
+
+
+def _dataset_rows(name: str, text_column: str, stats: ReadStats) -> Iterator[str]:
+    """A dataset from the hub (or its local cache), streamed; bytes_read counts the text's UTF-8 bytes."""
+    import datasets
+
+    path, _, config = name.partition(":")
+    try:
+        rows = datasets.load_dataset(path, config or None, split="train", streaming=True)
+        iterator = iter(rows)
+        first = next(iterator, None)
+    except Exception as exc:  # datasets raises many types (offline, not found, no such config)
+        raise UsageError(f"{name!r} is not a local file and datasets cannot load it: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if first is None:
+        return
+    yield from _dataset_text(first, text_column, name, stats)
+    for row in iterator:
+        yield from _dataset_text(row, text_column, name, stats)
+
+
+def _dataset_text(row: dict[str, Any], text_column: str, name: str, stats: ReadStats) -> Iterator[str]:
+    text = _column(row, text_column, name, "")
+    if text is not None:
+        stats.bytes_read += len(text.encode("utf-8"))
+        yield text
+
+
+def iter_texts(sources: Iterable[Source], text_column: str = "text",
+               stats: ReadStats | None = None) -> Iterator[str]:
+    """Lines of text files and column values of tables, in source order: what a tokenizer learns from."""
+    stats = stats if stats is not None else ReadStats()
+    for source in sources:
+        if is_table(source):
+            yield from _guarded(source, lambda s, st: iter_records(s, text_column, st), stats)
+        else:
+            yield from _guarded(source, _file_lines, stats)
+    _require_some(stats)
+
+
+def iter_documents(sources: Iterable[Source], text_column: str = "text", document_per_line: bool = False,
+                   stats: ReadStats | None = None) -> Iterator[tuple[list[str], int]]:
+    """(lines, UTF-8 bytes) per document, lines stripped and never empty: Google's pre-training format.
+
+    Text files: blank lines separate documents (or each line is one with `document_per_line`); tables:
+    each row is one document, split at its newlines. Documents never span two sources.
+    """
+    stats = stats if stats is not None else ReadStats()
+    for source in sources:
+        if is_table(source):
+            for text in _guarded(source, lambda s, st: iter_records(s, text_column, st), stats):
+                yield from _documents(text.splitlines(), "all")
+        else:
+            lines = _guarded(source, _file_lines, stats)
+            yield from _documents(lines, "line" if document_per_line else "blank")
+    _require_some(stats)
+
+
+def _documents(lines: Iterable[str], split: str) -> Iterator[tuple[list[str], int]]:
+    """Group stripped non-empty lines into documents: at blank lines ("blank"), one per line ("line"),
+    or all of them in one ("all")."""
+    document: list[str] = []
+    size = 0
+    for line in lines:
+        line = line.strip()
+        if line:
+            document.append(line)
+            size += len(line.encode("utf-8")) + 1
+        if document and (split == "line" or (split == "blank" and not line)):
+            yield document, size
+            document, size = [], 0
+    if document:
+        yield document, size

@@ -1,0 +1,45 @@
+"""The no-argument quick start: bundled novels -> WordPiece tokenizer -> corpus -> a small BERT.
+
+The text is Jane Austen's six novels (public domain; provenance in bertctl/resources/README.md). Tokenizer
+and corpus are built once into RUN/data and reused when the quick start runs again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import resources
+from pathlib import Path
+
+from bertctl.config import CorpusConfig, PretrainConfig, TokenizerTrainConfig
+from bertctl.tokenizer import has_tokenizer
+from bertctl.training import Distributed
+
+VOCAB_SIZE = 8192  # enough for six novels; a smaller embedding matrix keeps the CPU run short
+MAX_SEQ_LENGTH = 64
+
+
+def bundled_text() -> Path:
+    return Path(str(resources.files("bertctl") / "resources" / "austen.txt.gz"))
+
+
+def prepare_quickstart(cfg: PretrainConfig, env: Distributed) -> PretrainConfig:
+    """Build (or reuse) RUN/data/tokenizer and RUN/data/corpus; returns cfg pointing at that corpus."""
+    from bertctl.corpus import build_corpus
+    from bertctl.tokenizer_train import train_tokenizer
+
+    data = Path(cfg.out) / "data"
+    tokenizer, corpus = data / "tokenizer", data / "corpus"
+    text = str(bundled_text())
+    if env.is_main:
+        if not has_tokenizer(tokenizer):
+            print(f"quick start: training a {VOCAB_SIZE}-token WordPiece vocabulary on {text}")
+            train_tokenizer(TokenizerTrainConfig(inputs=(text,), out=tokenizer, vocab_size=VOCAB_SIZE))
+        if not (corpus / "manifest.json").is_file():
+            print(f"quick start: building pre-training instances of {MAX_SEQ_LENGTH} tokens into {corpus}")
+            build_corpus(CorpusConfig(inputs=(text,), tokenizer=tokenizer, out=corpus, max_seq_length=MAX_SEQ_LENGTH,
+                                      validation_fraction=0.02, seed=cfg.seed))
+    if env.world_size > 1:
+        import torch.distributed
+
+        torch.distributed.barrier()
+    return dataclasses.replace(cfg, corpus=corpus)

@@ -1,0 +1,196 @@
+"""`bertctl tokenizer train`: a WordPiece vocabulary of exactly `vocab_size` entries, the same bytes every run.
+
+Reads top to bottom: check the flags -> pass 1 counts characters and fixes the alphabet -> pass 2 streams
+the text into `tokenizers`' WordPieceTrainer -> the vocabulary is padded to size -> the folder is written
+as OUT.partial and renamed.
+
+Why two passes: the trainer alone is not deterministic. It cuts the alphabet at `limit_alphabet` with ties
+broken in hash order, and numbers the `##c` pieces in hash order, which then breaks ties between equally
+frequent merges. Handing it the alphabet and every `##c` up front as fixed tokens (ids 5...) leaves it
+nothing to decide by hash order. Counting characters is cheap next to training (numpy over the text).
+
+Vocabulary layout: [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4), the alphabet in code point order, `##c` for
+every character that can continue a word (not punctuation or CJK, which always stand alone), the learned
+pieces in the order learned, then `[unusedN]` if the corpus ran out of pairs seen `min_frequency` times.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertctl import __version__
+from bertctl.config import TokenizerTrainConfig, config_to_dict, write_json_atomic
+from bertctl.data.sources import ReadStats, Source, expand_inputs, iter_texts
+from bertctl.errors import BertctlError, UsageError
+from bertctl.tokenizer import (
+    CONTINUATION,
+    SPECIAL_TOKENS,
+    UNK,
+    BertTokenizer,
+    _umask,
+    normalizer,
+    pre_tokenizer,
+)
+
+BATCH_CHARS = 1 << 20  # characters per batch handed to numpy / the trainer (memory stays ~ this)
+PROVENANCE = "provenance.json"
+_SEPARATORS = {" ", "\u2028", "\u2029"}  # characters the pre-tokenizer splits on: never in a word
+
+
+def train_tokenizer(cfg: TokenizerTrainConfig) -> dict[str, Any]:
+    """Train, save into cfg.out, and return the provenance record written next to the vocabulary."""
+    out = _check_out(Path(cfg.out or ""), cfg.overwrite)
+    sources = expand_inputs(cfg.inputs)
+    stats = ReadStats.for_sources(sources)
+    counts = count_characters(sources, cfg, stats)
+    alphabet = choose_alphabet(counts, cfg.limit_alphabet)
+    skipped = {source for source, _ in stats.skipped}
+    sources = [s for s in sources if str(s) not in skipped]  # warned about once is enough
+    stats.total_bytes = ReadStats.for_sources(sources).total_bytes
+    fixed = [*SPECIAL_TOKENS, *alphabet, *continuations(alphabet)]
+    if len(fixed) > cfg.vocab_size:
+        raise UsageError(f"--vocab-size {cfg.vocab_size} is smaller than the {len(SPECIAL_TOKENS)} special tokens "
+                         f"plus the {len(fixed) - len(SPECIAL_TOKENS)} characters and ##characters of the alphabet; "
+                         f"give at least {len(fixed)} or lower --limit-alphabet")
+    tokens = learn_vocab(sources, cfg, fixed, stats)
+    learned = len(tokens) - len(fixed)
+    tokens = pad_vocab(tokens, cfg.vocab_size)
+    tokenizer = BertTokenizer.from_vocab(tokens, cfg.lowercase, cfg.strip_accents)
+    record = {
+        "format": "bertctl-tokenizer", "bertctl": __version__, "config": config_to_dict(cfg),
+        "inputs": [{"source": str(s), "bytes": s.stat().st_size} if isinstance(s, Path) else {"source": s}
+                   for s in sources],
+        "skipped": [{"source": s, "reason": why} for s, why in stats.skipped],
+        "vocab_size": tokenizer.vocab_size, "alphabet": len(alphabet), "learned": learned,
+        "unused": len(tokens) - len(fixed) - learned, "vocab_sha256": tokenizer.sha256(),
+    }
+    _write_folder(out, tokenizer, record, cfg.overwrite)
+    return record
+
+
+def _check_out(out: Path, overwrite: bool) -> Path:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder; choose another path")
+    if out.exists() and not overwrite:
+        raise UsageError(f"--out {out} already exists; pass --overwrite to replace it")
+    return out
+
+
+def _bar(stats: ReadStats, desc: str) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=stats.total_bytes or None, desc=desc, unit="B", unit_scale=True, unit_divisor=1000,
+                dynamic_ncols=True, disable=None)
+
+
+def _batches(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadStats, bar: Any
+             ) -> Iterator[list[str]]:
+    """Lists of texts of about BATCH_CHARS characters; the bar follows the bytes read."""
+    batch: list[str] = []
+    size = 0
+    stats.bytes_read = stats.files_read = 0  # pass 2 reads only what pass 1 could (skips stay recorded)
+    for text in iter_texts(sources, cfg.text_column, stats):
+        batch.append(text)
+        size += len(text)
+        if size >= BATCH_CHARS:
+            yield batch
+            bar.update(stats.bytes_read - bar.n)
+            batch, size = [], 0
+    if batch:
+        yield batch
+    bar.update(stats.bytes_read - bar.n)
+
+
+def count_characters(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadStats) -> dict[str, int]:
+    """Pass 1: how often each character occurs after normalisation (lowercasing, accents...)."""
+    raw = np.zeros(0x110000, dtype=np.int64)
+    with _bar(stats, "pass 1/2 characters") as bar:
+        for batch in _batches(sources, cfg, stats, bar):
+            codes = np.frombuffer("\n".join(batch).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+            raw += np.bincount(codes, minlength=raw.size)
+    raw[0xD800:0xE000] = 0  # lone surrogates (not UTF-8 text) cannot reach Rust; the readers replace them
+    clean = normalizer(cfg.lowercase, cfg.strip_accents)
+    counts: dict[str, int] = {}
+    for code in np.flatnonzero(raw):
+        for char in clean.normalize_str(chr(code)):
+            if char not in _SEPARATORS:
+                counts[char] = counts.get(char, 0) + int(raw[code])
+    if not counts:
+        raise UsageError(f"INPUTS hold no text: {stats.files_read} source(s) read, no character in a word")
+    return counts
+
+
+def choose_alphabet(counts: dict[str, int], limit: int) -> list[str]:
+    """The `limit` most frequent characters (ties: lower code point first), in code point order."""
+    kept = sorted(counts, key=lambda char: (-counts[char], char))[:limit]
+    return sorted(kept)
+
+
+def continuations(alphabet: Sequence[str]) -> list[str]:
+    """`##c` for each character that can follow another inside a word after pre-tokenisation."""
+    split = pre_tokenizer()
+    return [CONTINUATION + c for c in alphabet if len(split.pre_tokenize_str("a" + c)) == 1]
+
+
+def learn_vocab(sources: Sequence[Source], cfg: TokenizerTrainConfig, fixed: Sequence[str],
+                stats: ReadStats) -> list[str]:
+    """Pass 2: the trainer's vocabulary in id order, `fixed` first (ids 0..len(fixed)-1)."""
+    from tokenizers import Tokenizer, models, trainers
+
+    backend = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix=CONTINUATION))
+    backend.normalizer = normalizer(cfg.lowercase, cfg.strip_accents)
+    backend.pre_tokenizer = pre_tokenizer()
+    alphabet = [t for t in fixed[len(SPECIAL_TOKENS):] if not t.startswith(CONTINUATION)]
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, show_progress=False,
+        special_tokens=list(fixed), initial_alphabet=alphabet, limit_alphabet=len(alphabet),
+        continuing_subword_prefix=CONTINUATION)
+    with _bar(stats, "pass 2/2 training") as bar:
+        batches = _batches(sources, cfg, stats, bar)
+        backend.train_from_iterator(_then(batches, lambda: bar.set_description("learning pieces")), trainer)
+    vocab = backend.get_vocab(with_added_tokens=False)
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    if tokens[:len(fixed)] != list(fixed) or len(tokens) > cfg.vocab_size:  # a tokenizers release changed it
+        raise BertctlError("the WordPiece trainer did not keep the alphabet first; report this with "
+                           "your tokenizers version")
+    return tokens
+
+
+def _then(items: Iterator[Any], done: Any) -> Iterator[Any]:
+    yield from items
+    done()
+
+
+def pad_vocab(tokens: list[str], size: int) -> list[str]:
+    """Fill up to `size` with [unused0], [unused1]... (Google's placeholders; text never produces them)."""
+    taken = set(tokens)
+    extra = (f"[unused{i}]" for i in range(size * 2) if f"[unused{i}]" not in taken)
+    return tokens + [next(extra) for _ in range(size - len(tokens))]
+
+
+def _write_folder(out: Path, tokenizer: BertTokenizer, record: dict[str, Any], overwrite: bool) -> None:
+    """Write everything into a hidden sibling folder, then rename it to `out` (never half a folder)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes a private 0700 folder
+        tokenizer.save(tmp)
+        write_json_atomic(tmp / PROVENANCE, record)
+        (tmp / PROVENANCE).chmod(0o666 & ~_umask())
+        _check_out(out, overwrite)
+        if out.exists():
+            old = out.with_name(f".{out.name}.{os.getpid()}.old")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

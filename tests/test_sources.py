@@ -1,0 +1,116 @@
+"""Input reading shared by `tokenizer train` and `corpus build`: expansion, decompression, tables, skips."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import logging
+import lzma
+from pathlib import Path
+
+import pytest
+
+from bertctl.data.sources import (
+    ReadStats,
+    expand_inputs,
+    is_table,
+    iter_documents,
+    iter_lines,
+    iter_records,
+    iter_texts,
+    open_text,
+)
+from bertctl.errors import UsageError
+
+TEXT = "first line\n\nsecond doc é\nmore\n"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "sub" / "deeper").mkdir(parents=True)
+    (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
+    (tmp_path / "sub" / "b.txt.gz").write_bytes(gzip.compress(TEXT.encode()))
+    (tmp_path / "sub" / "deeper" / "c.txt.bz2").write_bytes(bz2.compress(TEXT.encode()))
+    (tmp_path / "sub" / "d.txt.xz").write_bytes(lzma.compress(TEXT.encode()))
+    (tmp_path / "sub" / ".hidden.txt").write_text("never read\n", encoding="utf-8")
+    return tmp_path
+
+
+def test_expand_folders_globs_and_files_in_order_without_repeats(tree: Path) -> None:
+    found = expand_inputs([tree / "a.txt", str(tree / "sub"), str(tree / "*.txt")])
+    assert found == [tree / "a.txt", tree / "sub" / "b.txt.gz", tree / "sub" / "d.txt.xz",
+                     tree / "sub" / "deeper" / "c.txt.bz2"]
+    assert expand_inputs([str(tree / "**" / "*.bz2")]) == [tree / "sub" / "deeper" / "c.txt.bz2"]
+
+
+def test_expand_keeps_dataset_names_and_refuses_what_matches_nothing(tree: Path) -> None:
+    assert expand_inputs(["wikitext:wikitext-2-raw-v1", "user/corpus"]) == ["wikitext:wikitext-2-raw-v1",
+                                                                           "user/corpus"]
+    for missing in (str(tree / "nothing*.txt"), str(tree / "missing.txt"), "missing.jsonl"):
+        with pytest.raises(UsageError, match="--inputs: nothing matched"):
+            expand_inputs([missing], flag="--inputs")
+    with pytest.raises(UsageError, match="no input given"):
+        expand_inputs([])
+
+
+def test_compressed_files_read_like_plain_ones(tree: Path) -> None:
+    for name in ("a.txt", "sub/b.txt.gz", "sub/deeper/c.txt.bz2", "sub/d.txt.xz"):
+        with open_text(tree / name) as handle:
+            assert handle.read() == TEXT
+    stats = ReadStats.for_sources(expand_inputs([tree]))
+    lines = list(iter_lines(expand_inputs([tree]), stats))
+    assert lines == TEXT.splitlines() * 4
+    assert stats.files_read == 4 and stats.bytes_read == stats.total_bytes > 0
+
+
+def test_bytes_read_advances_while_streaming(tmp_path: Path) -> None:
+    path = tmp_path / "big.txt"
+    path.write_text("some words on a line\n" * 20000, encoding="utf-8")
+    stats = ReadStats.for_sources([path])
+    seen = [stats.bytes_read for i, _ in enumerate(iter_lines([path], stats)) if i % 5000 == 4999]
+    assert 0 < seen[0] < seen[1] < seen[2] < path.stat().st_size
+    assert stats.bytes_read == path.stat().st_size
+
+
+def test_undecodable_files_are_skipped_and_counted(tree: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tree / "latin1.txt").write_bytes("café\n".encode("latin-1"))
+    (tree / "blob.bin").write_bytes(bytes(range(256)) * 10)
+    (tree / "fake.gz").write_bytes(b"not gzip at all")
+    sources = expand_inputs([tree / "a.txt", tree / "latin1.txt", tree / "blob.bin", tree / "fake.gz"])
+    stats = ReadStats()
+    with caplog.at_level(logging.WARNING):
+        assert list(iter_texts(sources, stats=stats)) == TEXT.splitlines()
+    assert stats.files_read == 1 and len(stats.skipped) == 3
+    assert "latin1.txt" in caplog.text and "binary" in caplog.text
+    with pytest.raises(UsageError, match="none of the 3 input"):
+        list(iter_texts(sources[1:]))
+
+
+def test_tables_give_their_text_column(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"id": 1, "text": "one\ntwo"}, {"id": 2, "text": "three"}]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n", encoding="utf-8")
+    (tmp_path / "t.jsonl.gz").write_bytes(gzip.compress((tmp_path / "t.jsonl").read_bytes()))
+    (tmp_path / "t.json").write_text(json.dumps(rows), encoding="utf-8")
+    (tmp_path / "t.csv").write_text('id,text\n1,"one\ntwo"\n2,three\n', encoding="utf-8")
+    pq.write_table(pa.table({"id": [1, 2, 3], "text": ["one\ntwo", "three", None]}), tmp_path / "t.parquet")
+    for name in ("t.jsonl", "t.jsonl.gz", "t.json", "t.csv", "t.parquet"):
+        assert is_table(tmp_path / name)
+        assert list(iter_records(tmp_path / name, "text")) == ["one\ntwo", "three"], name
+        with pytest.raises(UsageError, match="no column 'body'.*--text-column"):
+            list(iter_records(tmp_path / name, "body"))
+    assert not is_table(tmp_path / "a.txt.gz")
+    (tmp_path / "odd.jsonl").write_text('{"text": "lone \\ud800 surrogate"}\n', encoding="utf-8")
+    assert list(iter_records(tmp_path / "odd.jsonl")) == ["lone \ufffd\ufffd\ufffd surrogate"]
+
+
+def test_documents_split_at_blank_lines_lines_or_rows(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("  s1 \ns2\n\n\ns3\n", encoding="utf-8")
+    (tmp_path / "t.jsonl").write_text('{"text": "r1\\n\\nr2"}\n{"text": ""}\n', encoding="utf-8")
+    sources = [tmp_path / "a.txt", tmp_path / "t.jsonl"]
+    assert list(iter_documents(sources)) == [(["s1", "s2"], 6), (["s3"], 3), (["r1", "r2"], 6)]
+    per_line = [lines for lines, _ in iter_documents(sources, document_per_line=True)]
+    assert per_line == [["s1"], ["s2"], ["s3"], ["r1", "r2"]]

@@ -1,0 +1,167 @@
+"""The tokenizer API: loading every folder flavour, saving for transformers, and ids identical to the
+reference (transformers' pure-Python BertTokenizer, Google's tokenization) on hard strings."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bertctl.config import TokenizerTrainConfig
+from bertctl.errors import UsageError
+from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+from bertctl.tokenizer_train import train_tokenizer
+
+AUSTEN = Path(__file__).resolve().parents[1] / "bertctl" / "resources" / "austen.txt.gz"
+
+HARD = [
+    "", "   ", "\t\n\r", "Hello, World!", "HeLLo WoRLD lOuD", "naïve café résumé Ångström Øre",
+    "e\u0301te\u0301 a\u0300\u0301\u0302 combining", "ΟΔΟΣ ΟΔΌΣ. Σ σ ς ΣΑΣ Σίσυφος ΣΊΣΥΦΟΣ' ΑΣ.",
+    "İstanbul ǅemal ǈ ß ẞ ﬁne Ⅻ ① ² Ⓐ ᾼ", "日本語のテキスト 中文字符测试 한국어 텍스트",
+    "\U00020000\U0002a700\U0002b820 ext",
+    "\uf900\ufa0a\U0002f800 compatibility ideographs", "hello...!!!???--- ...", "(a)[b]{c}<d> «e» „f“ ¿g? ¡h!",
+    "don't stop--now; it's 5 o'clock.", "\x00\x01\x7f control\x85chars\x0bvt\x0cff\x1cfs",
+    "zero\u200bwidth\u200cjoin\u200dner\ufeffbom\u2060wj\u00adshy", "emoji 😀👍🏽 🥰 👨‍👩‍👧 🫨 🩷 end",
+    "\ufffd replacement \uffff nonchar \ue000 private \U000f0000", "a" * 101, "b" * 100, "x" * 150 + " short",
+    "Ａｂｃ fullwidth ＡＢＣ", "مرحبا بالعالم עברית", "multiple   spaces\u00a0nbsp\u3000ideo\u2009thin",
+    "line\u2028sep\u2029para\u0378unassigned\U0001fae8new", "[MASK] is [mask] [CLS]x [SEP][PAD] [UNK]",
+    "unicode ™ © ® § ¶ † ‡ • … ‰ ′ ″", "1,234.56 $100 50% #hash @at ^caret `tick` ~tilde |pipe \\back",
+    "http://example.com/a?b=c&d=e#frag", "tab\tsep\ttabs", "\U0001d400\U0001d41a math bold", "ॐ नमस्ते दुनिया",
+    "ไทย ภาษา", "Ελληνικά ΚΕΦΑΛΑΙΑ", "Привет МИР ёЁ", "a\u0331\u0332\u0333 b\u0489",
+]
+PAIRS = [("Who wrote Emma?", "Jane Austen wrote ÉMMA in 1815."), ("ΟΔΟΣ", ""), ("", "only pair 日本")]
+
+
+def reference(vocab: Path, lowercase: bool):
+    """transformers' pure-Python BertTokenizer (named BertTokenizerLegacy since transformers 5)."""
+    transformers = pytest.importorskip("transformers")
+    try:
+        from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy as Reference
+    except ImportError:
+        Reference = transformers.BertTokenizer
+    transformers.logging.set_verbosity_error()
+    return Reference(str(vocab), do_lower_case=lowercase)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, Path]:
+    """An uncased and a cased vocabulary trained on part of the novels plus the hard strings."""
+    folder = tmp_path_factory.mktemp("trained")
+    with gzip.open(AUSTEN, "rt", encoding="utf-8") as handle:
+        text = handle.read(400_000)
+    (folder / "corpus.txt").write_text(text + "\n".join(HARD * 3), encoding="utf-8")
+    out = {}
+    for lowercase in (True, False):
+        out[lowercase] = folder / f"tok-{lowercase}"
+        train_tokenizer(TokenizerTrainConfig(inputs=(str(folder / "corpus.txt"),), out=out[lowercase],
+                                             vocab_size=3000, lowercase=lowercase))
+    return out
+
+
+def mismatches(ours: BertTokenizer, ref, texts: list[str]) -> list[str]:
+    bad = [t for t in texts if ours.encode(t).ids != ref(t)["input_ids"]]
+    for a, b in PAIRS:
+        encoding, expected = ours.encode(a, b), ref(a, b, return_token_type_ids=True)
+        if (encoding.ids, encoding.type_ids) != (expected["input_ids"], expected["token_type_ids"]):
+            bad.append(f"{a} | {b}")
+    return bad
+
+
+def sweep() -> list[str]:
+    """Every 41st code point of planes 0-2 and some of 14, inside and between words."""
+    codes = [c for c in (*range(0, 0x30000, 41), *range(0xE0000, 0xE0200, 7)) if not 0xD800 <= c < 0xE000]
+    return [f"a{chr(c)}b {chr(c)}X{chr(c)}" for c in codes]
+
+
+@pytest.mark.parametrize("lowercase", [True, False], ids=["uncased", "cased"])
+def test_trained_vocab_ids_match_reference(trained: dict[bool, Path], lowercase: bool) -> None:
+    ours = load_tokenizer(trained[lowercase])
+    assert ours.lowercase is lowercase
+    assert mismatches(ours, reference(trained[lowercase] / "vocab.txt", lowercase), HARD + sweep()) == []
+
+
+def test_bert_base_uncased_ids_match_reference(minilm: Path, tmp_path: Path) -> None:
+    shutil.copy(minilm / "vocab.txt", tmp_path / "vocab.txt")  # a bare vocab.txt: uncased by default
+    ours = load_tokenizer(tmp_path / "vocab.txt")
+    assert (ours.vocab_size, ours.pad_id, ours.unk_id, ours.cls_id, ours.sep_id, ours.mask_id) == (
+        30522, 0, 100, 101, 102, 103)
+    assert mismatches(ours, reference(tmp_path / "vocab.txt", True), HARD + sweep()) == []
+    assert ours.sha256() == hashlib.sha256((minilm / "vocab.txt").read_bytes()).hexdigest()
+
+
+def test_foreign_tokenizer_json_gets_the_exact_pipeline(minilm: Path) -> None:
+    """MiniLM's tokenizer.json pads to 128 and lowercases sigma char by char; loading fixes both."""
+    ours = load_tokenizer(minilm)
+    assert ours.encode("ΟΔΟΣ").ids == reference(minilm / "vocab.txt", True)("ΟΔΟΣ")["input_ids"]
+    assert len(ours.encode("short").ids) == 3
+
+
+def test_save_writes_what_transformers_loads(trained: dict[bool, Path], tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    ours = load_tokenizer(trained[False])
+    ours.save(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["special_tokens_map.json", "tokenizer.json",
+                                                          "tokenizer_config.json", "vocab.txt"]
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "BertTokenizer" and config["do_lower_case"] is False
+    vocab = (tmp_path / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and vocab[-1] == ""
+    assert ours.sha256() == hashlib.sha256((tmp_path / "vocab.txt").read_bytes()).hexdigest()
+    text, pair = "Mr. Darcy's estate, Pemberley!", "Elizabeth Bennet"
+    expected = ours.encode(text, pair)
+    for loaded in (transformers.BertTokenizer(str(tmp_path / "vocab.txt"), do_lower_case=False),
+                   transformers.BertTokenizerFast.from_pretrained(str(tmp_path))):
+        got = loaded(text, pair)
+        assert (got["input_ids"], got["token_type_ids"]) == (expected.ids, expected.type_ids)
+    again = load_tokenizer(tmp_path)
+    assert again.sha256() == ours.sha256() and again.lowercase is False
+    assert [e.ids for e in again.encode_batch(HARD)] == [e.ids for e in ours.encode_batch(HARD)]
+
+
+def test_bare_vocab_casing_comes_from_config_then_flag(trained: dict[bool, Path], tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    shutil.copy(trained[False] / "vocab.txt", tmp_path / "vocab.txt")
+    assert has_tokenizer(tmp_path) and not has_tokenizer(tmp_path / "nothing")
+    with caplog.at_level(logging.WARNING):
+        assert load_tokenizer(tmp_path, lowercase=False).lowercase is False
+        assert caplog.text == ""
+        assert load_tokenizer(tmp_path).lowercase is True  # Google's default: uncased
+    assert "capitals but the tokenizer lowercases" in caplog.text and "--cased" in caplog.text
+    shutil.copy(trained[False] / "tokenizer_config.json", tmp_path)
+    assert load_tokenizer(tmp_path).lowercase is False
+    caplog.clear()
+    shutil.copy(trained[True] / "vocab.txt", tmp_path / "vocab.txt")
+    with caplog.at_level(logging.WARNING):
+        assert load_tokenizer(tmp_path / "vocab.txt").lowercase is False
+    assert "no token with a capital" in caplog.text and "--lowercase" in caplog.text
+
+
+def test_bad_tokenizer_paths_and_vocabularies_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"tokenizer .*nowhere does not exist"):
+        load_tokenizer(tmp_path / "nowhere")
+    with pytest.raises(UsageError, match="has no tokenizer.json or vocab.txt"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\na\n", encoding="utf-8")
+    with pytest.raises(UsageError, match="line 7 repeats token 'a'"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"no \[MASK\] token"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(UsageError, match="cannot read tokenizer .*tokenizer.json"):
+        load_tokenizer(tmp_path)
+
+
+def test_words_over_100_characters_are_unknown_and_batches_check_pairs(trained: dict[bool, Path]) -> None:
+    ours = load_tokenizer(trained[True])
+    assert ours.encode("a" * 101, add_special_tokens=False).ids == [ours.unk_id]
+    assert ours.unk_id not in ours.encode("a" * 100, add_special_tokens=False).ids
+    assert ours.encode("[MASK]").ids == [ours.cls_id, ours.mask_id, ours.sep_id]
+    assert ours.decode(ours.encode("pride and prejudice").ids) == "pride and prejudice"
+    with pytest.raises(UsageError, match="2 texts but 1 pairs"):
+        ours.encode_batch(["a", "b"], ["c"])

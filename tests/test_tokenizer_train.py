@@ -1,0 +1,135 @@
+"""`bertctl tokenizer train` and `encode` through the CLI: exact size, same bytes twice, refusals."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bertctl.cli import app
+
+AUSTEN = Path(__file__).resolve().parents[1] / "bertctl" / "resources" / "austen.txt.gz"
+FILES = ["provenance.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
+
+
+def run(*args: str | Path):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 200 kB of the novels, split over a plain and a gzipped file in a folder."""
+    folder = tmp_path_factory.mktemp("corpus")
+    with gzip.open(AUSTEN, "rt", encoding="utf-8") as handle:
+        text = handle.read(200_000)
+    (folder / "texts").mkdir()
+    (folder / "texts" / "part1.txt").write_text(text[:100_000], encoding="utf-8")
+    (folder / "texts" / "part2.txt.gz").write_bytes(gzip.compress(text[100_000:].encode("utf-8")))
+    return folder
+
+
+def vocab_lines(folder: Path) -> list[str]:
+    return (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
+
+
+def test_train_writes_exact_size_and_same_bytes_twice(corpus: Path, tmp_path: Path) -> None:
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        result = run("tokenizer", "train", corpus / "texts", "--out", out, "--vocab-size", "1500",
+                     "--limit-alphabet", "40")
+        assert result.exit_code == 0, result.output
+        assert "1500 entries (40 characters" in result.output
+    assert sorted(p.name for p in outs[0].iterdir()) == FILES
+    tokens = vocab_lines(outs[0])
+    assert len(tokens) == len(set(tokens)) == 1500
+    assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert tokens[5:45] == sorted(tokens[5:45]) and all(len(t) == 1 for t in tokens[5:45])
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    record = json.loads((outs[0] / "provenance.json").read_text())
+    assert record["vocab_size"] == 1500 and record["unused"] == 0
+    assert record["config"]["limit_alphabet"] == 40 and len(record["inputs"]) == 2
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_small_corpus_is_padded_with_unused_tokens(tmp_path: Path) -> None:
+    (tmp_path / "tiny.txt").write_text("the cat sat on the mat\nthe dog sat\n" * 3, encoding="utf-8")
+    result = run("tokenizer", "train", tmp_path / "tiny.txt", "--out", tmp_path / "tok", "--vocab-size", "200")
+    assert result.exit_code == 0, result.output
+    tokens = vocab_lines(tmp_path / "tok")
+    first = tokens.index("[unused0]")
+    assert len(tokens) == 200 and tokens[first:] == [f"[unused{i}]" for i in range(200 - first)]
+    assert "the" in tokens[:first] and "##at" in tokens[:first]
+    record = json.loads((tmp_path / "tok" / "provenance.json").read_text())
+    assert record["unused"] == 200 - first
+
+
+def test_tables_train_through_their_text_column(tmp_path: Path) -> None:
+    rows = [{"id": i, "body": f"Row number {i} speaks of Pemberley and Netherfield."} for i in range(50)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "rows.csv").write_text("id,body\n" + "".join(f'{r["id"]},"{r["body"]}"\n' for r in rows),
+                                       encoding="utf-8")
+    result = run("tokenizer", "train", tmp_path / "rows.jsonl", tmp_path / "rows.csv", "--text-column", "body",
+                 "--out", tmp_path / "tok", "--vocab-size", "120", "--cased")
+    assert result.exit_code == 0, result.output
+    assert "Pemberley" in vocab_lines(tmp_path / "tok")
+    result = run("tokenizer", "train", tmp_path / "rows.jsonl", "--out", tmp_path / "tok2", "--vocab-size", "120")
+    assert result.exit_code == 2 and "no column 'text'" in result.output
+    assert not (tmp_path / "tok2").exists()
+
+
+@pytest.mark.parametrize("case", ["no match", "empty", "binary", "too small", "exists"])
+def test_bad_input_fails_with_one_line_and_leaves_nothing(case: str, corpus: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty.txt").write_text("\n \n", encoding="utf-8")
+    (tmp_path / "blob.bin").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "exists").mkdir()
+    (tmp_path / "exists" / "keep.txt").write_text("mine", encoding="utf-8")
+    inputs, out, size, message = {
+        "no match": (tmp_path / "nothing*.txt", "tok", 100, "nothing matched"),
+        "empty": (tmp_path / "empty.txt", "tok", 100, "hold no text"),
+        "binary": (tmp_path / "blob.bin", "tok", 100, "none of the 1 input(s) is UTF-8 text"),
+        "too small": (corpus / "texts", "tok", 50, "--vocab-size 50 is smaller than the 5 special tokens"),
+        "exists": (corpus / "texts", "exists", 100, "already exists; pass --overwrite"),
+    }[case]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = run("tokenizer", "train", inputs, "--out", tmp_path / out, "--vocab-size", size)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.startswith("bertctl: error")]
+    assert len(lines) == 1 and message in lines[0], result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / "exists" / "keep.txt").read_text() == "mine"
+
+
+def test_overwrite_replaces_and_skips_undecodable_files(corpus: Path, tmp_path: Path) -> None:
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "stale.txt").write_text("old", encoding="utf-8")
+    (tmp_path / "latin1.txt").write_bytes("café au lait\n".encode("latin-1"))
+    result = run("tokenizer", "train", corpus / "texts", tmp_path / "latin1.txt", "--out", tmp_path / "tok",
+                 "--vocab-size", "300", "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert "skipped 1 unreadable input(s)" in result.output
+    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == FILES
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latin1.txt", "tok"]
+    record = json.loads((tmp_path / "tok" / "provenance.json").read_text())
+    assert record["skipped"] == [{"source": str(tmp_path / "latin1.txt"), "reason": "not UTF-8 (byte 3)"}]
+
+
+def test_encode_prints_tokens_ids_and_segments(corpus: Path, tmp_path: Path) -> None:
+    assert run("tokenizer", "train", corpus / "texts", "--out", tmp_path / "tok", "--vocab-size", "400").exit_code == 0
+    result = run("tokenizer", "encode", "--tokenizer", tmp_path / "tok", "Mr. Darcy smiled", "Élan",
+                 "--pair", "Emma", "--json")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert [r["text"] for r in rows] == ["Mr. Darcy smiled", "Élan"]
+    first = rows[0]
+    assert first["tokens"][0] == "[CLS]" and first["tokens"][-1] == "[SEP]" and first["tokens"][1] == "mr"
+    assert first["input_ids"][0] == 2 and first["input_ids"].count(3) == 2
+    split = first["tokens"].index("[SEP]") + 1
+    assert first["token_type_ids"] == [0] * split + [1] * (len(first["tokens"]) - split)
+    plain = run("tokenizer", "encode", "-t", tmp_path / "tok" / "vocab.txt", "Mr. Darcy")
+    assert plain.exit_code == 0 and "[CLS]" in plain.output and "segments" in plain.output
+    missing = run("tokenizer", "encode", "-t", tmp_path / "nowhere", "x")
+    assert missing.exit_code == 2 and "nowhere does not exist" in missing.output
