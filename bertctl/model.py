@@ -89,7 +89,7 @@ class Bert(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         mask = None
-        if attention_mask is not None:
+        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
             mask = attention_mask[:, None, None, :].bool()  # (B, 1, 1, T): True where a key may be attended
         x = self.embeddings(input_ids, token_type_ids)
         for layer in self.layers:
