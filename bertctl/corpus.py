@@ -1,0 +1,471 @@
+"""`bertctl corpus build` and `inspect`: pre-training instances as a `datasets` Arrow DatasetDict.
+
+The build reads top to bottom: check the flags -> stream the inputs into shards of whole documents ->
+workers turn each shard into instances (sentences, tokens, Google's instances, static masks) and write
+its Arrow files -> the shard files become the `train`/`validation` splits -> manifest.json -> rename.
+
+Why shards: a shard (about `--shard-size-mb` of text) is the unit of work, of resume and of randomness.
+Its instances come from generators seeded by (seed, shard, split, dupe), and NotNext segments are drawn
+from the other documents of the same shard and split, so the output does not depend on the number of
+workers, and memory holds a few shards, never the corpus. Everything lives in `OUT.partial/` until the
+end; rerunning the same command reuses the shards finished there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertctl import __version__
+from bertctl.config import CorpusConfig, config_to_dict, write_json_atomic
+from bertctl.data.instances import (
+    SPLITS,
+    ShardBuilder,
+    ShardJob,
+    ShardSettings,
+    build_shard,
+    init_worker,
+    shard_settings,
+)
+from bertctl.errors import BertctlError, UsageError
+
+FORMAT = "bertctl-corpus"
+FORMAT_VERSION = 1
+PARTIAL_SUFFIX = ".partial"
+_EXECUTION_ONLY = ("out", "workers", "overwrite")  # where and how: never changes the output bytes
+
+
+def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
+    """Build the corpus folder `cfg.out` and return its manifest."""
+    from bertctl.data.sources import ReadStats
+    from bertctl.tokenizer import load_tokenizer
+
+    out = _check_required(cfg)
+    tokenizer = load_tokenizer(cfg.tokenizer, lowercase=cfg.lowercase)
+    _check_length(cfg.max_seq_length, Path(cfg.tokenizer))
+    sources, inputs = _inputs(cfg)
+    params = {k: v for k, v in config_to_dict(cfg).items() if k not in _EXECUTION_ONLY}
+    key = _digest({"params": params, "tokenizer_sha256": tokenizer.sha256(), "inputs": inputs,
+                   "bertctl": __version__})
+    partial = _open_partial(out, key)
+    settings = shard_settings(cfg, tokenizer, partial / "shards")
+    read = ReadStats.for_sources(sources)
+    try:
+        stats = _run_shards(_jobs(cfg, sources, read), settings, _worker_count(cfg.workers),
+                            partial / "shards", read.total_bytes)
+        counts = _counts(stats, cfg)
+    except UsageError:  # bad input: nothing worth resuming (an interruption keeps the shards)
+        _remove(partial)
+        raise
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "bertctl_version": __version__,
+        "objective": cfg.objective, "masking": cfg.masking, "max_seq_length": cfg.max_seq_length,
+        "masked_lm_prob": cfg.masked_lm_prob, "max_predictions_per_seq": cfg.max_predictions_per_seq,
+        "whole_word_masking": cfg.whole_word_masking, "short_seq_prob": cfg.short_seq_prob,
+        "dupe_factor": cfg.dupe_factor, "seed": cfg.seed, "validation_fraction": cfg.validation_fraction,
+        "tokenizer_sha256": tokenizer.sha256(), "vocab_size": tokenizer.vocab_size,
+        "special_ids": {"pad": tokenizer.pad_id, "unk": tokenizer.unk_id, "cls": tokenizer.cls_id,
+                        "sep": tokenizer.sep_id, "mask": tokenizer.mask_id},
+        "splits": [s for s in SPLITS if counts[s]["instances"]], "counts": counts,
+        "inputs": inputs, "config": params,
+    }
+    _assemble(partial, settings.schema, stats, manifest["splits"], key)
+    tokenizer.save(partial / "corpus" / "tokenizer")
+    write_json_atomic(partial / "corpus" / "manifest.json", manifest)
+    _publish(partial, out)
+    return manifest
+
+
+# --- checks and inputs -------------------------------------------------------------------------------
+
+def _check_required(cfg: CorpusConfig) -> Path:
+    if not cfg.inputs:
+        raise UsageError("corpus build: give at least one input (text file, folder, glob, table or dataset)")
+    if cfg.tokenizer is None:
+        raise UsageError("corpus build: --tokenizer DIR is required "
+                         "(train one with 'bertctl tokenizer train')")
+    if cfg.out is None:
+        raise UsageError("corpus build: --out DIR is required")
+    out = Path(cfg.out)
+    if out.exists() and not cfg.overwrite:
+        raise UsageError(f"--out {out} exists; pass --overwrite to replace it")
+    return out
+
+
+def _check_length(max_seq_length: int, tokenizer_path: Path) -> None:
+    """Refuse instances longer than the position table the tokenizer (or model) folder declares."""
+    from bertctl.tokenizer import MODEL_MAX_LENGTH
+
+    folder = tokenizer_path if tokenizer_path.is_dir() else tokenizer_path.parent
+    limit, source = MODEL_MAX_LENGTH, "BERT's position table"
+    declared = (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length"))
+    for name, field in declared:
+        try:
+            value = json.loads((folder / name).read_text(encoding="utf-8")).get(field)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and 0 < value < 1_000_000:
+            limit, source = value, f"{folder / name} ({field})"
+            break
+    if max_seq_length > limit:
+        raise UsageError(f"--max-seq-length {max_seq_length} is above the {limit} positions of {source}")
+
+
+def _inputs(cfg: CorpusConfig) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The expanded sources and their record for the manifest (path, bytes, sha256)."""
+    from bertctl.data.sources import expand_inputs
+
+    sources = expand_inputs(list(cfg.inputs))
+    inputs = []
+    for source in sources:
+        path = Path(str(source))
+        if path.is_file():
+            inputs.append({"path": str(path), "bytes": path.stat().st_size, "sha256": _file_sha256(path)})
+        else:
+            inputs.append({"dataset": str(source)})  # a datasets name: no file to digest
+    return sources, inputs
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _worker_count(workers: int) -> int:
+    if workers:
+        return workers
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _jobs(cfg: CorpusConfig, sources: list[Any], read: Any) -> Iterator[ShardJob]:
+    """Whole documents grouped into shards of about shard_size_mb of text, in input order."""
+    from bertctl.data.sources import iter_documents
+
+    limit = cfg.shard_size_mb * 1e6
+    shard, first, documents, nbytes = 0, 0, [], 0
+    for lines, size in iter_documents(sources, cfg.text_column, cfg.document_per_line, read):
+        documents.append(lines)
+        nbytes += size
+        if nbytes >= limit:
+            yield ShardJob(shard, first, documents, nbytes, read.bytes_read)
+            shard, first, documents, nbytes = shard + 1, first + len(documents), [], 0
+    if documents:
+        yield ShardJob(shard, first, documents, nbytes, read.bytes_read)
+
+
+# --- the main process: dispatch, progress, resume ----------------------------------------------------
+
+_Progress = tuple[int, int, int, int]  # shard index, input bytes read, documents, text bytes
+
+
+def _run_shards(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int, folder: Path,
+                total_bytes: int) -> dict[int, dict[str, dict[str, int]]]:
+    """Shard stats by index; finished shards of an interrupted build are reused, not rebuilt."""
+    from tqdm.auto import tqdm
+
+    done = {int(p.stem): json.loads(p.read_text(encoding="utf-8")) for p in folder.glob("[0-9]*.json")}
+    stats: dict[int, dict[str, dict[str, int]]] = {}
+    bar = tqdm(desc="corpus build", total=total_bytes or None, unit="B", unit_scale=True, unit_divisor=1000,
+               dynamic_ncols=True)
+    if done:
+        bar.write(f"resuming: {len(done)} finished shard(s) in {folder.parent} are reused")
+    seen = {"documents": 0, "text": 0}
+
+    def finish(progress: _Progress, result: dict[str, dict[str, int]]) -> None:
+        index, read_to, documents, text = progress
+        stats[index] = result
+        seen["documents"] += documents
+        seen["text"] += text
+        bar.update(max(0, read_to - bar.n))
+        bar.set_postfix(documents=seen["documents"], text=f"{seen['text'] / 1e6:.1f}MB", refresh=False)
+
+    with bar:
+        if workers == 1:
+            builder = ShardBuilder(settings)
+            for job in jobs:
+                finish(_progress(job), done.get(job.index) or builder.build(job))
+        else:
+            _run_pool(jobs, settings, workers, done, finish)
+    return stats
+
+
+def _progress(job: ShardJob) -> _Progress:
+    return job.index, job.read_to, len(job.documents), job.nbytes
+
+
+def _run_pool(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int, done: dict[int, Any],
+              finish: Callable[[_Progress, Any], None]) -> None:
+    """At most two shards per worker in flight, so reading never runs ahead of the workers."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    context = multiprocessing.get_context("spawn")  # never fork a process that holds tokenizer threads
+    pending: deque[tuple[_Progress, Any]] = deque()
+    try:
+        with ProcessPoolExecutor(workers, context, initializer=init_worker, initargs=(settings,)) as pool:
+            for job in jobs:
+                if job.index in done:
+                    finish(_progress(job), done[job.index])
+                    continue
+                pending.append((_progress(job), pool.submit(build_shard, job)))
+                while len(pending) > 2 * workers:
+                    progress, future = pending.popleft()
+                    finish(progress, future.result())
+            while pending:
+                progress, future = pending.popleft()
+                finish(progress, future.result())
+    except BrokenProcessPool:
+        raise BertctlError("corpus build: a worker process died (out of memory?); rerun to resume, "
+                           "or use fewer --workers") from None
+    finally:
+        for _, future in pending:
+            future.cancel()
+
+
+def _open_partial(out: Path, key: str) -> Path:
+    """OUT.partial/ for this exact build (same inputs, tokenizer and flags); any other one is discarded."""
+    partial = out.with_name(out.name + PARTIAL_SUFFIX)
+    try:
+        same = json.loads((partial / "build.json").read_text(encoding="utf-8"))["key"] == key
+    except (OSError, ValueError, KeyError):
+        same = False
+    if partial.exists() and not same:
+        _remove(partial)
+    (partial / "shards").mkdir(parents=True, exist_ok=True)
+    for leftover in (partial / "shards").glob("*.tmp"):
+        leftover.unlink()
+    write_json_atomic(partial / "build.json", {"key": key})
+    return partial
+
+
+def _counts(stats: dict[int, dict[str, dict[str, int]]], cfg: CorpusConfig) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {split: {} for split in SPLITS}
+    for index in sorted(stats):
+        for split in SPLITS:
+            for name, value in stats[index][split].items():
+                counts[split][name] = counts[split].get(name, 0) + value
+    train, validation = counts["train"], counts["validation"]
+    if not train.get("documents") and not validation.get("documents"):
+        raise UsageError(f"corpus build: the inputs hold no text ({' '.join(cfg.inputs)})")
+    if not train.get("instances"):
+        raise UsageError(f"corpus build: no training instances from {train.get('documents', 0)} document(s) "
+                         f"({validation.get('documents', 0)} held out by --validation-fraction); add text "
+                         "or lower --validation-fraction")
+    if cfg.validation_fraction > 0 and not validation.get("instances"):
+        raise UsageError("corpus build: --validation-fraction gave no validation instances; add documents")
+    return counts
+
+
+def _assemble(partial: Path, schema: Any, stats: dict[int, Any], splits: list[str], key: str) -> None:
+    """partial/corpus: datasets writes the DatasetDict's metadata, the shard files are its data files.
+
+    save_to_disk on empty splits writes dataset_dict.json, dataset_info.json and state.json; the shards,
+    already in save_to_disk's Arrow stream format, are hard-linked in and listed in state.json. This
+    avoids copying the corpus once more and keeps memory flat (no memory-mapped pass over all of it).
+    """
+    import datasets
+    from datasets.table import InMemoryTable
+
+    folder = partial / "corpus"
+    shutil.rmtree(folder, ignore_errors=True)
+    empty = {split: datasets.Dataset(InMemoryTable(schema.empty_table()), split=datasets.NamedSplit(split),
+                                     fingerprint=_digest([key, split])[:16]) for split in splits}
+    was_enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        datasets.DatasetDict(empty).save_to_disk(str(folder))
+    finally:
+        if was_enabled:
+            datasets.enable_progress_bars()
+    for split in splits:
+        shards = [i for i in sorted(stats) if stats[i][split].get("instances")]
+        names = [f"data-{k:05d}-of-{len(shards):05d}.arrow" for k in range(len(shards))]
+        for shard, name in zip(shards, names, strict=True):
+            source, target = partial / "shards" / f"{split}-{shard:06d}.arrow", folder / split / name
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copyfile(source, target)
+        state_path = folder / split / "state.json"
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        state["_data_files"] = [{"filename": name} for name in names]
+        state_path.write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+
+
+def _publish(partial: Path, out: Path) -> None:
+    """Rename the finished corpus into place (replacing an old one only now), then drop the partial folder."""
+    old = out.with_name(out.name + ".old")
+    if out.exists() or out.is_symlink():
+        _remove(old)
+        os.replace(out, old)
+    os.replace(partial / "corpus", out)
+    _remove(old)
+    _remove(partial)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+# --- reading a corpus --------------------------------------------------------------------------------
+
+def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
+    """(DatasetDict, manifest) of a built corpus; memory-mapped, so opening a large corpus is instant."""
+    import datasets
+
+    path = Path(path)
+    if not path.is_dir():
+        partial = path.with_name(path.name + PARTIAL_SUFFIX)
+        hint = (f"{partial} holds an interrupted build: rerun the same 'bertctl corpus build' to finish it"
+                if partial.is_dir() else "build one with 'bertctl corpus build INPUTS -t TOKENIZER -o DIR'")
+        raise UsageError(f"corpus {path} does not exist; {hint}")
+    try:
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise UsageError(f"{path} is not a bertctl corpus (no valid manifest.json); "
+                         "build one with 'bertctl corpus build'")
+    if manifest.get("format_version", 0) > FORMAT_VERSION:
+        raise UsageError(f"{path} was written by a newer bertctl ({manifest.get('bertctl_version')}); "
+                         "upgrade bertctl")
+    try:
+        dataset = datasets.load_from_disk(str(path))
+    except Exception as exc:  # datasets raises FileNotFoundError, ValueError... for damaged folders
+        raise BertctlError(f"cannot read corpus {path}: {str(exc).splitlines()[0]}") from None
+    return dataset, manifest
+
+
+def corpus_tokenizer(path: Path | str) -> Any:
+    """The tokenizer a corpus was built with (saved in CORPUS/tokenizer)."""
+    from bertctl.tokenizer import load_tokenizer
+
+    return load_tokenizer(Path(path) / "tokenizer")
+
+
+# --- inspect -----------------------------------------------------------------------------------------
+
+_LABEL_NAMES = {"mlm+nsp": ("IsNext", "NotNext"), "mlm+sop": ("InOrder", "Swapped")}
+
+
+def inspect_corpus(path: Path | str, num: int = 3) -> dict[str, Any]:
+    """Statistics per split and `num` decoded training instances with their masked positions marked."""
+    dataset, manifest = load_corpus(path)
+    report: dict[str, Any] = {key: manifest.get(key) for key in (
+        "objective", "masking", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq",
+        "whole_word_masking", "dupe_factor", "seed", "tokenizer_sha256")}
+    report = {"path": str(path), **report, "splits": {}}
+    for split in dataset:
+        counts = manifest["counts"].get(split, {})
+        stats = {"documents": counts.get("documents"), "sentences": counts.get("sentences"),
+                 **_table_stats(dataset[split].data.table, manifest)}
+        stats["short_share"] = round(counts.get("short_instances", 0) / max(1, stats["instances"]), 4)
+        if manifest["objective"] == "mlm+nsp":  # NotNext after a one-sentence chunk (no coin flip)
+            forced = counts.get("forced_notnext", 0)
+            stats["forced_notnext_share"] = round(forced / max(1, stats["instances"]), 4)
+        report["splits"][split] = stats
+    report["samples"] = _samples(dataset["train"], manifest, corpus_tokenizer(path), num) if num else []
+    return report
+
+
+def _table_stats(table: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Counts over the whole split, batch by batch (the table is memory-mapped)."""
+    import pyarrow.compute as pc
+
+    mask_id = manifest["special_ids"]["mask"]
+    totals = dict.fromkeys(("instances", "tokens", "label_1", "masked", "as_mask", "as_kept"), 0)
+    longest = 0
+    for batch in table.to_batches():
+        lengths = pc.list_value_length(batch.column("input_ids")).to_numpy()
+        totals["instances"] += len(lengths)
+        totals["tokens"] += int(lengths.sum())
+        longest = max(longest, int(lengths.max(initial=0)))
+        if "next_sentence_label" in batch.schema.names:
+            totals["label_1"] += int(pc.sum(batch.column("next_sentence_label")).as_py() or 0)
+        if "masked_lm_positions" in batch.schema.names:
+            ids = batch.column("input_ids")
+            starts = ids.offsets.to_numpy()[:-1] - ids.offsets[0].as_py()
+            positions = batch.column("masked_lm_positions")
+            rows = np.repeat(np.arange(len(lengths)), pc.list_value_length(positions).to_numpy())
+            shown = ids.flatten().to_numpy()[starts[rows] + positions.flatten().to_numpy().astype(np.int64)]
+            original = batch.column("masked_lm_ids").flatten().to_numpy()
+            totals["masked"] += len(shown)
+            totals["as_mask"] += int((shown == mask_id).sum())
+            totals["as_kept"] += int(((shown == original) & (shown != mask_id)).sum())
+    n, tokens = max(1, totals["instances"]), max(1, totals["tokens"])
+    padded = n * manifest["max_seq_length"]
+    stats: dict[str, Any] = {"instances": totals["instances"], "tokens": totals["tokens"],
+                             "mean_length": round(totals["tokens"] / n, 2), "max_length": longest,
+                             "padding_share": round(1 - totals["tokens"] / padded, 4)}
+    if manifest["objective"] in _LABEL_NAMES:
+        stats[f"{_LABEL_NAMES[manifest['objective']][1].lower()}_share"] = round(totals["label_1"] / n, 4)
+    if manifest["masking"] == "static":
+        masked = max(1, totals["masked"])
+        randoms = totals["masked"] - totals["as_mask"] - totals["as_kept"]
+        stats.update(masked_share=round(totals["masked"] / tokens, 4),
+                     mask_share=round(totals["as_mask"] / masked, 4), random_share=round(randoms / masked, 4),
+                     kept_share=round(totals["as_kept"] / masked, 4))
+    return stats
+
+
+def _samples(split: Any, manifest: dict[str, Any], tokenizer: Any, num: int) -> list[dict[str, Any]]:
+    """The first rows, rendered token by token; masked tokens as <shown|original>.
+
+    A dynamic corpus stores no masks, so its samples are masked here (seed 0) to show what the
+    pre-training collator does.
+    """
+    from bertctl.data.masking import mask_tokens, masking_options
+
+    names = _LABEL_NAMES.get(manifest["objective"])
+    options = masking_options(tokenizer, manifest["masked_lm_prob"], manifest["max_predictions_per_seq"],
+                              manifest["whole_word_masking"])
+    samples = []
+    for index, row in enumerate(split.select(range(min(num, len(split))))):
+        ids = np.asarray(row["input_ids"], dtype=np.int64)
+        if "masked_lm_positions" in row:
+            positions, originals = row["masked_lm_positions"], row["masked_lm_ids"]
+        else:
+            result = mask_tokens(ids, rng=np.random.default_rng(index), **options)
+            ids, positions, originals = result.input_ids, result.positions.tolist(), result.label_ids.tolist()
+        tokens = [tokenizer.id_to_token(int(i)) for i in ids]
+        for position, original in zip(positions, originals, strict=True):
+            tokens[position] = f"<{tokens[position]}|{tokenizer.id_to_token(int(original))}>"
+        sample = {"row": index, "length": len(ids), "text": " ".join(tokens), "masked": len(positions)}
+        if names is not None:
+            sample["label"] = names[row["next_sentence_label"]]
+        samples.append(sample)
+    return samples
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable form of `inspect_corpus`'s report."""
+    lines = [f"corpus {report['path']}: {report['objective']}, {report['masking']} masking, "
+             f"max_seq_length {report['max_seq_length']}, seed {report['seed']}"]
+    for split, stats in report["splits"].items():
+        lines.append(f"  {split}:")
+        lines += [f"    {key:<21} {value}" for key, value in stats.items()]
+    for sample in report["samples"]:
+        label = f" {sample['label']}" if "label" in sample else ""
+        lines.append(f"\n#{sample['row']}{label}, {sample['length']} tokens, {sample['masked']} masked "
+                     f"(<shown|original>{', example masks' if report['masking'] == 'dynamic' else ''}):")
+        lines.append(sample["text"])
+    return "\n".join(lines)

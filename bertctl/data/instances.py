@@ -1,0 +1,421 @@
+"""Pre-training instances from tokenised documents, with the semantics of Google's create_pretraining_data.py.
+
+A document is a flat array of token ids plus sentence offsets, so every segment is a slice and nothing is
+copied until an instance is assembled. Per document (see `document_instances`):
+
+- target length = max_seq_length - 3 (- 2 for `mlm`); with probability short_seq_prob one random target
+  in [2, max] for the whole document (Google draws it once per document, and so do we);
+- `mlm+nsp`: sentences are gathered until the target is reached; A = a random number of them; B = the rest
+  (IsNext, label 0) or, with probability 0.5 - always when there is only one sentence - text from another
+  document (NotNext, label 1), and the unused sentences go back to be read again;
+- `mlm+sop`: B is always A's real continuation; with probability 0.5 the two are swapped (label 1). A single
+  sentence is cut at a random point into A and B (ALBERT's code would fall back to a random document);
+- `mlm`: the document's tokens cut into contiguous full-length pieces, one segment, no label;
+- the longer of A and B loses a token from a random end until the pair fits (`_truncate`).
+
+The NotNext document is drawn uniformly from `pool` (the other documents of the same shard and split), so
+the result depends only on the shard, never on how shards are spread over worker processes.
+
+`ShardBuilder` is the worker side of `bertctl corpus build`: one shard of raw documents -> sentences ->
+token ids -> instances (generators seeded by seed, shard, split, dupe) -> shuffled -> static masks ->
+one Arrow file per split, plus a small JSON of counts that marks the shard as done.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertctl.config import CORPUS_OBJECTIVES as OBJECTIVES
+from bertctl.config import CorpusConfig, write_json_atomic
+from bertctl.data.sentences import split_sentences
+
+__all__ = ["OBJECTIVES", "SPLITS", "Document", "Instances", "Packed", "ShardBuilder", "ShardJob",
+           "ShardSettings", "build_shard", "document_instances", "init_worker", "mask_packed", "pack",
+           "shard_settings"]
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document: token ids of all its sentences end to end, and where each sentence starts."""
+
+    tokens: np.ndarray  # (N,) int32 token ids, no special tokens
+    bounds: np.ndarray  # (S + 1,) int64 offsets into tokens: sentence s is tokens[bounds[s]:bounds[s + 1]]
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.bounds) - 1
+
+
+@dataclass
+class Instances:
+    """Instances collected so far, as pieces to concatenate once (cheaper than one array per append)."""
+
+    pieces: list[np.ndarray] = field(default_factory=list)  # token ids of every instance, end to end
+    lengths: list[int] = field(default_factory=list)  # tokens per instance, specials included
+    first_segment: list[int] = field(default_factory=list)  # length of [CLS] A [SEP]: token type 0
+    labels: list[int] = field(default_factory=list)  # NSP/SOP label (1 = NotNext / swapped); 0 for mlm
+    short: list[bool] = field(default_factory=list)  # built with a short target length
+    forced: int = 0  # NotNext without a coin flip: A was the chunk's only sentence (Google's rule)
+
+    def add(self, cls_id: int, sep_id: int, a: np.ndarray, b: np.ndarray | None, label: int,
+            short: bool) -> None:
+        """Append `[CLS] A [SEP] B [SEP]` (or `[CLS] A [SEP]` when b is None)."""
+        self.pieces += [np.array([cls_id], np.int32), a, np.array([sep_id], np.int32)]
+        length = len(a) + 2
+        self.first_segment.append(length)
+        if b is not None:
+            self.pieces += [b, np.array([sep_id], np.int32)]
+            length += len(b) + 1
+        self.lengths.append(length)
+        self.labels.append(label)
+        self.short.append(short)
+
+
+def document_instances(out: Instances, documents: Sequence[Document], index: int, pool: Sequence[int], *,
+                       objective: str, max_seq_length: int, short_seq_prob: float, cls_id: int, sep_id: int,
+                       rng: np.random.Generator) -> None:
+    """Append the instances of documents[index] to out; NotNext draws from `pool` (sorted indices)."""
+    doc = documents[index]
+    max_tokens = max_seq_length - (2 if objective == "mlm" else 3)
+    short = bool(rng.random() < short_seq_prob)
+    target = int(rng.integers(2, max_tokens + 1)) if short else max_tokens
+    if objective == "mlm":
+        for lo in range(0, len(doc.tokens), target):
+            out.add(cls_id, sep_id, doc.tokens[lo:lo + target], None, 0, short)
+        return
+    bounds, start, i = doc.bounds, 0, 0
+    while i < doc.num_sentences:
+        if i == doc.num_sentences - 1 or bounds[i + 1] - bounds[start] >= target:
+            chunk = i + 1 - start
+            a_end = start + (1 if chunk == 1 else int(rng.integers(1, chunk)))
+            a = doc.tokens[bounds[start]:bounds[a_end]]
+            if objective == "mlm+sop":
+                pair = _sop_pair(a, doc.tokens[bounds[a_end]:bounds[i + 1]], chunk, rng)
+            elif chunk == 1 or rng.random() < 0.5:
+                pair = a, _random_continuation(documents, index, pool, target - len(a), rng), 1
+                out.forced += chunk == 1
+                i = a_end - 1  # the sentences after A were not used: read them again
+            else:
+                pair = a, doc.tokens[bounds[a_end]:bounds[i + 1]], 0
+            if pair is not None:
+                a, b, label = pair
+                a, b = _truncate(a, b, max_tokens, rng)
+                out.add(cls_id, sep_id, a, b, label, short)
+            start = i + 1
+        i += 1
+
+
+def _sop_pair(a: np.ndarray, b: np.ndarray, chunk: int, rng: np.random.Generator
+              ) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """A and its real continuation, swapped half the time (label 1); None when one token cannot be cut."""
+    if chunk == 1:
+        if len(a) < 2:
+            return None
+        cut = int(rng.integers(1, len(a)))
+        a, b = a[:cut], a[cut:]
+    if rng.random() < 0.5:
+        return b, a, 1
+    return a, b, 0
+
+
+def _random_continuation(documents: Sequence[Document], index: int, pool: Sequence[int], target: int,
+                         rng: np.random.Generator) -> np.ndarray:
+    """Sentences of another document from a random start until `target` tokens (Google's NotNext B)."""
+    at = bisect.bisect_left(pool, index)
+    own = at < len(pool) and pool[at] == index
+    others = len(pool) - own
+    if others:
+        pick = int(rng.integers(0, others))
+        other = documents[pool[pick + int(own and pick >= at)]]
+    else:
+        other = documents[index]  # no other document: Google's code falls back to the same one
+    begin = int(rng.integers(0, other.num_sentences))
+    reached = other.bounds[begin + 1:] - other.bounds[begin]
+    end = begin + 1 + min(int(np.searchsorted(reached, target)), len(reached) - 1)
+    return other.tokens[other.bounds[begin]:other.bounds[end]]
+
+
+def _truncate(a: np.ndarray, b: np.ndarray, max_tokens: int, rng: np.random.Generator
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Google's truncate_seq_pair without the loop: one coin per removed token, same order of events.
+
+    Google drops a token from the longer segment (B on a tie), from the front or the back by a coin flip,
+    until the pair fits. So the side of each step is known in advance: the longer one until both are equal,
+    then B, A, B, A ...; only the coins are random.
+    """
+    excess = len(a) + len(b) - max_tokens
+    if excess <= 0:
+        return a, b
+    front = rng.random(excess) < 0.5  # True: drop the first token, else the last
+    gap = min(abs(len(a) - len(b)), excess)
+    alternate_b, alternate_a = front[gap::2], front[gap + 1::2]
+    if len(a) > len(b):  # the first `gap` steps trim A
+        cut_a, front_a = gap + len(alternate_a), np.count_nonzero(front[:gap]) + np.count_nonzero(alternate_a)
+        cut_b, front_b = len(alternate_b), np.count_nonzero(alternate_b)
+    else:
+        cut_a, front_a = len(alternate_a), np.count_nonzero(alternate_a)
+        cut_b, front_b = gap + len(alternate_b), np.count_nonzero(front[:gap]) + np.count_nonzero(alternate_b)
+    return a[front_a:len(a) - (cut_a - front_a)], b[front_b:len(b) - (cut_b - front_b)]
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A shard's instances as flat arrays plus row offsets (the layout of Arrow list columns)."""
+
+    input_ids: np.ndarray  # (N,) token ids of all instances end to end
+    offsets: np.ndarray  # (R + 1,) int64 row starts into input_ids / token_type_ids
+    token_type_ids: np.ndarray  # (N,) int8: 0 for [CLS] A [SEP], 1 for B [SEP]
+    labels: np.ndarray  # (R,) int8 NSP/SOP label
+    short: np.ndarray  # (R,) bool: built with a short target length
+    masked_positions: np.ndarray | None = None  # (M,) positions of the masked tokens (static masking)
+    masked_ids: np.ndarray | None = None  # (M,) their original ids
+    masked_offsets: np.ndarray | None = None  # (R + 1,) int64 row starts into the two above
+
+
+def pack(instances: Instances, rng: np.random.Generator) -> Packed:
+    """Concatenate the collected instances in a random order (Google shuffles all instances at the end)."""
+    lengths = np.asarray(instances.lengths, dtype=np.int64)
+    old_offsets = np.concatenate([[0], np.cumsum(lengths)])
+    order = rng.permutation(len(lengths))
+    lengths = lengths[order]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    flat = np.concatenate(instances.pieces) if instances.pieces else np.zeros(0, np.int32)
+    shift = np.repeat(old_offsets[:-1][order] - offsets[:-1], lengths)
+    position = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
+    first = np.repeat(np.asarray(instances.first_segment, dtype=np.int64)[order], lengths)
+    return Packed(input_ids=flat[np.arange(offsets[-1]) + shift], offsets=offsets,
+                  token_type_ids=(position >= first).astype(np.int8),
+                  labels=np.asarray(instances.labels, dtype=np.int8)[order],
+                  short=np.asarray(instances.short, dtype=bool)[order])
+
+
+def mask_packed(packed: Packed, mask: Callable[..., Any], pad_id: int, rng: np.random.Generator,
+                block: int = 2048) -> Packed:
+    """Static masking: run `mask` (masking.mask_tokens with its options bound) over padded blocks of rows."""
+    ids = packed.input_ids.copy()
+    rows = len(packed.offsets) - 1
+    positions, originals, counts = [], [], []
+    for lo in range(0, rows, block):
+        starts, lengths = packed.offsets[lo:lo + block + 1][:-1], np.diff(packed.offsets[lo:lo + block + 1])
+        width = int(lengths.max())
+        index = starts[:, None] + np.arange(width)
+        valid = np.arange(width) < lengths[:, None]
+        padded = np.where(valid, packed.input_ids[np.minimum(index, len(ids) - 1)], pad_id)
+        result = mask(padded, rng=rng)
+        ids[index[valid]] = result.input_ids[valid]
+        kept = result.positions >= 0
+        positions.append(result.positions[kept])
+        originals.append(result.label_ids[kept])
+        counts.append(kept.sum(axis=1))
+    count = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+    return dataclasses.replace(
+        packed, input_ids=ids,
+        masked_positions=np.concatenate(positions) if positions else np.zeros(0, np.int64),
+        masked_ids=np.concatenate(originals) if originals else np.zeros(0, np.int64),
+        masked_offsets=np.concatenate([[0], np.cumsum(count)]))
+
+
+# --- shards: raw documents -> instances -> Arrow files (runs in the worker processes) --------------
+
+SPLITS = ("train", "validation")
+ENCODE_BATCH = 4096  # sentences per tokenizers call
+
+
+def is_validation(document: int, fraction: float) -> bool:
+    """Evenly spaced held-out documents (0, 1/F, 2/F ...): no randomness, exactly the asked share."""
+    return fraction > 0 and math.ceil((document + 1) * fraction) > math.ceil(document * fraction)
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Raw text of consecutive documents: what a worker turns into one shard."""
+
+    index: int  # shard number, in input order
+    first_document: int  # global index of its first document
+    documents: list[list[str]]  # lines of each document
+    nbytes: int  # UTF-8 bytes of its text
+    read_to: int  # input bytes read (on disk) when the shard was complete, for progress
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    """Everything a worker needs (picklable: spawned processes receive it once)."""
+
+    cfg: CorpusConfig
+    tokenizer_json: str  # the exact tokenizers pipeline of the main process
+    schema: Any  # pyarrow schema with datasets' feature metadata
+    masking: dict[str, Any] | None  # mask_tokens options for static masking
+    cls_id: int
+    sep_id: int
+    pad_id: int
+    mask_id: int
+    folder: str  # where shard files go
+
+
+def shard_settings(cfg: CorpusConfig, tokenizer: Any, folder: Path) -> ShardSettings:
+    """Column types (compact: uint16 ids when the vocabulary allows) and masking options, decided once."""
+    from datasets import Features, List, Value
+
+    from bertctl.data.masking import masking_options
+
+    id_type = "uint16" if tokenizer.vocab_size <= 65536 else "int32"
+    columns = {"input_ids": List(Value(id_type)), "token_type_ids": List(Value("int8"))}
+    if cfg.objective != "mlm":
+        columns["next_sentence_label"] = Value("int8")
+    masking = None
+    if cfg.masking == "static":
+        columns["masked_lm_positions"] = List(Value("uint16"))
+        columns["masked_lm_ids"] = List(Value(id_type))
+        masking = masking_options(tokenizer, cfg.masked_lm_prob, cfg.max_predictions_per_seq,
+                                  cfg.whole_word_masking)
+    return ShardSettings(cfg, tokenizer.backend.to_str(), Features(columns).arrow_schema, masking,
+                         tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id, str(folder))
+
+
+class ShardBuilder:
+    """Sentences -> tokens -> instances -> (static masks) -> one Arrow file per split."""
+
+    def __init__(self, settings: ShardSettings) -> None:
+        from tokenizers import Tokenizer
+
+        self.s = settings
+        self.backend = Tokenizer.from_str(settings.tokenizer_json)
+        self.backend.encode_special_tokens = True  # "[SEP]" in the text is text, as in Google's tokenizer
+
+    def build(self, job: ShardJob) -> dict[str, dict[str, int]]:
+        documents = self._tokenize(job)
+        fraction = self.s.cfg.validation_fraction
+        stats = {}
+        for split_id, split in enumerate(SPLITS):
+            members = [i for i, doc in enumerate(documents) if doc.num_sentences
+                       and is_validation(job.first_document + i, fraction) == bool(split_id)]
+            stats[split] = self._split(job.index, split_id, documents, members)
+        write_json_atomic(Path(self.s.folder) / f"{job.index:06d}.json", stats)  # the shard is done
+        return stats
+
+    def _tokenize(self, job: ShardJob) -> list[Document]:
+        """Documents of sentence token ids; sentences that tokenise to nothing are dropped, as Google does."""
+        from itertools import chain
+
+
+        texts, per_document = [], []
+        for lines in job.documents:
+            if self.s.cfg.split_sentences:
+                sentences = [s for line in lines for s in split_sentences(line)]
+            else:
+                sentences = [line.strip() for line in lines if line.strip()]
+            per_document.append(len(sentences))
+            texts += sentences
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        ids: list[list[int]] = []
+        for lo in range(0, len(texts), ENCODE_BATCH):
+            ids += [e.ids for e in encode(texts[lo:lo + ENCODE_BATCH], add_special_tokens=False)]
+        lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+        flat = np.fromiter(chain.from_iterable(ids), np.int32, count=int(lengths.sum()))
+        documents, sentence, token = [], 0, 0
+        for count in per_document:
+            kept = lengths[sentence:sentence + count]
+            kept = kept[kept > 0]
+            bounds = np.concatenate([[0], np.cumsum(kept)])
+            documents.append(Document(flat[token:token + int(bounds[-1])], bounds))
+            sentence, token = sentence + count, token + int(bounds[-1])
+        return documents
+
+    def _split(self, shard: int, split_id: int, documents: list[Document], members: list[int]
+               ) -> dict[str, int]:
+        from functools import partial
+
+        from bertctl.data.masking import mask_tokens
+
+        cfg = self.s.cfg
+
+        def rng(purpose: int, dupe: int = 0) -> np.random.Generator:
+            return np.random.default_rng([cfg.seed, shard, split_id, dupe, purpose])
+
+        collected = Instances()
+        for dupe in range(cfg.dupe_factor):
+            generator = rng(0, dupe)
+            for index in members:
+                document_instances(collected, documents, index, members, objective=cfg.objective,
+                                   max_seq_length=cfg.max_seq_length, short_seq_prob=cfg.short_seq_prob,
+                                   cls_id=self.s.cls_id, sep_id=self.s.sep_id, rng=generator)
+        stats = {"documents": len(members), "sentences": sum(documents[i].num_sentences for i in members),
+                 "tokens": sum(len(documents[i].tokens) for i in members),
+                 "instances": len(collected.lengths), "forced_notnext": collected.forced}
+        if not collected.lengths:
+            return stats
+        packed = pack(collected, rng(1))
+        if self.s.masking is not None:
+            packed = mask_packed(packed, partial(mask_tokens, **self.s.masking), self.s.pad_id, rng(2))
+        self._write(packed, Path(self.s.folder) / f"{SPLITS[split_id]}-{shard:06d}.arrow")
+        return {**stats, **packed_stats(packed, self.s.mask_id)}
+
+    def _write(self, packed: Packed, path: Path) -> None:
+        """One Arrow stream file (the format datasets' save_to_disk writes), through a temp name."""
+        import pyarrow as pa
+
+        schema = self.s.schema
+        offsets = pa.array(packed.offsets.astype(np.int32))
+        id_type = schema.field("input_ids").type.value_type
+        columns = {"input_ids": pa.ListArray.from_arrays(offsets, pa.array(packed.input_ids, id_type)),
+                   "token_type_ids": pa.ListArray.from_arrays(offsets, pa.array(packed.token_type_ids)),
+                   "next_sentence_label": pa.array(packed.labels)}
+        if packed.masked_offsets is not None:
+            masked = pa.array(packed.masked_offsets.astype(np.int32))
+            columns["masked_lm_positions"] = pa.ListArray.from_arrays(
+                masked, pa.array(packed.masked_positions.astype(np.uint16)))
+            columns["masked_lm_ids"] = pa.ListArray.from_arrays(masked, pa.array(packed.masked_ids, id_type))
+        table = pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
+        tmp = path.with_name(path.name + ".tmp")
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            writer.write_table(table, max_chunksize=1000)
+        os.replace(tmp, path)
+
+
+def packed_stats(packed: Packed, mask_id: int) -> dict[str, int]:
+    """Counts for the manifest: instance tokens, labels, short targets, and what the static masks show."""
+    lengths = np.diff(packed.offsets)
+    stats = {"instance_tokens": int(lengths.sum()), "label_1": int(packed.labels.sum()),
+             "short_instances": int(packed.short.sum())}
+    if packed.masked_offsets is not None:
+        rows = np.repeat(np.arange(len(lengths)), np.diff(packed.masked_offsets))
+        shown = packed.input_ids[packed.offsets[rows] + packed.masked_positions]
+        as_mask = shown == mask_id
+        kept = ~as_mask & (shown == packed.masked_ids)
+        stats.update(masked=len(shown), masked_as_mask=int(as_mask.sum()), masked_as_kept=int(kept.sum()),
+                     masked_as_random=int((~as_mask & ~kept).sum()))
+    return stats
+
+
+_BUILDER: ShardBuilder | None = None
+
+
+def init_worker(settings: ShardSettings) -> None:
+    """Set up a worker process: its builder, no tokenizer threads, and an exit when the parent dies."""
+    global _BUILDER
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
+    _BUILDER = ShardBuilder(settings)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A killed main process (kill -9) never closes the work queue, so its workers would wait forever."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def build_shard(job: ShardJob) -> dict[str, dict[str, int]]:
+    assert _BUILDER is not None
+    return _BUILDER.build(job)

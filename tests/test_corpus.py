@@ -1,0 +1,294 @@
+"""`corpus build` / `inspect` on generated text: layout, statistics, Google's semantics, determinism."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertctl.cli import app
+from bertctl.config import CorpusConfig
+from bertctl.corpus import build_corpus, inspect_corpus, load_corpus
+from bertctl.errors import UsageError
+from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
+
+_LETTERS = itertools.product("abcdefghijklmnoprstuvw", repeat=4)
+BASES = ["".join(letters) for letters in itertools.islice(_LETTERS, 3000)]
+SUFFIXES = ["xq", "xz", "yq", "zy"]  # letters no base has, so 'base+suffix' is always two pieces
+VOCAB = [*SPECIAL_TOKENS, ".", *BASES, *(f"##{s}" for s in SUFFIXES)]
+FIRST_BASE = VOCAB.index(BASES[0])
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("corpus_data")
+    BertTokenizer.from_vocab(VOCAB, lowercase=True).save(root / "tok")
+    rng = np.random.default_rng(0)
+    (root / "prose.txt").write_text(_prose(rng, documents=500), encoding="utf-8")
+    (root / "small.txt").write_text(_prose(rng, documents=40), encoding="utf-8")
+    (root / "ordered.txt").write_text(_ordered(documents=40), encoding="utf-8")
+    return {"root": root, "tok": root / "tok", "prose": root / "prose.txt", "small": root / "small.txt",
+            "ordered": root / "ordered.txt"}
+
+
+def _prose(rng: np.random.Generator, documents: int) -> str:
+    """Paragraphs of sentences ("Word word wordxq."), a blank line between documents."""
+    docs = []
+    for _ in range(documents):
+        paragraphs = []
+        for _ in range(rng.integers(8, 16)):
+            sentences = []
+            for _ in range(rng.integers(3, 7)):
+                words = [BASES[i] + (SUFFIXES[i % 4] if i % 3 == 0 else "")
+                         for i in rng.integers(0, 3000, rng.integers(3, 7))]
+                sentences.append(" ".join(words).capitalize() + ".")
+            paragraphs.append(" ".join(sentences))
+        docs.append("\n".join(paragraphs))
+    return "\n\n".join(docs) + "\n"
+
+
+def _ordered(documents: int) -> str:
+    """Google's format (a sentence a line); every token id is larger than all before it in the file."""
+    words = iter(BASES)
+    return "\n\n".join("\n".join(" ".join(next(words) for _ in range(6)) for _ in range(8))
+                       for _ in range(documents)) + "\n"
+
+
+def build(data: dict[str, Path], out: str, source: str = "prose", **flags) -> tuple[object, dict]:
+    flags = {"max_seq_length": 64, "workers": 1, **flags}
+    cfg = CorpusConfig(inputs=(str(data[source]),), tokenizer=data["tok"], out=data["root"] / out, **flags)
+    build_corpus(cfg)
+    return load_corpus(cfg.out)
+
+
+def rows(dataset) -> list[dict]:
+    return dataset.to_list()
+
+
+def test_static_corpus_layout_and_statistics(data) -> None:
+    corpus, manifest = build(data, "static", masking="static", validation_fraction=0.1)
+    assert set(corpus) == {"train", "validation"}
+    features = corpus["train"].features
+    assert features["input_ids"].feature.dtype == "uint16" == features["masked_lm_ids"].feature.dtype
+    assert features["token_type_ids"].feature.dtype == "int8" == features["next_sentence_label"].dtype
+    assert sorted(p.name for p in (data["root"] / "static").iterdir()) == [
+        "dataset_dict.json", "manifest.json", "tokenizer", "train", "validation"]
+    assert not (data["root"] / "static.partial").exists()
+    for key in ("tokenizer_sha256", "max_seq_length", "objective", "masking", "masked_lm_prob", "seed",
+                "max_predictions_per_seq", "whole_word_masking", "counts", "inputs", "bertctl_version"):
+        assert key in manifest
+    assert manifest["inputs"][0]["sha256"] and manifest["inputs"][0]["bytes"] == data["prose"].stat().st_size
+    assert manifest["tokenizer_sha256"] == BertTokenizer.from_vocab(VOCAB).sha256()
+    assert manifest["counts"]["validation"]["documents"] == 50  # every 10th document, evenly spaced
+
+    shown = kept = masked = 0
+    train = rows(corpus["train"])
+    assert len(train) > 3000
+    for row in train:
+        ids, types = row["input_ids"], row["token_type_ids"]
+        original = list(ids)
+        for position, token in zip(row["masked_lm_positions"], row["masked_lm_ids"], strict=True):
+            original[position] = token
+        assert len(ids) <= 64 and ids[0] == 2 and ids[-1] == 3
+        assert original.count(3) == 2 and 0 not in original
+        first_sep = original.index(3)
+        assert types == [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
+        positions, originals = row["masked_lm_positions"], row["masked_lm_ids"]
+        assert len(positions) == min(20, max(1, round(len(ids) * 0.15)))
+        assert positions == sorted(positions) and 0 not in positions and first_sep not in positions
+        assert len(ids) - 1 not in positions and not set(originals) & {0, 2, 3}
+        for position, original in zip(positions, originals, strict=True):
+            masked += 1
+            shown += ids[position] == 4
+            kept += ids[position] == original
+    assert abs(shown / masked - 0.8) < 0.03 and abs(kept / masked - 0.1) < 0.03
+    # NotNext is a coin flip, except after a one-sentence chunk where Google's rule forces it (short targets
+    # make those common): the flips are 50/50, the forced ones push the total a little above.
+    forced = manifest["counts"]["train"]["forced_notnext"]
+    notnext = sum(row["next_sentence_label"] for row in train)
+    assert abs((notnext - forced) / (len(train) - forced) - 0.5) < 0.03
+    assert 0 < forced < 0.15 * len(train)
+
+    stats = inspect_corpus(data["root"] / "static", num=2)
+    split = stats["splits"]["train"]
+    assert split["instances"] == len(train)
+    assert split["masked_share"] == pytest.approx(masked / split["tokens"], abs=1e-4)
+    assert split["mask_share"] == pytest.approx(shown / masked, abs=1e-4)
+    assert 0 < split["short_share"] < 0.3 and 0 < split["padding_share"] < 0.5
+    assert len(stats["samples"]) == 2 and "<[MASK]|" in stats["samples"][0]["text"]
+
+
+@pytest.mark.parametrize("objective", ["mlm+nsp", "mlm+sop", "mlm"])
+def test_instances_follow_the_objective(data, objective: str) -> None:
+    """On text whose ids only grow, the order of A and B and the document they come from are visible."""
+    corpus, _ = build(data, f"ordered-{objective}", "ordered", objective=objective, split_sentences=False,
+                      max_seq_length=32)
+    document = lambda token: (token - FIRST_BASE) // 48  # noqa: E731 - 48 words per generated document
+    labels = []
+    for row in rows(corpus["train"]):
+        ids = row["input_ids"]
+        if objective == "mlm":
+            assert "next_sentence_label" not in row and set(row["token_type_ids"]) == {0}
+            assert ids.count(3) == 1 and ids[-1] == 3
+            body = ids[1:-1]
+            assert body == sorted(body) and document(body[0]) == document(body[-1])
+            continue
+        sep = ids.index(3)
+        a, b = ids[1:sep], ids[sep + 1:-1]
+        assert a and b and len(ids) <= 32
+        label = row["next_sentence_label"]
+        labels.append(label)
+        assert a == sorted(a) and b == sorted(b)
+        if label == 0:
+            assert max(a) < min(b) and document(a[0]) == document(b[0])
+        elif objective == "mlm+sop":
+            assert min(a) > max(b) and document(a[0]) == document(b[0])
+        else:
+            assert document(a[0]) != document(b[0])
+    if objective != "mlm":
+        assert 0.4 < np.mean(labels) < 0.65
+    else:
+        body = sum(len(row["input_ids"]) - 2 for row in rows(corpus["train"]))
+        assert body == 40 * 48  # contiguous pieces cover every token exactly once
+
+
+def test_same_bytes_for_any_worker_count(data) -> None:
+    for workers in (1, 2):
+        build(data, f"w{workers}", "small", masking="static", workers=workers, shard_size_mb=0.02,
+              validation_fraction=0.2)
+    one, two = data["root"] / "w1", data["root"] / "w2"
+    files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert len([f for f in files if f.suffix == ".arrow"]) > 3  # several shards
+    assert files == sorted(p.relative_to(two) for p in two.rglob("*") if p.is_file())
+    for name in files:
+        assert (one / name).read_bytes() == (two / name).read_bytes(), name
+
+
+def test_static_is_dynamic_plus_masks(data) -> None:
+    static, _ = build(data, "s", "small", masking="static", dupe_factor=2)
+    dynamic, manifest = build(data, "d", "small", masking="dynamic", dupe_factor=2)
+    assert set(dynamic["train"].column_names) == {"input_ids", "token_type_ids", "next_sentence_label"}
+    assert manifest["masking"] == "dynamic"
+    for masked, plain in zip(rows(static["train"]), rows(dynamic["train"]), strict=True):
+        restored = list(masked["input_ids"])
+        for position, original in zip(masked["masked_lm_positions"], masked["masked_lm_ids"], strict=True):
+            restored[position] = original
+        assert restored == plain["input_ids"] and masked["token_type_ids"] == plain["token_type_ids"]
+        assert masked["next_sentence_label"] == plain["next_sentence_label"]
+
+
+def test_whole_word_masking_keeps_words_whole(data) -> None:
+    corpus, manifest = build(data, "wwm", "small", masking="static", whole_word_masking=True)
+    assert manifest["whole_word_masking"] is True
+    pieces = {VOCAB.index(f"##{s}") for s in SUFFIXES}
+    continued = 0
+    for row in rows(corpus["train"]):
+        original = list(row["input_ids"])
+        for position, token in zip(row["masked_lm_positions"], row["masked_lm_ids"], strict=True):
+            original[position] = token
+        masked = set(row["masked_lm_positions"])
+        for i in range(1, len(original)):
+            if original[i] in pieces and original[i - 1] not in (2, 3):  # a word's second piece
+                assert (i in masked) == (i - 1 in masked)
+                if i in masked:
+                    continued += 1
+                    assert (row["input_ids"][i] == 4) == (row["input_ids"][i - 1] == 4)  # one decision
+    assert continued > 100
+
+
+def test_resume_reuses_finished_shards(data, monkeypatch) -> None:
+    from bertctl.data import instances
+
+    reference, _ = build(data, "uninterrupted", "small", shard_size_mb=0.02)
+    real_build, calls = instances.ShardBuilder.build, []
+
+    def interrupted(self, job):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(job.index)
+        return real_build(self, job)
+
+    monkeypatch.setattr(instances.ShardBuilder, "build", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build(data, "resumed", "small", shard_size_mb=0.02)
+    assert not (data["root"] / "resumed").exists() and (data["root"] / "resumed.partial").is_dir()
+    calls.clear()
+    monkeypatch.setattr(instances.ShardBuilder, "build", lambda self, job: calls.append(job.index) or
+                        real_build(self, job))
+    resumed, _ = build(data, "resumed", "small", shard_size_mb=0.02)
+    assert calls and min(calls) == 2  # shards 0 and 1 came from the partial folder
+    assert rows(resumed["train"]) == rows(reference["train"])
+
+
+def test_cli_build_and_inspect(data) -> None:
+    runner = CliRunner()
+    out = data["root"] / "cli"
+    args = ["corpus", "build", str(data["small"]), "--tokenizer", str(data["tok"]), "--out", str(out),
+            "--max-seq-length", "48", "--masking", "static", "--workers", "1", "--objective", "mlm+sop"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "training instances" in result.output
+    result = runner.invoke(app, ["corpus", "inspect", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["objective"] == "mlm+sop" and 0.4 < report["splits"]["train"]["swapped_share"] < 0.6
+    assert report["splits"]["train"]["max_length"] <= 48
+    text = runner.invoke(app, ["corpus", "inspect", str(out), "--num", "1"]).stdout
+    assert "<[MASK]|" in text and ("InOrder" in text or "Swapped" in text)
+    again = runner.invoke(app, args)
+    assert again.exit_code == 2 and "--overwrite" in again.output
+    assert runner.invoke(app, [*args, "--overwrite"]).exit_code == 0
+
+
+def test_one_sentence_documents_and_tables(data) -> None:
+    """Google pairs a lone sentence with another document's text (NotNext); table rows are documents."""
+    lonely = data["root"] / "lonely.txt"
+    lonely.write_text("\n\n".join(" ".join(BASES[i:i + 5]) for i in range(0, 300, 5)), encoding="utf-8")
+    cfg = CorpusConfig(inputs=(str(lonely),), tokenizer=data["tok"], out=data["root"] / "lonely-out",
+                       workers=1)
+    manifest = build_corpus(cfg)
+    corpus, _ = load_corpus(cfg.out)
+    assert manifest["counts"]["train"]["documents"] == 60
+    assert {row["next_sentence_label"] for row in rows(corpus["train"])} == {1}
+    table = data["root"] / "rows.jsonl"
+    table.write_text("\n".join(json.dumps({"body": " ".join(BASES[i:i + 9]) + ". Next [MASK] [SEP] one."})
+                               for i in range(0, 900, 9)), encoding="utf-8")
+    cfg = CorpusConfig(inputs=(str(table),), tokenizer=data["tok"], out=data["root"] / "table-out", workers=1,
+                       text_column="body")
+    assert build_corpus(cfg)["counts"]["train"]["documents"] == 100
+    for row in rows(load_corpus(cfg.out)[0]["train"]):  # "[MASK]" and "[SEP]" in the text are plain text
+        assert 4 not in row["input_ids"] and row["input_ids"].count(3) == 2
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"inputs": ("EMPTY",)}, "no text"),
+    ({"tokenizer": Path("/nonexistent/tok")}, "tokenizer"),
+    ({"max_seq_length": 1024}, "above the 512 positions"),
+    ({"inputs": ("/nonexistent/*.txt",)}, "nothing matched"),
+    ({"validation_fraction": 0.99}, "no training instances"),
+])
+def test_bad_input_fails_with_one_line_and_leaves_nothing(data, change, message) -> None:
+    empty = data["root"] / "empty.txt"
+    empty.write_text("\n\n  \n", encoding="utf-8")
+    values = {"inputs": (str(data["small"]),), "tokenizer": data["tok"], "out": data["root"] / "bad",
+              "workers": 1, **change}
+    values["inputs"] = tuple(str(empty) if i == "EMPTY" else i for i in values["inputs"])
+    with pytest.raises(UsageError, match=message) as error:
+        build_corpus(CorpusConfig(**values))
+    assert "\n" not in str(error.value)
+    assert not (data["root"] / "bad").exists() and not (data["root"] / "bad.partial").exists()
+
+
+def test_bad_flags_and_unreadable_corpora(data) -> None:
+    with pytest.raises(UsageError, match="--objective"):
+        CorpusConfig(objective="nsp")
+    with pytest.raises(UsageError, match="--masked-lm-prob"):
+        CorpusConfig(masked_lm_prob=0)
+    with pytest.raises(UsageError, match="does not exist"):
+        load_corpus(data["root"] / "missing")
+    with pytest.raises(UsageError, match="not a bertctl corpus"):
+        load_corpus(data["tok"])

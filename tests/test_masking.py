@@ -1,0 +1,135 @@
+"""The one masking function: Google's counts, 80/10/10, specials untouched, whole words, batch = rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bertctl.data.masking import IGNORE_INDEX, continuation_mask, mask_tokens, mlm_labels
+
+PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
+VOCAB = 1000
+CONTINUES = np.arange(VOCAB) >= 600  # ids 600.. are '##' pieces
+OPTIONS = {"special_ids": (CLS, SEP, PAD), "pad_id": PAD, "vocab_size": VOCAB, "mask_id": MASK,
+           "masked_lm_prob": 0.15, "max_predictions_per_seq": 20}
+
+
+def batch(rows: int = 2000, width: int = 128, seed: int = 0) -> np.ndarray:
+    """[CLS] A [SEP] B [SEP] rows of random lengths, padded; a third of the tokens are ## pieces."""
+    rng = np.random.default_rng(seed)
+    ids = np.full((rows, width), PAD, dtype=np.uint16)
+    for row, length in enumerate(rng.integers(8, width + 1, rows)):
+        ids[row, :length] = rng.integers(5, VOCAB, length)
+        ids[row, [0, length // 2, length - 1]] = (CLS, SEP, SEP)
+    return ids
+
+
+def test_number_to_predict_follows_google() -> None:
+    ids = batch()
+    result = mask_tokens(ids, rng=np.random.default_rng(1), **OPTIONS)
+    real = (ids != PAD).sum(axis=1)
+    expected = np.minimum(20, np.maximum(1, [round(n * 0.15) for n in real]))  # Python's round: half to even
+    assert ((result.positions >= 0).sum(axis=1) == expected).all()
+    assert result.positions.shape == (len(ids), 20)
+
+
+def test_specials_never_masked_and_labels_are_the_originals() -> None:
+    ids = batch()
+    result = mask_tokens(ids, rng=np.random.default_rng(2), **OPTIONS)
+    rows, slots = np.nonzero(result.positions >= 0)
+    positions = result.positions[rows, slots]
+    assert not np.isin(ids[rows, positions], (CLS, SEP, PAD)).any()
+    assert (ids[rows, positions] == result.label_ids[rows, slots]).all()
+    untouched = np.ones(ids.shape, dtype=bool)
+    untouched[rows, positions] = False
+    assert (result.input_ids[untouched] == ids[untouched]).all()
+    assert result.input_ids.dtype == ids.dtype
+    assert (np.diff(result.positions, axis=1)[result.positions[:, 1:] >= 0] > 0).all()  # sorted per row
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_80_10_10(whole_word: bool) -> None:
+    ids = batch()
+    result = mask_tokens(ids, rng=np.random.default_rng(3), is_continuation=CONTINUES if whole_word else None,
+                         **OPTIONS)
+    rows, slots = np.nonzero(result.positions >= 0)
+    shown = result.input_ids[rows, result.positions[rows, slots]]
+    original = result.label_ids[rows, slots]
+    as_mask, kept = (shown == MASK).mean(), (shown == original).mean()
+    assert len(shown) > 20000
+    assert abs(as_mask - 0.8) < 0.03 and abs(kept - 0.1) < 0.03 and abs(1 - as_mask - kept - 0.1) < 0.03
+
+
+def test_random_tokens_span_the_whole_vocabulary() -> None:
+    ids = batch()
+    result = mask_tokens(ids, rng=np.random.default_rng(4), **{**OPTIONS, "masked_lm_prob": 1.0,
+                                                               "max_predictions_per_seq": 128})
+    rows, slots = np.nonzero(result.positions >= 0)
+    shown = result.input_ids[rows, result.positions[rows, slots]]
+    randoms = shown[(shown != MASK) & (shown != result.label_ids[rows, slots])]
+    assert randoms.min() < 5 and randoms.max() >= VOCAB - 3  # special ids too, as in Google's code
+    assert abs(np.mean(randoms < VOCAB // 2) - 0.5) < 0.03
+
+
+def test_whole_words_stay_whole_with_one_decision_per_word() -> None:
+    ids = batch(rows=500)
+    result = mask_tokens(ids, rng=np.random.default_rng(5), is_continuation=CONTINUES, **OPTIONS)
+    chosen = mlm_labels(result.positions, result.label_ids, ids.shape[1]) != IGNORE_INDEX
+    words = 0
+    for row in range(len(ids)):
+        start = None
+        for col in range(ids.shape[1] + 1):
+            continues = col < ids.shape[1] and CONTINUES[ids[row, col]] and start is not None
+            if continues:
+                continue
+            if start is not None:  # the word [start, col) is chosen entirely or not at all
+                span = chosen[row, start:col]
+                assert span.all() or not span.any()
+                if span.all():
+                    words += 1
+                    shown = result.input_ids[row, start:col]
+                    assert (shown == MASK).all() or not (shown == MASK).any()
+            special = col == ids.shape[1] or ids[row, col] in (CLS, SEP, PAD)
+            start = None if special else col
+    assert words > 1000
+
+
+def test_budget_skips_words_that_do_not_fit() -> None:
+    """A word longer than what is left is skipped (not cut); shorter ones later still fit."""
+    ids = np.array([CLS, 10, 700, 701, 702, 703, 11, 12, SEP])  # real tokens 9 -> budget round(1.35) = 1
+    for seed in range(20):
+        result = mask_tokens(ids, rng=np.random.default_rng(seed), is_continuation=CONTINUES, **OPTIONS)
+        assert len(result.positions) == 1 and result.positions[0] in (6, 7)
+
+
+def test_one_row_equals_its_own_batch_and_torch_input_works() -> None:
+    row = batch(rows=1)[0]
+    single = mask_tokens(row, rng=np.random.default_rng(6), **OPTIONS)
+    tensor = torch.from_numpy(row.astype(np.int64))[None]
+    as_batch = mask_tokens(tensor, rng=np.random.default_rng(6), **OPTIONS)
+    assert (single.input_ids == as_batch.input_ids[0]).all()
+    kept = as_batch.positions[0] >= 0
+    assert (single.positions == as_batch.positions[0][kept]).all()
+    assert (single.label_ids == as_batch.label_ids[0][kept]).all()
+
+
+def test_same_seed_same_masks_and_edge_rows() -> None:
+    ids = batch(rows=50)
+    first = mask_tokens(ids, rng=np.random.default_rng(7), **OPTIONS)
+    again = mask_tokens(ids, rng=np.random.default_rng(7), **OPTIONS)
+    assert (first.input_ids == again.input_ids).all() and (first.positions == again.positions).all()
+    nothing = mask_tokens(np.array([CLS, SEP, PAD]), rng=np.random.default_rng(0), **OPTIONS)
+    assert len(nothing.positions) == 0 and list(nothing.input_ids) == [CLS, SEP, PAD]
+    with pytest.raises(ValueError, match="shape"):
+        mask_tokens(np.zeros((2, 2, 2), dtype=int), rng=np.random.default_rng(0), **OPTIONS)
+
+
+def test_labels_helper() -> None:
+    assert mlm_labels(np.array([1, 3]), np.array([50, 60]), 5).tolist() == [-100, 50, -100, 60, -100]
+    labels = mlm_labels(np.array([[2, -1], [0, 4]]), np.array([[7, -1], [8, 9]]), 5)
+    assert labels.tolist() == [[-100, -100, 7, -100, -100], [8, -100, -100, -100, 9]]
+
+
+def test_continuation_mask() -> None:
+    assert continuation_mask(["[PAD]", "the", "##s", "#", "##"]).tolist() == [False, False, True, False, True]
