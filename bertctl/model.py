@@ -153,6 +153,11 @@ class ModelOutput:
     pooled: Tensor | None = None
 
 
+def _classifier(cfg: BertConfig, outputs: int, dropout: float | None) -> tuple[nn.Dropout, nn.Linear]:
+    """Dropout (classifier_dropout, else the hidden dropout) and the linear layer of a classification head."""
+    return nn.Dropout(cfg.hidden_dropout_prob if dropout is None else dropout), nn.Linear(cfg.hidden_size, outputs)
+
+
 class BertTaskModel(nn.Module):
     """Base for the heads: owns the encoder, applies BERT's initialisation to everything it holds."""
 
@@ -251,8 +256,7 @@ class BertForSequenceClassification(BertTaskModel):
     def __init__(self, cfg: BertConfig, num_labels: int = 2, classifier_dropout: float | None = None) -> None:
         super().__init__(cfg)
         self.num_labels = num_labels
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob if classifier_dropout is None else classifier_dropout)
-        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+        self.dropout, self.classifier = _classifier(cfg, num_labels, classifier_dropout)
         self.init_weights()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> ModelOutput:
@@ -271,8 +275,7 @@ class BertForTokenClassification(BertTaskModel):
     def __init__(self, cfg: BertConfig, num_labels: int = 2, classifier_dropout: float | None = None) -> None:
         super().__init__(cfg)
         self.num_labels = num_labels
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob if classifier_dropout is None else classifier_dropout)
-        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+        self.dropout, self.classifier = _classifier(cfg, num_labels, classifier_dropout)
         self.init_weights()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> ModelOutput:
@@ -315,8 +318,7 @@ class BertForMultipleChoice(BertTaskModel):
 
     def __init__(self, cfg: BertConfig, classifier_dropout: float | None = None) -> None:
         super().__init__(cfg)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob if classifier_dropout is None else classifier_dropout)
-        self.classifier = nn.Linear(cfg.hidden_size, 1)
+        self.dropout, self.classifier = _classifier(cfg, 1, classifier_dropout)
         self.init_weights()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> ModelOutput:
