@@ -65,11 +65,11 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                                             "corpus_manifest": manifest, "resumed_from": str(resume_from or "")})
         _trim_metrics(run, step)
     train_model: nn.Module = model
-    if cfg.compile:
-        train_model = torch.compile(train_model)
     if env.world_size > 1:
         ids = [env.device.index] if env.device.type == "cuda" else None
         train_model = nn.parallel.DistributedDataParallel(train_model, device_ids=ids)
+    if cfg.compile:  # after DDP, so the compiler sees its bucket boundaries
+        train_model = torch.compile(train_model)
 
     masking = None
     if manifest["masking"] == "dynamic":
@@ -90,7 +90,9 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     batches = iter(loader)
     with training.GracefulStop() as stop:
         while step < cfg.steps:
-            micro_batches = [_to_device(next(batches), env.device) for _ in range(accum)]
+            host_batches = [next(batches) for _ in range(accum)]
+            tokens = sum(int(b["attention_mask"].sum()) for b in host_batches) * env.world_size
+            micro_batches = [_to_device(b, env.device) for b in host_batches]
             lr = cfg.lr * training.lr_factor(step, cfg.steps, cfg.warmup(), cfg.schedule)
             training.set_lr(optimizer, lr)
             model.train()
@@ -98,7 +100,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                                              precision, scaler, cfg.clip)
             step += 1
             samples_seen += cfg.batch_size
-            speed.add(sum(int(b["attention_mask"].sum()) for b in micro_batches) * env.world_size)
+            speed.add(tokens)
             bad_in_row = bad_in_row + 1 if result.skipped else 0
             bad_total += int(result.skipped)
             if bad_in_row >= cfg.max_bad_steps:

@@ -171,3 +171,18 @@ def test_two_gloo_processes_give_the_losses_of_one(corpus, tmp_path):
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert sorted(a) == sorted(b) == list(range(1, 7))
     assert max(abs(a[s] - b[s]) for s in a) < 1e-4
+
+
+def test_quick_start_runs_end_to_end_and_fill_uses_it(tmp_path):
+    run = tmp_path / "quick"
+    result = CliRunner().invoke(app, ["pretrain", "--out", str(run), "--steps", "2", "--log-every", "1",
+                                      "--num-workers", "0"])
+    assert result.exit_code == 0, result.output
+    assert f"bertctl fill --model {run / 'final'}" in result.stdout
+    assert sorted(p.name for p in (run / "data").iterdir()) == ["corpus", "tokenizer"]
+    manifest = json.loads((run / "data" / "corpus" / "manifest.json").read_text())
+    assert manifest["counts"]["train"]["documents"] > 250 and manifest["objective"] == "mlm+nsp"
+    assert json.loads((run / "run.json").read_text())["config"]["model_config"] == "mini"
+    filled = CliRunner().invoke(app, ["fill", "--model", str(run / "final"), "--json", "she was [MASK] to see him."])
+    assert filled.exit_code == 0, filled.output
+    assert len(json.loads(filled.stdout)["predictions"][0]) == 5
