@@ -1,0 +1,332 @@
+"""`bertctl evaluate glue`: score a fine-tuned model on a GLUE task's dev set(s).
+
+Also the pieces every sentence(-pair) classification recipe shares, so fine-tuning, evaluation and
+prediction turn text into the same inputs: encoding with BERT's pair truncation, batches padded to their
+longest example (dynamic padding), and predictions in the examples' order.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from bertctl import training
+from bertctl.checkpoint import Checkpoint, build_model, read_checkpoint
+from bertctl.data.glue import Examples, GlueTask, get_task, read_split
+from bertctl.errors import UsageError
+from bertctl.fill import check_vocab, pick_device
+from bertctl.metrics import compute_task_metrics
+from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+
+DEFAULT_MAX_SEQ_LENGTH = 128
+DEFAULT_EVAL_BATCH_SIZE = 128
+
+
+@dataclass(frozen=True)
+class Features:
+    """Encoded examples: `[CLS] A [SEP] (B [SEP])` ids and segment ids per example, unpadded."""
+
+    input_ids: list[np.ndarray]
+    token_type_ids: list[np.ndarray]
+    lengths: np.ndarray  # (N,) tokens per example
+    labels: np.ndarray | None  # (N,) class ids (int64) or scores (float32); None for test sets
+    truncated: int  # examples that were cut to fit max_seq_length
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[list[int], list[int] | None]:
+    """Google's `_truncate_seq_pair`: drop the last token of the longer text until both fit together."""
+    if b is None:
+        return a[:max_tokens], None
+    a, b = list(a), list(b)
+    while len(a) + len(b) > max_tokens:
+        (a if len(a) > len(b) else b).pop()
+    return a, b
+
+
+def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length: int) -> Features:
+    """Tokenize every text in one batched call each, truncate pairs as BERT does, add [CLS]/[SEP]."""
+    pieces_a = [e.ids for e in tokenizer.encode_batch(examples.text_a, add_special_tokens=False)]
+    pieces_b: list[Any] = [None] * len(pieces_a)
+    if examples.text_b is not None:
+        pieces_b = [e.ids for e in tokenizer.encode_batch(examples.text_b, add_special_tokens=False)]
+    room = max_seq_length - (3 if examples.text_b is not None else 2)
+    cls, sep = tokenizer.cls_id, tokenizer.sep_id
+    ids, types, truncated = [], [], 0
+    for a, b in zip(pieces_a, pieces_b, strict=True):
+        short_a, short_b = truncate_pair(a, b, room)
+        truncated += len(short_a) + len(short_b or ()) < len(a) + len(b or ())
+        first = [cls, *short_a, sep]
+        second = [*short_b, sep] if short_b is not None else []
+        ids.append(np.asarray(first + second, dtype=np.int64))
+        types.append(np.asarray([0] * len(first) + [1] * len(second), dtype=np.int64))
+    labels = None
+    if examples.labels is not None:
+        regression = any(isinstance(v, float) for v in examples.labels)
+        labels = np.asarray(examples.labels, dtype=np.float32 if regression else np.int64)
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    return Features(ids, types, lengths, labels, truncated)
+
+
+def collate(features: Features, rows: np.ndarray, pad_id: int, with_labels: bool = True) -> dict[str, Tensor]:
+    """The given rows padded to the longest of them, not to max_seq_length."""
+    lengths = features.lengths[rows]
+    width = int(lengths.max())
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    types = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, : lengths[i]] = features.input_ids[row]
+        types[i, : lengths[i]] = features.token_type_ids[row]
+    mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)  # (B, T): 1 on real tokens
+    batch = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(types),
+             "attention_mask": torch.from_numpy(mask)}
+    if with_labels and features.labels is not None:
+        batch["labels"] = torch.from_numpy(features.labels[rows])
+    return batch
+
+
+def eval_order(lengths: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:
+    """Rows longest first in fixed-size chunks: least padding, and the same batches on every call."""
+    order = np.argsort(-lengths, kind="stable")
+    for start in range(0, len(order), batch_size):
+        yield order[start: start + batch_size]
+
+
+@torch.inference_mode()
+def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size: int, device: torch.device,
+                   precision: str) -> np.ndarray:
+    """(N, num_labels) float32 logits in the examples' order."""
+    model.eval()
+    out: np.ndarray | None = None
+    for rows in eval_order(features.lengths, batch_size):
+        batch = {k: v.to(device) for k, v in collate(features, rows, pad_id, with_labels=False).items()}
+        with training.autocast(precision, device):
+            logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
+        logits = logits.float().cpu().numpy()
+        if out is None:
+            out = np.empty((len(features), logits.shape[1]), dtype=np.float32)
+        out[rows] = logits
+    assert out is not None  # Features are never empty: the readers refuse files without examples
+    return out
+
+
+def to_predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
+    """Class ids (argmax) or the single regression output."""
+    return logits[:, 0].astype(np.float64) if regression else logits.argmax(axis=1)
+
+
+def score(task: Any, model: nn.Module, features: dict[str, Features], pad_id: int, batch_size: int,
+          device: torch.device, precision: str) -> dict[str, dict[str, float]]:
+    """The task's metrics on every given split: {split: {metric: value}}."""
+    results = {}
+    for split, feats in features.items():
+        predictions = to_predictions(predict_logits(model, feats, pad_id, batch_size, device, precision),
+                                     task.is_regression)
+        results[split] = compute_task_metrics(task, predictions.tolist(), feats.labels.tolist())
+    return results
+
+
+# --- fine-tuned model folders ------------------------------------------------------------------------
+
+def resolve_model_folder(path: Path | str) -> Path:
+    """A model folder, or a multi-seed run folder (its results.json names the best seed's model)."""
+    folder = Path(path)
+    results = folder / "results.json"
+    if not (folder / "config.json").is_file() and results.is_file():
+        best = json.loads(results.read_text(encoding="utf-8")).get("best_model")
+        if best:
+            return folder / best
+    return folder
+
+
+def load_classifier(path: Path | str, task: Any) -> tuple[nn.Module, BertTokenizer, Checkpoint]:
+    """A fine-tuned sequence classifier for `task`, refusing folders that cannot score it."""
+    folder = resolve_model_folder(path)
+    ckpt = read_checkpoint(folder)
+    if "classifier" not in ckpt.parts or ckpt.architecture != "BertForSequenceClassification":
+        raise UsageError(f"{folder} has no sequence-classification head (it is a {ckpt.architecture}); "
+                         f"fine-tune it first: bertctl finetune glue {task.name} --model {folder} ...")
+    if not has_tokenizer(folder):
+        raise UsageError(f"{folder} has no tokenizer (tokenizer.json or vocab.txt); copy the fine-tuning "
+                         "tokenizer files into it")
+    tokenizer = load_tokenizer(folder)
+    check_vocab(ckpt.config.vocab_size, tokenizer, folder)
+    model = build_model(ckpt, "BertForSequenceClassification")
+    _check_labels(ckpt, model.num_labels, task, folder)
+    return model, tokenizer, ckpt
+
+
+def _check_labels(ckpt: Checkpoint, num_labels: int, task: Any, folder: Path) -> None:
+    if num_labels != task.num_labels:
+        raise UsageError(f"{folder} predicts {num_labels} output(s) but {task.name} needs {task.num_labels}; "
+                         f"give a model fine-tuned on {task.name}")
+    names = ckpt.labels or []
+    generic = all(name == f"LABEL_{i}" for i, name in enumerate(names))
+    if task.label_names and not generic and tuple(names) != tuple(task.label_names):
+        raise UsageError(f"{folder} has the labels {', '.join(names)} but {task.name} has "
+                         f"{', '.join(task.label_names)}; give a model fine-tuned on {task.name}")
+
+
+@dataclass
+class Scorer:
+    """A fine-tuned classifier ready to score a task, with the settings its run used."""
+
+    model: nn.Module
+    tokenizer: BertTokenizer
+    max_seq_length: int
+    batch_size: int
+
+
+def open_scorer(path: Path | str, task: Any, max_seq_length: int | None, batch_size: int | None) -> Scorer:
+    """The model in `path` (a multi-seed run: its best seed) for `task`; max_seq_length and batch size are
+    the flags, else the fine-tuning run's (its run.json), else the defaults."""
+    folder = resolve_model_folder(path)
+    model, tokenizer, _ = load_classifier(folder, task)
+    saved: dict[str, Any] = {}
+    if (folder / "run.json").is_file():
+        saved = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("config", {})
+    max_len = max_seq_length or saved.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH
+    if max_len > model.config.max_position_embeddings:
+        raise UsageError(f"--max-seq-length {max_len}: the model takes at most "
+                         f"{model.config.max_position_embeddings} tokens")
+    batch_size = batch_size or saved.get("eval_batch_size") or DEFAULT_EVAL_BATCH_SIZE
+    return Scorer(model, tokenizer, max_len, batch_size)
+
+
+def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, split: str = "dev",
+                  batch_size: int | None = None, max_seq_length: int | None = None, device: str | None = None,
+                  precision: str = "auto") -> dict[str, dict[str, float]]:
+    """{split: {metric: value}} on the task's labelled split(s); MNLI's `dev` is matched and mismatched.
+
+    With the fine-tuning run's settings (read from the folder's run.json) this gives exactly the numbers
+    in its eval_results.json.
+    """
+    task = get_task(task)
+    if task.predicted_by:
+        raise UsageError(f"{task.name} has only an unlabelled test set; predict it with a "
+                         f"{task.predicted_by} model: bertctl predict glue {task.name} "
+                         f"--model RUN_OF_{task.predicted_by.upper()} ...")
+    splits = task.eval_splits(split)
+    if split.startswith("test"):
+        raise UsageError(f"--split {split}: GLUE test sets have no labels; "
+                         f"use bertctl predict glue {task.name}")
+    scorer = open_scorer(model, task, max_seq_length, batch_size)
+    features = {s: encode_examples(scorer.tokenizer, read_split(task, s, data), scorer.max_seq_length)
+                for s in splits}
+    run_on = pick_device(device)
+    return score(task, scorer.model.to(run_on), features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
+                 training.resolve_precision(precision, run_on))
+
+
+def print_results(task: str, results: dict[str, dict[str, float]], as_json: bool = False) -> None:
+    """One JSON object, or one line per split and metric."""
+    task = get_task(task).name
+    if as_json:
+        sys.stdout.write(json.dumps({"task": task, **results}) + "\n")
+        return
+    for split, metrics in results.items():
+        for name, value in metrics.items():
+            sys.stdout.write(f"{task} {split} {name}: {value:.4f}\n")
+
+
+# --- results over seeds and tasks ------------------------------------------------------------------
+
+def main_score(task: Any, scores: dict[str, dict[str, float]]) -> float:
+    """The main metric on the first dev split (MNLI: matched): what picks the best epoch and seed."""
+    return next(iter(scores.values()))[task.main_metric]
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+
+
+def summarize(task: Any, runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Per split and metric: mean, sample std, median over the seeds; the best seed by the main metric."""
+    scores = {seed: {s: run[s] for s in run if isinstance(run[s], dict)} for seed, run in runs.items()}
+    splits = list(next(iter(scores.values())))
+    best = max(scores, key=lambda seed: main_score(task, scores[seed]) if splits else 0.0)
+    summary: dict[str, Any] = {"task": task.name, "main_metric": task.main_metric, "seeds": list(runs),
+                               "best_seed": best}
+    if len(runs) > 1:
+        summary["best_model"] = f"seed-{best}"
+    summary["runs"] = {str(seed): s for seed, s in scores.items()}
+    summary["summary"] = {split: {name: _spread([scores[seed][split][name] for seed in scores])
+                                  for name in task.metrics} for split in splits}
+    return summary
+
+
+def _cell(stats: dict[str, Any], key: str = "mean") -> str:
+    text = f"{100 * stats[key]:.1f}"
+    return text + (f"±{100 * stats['std']:.1f}" if key == "mean" and len(stats["values"]) > 1 else "")
+
+
+def seeds_markdown(summary: dict[str, Any]) -> str:
+    seeds = ", ".join(map(str, summary["seeds"]))
+    lines = [f"# {summary['task']}: {len(summary['seeds'])} seeds ({seeds})", "",
+             "| split | metric | mean ± std | median | min | max |", "|---|---|---|---|---|---|"]
+    for split, metrics in summary["summary"].items():
+        for name, stats in metrics.items():
+            lines.append(f"| {split} | {name} | {_cell(stats)} | {_cell(stats, 'median')} | "
+                         f"{_cell(stats, 'min')} | {_cell(stats, 'max')} |")
+    lines += ["", f"Best seed by {summary['main_metric']}: {summary['best_seed']}. Values × 100.", ""]
+    return "\n".join(lines)
+
+
+# The BERT paper's Table 1 columns: (header, task, dev split); WNLI is shown but, as in the paper, not
+# averaged.
+PAPER_COLUMNS = (("MNLI-m", "mnli", "dev_matched"), ("MNLI-mm", "mnli", "dev_mismatched"),
+                 ("QQP", "qqp", "dev"), ("QNLI", "qnli", "dev"), ("SST-2", "sst2", "dev"),
+                 ("CoLA", "cola", "dev"), ("STS-B", "stsb", "dev"), ("MRPC", "mrpc", "dev"),
+                 ("RTE", "rte", "dev"), ("WNLI", "wnli", "dev"))
+
+
+def glue_table(summaries: dict[str, dict[str, Any]], sizes: dict[str, int], system: str) -> dict[str, Any]:
+    """Table 1 of the paper from dev results: each task's main metric × 100; Average over every column
+    but WNLI, MNLI-m and MNLI-mm counting separately (which is how the paper's averages add up)."""
+    per_seed: dict[str, list[float]] = {}
+    for header, task, split in PAPER_COLUMNS:
+        summary = summaries[task]
+        main = summary["main_metric"]
+        per_seed[header] = [summary["runs"][str(seed)][split][main] for seed in summary["seeds"]]
+    averaged = [h for h, _, _ in PAPER_COLUMNS if h != "WNLI"]
+    per_seed["Average"] = [statistics.fmean(values)
+                           for values in zip(*(per_seed[h] for h in averaged), strict=True)]
+    return {"system": system, "split": "dev", "train_examples": sizes,
+            "columns": {header: _spread(values) for header, values in per_seed.items()}}
+
+
+def _size(n: int) -> str:
+    return str(n) if n < 1000 else f"{n / 1000:.1f}k" if n < 10_000 else f"{round(n / 1000)}k"
+
+
+def glue_markdown(table: dict[str, Any]) -> str:
+    cols = table["columns"]
+    headers = ["MNLI-(m/mm)", "QQP", "QNLI", "SST-2", "CoLA", "STS-B", "MRPC", "RTE", "WNLI", "Average"]
+    sizes = [_size(table["train_examples"][task])
+             for _, task, split in PAPER_COLUMNS if split != "dev_mismatched"]
+    rows = [["", *sizes, "-"]]
+    for key, label in (("mean", table["system"]), ("median", "median")):
+        cells = [f"{_cell(cols['MNLI-m'], key)}/{_cell(cols['MNLI-mm'], key)}"]
+        cells += [_cell(cols[h], key) for h in headers[1:]]
+        rows.append([label, *cells])
+        if len(cols["Average"]["values"]) == 1:
+            break
+    lines = ["| System | " + " | ".join(headers) + " |", "|---" * (len(headers) + 1) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    seeds = len(cols["Average"]["values"])
+    lines += ["", f"GLUE dev sets, {seeds} seed(s){' (mean±std, then median)' if seeds > 1 else ''}. F1 for "
+              "QQP and MRPC, Spearman for STS-B, Matthews corr. for CoLA, accuracy for the others. Average "
+              "leaves out WNLI, as the paper does; the second row gives the training examples.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,335 @@
+"""Fine-tuning, evaluation and prediction: a tiny BERT on tiny synthetic GLUE data in the official layouts, CPU."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from glue_fixtures import FILLER, KEYWORDS_3, write_glue_data
+from typer.testing import CliRunner
+
+from bertctl.checkpoint import save_model
+from bertctl.cli import app
+from bertctl.config import BertConfig, FinetuneConfig
+from bertctl.data.glue import TASKS, get_task
+from bertctl.evaluate import Features, collate, evaluate_glue, truncate_pair
+from bertctl.finetune import finetune_classify, finetune_glue, train_batches
+from bertctl.model import BertForMaskedLM
+from bertctl.predict import predict_glue
+from bertctl.tokenizer import BertTokenizer
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "'", "s", '"',
+         *[w for w in FILLER if w not in ("'s", '"')], *KEYWORDS_3, "yes", "no"]
+RUN_FILES = {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "tokenizer_config.json",
+             "special_tokens_map.json", "eval_results.json", "run.json", "metrics.jsonl"}
+FAST = {"lr": 5e-3, "batch_size": 16, "max_seq_length": 32, "eval_batch_size": 16, "log_every": 4}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model's matmuls gain nothing from a second thread, and lose a lot when the cores are busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _encoder(folder: Path, vocab_size: int = len(VOCAB)) -> Path:
+    """A random 2-layer BERT with an MLM head and no pooler, as pre-training with `--objective mlm` leaves it."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    return save_model(BertForMaskedLM(config), folder, BertTokenizer.from_vocab(VOCAB))
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> Path:
+    return _encoder(tmp_path_factory.mktemp("model") / "encoder")
+
+
+@pytest.fixture(scope="module")
+def glue(tmp_path_factory) -> Path:
+    return write_glue_data(tmp_path_factory.mktemp("glue"), n_train=128, n_dev=48, n_test=12)
+
+
+@pytest.fixture(scope="module")
+def small_glue(tmp_path_factory) -> Path:
+    return write_glue_data(tmp_path_factory.mktemp("small_glue"), n_train=16, n_dev=8, n_test=6, seed=1)
+
+
+def _cli(*args: str | Path):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def sst2_run(encoder, glue, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "sst2"
+    result = _cli("finetune", "glue", "sst2", "--model", encoder, "--data", glue, "--out", out, "--lr", "2e-3",
+                  "--epochs", "6", "--batch-size", "8", "--max-seq-length", "32", "--eval-batch-size", "16",
+                  "--log-every", "4", "--seeds", "7")
+    assert result.exit_code == 0, result.output
+    assert "new classifier head (2 output(s)); the pooler is new too" in result.stderr
+    return out
+
+
+def test_sst2_learns_the_rule_and_writes_a_complete_run_folder(sst2_run):
+    assert {p.name for p in sst2_run.iterdir()} - {"tensorboard"} == RUN_FILES  # event files if installed
+    assert not [p for p in sst2_run.parent.iterdir() if p.name.startswith(".")]  # no work folder left behind
+    results = json.loads((sst2_run / "eval_results.json").read_text())
+    assert results["dev"]["accuracy"] >= 0.9  # chance is 0.5
+    assert (results["task"], results["main_metric"], results["seed"]) == ("sst2", "accuracy", 7)
+    rows = [json.loads(line) for line in (sst2_run / "metrics.jsonl").read_text().splitlines()]
+    epochs = [row for row in rows if "dev_accuracy" in row]
+    assert [row["epoch"] for row in epochs] == [1, 2, 3, 4, 5, 6]
+    assert max(row["dev_accuracy"] for row in epochs) == results["dev"]["accuracy"]
+    assert epochs[results["best_epoch"] - 1]["dev_accuracy"] == results["dev"]["accuracy"]
+    assert all({"loss", "accuracy", "lr", "grad_norm"} <= set(row) for row in rows if "dev_accuracy" not in row)
+    run = json.loads((sst2_run / "run.json").read_text())
+    assert run["config"]["lr"] == 2e-3 and run["config"]["max_seq_length"] == 32 and run["steps"] == 96
+    assert run["warmup_steps"] == 10 and run["fresh_heads"] == ["classifier", "pooler"]
+    config = json.loads((sst2_run / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"] and config["id2label"] == {"0": "0", "1": "1"}
+
+
+def test_evaluate_reproduces_eval_results_exactly(sst2_run, glue):
+    results = json.loads((sst2_run / "eval_results.json").read_text())
+    assert evaluate_glue("sst2", sst2_run, glue) == {"dev": results["dev"]}
+    shown = _cli("evaluate", "glue", "SST-2", "--model", sst2_run, "--data", glue, "--json")
+    assert shown.exit_code == 0 and len(shown.stdout.strip().splitlines()) == 1
+    assert json.loads(shown.stdout) == {"task": "sst2", "dev": results["dev"]}
+
+
+def test_transformers_loads_the_run_as_a_sequence_classifier(sst2_run):
+    transformers = pytest.importorskip("transformers")
+    from bertctl.checkpoint import load_model
+
+    theirs = transformers.BertForSequenceClassification.from_pretrained(sst2_run).eval()
+    ours = load_model(sst2_run).eval()
+    ids = torch.tensor([[2, 9, 10, 28, 3, 0], [2, 30, 9, 11, 12, 3]])
+    mask = (ids != 0).long()
+    torch.testing.assert_close(theirs(input_ids=ids, attention_mask=mask).logits, ours(ids, None, mask).logits,
+                               atol=1e-5, rtol=1e-4)
+
+
+def test_same_seed_gives_the_same_bytes(encoder, small_glue, tmp_path):
+    names = ("model.safetensors", "eval_results.json", "run.json", "config.json")
+
+    def run(seed: int) -> dict[str, bytes]:
+        out = finetune_glue(FinetuneConfig(model=encoder, data=str(small_glue), task="rte", out=tmp_path / "rte",
+                                           epochs=2, seeds=(seed,), group_by_length=True, overwrite=True, **FAST))
+        return {name: (out / name).read_bytes() for name in names}
+
+    first, again, other = run(3), run(3), run(4)
+    assert first == again
+    assert first["model.safetensors"] != other["model.safetensors"]
+
+
+@pytest.mark.parametrize("task", ["mnli", "cola"])
+def test_three_classes_on_pairs_and_headerless_cola_learn_above_chance(encoder, glue, tmp_path, task):
+    settings = {**FAST, "lr": 2e-3, "batch_size": 8}
+    out = finetune_glue(FinetuneConfig(model=encoder, data=str(glue), task=task, out=tmp_path / task, epochs=6,
+                                       seeds=(1,), **settings))
+    results = json.loads((out / "eval_results.json").read_text())
+    if task == "mnli":
+        assert results["dev_matched"]["accuracy"] >= 0.5 and results["dev_mismatched"]["accuracy"] >= 0.5
+    else:
+        assert results["dev"]["matthews_correlation"] >= 0.5  # chance is 0
+
+
+# --- every task: glue all, its table, evaluation and a full submission ----------------------------------
+
+@pytest.fixture(scope="module")
+def all_run(encoder, small_glue, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("all") / "glue"
+    finetune_glue(FinetuneConfig(model=encoder, data=str(small_glue), task="all", out=out, epochs=1, **FAST))
+    return out
+
+
+@pytest.mark.parametrize("name", [t for t in TASKS if t != "ax"])
+def test_every_task_is_scored_with_its_metrics_and_evaluate_agrees(all_run, small_glue, name):
+    task = get_task(name)
+    results = json.loads((all_run / name / "eval_results.json").read_text())
+    splits = task.eval_splits("dev")
+    assert splits == (("dev_matched", "dev_mismatched") if name == "mnli" else ("dev",))
+    for split in splits:
+        assert tuple(results[split]) == task.metrics
+    assert evaluate_glue(name, all_run / name, small_glue) == {s: results[s] for s in splits}
+    config = json.loads((all_run / name / "config.json").read_text())
+    assert config["problem_type"] == ("regression" if name == "stsb" else "single_label_classification")
+
+
+def test_glue_all_writes_the_papers_table(all_run):
+    assert {p.name for p in all_run.iterdir()} == {*[t for t in TASKS if t != "ax"], "results.json", "results.md"}
+    table = json.loads((all_run / "results.json").read_text())
+    columns = table["columns"]
+    assert list(columns) == ["MNLI-m", "MNLI-mm", "QQP", "QNLI", "SST-2", "CoLA", "STS-B", "MRPC", "RTE", "WNLI",
+                             "Average"]
+    rte = json.loads((all_run / "rte" / "eval_results.json").read_text())
+    assert columns["RTE"]["mean"] == rte["dev"]["accuracy"]
+    assert columns["STS-B"]["mean"] == table["tasks"]["stsb"]["runs"]["42"]["dev"]["spearman"]
+    averaged = [columns[c]["mean"] for c in columns if c not in ("WNLI", "Average")]
+    assert columns["Average"]["mean"] == pytest.approx(statistics.fmean(averaged))
+    lines = (all_run / "results.md").read_text().splitlines()
+    assert lines[0] == "| System | MNLI-(m/mm) | QQP | QNLI | SST-2 | CoLA | STS-B | MRPC | RTE | WNLI | Average |"
+    assert lines[2] == "|  | 16 | 16 | 16 | 16 | 16 | 16 | 16 | 16 | 16 | - |"
+    mnli = json.loads((all_run / "mnli" / "eval_results.json").read_text())
+    assert lines[3].split(" | ")[1] == f"{100 * mnli['dev_matched']['accuracy']:.1f}/" \
+                                      f"{100 * mnli['dev_mismatched']['accuracy']:.1f}"
+
+
+def test_predict_all_writes_a_full_submission(all_run, small_glue, tmp_path):
+    result = _cli("predict", "glue", "all", "--model", all_run, "--data", small_glue, "--out", tmp_path / "sub")
+    assert result.exit_code == 0, result.output
+    files = {p.name for p in (tmp_path / "sub").iterdir()}
+    assert files == {"CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv", "MNLI-mm.tsv",
+                     "QNLI.tsv", "RTE.tsv", "WNLI.tsv", "AX.tsv"}
+    for name in files:
+        lines = (tmp_path / "sub" / name).read_text(encoding="utf-8").split("\n")
+        assert lines[0] == "index\tprediction" and lines[-1] == ""
+        rows = [line.split("\t") for line in lines[1:-1]]
+        assert [index for index, _ in rows] == [str(i) for i in range(6)]
+        values = [value for _, value in rows]
+        if name == "STS-B.tsv":
+            assert all(0.0 <= float(v) <= 5.0 and len(v.split(".")[1]) == 3 for v in values)
+        else:
+            task = {"MNLI-m.tsv": "mnli", "MNLI-mm.tsv": "mnli", "AX.tsv": "ax"}.get(name)
+            labels = get_task(task or next(t for t in TASKS if TASKS[t].files[-1].submission == name)).label_names
+            assert set(values) <= set(labels)
+
+
+def test_ax_is_predicted_with_the_mnli_model_only(all_run, small_glue, tmp_path):
+    assert [p.name for p in predict_glue("ax", all_run / "mnli", small_glue, tmp_path)] == ["AX.tsv"]
+    refused = _cli("predict", "glue", "ax", "--model", all_run / "rte", "--data", small_glue, "--out", tmp_path / "x")
+    assert refused.exit_code == 2 and "needs 3" in refused.stderr and not (tmp_path / "x").exists()
+
+
+# --- seeds, user tables ------------------------------------------------------------------------------------
+
+def test_seeds_give_mean_std_median_and_the_best_seed_is_evaluated(encoder, small_glue, tmp_path):
+    out = finetune_glue(FinetuneConfig(model=encoder, data=str(small_glue), task="mrpc", out=tmp_path / "mrpc",
+                                       epochs=1, seeds=(1, 2, 3), **FAST))
+    assert {p.name for p in out.iterdir()} == {"seed-1", "seed-2", "seed-3", "results.json", "results.md"}
+    summary = json.loads((out / "results.json").read_text())
+    f1 = [json.loads((out / f"seed-{s}" / "eval_results.json").read_text())["dev"]["f1"] for s in (1, 2, 3)]
+    stats = summary["summary"]["dev"]["f1"]
+    assert stats["values"] == f1 and stats["mean"] == pytest.approx(statistics.fmean(f1))
+    assert stats["std"] == pytest.approx(statistics.stdev(f1)) and stats["median"] == statistics.median(f1)
+    best = summary["best_seed"]
+    assert summary["best_model"] == f"seed-{best}" and f1[best - 1] == max(f1)
+    assert evaluate_glue("mrpc", out, small_glue)["dev"] == summary["runs"][str(best)]["dev"]
+    assert "| dev | f1 |" in (out / "results.md").read_text()
+
+
+def test_finetune_classify_on_a_csv_pair_and_a_jsonl_regression(encoder, tmp_path):
+    rng = np.random.default_rng(0)
+    rows = [(" ".join(rng.choice(FILLER[:10], 4)), word, word) for word in rng.choice(["yes", "no"], 96)]
+    for name, part in (("train", rows[:64]), ("dev", rows[64:])):
+        with open(tmp_path / f"{name}.csv", "w", newline="") as handle:
+            csv.writer(handle).writerows([("premise", "answer", "y"), *part])
+    result = _cli("finetune", "classify", "--model", encoder, "--train", tmp_path / "train.csv", "--validation",
+                  tmp_path / "dev.csv", "--text-columns", "premise,answer", "--label-column", "y", "--out",
+                  tmp_path / "pair", "--epochs", "6", "--lr", "2e-3", "--batch-size", "8", "--max-seq-length", "32")
+    assert result.exit_code == 0, result.output
+    results = json.loads((tmp_path / "pair" / "eval_results.json").read_text())
+    assert results["validation"]["accuracy"] >= 0.8 and results["main_metric"] == "accuracy"
+    assert json.loads((tmp_path / "pair" / "config.json").read_text())["id2label"] == {"0": "no", "1": "yes"}
+    lines = [json.dumps({"text": f"{w} {w}", "score": {"cold": 0.5, "warm": 4.5}[w]}) for w in ["cold", "warm"] * 8]
+    (tmp_path / "scores.jsonl").write_text("\n".join(lines) + "\n")
+    out = finetune_classify(FinetuneConfig(model=encoder, train=tmp_path / "scores.jsonl", text_columns=("text",),
+                                           label_column="score", out=tmp_path / "reg", epochs=1, **FAST))
+    results = json.loads((out / "eval_results.json").read_text())
+    assert results["main_metric"] == "spearman" and "validation" not in results  # no validation: last epoch
+    assert json.loads((out / "config.json").read_text())["problem_type"] == "regression"
+
+
+# --- batches -------------------------------------------------------------------------------------------
+
+def test_batches_are_padded_to_their_longest_example_only():
+    ids = [np.arange(n) + 5 for n in (3, 7, 4, 12)]
+    features = Features(ids, [np.zeros_like(x) for x in ids], np.array([3, 7, 4, 12]), np.array([0, 1, 0, 1]), 0)
+    batch = collate(features, np.array([0, 2, 1]), pad_id=0)
+    assert batch["input_ids"].shape == (3, 7) and batch["attention_mask"].sum(1).tolist() == [3, 4, 7]
+    assert batch["input_ids"][1].tolist() == [5, 6, 7, 8, 0, 0, 0] and batch["labels"].tolist() == [0, 0, 1]
+
+
+def test_epochs_visit_every_example_once_and_length_grouping_cuts_padding():
+    lengths = np.random.default_rng(0).integers(5, 120, size=1000)
+    plain = train_batches(lengths, 32, seed=1, epoch=1, group_by_length=False)
+    grouped = train_batches(lengths, 32, seed=1, epoch=1, group_by_length=True)
+    for batches in (plain, grouped):
+        assert sorted(np.concatenate(batches).tolist()) == list(range(1000)) and len(batches) == 32
+    assert not np.array_equal(np.concatenate(plain), np.concatenate(train_batches(lengths, 32, 1, 2, False)))
+
+    def padded(batches):
+        return sum(len(b) * int(lengths[b].max()) for b in batches)
+
+    assert padded(grouped) < 0.7 * padded(plain)
+    assert lengths[grouped[0]].max() == lengths.max()  # the longest batch first: out of memory at step 1
+
+
+def test_pairs_are_truncated_from_the_longer_text_as_bert_does():
+    assert truncate_pair([1, 2, 3, 4, 5], [6, 7], 5) == ([1, 2, 3], [6, 7])
+    assert truncate_pair([1, 2, 3], [4, 5, 6], 4) == ([1, 2], [4, 5])
+    assert truncate_pair([1, 2, 3], None, 2) == ([1, 2], None)
+
+
+# --- bad input: one line, a non-zero exit, nothing written ----------------------------------------------------
+
+@pytest.fixture
+def broken_glue(tmp_path) -> Path:
+    root = write_glue_data(tmp_path / "glue", tasks=("rte", "mnli"), n_train=8, n_dev=4, n_test=2)
+    lines = (root / "RTE" / "train.tsv").read_text().splitlines()
+    (root / "RTE" / "train.tsv").write_text("\n".join([*lines[:3], "9\tonly two", *lines[3:]]) + "\n")
+    dev = (root / "MNLI" / "dev_matched.tsv").read_text().splitlines()
+    dev[2] = "\t".join([*dev[2].split("\t")[:-1], "maybe"])
+    (root / "MNLI" / "dev_matched.tsv").write_text("\n".join(dev) + "\n")
+    return root
+
+
+@pytest.mark.parametrize(("args", "code", "expected"), [
+    (["squad"], 2, "unknown GLUE task 'squad': choose one of cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, ax"),
+    (["sst2"], 2, "no SST-2/ folder for sst2"),
+    (["rte"], 2, "RTE/train.tsv:4: expected 4 tab-separated fields, found 2"),
+    (["mnli"], 2, "MNLI/dev_matched.tsv:3: label 'maybe' is not one of entailment, neutral, contradiction"),
+    (["ax"], 2, "ax has no training data"),
+    (["all"], 2, "finetune glue all needs every task; missing CoLA/train.tsv"),
+    (["rte", "--seeds", "1,x"], 2, "--seeds '1,x'"),
+    (["rte", "--max-seq-length", "100"], 2, "takes at most 64 tokens"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(encoder, broken_glue, tmp_path, args, code, expected):
+    out = tmp_path / "runs" / "out"
+    result = _cli("finetune", "glue", "--max-seq-length", "32", "--model", encoder, "--data", broken_glue, "--out",
+                  out, *args)
+    assert result.exit_code == code, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and expected in result.stderr
+    assert not out.exists() and (not out.parent.exists() or not list(out.parent.iterdir()))
+
+
+def test_a_model_whose_vocabulary_differs_from_its_tokenizer_is_refused(small_glue, tmp_path):
+    model = _encoder(tmp_path / "odd", vocab_size=len(VOCAB) + 3)
+    result = _cli("finetune", "glue", "rte", "--model", model, "--data", small_glue, "--out", tmp_path / "out")
+    assert result.exit_code == 1
+    assert f"the tokenizer has {len(VOCAB)} tokens but the model has {len(VOCAB) + 3}" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_existing_out_is_kept_unless_overwrite(encoder, small_glue, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    result = _cli("finetune", "glue", "rte", "--model", encoder, "--data", small_glue, "--out", tmp_path / "out")
+    assert result.exit_code == 2 and "pass --overwrite" in result.stderr
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]
+
+
+def test_evaluate_refuses_models_that_cannot_score_the_task(encoder, sst2_run, small_glue):
+    no_head = _cli("evaluate", "glue", "sst2", "--model", encoder, "--data", small_glue)
+    assert no_head.exit_code == 2 and "has no sequence-classification head" in no_head.stderr
+    wrong = _cli("evaluate", "glue", "mnli", "--model", sst2_run, "--data", small_glue)
+    assert wrong.exit_code == 2 and "predicts 2 output(s) but mnli needs 3" in wrong.stderr
+    ax = _cli("evaluate", "glue", "ax", "--model", sst2_run, "--data", small_glue)
+    assert ax.exit_code == 2 and "bertctl predict glue ax" in ax.stderr
