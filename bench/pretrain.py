@@ -4,7 +4,7 @@
     python bench/pretrain.py --sizes mini --steps 5
 
 Timing runs both models in this process, interleaved, and reports the median step (forward, backward,
-AdamW update). Peak memory is each side's peak RSS measured in a fresh child process doing the same steps.
+AdamW update). Peak memory is each side's peak RSS (VmHWM) in a fresh child process doing the same steps.
 """
 
 from __future__ import annotations
@@ -84,11 +84,12 @@ def time_sides(preset: str, batch: int, steps: int) -> dict[str, float]:
 
 
 def child_peak(side: str, preset: str, batch: int, steps: int) -> float:
-    code = (f"import sys; sys.path.insert(0, 'bench'); import pretrain as p, resource, torch\n"
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the parent through fork and exec.
+    code = (f"import sys; sys.path.insert(0, 'bench'); import pretrain as p, torch\n"
             f"torch.set_num_threads({torch.get_num_threads()})\n"
             f"fn = p.make_side({side!r}, {preset!r}); b = p.make_batch({batch})\n"
             f"[fn(b) for _ in range({steps})]\n"
-            f"print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+            f"print([line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM')][0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
