@@ -219,7 +219,7 @@ def pretrain(
                                                 "(none: quick start on the bundled novels).")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder [runs/quickstart].")] = None,
     model_config: Annotated[str | None, typer.Option(help="tiny|mini|small|medium|base|large or a "
-                                                     "config.json [base; quick start: mini].")] = None,
+                                                     "config.json [base; quick start: tiny].")] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer folder [the corpus's].")] = None,
     init_from: Annotated[Path | None, typer.Option(help="Start from this model's weights "
                                                    "(e.g. phase 2 at 512), fresh optimizer.")] = None,
