@@ -186,3 +186,13 @@ def test_quick_start_runs_end_to_end_and_fill_uses_it(tmp_path):
     filled = CliRunner().invoke(app, ["fill", "--model", str(run / "final"), "--json", "she was [MASK] to see him."])
     assert filled.exit_code == 0, filled.output
     assert len(json.loads(filled.stdout)["predictions"][0]) == 5
+
+
+def test_nan_steps_are_skipped_then_the_run_stops_with_one_line(corpus, tmp_path):
+    result = CliRunner().invoke(app, _cli(corpus, tmp_path / "run", "--steps", "20", "--batch-size", "8",
+                                          "--lr", "1e30", "--warmup-steps", "0", "--clip", "0",
+                                          "--max-bad-steps", "3", "--save-every", "0"))
+    assert result.exit_code == 1, result.output
+    assert "NaN/inf for 3 steps in a row" in result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["skipped_steps"] for row in rows][-2:] == [1, 2]  # the third bad step stopped the run
