@@ -61,8 +61,23 @@ class SplitFile:
         return self.columns is None
 
 
+class LabelledTask:
+    """What fine-tuning asks of any task, GLUE's or the user's own: its classes (none: regression)."""
+
+    label_names: tuple[str, ...]
+
+    @property
+    def is_regression(self) -> bool:
+        return not self.label_names
+
+    @property
+    def num_labels(self) -> int:
+        """Outputs of the task head: one per class, or one score."""
+        return len(self.label_names) or 1
+
+
 @dataclass(frozen=True)
-class GlueTask:
+class GlueTask(LabelledTask):
     """Everything bertctl needs to know about one GLUE task; recipes read it instead of special-casing."""
 
     name: str  # the command-line name: cola, sst2, ...
@@ -82,15 +97,6 @@ class GlueTask:
             raise BertctlError(f"GLUE registry: {self.name} main metric {self.main_metric} is not in its metrics")
         if self.hub_label_names and len(self.hub_label_names) != len(self.label_names):
             raise BertctlError(f"GLUE registry: {self.name} hub label names do not match its labels")
-
-    @property
-    def is_regression(self) -> bool:
-        return not self.label_names
-
-    @property
-    def num_labels(self) -> int:
-        """Outputs of the task head: one per class, or one score."""
-        return len(self.label_names) or 1
 
     @property
     def is_pair(self) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertctl.data.glue import Examples, read_tsv
+from bertctl.data.glue import Examples, LabelledTask, read_tsv
 from bertctl.errors import UsageError
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -24,7 +24,7 @@ PROBLEMS = ("auto", "classification", "regression")
 
 
 @dataclass(frozen=True)
-class TabularTask:
+class TabularTask(LabelledTask):
     """A classification or regression task defined by the user's files, scored like a GLUE task."""
 
     label_names: tuple[str, ...]  # class names by class index (as written in the files); () for regression
@@ -33,14 +33,6 @@ class TabularTask:
     train: Examples  # the training examples
     validation: Examples | None  # the examples scored after each epoch, if a validation file was given
     name: str = "classify"  # shown in messages and results
-
-    @property
-    def is_regression(self) -> bool:
-        return not self.label_names
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.label_names) or 1
 
 
 @dataclass
