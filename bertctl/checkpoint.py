@@ -351,3 +351,9 @@ def _replace_folder(tmp: Path, target: Path) -> None:
     os.replace(tmp, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def check_vocab(model_vocab_size: int, tokenizer: Any, where: Path | str) -> None:
+    if tokenizer.vocab_size != model_vocab_size:
+        raise BertctlError(f"{where}: the tokenizer has {tokenizer.vocab_size} tokens but the model has "
+                           f"{model_vocab_size} embedding rows; use the tokenizer the model was trained with")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl.checkpoint import build_model, heads_present, read_checkpoint, save_model
+from bertctl.checkpoint import build_model, check_vocab, heads_present, read_checkpoint, save_model
 from bertctl.errors import UsageError
-from bertctl.fill import check_vocab
 from bertctl.tokenizer import has_tokenizer, load_tokenizer
 
 

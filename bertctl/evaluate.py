@@ -20,12 +20,12 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import training
-from bertctl.checkpoint import Checkpoint, build_model, read_checkpoint
+from bertctl.checkpoint import Checkpoint, build_model, check_vocab, read_checkpoint
 from bertctl.data.glue import Examples, GlueTask, get_task, read_split
 from bertctl.errors import UsageError
-from bertctl.fill import check_vocab, pick_device
 from bertctl.metrics import compute_task_metrics
 from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+from bertctl.training import pick_device
 
 DEFAULT_MAX_SEQ_LENGTH = 128
 DEFAULT_EVAL_BATCH_SIZE = 128

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import torch
 
-from bertctl.checkpoint import build_model, read_checkpoint
-from bertctl.errors import BertctlError, UsageError
+from bertctl.checkpoint import build_model, check_vocab, read_checkpoint
+from bertctl.errors import UsageError
 from bertctl.model import IGNORE_INDEX
 from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+from bertctl.training import pick_device
 
 
 @dataclass(frozen=True)
@@ -29,18 +30,6 @@ class FillResult:
     filled: str  # the text with every [MASK] replaced by its best prediction
 
 
-def pick_device(device: str | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        chosen = torch.device(device)
-    except RuntimeError:
-        raise UsageError(f"--device: {device!r} is not a device (cpu, cuda, cuda:1 ...)") from None
-    if chosen.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
-    return chosen
-
-
 def load_mlm(model: Path | str) -> tuple[torch.nn.Module, BertTokenizer]:
     """A model folder's MLM head and tokenizer, refusing folders that cannot fill masks."""
     ckpt = read_checkpoint(model)
@@ -53,12 +42,6 @@ def load_mlm(model: Path | str) -> tuple[torch.nn.Module, BertTokenizer]:
     tokenizer = load_tokenizer(model)
     check_vocab(ckpt.config.vocab_size, tokenizer, model)
     return build_model(ckpt, "BertForMaskedLM").eval(), tokenizer
-
-
-def check_vocab(model_vocab_size: int, tokenizer: BertTokenizer, where: Path | str) -> None:
-    if tokenizer.vocab_size != model_vocab_size:
-        raise BertctlError(f"{where}: the tokenizer has {tokenizer.vocab_size} tokens but the model has "
-                           f"{model_vocab_size} embedding rows; use the tokenizer the model was trained with")
 
 
 def _encode(texts: list[str], tokenizer: BertTokenizer, max_length: int, truncate: bool) -> list[list[int]]:

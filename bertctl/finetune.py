@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import __version__, training
-from bertctl.checkpoint import Checkpoint, build_model, read_checkpoint, save_model
+from bertctl.checkpoint import Checkpoint, build_model, check_vocab, read_checkpoint, save_model
 from bertctl.config import FinetuneConfig, config_to_dict, write_json_atomic
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
 from bertctl.data.tabular import load_labelled_data
@@ -43,8 +43,8 @@ from bertctl.evaluate import (
     seeds_markdown,
     summarize,
 )
-from bertctl.fill import check_vocab, pick_device
 from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+from bertctl.training import pick_device
 
 GROUP_WINDOW = 50  # length grouping sorts windows of this many batches (random across windows)
 MAX_BAD_STEPS = 5  # consecutive NaN/inf losses before a run stops

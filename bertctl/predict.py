@@ -12,8 +12,8 @@ from pathlib import Path
 from bertctl import training
 from bertctl.data.glue import TASKS, GlueTask, get_task, read_split
 from bertctl.evaluate import encode_examples, open_scorer, predict_logits, to_predictions
-from bertctl.fill import pick_device
 from bertctl.submission import write_submission
+from bertctl.training import pick_device
 
 
 def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out: Path | str,

@@ -130,6 +130,18 @@ def enable_fast_math(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+def pick_device(device: str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except RuntimeError:
+        raise UsageError(f"--device: {device!r} is not a device (cpu, cuda, cuda:1 ...)") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
+    return chosen
+
+
 @dataclass(frozen=True)
 class Distributed:
     rank: int = 0
@@ -146,12 +158,8 @@ def setup_distributed(device: str | None = None) -> Distributed:
     """Join the torchrun process group when launched by torchrun (NCCL on CUDA, gloo on CPU)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    chosen = torch.device(device)
+    chosen = pick_device(device)
     if chosen.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError(f"--device {device}: CUDA is not available here; use --device cpu")
         chosen = torch.device("cuda", local if world > 1 else (chosen.index or 0))
         torch.cuda.set_device(chosen)
     if world > 1 and not dist.is_initialized():
