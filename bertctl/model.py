@@ -14,8 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertctl.config import BertConfig
-
-IGNORE_INDEX = -100  # label value that the losses skip (padding, unmasked tokens)
+from bertctl.data.masking import IGNORE_INDEX  # label value the losses skip (unmasked tokens, padding)
 
 _ACTIVATIONS = {
     "gelu": F.gelu,
