@@ -22,7 +22,7 @@ from bertctl.config import BertConfig, PretrainConfig, config_to_dict, model_con
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError
-from bertctl.model import ARCHITECTURES, BertTaskModel
+from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
 from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
 
 
@@ -201,7 +201,7 @@ def _nsp_kwargs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    counts = {"mlm": (batch["mlm_labels"] != -100).sum()}
+    counts = {"mlm": (batch["mlm_labels"] != IGNORE_INDEX).sum()}
     if "next_sentence_label" in batch:
         counts["nsp"] = torch.tensor(batch["next_sentence_label"].shape[0])
     return counts
