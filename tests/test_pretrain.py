@@ -196,3 +196,23 @@ def test_nan_steps_are_skipped_then_the_run_stops_with_one_line(corpus, tmp_path
     assert "NaN/inf for 3 steps in a row" in result.stderr
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["skipped_steps"] for row in rows][-2:] == [1, 2]  # the third bad step stopped the run
+
+
+def test_resume_on_two_processes_continues_a_one_process_run(corpus, tmp_path):
+    common = ("--steps", "8", "--batch-size", "8", "--micro-batch-size", "4", "--save-every", "4",
+              "--dropout", "0")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    full = subprocess.run([sys.executable, "-m", "bertctl", *_cli(corpus, tmp_path / "full", *common)],
+                          capture_output=True, text=True, env=env)
+    assert full.returncode == 0, full.stderr
+    shutil.copytree(tmp_path / "full", tmp_path / "moved")
+    shutil.rmtree(tmp_path / "moved" / "final")
+    port = str(30500 + os.getpid() % 1000)
+    resumed = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                              "--master_port", port, "-m", "bertctl",
+                              *_cli(corpus, tmp_path / "moved", *common, "--resume")],
+                             capture_output=True, text=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a, b = losses(tmp_path / "full"), losses(tmp_path / "moved")
+    assert sorted(b) == list(range(1, 9))
+    assert max(abs(a[s] - b[s]) for s in range(5, 9)) < 1e-4
