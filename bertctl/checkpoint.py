@@ -52,7 +52,8 @@ _HEAD_NAMES = [
     ("qa_outputs.", "qa_outputs."),
 ]
 _QKV = ("query", "key", "value")
-_DROPPED = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.(weight|bias)$")
+_DROPPED = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.weight$")
+_DECODER_BIAS = "cls.predictions.decoder.bias"  # older files: the same tensor as cls.predictions.bias
 # Which head (or optional encoder part) a parameter of ours belongs to.
 _PART_OF = [("bert.pooler.", "pooler"), ("mlm.", "mlm"), ("nsp.", "nsp"), ("qa_outputs.", "question_answering"),
             ("classifier.", "classifier")]
@@ -94,6 +95,10 @@ def from_transformers_names(state: dict[str, Tensor]) -> tuple[dict[str, Tensor]
     for key, tensor in state.items():
         key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
         if _DROPPED.search(key):
+            continue
+        if key == _DECODER_BIAS:
+            if "cls.predictions.bias" not in state:
+                out["mlm.bias"] = tensor
             continue
         rest = key[len("bert."):] if key.startswith("bert.") else key
         match = re.fullmatch(r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)", rest)
@@ -246,8 +251,8 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
         source = ckpt.state.get(key)
         if source is not None and source.shape == target.shape and (part is None or part not in fresh):
             state[key] = source
-        elif part is not None:
-            fresh.add(part)
+        elif part is not None and (part not in ckpt.parts or source is not None):
+            fresh.add(part)  # absent from the checkpoint, or a classifier with another number of labels
         elif source is None:
             raise BertctlError(f"{ckpt.path}: missing parameter {to_transformers_name(key)} for {name}")
         else:

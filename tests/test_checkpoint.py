@@ -135,3 +135,24 @@ def test_convert_and_info_cli(minilm, tmp_path):
 def test_info_on_a_folder_that_is_not_a_model(tmp_path):
     result = CliRunner().invoke(app, ["info", str(tmp_path)])
     assert result.exit_code == 2 and "no config.json" in result.stderr
+
+
+def test_decoder_bias_of_older_files_is_the_mlm_bias(odd_config, tmp_path):
+    reference = hf_pretraining_folder(odd_config, tmp_path / "hf")
+    path = tmp_path / "hf" / "model.safetensors"
+    state = load_file(path)
+    state["cls.predictions.decoder.bias"] = state.pop("cls.predictions.bias")
+    save_file(state, path, metadata={"format": "pt"})
+    ours = load_model(tmp_path / "hf").eval()
+    assert ours.fresh_heads == ()
+    assert torch.equal(ours.mlm.bias, reference.cls.predictions.bias)
+
+
+def test_a_partly_present_head_is_an_error_not_a_fresh_head(odd_config, tmp_path):
+    hf_pretraining_folder(odd_config, tmp_path / "hf")
+    path = tmp_path / "hf" / "model.safetensors"
+    state = load_file(path)
+    del state["cls.predictions.transform.dense.weight"]
+    save_file(state, path, metadata={"format": "pt"})
+    with pytest.raises(Exception, match=r"missing parameter cls\.predictions\.transform\.dense\.weight"):
+        load_model(tmp_path / "hf")
