@@ -10,6 +10,7 @@ validation, metrics.jsonl. With no corpus it runs the quick start on the bundled
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     validation = corpus["validation"] if "validation" in corpus and cfg.eval_every else None
     has_nsp = "next_sentence_label" in corpus["train"].column_names
 
+    # Compiled graphs want fixed shapes: the MLM head then reads max_predictions_per_seq slots per row.
+    loss_terms = partial(_loss_terms, predictions=manifest["max_predictions_per_seq"] if cfg.compile else None)
     log = training.MetricsLog(run, enabled=env.is_main)
     speed = training.Throughput()
     bar = _progress(cfg, step, env)
@@ -96,7 +99,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
             lr = cfg.lr * training.lr_factor(step, cfg.steps, cfg.warmup(), cfg.schedule)
             training.set_lr(optimizer, lr)
             model.train()
-            result = training.optimizer_step(train_model, micro_batches, optimizer, _loss_terms, _weights, env,
+            result = training.optimizer_step(train_model, micro_batches, optimizer, loss_terms, _weights, env,
                                              precision, scaler, cfg.clip)
             step += 1
             samples_seen += cfg.batch_size
@@ -186,9 +189,10 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
     return model
 
 
-def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
+def _loss_terms(model: nn.Module, batch: dict[str, Tensor], predictions: int | None = None
+                ) -> dict[str, tuple[Tensor, Tensor]]:
     out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                mlm_labels=batch["mlm_labels"], **_nsp_kwargs(batch))
+                mlm_labels=batch["mlm_labels"], mlm_predictions=predictions, **_nsp_kwargs(batch))
     terms = {"mlm": (out.mlm_loss, (out.logits.argmax(-1) == out.mlm_targets).sum())}
     if "next_sentence_label" in batch:
         label = batch["next_sentence_label"]

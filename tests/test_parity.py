@@ -93,5 +93,7 @@ def test_sparse_mlm_loss_equals_dense_loss(odd_config):
     with torch.no_grad():
         sparse = model(ids, types, mask, mlm_labels=labels).mlm_loss
         dense_logits = model(ids, types, mask).logits
+        fixed = model(ids, types, mask, mlm_labels=labels, mlm_predictions=4).mlm_loss  # static shapes
     dense = torch.nn.functional.cross_entropy(dense_logits.view(-1, odd_config.vocab_size), labels.view(-1))
     assert abs(sparse.item() - dense.item()) < 1e-6
+    assert abs(fixed.item() - dense.item()) < 1e-6

@@ -216,3 +216,13 @@ def test_resume_on_two_processes_continues_a_one_process_run(corpus, tmp_path):
     a, b = losses(tmp_path / "full"), losses(tmp_path / "moved")
     assert sorted(b) == list(range(1, 9))
     assert max(abs(a[s] - b[s]) for s in range(5, 9)) < 1e-4
+
+
+def test_compiled_training_gives_the_eager_losses(corpus, tmp_path):
+    from bertctl.pretrain import pretrain
+
+    eager = small_run(corpus, tmp_path / "eager", steps=3, save_every=0, dropout=0.0)
+    pretrain(eager)
+    pretrain(small_run(corpus, tmp_path / "compiled", steps=3, save_every=0, dropout=0.0, compile=True))
+    a, b = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    assert sorted(b) == [1, 2, 3] and max(abs(a[s] - b[s]) for s in a) < 1e-4
