@@ -36,15 +36,14 @@ def flops_per_sequence(layers: int, hidden: int) -> float:
             + 6 * masked * (hidden**2 + hidden * VOCAB) + 6 * hidden**2)
 
 
-def run(size: str, seconds: float) -> dict[str, float]:
-    device = torch.device("cuda")
+def run(size: str, seconds: float, device: torch.device) -> dict[str, float]:
     torch.backends.cuda.matmul.allow_tf32 = True
     config = preset(size, vocab_size=VOCAB)
     torch.manual_seed(0)
     model = BertForPreTraining(config).to(device).train()
     optimizer = make_optimizer("adamw", model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
     compiled = torch.compile(model)
-    batch = BATCH[size]
+    batch = BATCH.get(size, 32)
     g = torch.Generator(device=device).manual_seed(0)
     ids = torch.randint(5, VOCAB, (batch, SEQ), device=device, generator=g)
     labels = torch.where(torch.rand(batch, SEQ, device=device, generator=g) < MASKED, ids, -100)
@@ -53,7 +52,7 @@ def run(size: str, seconds: float) -> dict[str, float]:
     nsp = torch.randint(0, 2, (batch,), device=device, generator=g)
 
     def step() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             out = compiled(ids, types, None, mlm_labels=labels, next_sentence_label=nsp, mlm_predictions=PREDICTIONS)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -62,28 +61,36 @@ def run(size: str, seconds: float) -> dict[str, float]:
 
     for _ in range(5):  # compile and warm up
         step()
-    torch.cuda.synchronize()
+    sync(device)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         step()
         steps += 1
-    torch.cuda.synchronize()
+    sync(device)
     elapsed = time.perf_counter() - start
     seq_s = steps * batch / elapsed
     mfu = seq_s * flops_per_sequence(config.num_hidden_layers, config.hidden_size) / (PEAK_TFLOPS * 1e12)
-    return {"seq_s": seq_s, "tok_s": seq_s * SEQ, "mfu": mfu, "batch": batch,
-            "peak_gb": torch.cuda.max_memory_allocated() / 2**30}
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
+    return {"seq_s": seq_s, "tok_s": seq_s * SEQ, "mfu": mfu, "batch": batch, "peak_gb": peak}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--sizes", default="base,large")
+    parser.add_argument("--sizes", default="base,large", help="presets (tiny ... large)")
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test")
     args = parser.parse_args()
-    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  seq {SEQ}  bf16  compiled")
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    print(f"{name}  torch {torch.__version__}  seq {SEQ}  bf16  compiled")
     print(f"{'model':6} {'batch':>5} {'seq/s':>9} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>9}")
     for size in args.sizes.split(","):
-        r = run(size, args.seconds)
+        r = run(size, args.seconds, device)
         print(f"{size:6} {r['batch']:5d} {r['seq_s']:9.0f} {r['tok_s']:11.0f} {r['mfu']:6.1%} {r['peak_gb']:9.1f}")
 
 
