@@ -156,18 +156,23 @@ def test_sigterm_finishes_the_step_and_saves(corpus, tmp_path):
     assert not (run / "final").exists()
 
 
+def _run_processes(corpus: Path, out: Path, processes: int, *flags: str, port: int = 29500) -> None:
+    """`python -m bertctl pretrain ...` in 1 process, or under torchrun (gloo) in several."""
+    launcher = [sys.executable, "-m", "bertctl"]
+    if processes > 1:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+                    "--master_port", str(port + os.getpid() % 1000), "-m", "bertctl"]
+    done = subprocess.run([*launcher, *_cli(corpus, out, *flags)], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+DDP_FLAGS = ("--batch-size", "8", "--micro-batch-size", "4", "--dropout", "0")
+
+
 def test_two_gloo_processes_give_the_losses_of_one(corpus, tmp_path):
-    common = ("--steps", "6", "--batch-size", "8", "--micro-batch-size", "4", "--save-every", "0",
-              "--dropout", "0")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "bertctl", *_cli(corpus, tmp_path / "one", *common)],
-                         capture_output=True, text=True, env=env)
-    assert one.returncode == 0, one.stderr
-    port = str(29500 + os.getpid() % 1000)
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", port, "-m", "bertctl", *_cli(corpus, tmp_path / "two", *common)],
-                         capture_output=True, text=True, env=env)
-    assert two.returncode == 0, two.stderr[-2000:]
+    _run_processes(corpus, tmp_path / "one", 1, *DDP_FLAGS, "--steps", "6", "--save-every", "0")
+    _run_processes(corpus, tmp_path / "two", 2, *DDP_FLAGS, "--steps", "6", "--save-every", "0")
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert sorted(a) == sorted(b) == list(range(1, 7))
     assert max(abs(a[s] - b[s]) for s in a) < 1e-4
@@ -199,20 +204,11 @@ def test_nan_steps_are_skipped_then_the_run_stops_with_one_line(corpus, tmp_path
 
 
 def test_resume_on_two_processes_continues_a_one_process_run(corpus, tmp_path):
-    common = ("--steps", "8", "--batch-size", "8", "--micro-batch-size", "4", "--save-every", "4",
-              "--dropout", "0")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    full = subprocess.run([sys.executable, "-m", "bertctl", *_cli(corpus, tmp_path / "full", *common)],
-                          capture_output=True, text=True, env=env)
-    assert full.returncode == 0, full.stderr
+    flags = (*DDP_FLAGS, "--steps", "8", "--save-every", "4")
+    _run_processes(corpus, tmp_path / "full", 1, *flags)
     shutil.copytree(tmp_path / "full", tmp_path / "moved")
     shutil.rmtree(tmp_path / "moved" / "final")
-    port = str(30500 + os.getpid() % 1000)
-    resumed = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                              "--master_port", port, "-m", "bertctl",
-                              *_cli(corpus, tmp_path / "moved", *common, "--resume")],
-                             capture_output=True, text=True, env=env)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    _run_processes(corpus, tmp_path / "moved", 2, *flags, "--resume", port=30500)
     a, b = losses(tmp_path / "full"), losses(tmp_path / "moved")
     assert sorted(b) == list(range(1, 9))
     assert max(abs(a[s] - b[s]) for s in range(5, 9)) < 1e-4
