@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +23,7 @@ from torch import Tensor, nn
 from bertctl import __version__
 from bertctl.config import BertConfig
 from bertctl.errors import BertctlError, UsageError
+from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic
 from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name
 
 FORMAT_VERSION = 1
@@ -315,18 +314,17 @@ def save_model(
     target = Path(folder)
     if target.exists() and not overwrite:
         raise UsageError(f"{target} already exists (pass --overwrite to replace it)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    tmp = temp_folder_beside(target)
     try:
         bare = architecture_name(model) == "BertModel"
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
         save_file(to_transformers_names(state, bare=bare), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config = _config_json(model, labels, problem_type)
-        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        write_json_atomic(tmp / "config.json", config)
         _write_tokenizer(tokenizer, tmp)
         if extra is not None:
             extra(tmp)
-        _replace_folder(tmp, target)
+        replace_folder(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -345,17 +343,6 @@ def _write_tokenizer(tokenizer: Any, folder: Path) -> None:
                 shutil.copyfile(Path(tokenizer) / name, folder / name)
         return
     tokenizer.save(folder)
-
-
-def _replace_folder(tmp: Path, target: Path) -> None:
-    """Rename tmp onto target; an existing target is moved aside first and removed after."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-    os.replace(tmp, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def check_vocab(model_vocab_size: int, tokenizer: Any, where: Path | str) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 import types
 import typing
 from dataclasses import dataclass, fields
@@ -184,17 +182,6 @@ def config_to_dict(obj: Any) -> dict[str, Any]:
         return value
 
     return {k: plain(v) for k, v in dataclasses.asdict(obj).items()}
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temp file and rename, so a reader never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=False)
-        handle.write("\n")
-    os.replace(tmp, path)
 
 
 CORPUS_OBJECTIVES = ("mlm+nsp", "mlm", "mlm+sop")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from bertctl import __version__
-from bertctl.config import CorpusConfig, config_to_dict, write_json_atomic
+from bertctl.config import CorpusConfig, config_to_dict
 from bertctl.data.instances import (
     SPLITS,
     ShardBuilder,
@@ -37,6 +37,7 @@ from bertctl.data.instances import (
     shard_settings,
 )
 from bertctl.errors import BertctlError, UsageError
+from bertctl.files import replace_folder, write_json_atomic
 
 FORMAT = "bertctl-corpus"
 FORMAT_VERSION = 1
@@ -310,12 +311,7 @@ def _assemble(partial: Path, schema: Any, stats: dict[int, Any], splits: list[st
 
 def _publish(partial: Path, out: Path) -> None:
     """Rename the finished corpus into place (replacing an old one only now), then drop the partial folder."""
-    old = out.with_name(out.name + ".old")
-    if out.exists() or out.is_symlink():
-        _remove(old)
-        os.replace(out, old)
-    os.replace(partial / "corpus", out)
-    _remove(old)
+    replace_folder(partial / "corpus", out)
     _remove(partial)
 
 

@@ -17,7 +17,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from torch import Tensor, nn
 
 from bertctl import __version__, training
 from bertctl.checkpoint import Checkpoint, build_model, check_vocab, read_checkpoint, save_model
-from bertctl.config import FinetuneConfig, config_to_dict, write_json_atomic
+from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
 from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import BertctlError, UsageError
@@ -43,6 +42,7 @@ from bertctl.evaluate import (
     seeds_markdown,
     summarize,
 )
+from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic, write_text_atomic
 from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
 from bertctl.training import pick_device
 
@@ -136,13 +136,13 @@ def run_task(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
     prepared = _prepare(cfg, base, task, train, dev)
     if len(cfg.seeds) == 1:
         return summarize(task, {cfg.seeds[0]: _train_seed(cfg, prepared, cfg.seeds[0], target, env)})
-    staging = _staging(target)
+    staging = temp_folder_beside(target)
     try:
         runs = {seed: _train_seed(cfg, prepared, seed, staging / f"seed-{seed}", env) for seed in cfg.seeds}
         summary = summarize(task, runs)
         write_json_atomic(staging / "results.json", summary)
-        _write_text(staging / "results.md", seeds_markdown(summary))
-        _publish(staging, target)
+        write_text_atomic(staging / "results.md", seeds_markdown(summary))
+        replace_folder(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -202,7 +202,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, target: Path,
     per_epoch = math.ceil(len(prep.train) / cfg.batch_size)
     total = per_epoch * cfg.epochs
     warmup = math.ceil(cfg.warmup_fraction * total)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.run-", dir=_parent(target)))
+    work = temp_folder_beside(target, "run")
     try:
         record = _run_record(cfg, prep, model, seed, precision, device, total, warmup)
         write_json_atomic(work / "run.json", record)
@@ -213,7 +213,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, target: Path,
         best: dict[str, Any] = {"epoch": 0}
         for epoch in range(1, cfg.epochs + 1):
             for rows in train_batches(prep.train.lengths, cfg.batch_size, seed, epoch, cfg.group_by_length):
-                micro_batches = [_to_device(collate(prep.train, rows[i: i + micro], pad_id), device)
+                micro_batches = [training.to_device(collate(prep.train, rows[i: i + micro], pad_id), device)
                                  for i in range(0, len(rows), micro)]
                 lr = cfg.lr * training.lr_factor(step, total, warmup, cfg.schedule)
                 training.set_lr(optimizer, lr)
@@ -345,15 +345,11 @@ def _cpu_copy(model: nn.Module) -> dict[str, Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
-def _to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
 def _glue_all(cfg: FinetuneConfig, base: Base, out: Path, env: training.Distributed) -> Path:
     """Every GLUE task with training data, one after another, into OUT/<task>; then OUT/results.{md,json}."""
     tasks = [task for task in TASKS.values() if not task.predicted_by]
     _check_layout(tasks, cfg.data)
-    staging = _staging(out)
+    staging = temp_folder_beside(out)
     try:
         summaries, sizes = {}, {}
         for task in tasks:
@@ -362,8 +358,8 @@ def _glue_all(cfg: FinetuneConfig, base: Base, out: Path, env: training.Distribu
             summaries[task.name] = run_task(cfg, base, task, train, dev, staging / task.name, env)
         table = glue_table(summaries, sizes, Path(cfg.model).name)
         write_json_atomic(staging / "results.json", {**table, "tasks": summaries})
-        _write_text(staging / "results.md", glue_markdown(table))
-        _publish(staging, out)
+        write_text_atomic(staging / "results.md", glue_markdown(table))
+        replace_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -383,32 +379,6 @@ def _check_layout(tasks: list[GlueTask], data: str) -> None:
 
 
 # --- atomic folders ---------------------------------------------------------------------------------
-
-def _parent(target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return target.parent
-
-
-def _staging(target: Path) -> Path:
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=_parent(target)))
-
-
-def _publish(staging: Path, target: Path) -> None:
-    """Rename the finished staging folder onto target (an old target is moved aside, then removed)."""
-    old = target.with_name(f".{target.name}.old-{os.getpid()}") if target.exists() else None
-    if old is not None:
-        os.replace(target, old)
-    os.replace(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
 
 def _say(message: str) -> None:
     sys.stderr.write(f"bertctl: {message}\n")

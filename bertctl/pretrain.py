@@ -19,10 +19,11 @@ from torch import Tensor, nn
 
 from bertctl import training
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
-from bertctl.config import BertConfig, PretrainConfig, config_to_dict, model_config, write_json_atomic
+from bertctl.config import BertConfig, PretrainConfig, config_to_dict, model_config
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError
+from bertctl.files import write_json_atomic
 from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
 from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
 
@@ -95,7 +96,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         while step < cfg.steps:
             host_batches = [next(batches) for _ in range(accum)]
             tokens = sum(int(b["attention_mask"].sum()) for b in host_batches) * env.world_size
-            micro_batches = [_to_device(b, env.device) for b in host_batches]
+            micro_batches = [training.to_device(b, env.device) for b in host_batches]
             lr = cfg.lr * training.lr_factor(step, cfg.steps, cfg.warmup(), cfg.schedule)
             training.set_lr(optimizer, lr)
             model.train()
@@ -218,7 +219,7 @@ def evaluate_pretraining(model: nn.Module, table: Any, collate: Collator, micro:
     model.eval()
     totals = torch.zeros(5, dtype=torch.float64, device=env.device)  # mlm loss sum, mlm n, correct, nsp n, correct
     for batch in EvalBatches(table, collate, micro, cfg.eval_samples, env.rank, env.world_size):
-        batch = _to_device(batch, env.device)
+        batch = training.to_device(batch, env.device)
         terms = _loss_terms(model, batch)
         counts = _weights(batch)
         totals[0] += terms["mlm"][0].double() * counts["mlm"]
@@ -283,10 +284,6 @@ def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed
     return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=cfg.num_workers,
                                        pin_memory=env.device.type == "cuda", generator=torch.Generator(),
                                        prefetch_factor=4 if cfg.num_workers else None)
-
-
-def _to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def _progress(cfg: PretrainConfig, step: int, env: training.Distributed) -> Any:

@@ -9,13 +9,12 @@ range 0..5 (a prediction outside it can only be further from every gold score) a
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from bertctl.data.glue import GlueTask, get_task
 from bertctl.errors import BertctlError, UsageError
+from bertctl.files import write_text_atomic
 
 
 def submission_name(task: str | GlueTask, split: str = "test") -> str:
@@ -63,12 +62,5 @@ def write_submission(task: str | GlueTask, split: str, ids: Sequence[str], predi
         raise UsageError(f"--out {out}: is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
     path = out / name
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.writelines(lines)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, "".join(lines))
     return path

@@ -11,8 +11,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -31,6 +29,7 @@ from tokenizers import (
 )
 
 from bertctl.errors import BertctlError, UsageError
+from bertctl.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -201,28 +200,14 @@ class BertTokenizer:
         """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json into folder."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        _write_atomic(folder / "vocab.txt", self.vocab_text())
-        _write_atomic(folder / "tokenizer.json", self.backend.to_str(pretty=True) + "\n")
-        _write_atomic(folder / "tokenizer_config.json", json.dumps(self.config(), indent=2) + "\n")
-        _write_atomic(folder / "special_tokens_map.json", json.dumps(_special_map(), indent=2) + "\n")
+        write_text_atomic(folder / "vocab.txt", self.vocab_text())
+        write_text_atomic(folder / "tokenizer.json", self.backend.to_str(pretty=True) + "\n")
+        write_text_atomic(folder / "tokenizer_config.json", json.dumps(self.config(), indent=2) + "\n")
+        write_text_atomic(folder / "special_tokens_map.json", json.dumps(_special_map(), indent=2) + "\n")
 
 
 def _special_map() -> dict[str, str]:
     return {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
-    os.replace(tmp, path)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def has_tokenizer(folder: Path | str) -> bool:

@@ -16,9 +16,7 @@ pieces in the order learned, then `[unusedN]` if the corpus ran out of pairs see
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,15 +24,15 @@ from typing import Any
 import numpy as np
 
 from bertctl import __version__
-from bertctl.config import TokenizerTrainConfig, config_to_dict, write_json_atomic
+from bertctl.config import TokenizerTrainConfig, config_to_dict
 from bertctl.data.sources import ReadStats, Source, expand_inputs, iter_texts
 from bertctl.errors import BertctlError, UsageError
+from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic
 from bertctl.tokenizer import (
     CONTINUATION,
     SPECIAL_TOKENS,
     UNK,
     BertTokenizer,
-    _umask,
     normalizer,
     pre_tokenizer,
 )
@@ -177,20 +175,11 @@ def pad_vocab(tokens: list[str], size: int) -> list[str]:
 
 def _write_folder(out: Path, tokenizer: BertTokenizer, record: dict[str, Any], overwrite: bool) -> None:
     """Write everything into a hidden sibling folder, then rename it to `out` (never half a folder)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    tmp = temp_folder_beside(out, "partial")
     try:
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes a private 0700 folder
         tokenizer.save(tmp)
         write_json_atomic(tmp / PROVENANCE, record)
-        (tmp / PROVENANCE).chmod(0o666 & ~_umask())
         _check_out(out, overwrite)
-        if out.exists():
-            old = out.with_name(f".{out.name}.{os.getpid()}.old")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
+        replace_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -142,6 +142,10 @@ def pick_device(device: str | None) -> torch.device:
     return chosen
 
 
+def to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
 @dataclass(frozen=True)
 class Distributed:
     rank: int = 0

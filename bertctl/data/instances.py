@@ -37,8 +37,9 @@ from typing import Any
 import numpy as np
 
 from bertctl.config import CORPUS_OBJECTIVES as OBJECTIVES
-from bertctl.config import CorpusConfig, write_json_atomic
+from bertctl.config import CorpusConfig
 from bertctl.data.sentences import split_sentences
+from bertctl.files import write_json_atomic
 
 __all__ = ["OBJECTIVES", "SPLITS", "Document", "Instances", "Packed", "ShardBuilder", "ShardJob",
            "ShardSettings", "build_shard", "document_instances", "init_worker", "mask_packed", "pack",

@@ -1,0 +1,63 @@
+"""Atomic writes: a file or folder appears complete or not at all, with the user's usual permissions.
+
+Every output of bertctl (model folders, tokenizers, corpora, run files, submission files) goes through
+here: write beside the target under a hidden temporary name, then rename.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: Path | str, text: str) -> None:
+    """Write through a temp file and rename, so a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path | str, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def temp_folder_beside(target: Path | str, tag: str = "tmp") -> Path:
+    """A hidden, empty folder next to `target` (same file system, so the final rename is atomic)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}-", dir=target.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes a private 0700 folder
+    return tmp
+
+
+def replace_folder(tmp: Path | str, target: Path | str) -> None:
+    """Rename the finished tmp folder onto target; an existing target is moved aside first, removed after."""
+    tmp, target = Path(tmp), Path(target)
+    old = None
+    if target.exists() or target.is_symlink():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
