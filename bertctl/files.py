@@ -43,14 +43,21 @@ def temp_folder_beside(target: Path | str, tag: str = "tmp") -> Path:
     """A hidden, empty folder next to `target` (same file system, so the final rename is atomic)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}-", dir=target.parent))
-    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes a private 0700 folder
-    return tmp
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}-", dir=target.parent))
 
 
 def replace_folder(tmp: Path | str, target: Path | str) -> None:
-    """Rename the finished tmp folder onto target; an existing target is moved aside first, removed after."""
+    """Rename the finished tmp folder onto target; an existing target is moved aside first, removed after.
+
+    Everything inside gets the usual permissions first: mkdtemp makes 0700 folders, and some writers
+    (safetensors, mkstemp) make 0600 files.
+    """
     tmp, target = Path(tmp), Path(target)
+    mask = _umask()
+    for folder, _, names in os.walk(tmp):
+        os.chmod(folder, 0o777 & ~mask)
+        for name in names:
+            os.chmod(os.path.join(folder, name), 0o666 & ~mask)
     old = None
     if target.exists() or target.is_symlink():
         old = target.with_name(f".{target.name}.old-{os.getpid()}")

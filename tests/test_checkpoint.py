@@ -156,3 +156,16 @@ def test_a_partly_present_head_is_an_error_not_a_fresh_head(odd_config, tmp_path
     save_file(state, path, metadata={"format": "pt"})
     with pytest.raises(Exception, match=r"missing parameter cls\.predictions\.transform\.dense\.weight"):
         load_model(tmp_path / "hf")
+
+
+def test_saved_folders_get_the_usual_permissions(odd_config, tmp_path):
+    import os
+    import stat
+
+    previous = os.umask(0o022)
+    try:
+        save_model(BertForPreTraining(odd_config), tmp_path / "out")
+    finally:
+        os.umask(previous)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "out", *(tmp_path / "out").iterdir()]}
+    assert modes == {"out": 0o755, "config.json": 0o644, "model.safetensors": 0o644}
