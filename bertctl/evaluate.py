@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, check_vocab, read_checkpoint
+from bertctl.data.batches import pad_batch
 from bertctl.data.glue import Examples, GlueTask, get_task, read_split
 from bertctl.errors import UsageError
 from bertctl.metrics import compute_task_metrics
@@ -81,16 +82,8 @@ def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length
 
 def collate(features: Features, rows: np.ndarray, pad_id: int, with_labels: bool = True) -> dict[str, Tensor]:
     """The given rows padded to the longest of them, not to max_seq_length."""
-    lengths = features.lengths[rows]
-    width = int(lengths.max())
-    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    types = np.zeros((len(rows), width), dtype=np.int64)
-    for i, row in enumerate(rows):
-        ids[i, : lengths[i]] = features.input_ids[row]
-        types[i, : lengths[i]] = features.token_type_ids[row]
-    mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)  # (B, T): 1 on real tokens
-    batch = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(types),
-             "attention_mask": torch.from_numpy(mask)}
+    padded = pad_batch([features.input_ids[r] for r in rows], [features.token_type_ids[r] for r in rows], pad_id)
+    batch = {name: torch.from_numpy(array) for name, array in padded.items()}
     if with_labels and features.labels is not None:
         batch["labels"] = torch.from_numpy(features.labels[rows])
     return batch
@@ -110,7 +103,7 @@ def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size
     model.eval()
     out: np.ndarray | None = None
     for rows in eval_order(features.lengths, batch_size):
-        batch = {k: v.to(device) for k, v in collate(features, rows, pad_id, with_labels=False).items()}
+        batch = training.to_device(collate(features, rows, pad_id, with_labels=False), device)
         with training.autocast(precision, device):
             logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
         logits = logits.float().cpu().numpy()

@@ -10,10 +10,11 @@ from pathlib import Path
 import torch
 
 from bertctl.checkpoint import build_model, check_vocab, read_checkpoint
+from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
 from bertctl.model import IGNORE_INDEX
 from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
-from bertctl.training import pick_device
+from bertctl.training import pick_device, to_device
 
 
 @dataclass(frozen=True)
@@ -81,13 +82,10 @@ def fill(
     results = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start: start + batch_size]
-        width = max(map(len, chunk))
-        ids = torch.full((len(chunk), width), tokenizer.pad_id, dtype=torch.long)
-        for i, row in enumerate(chunk):
-            ids[i, : len(row)] = torch.tensor(row)
-        attention = (torch.arange(width)[None, :] < torch.tensor([len(r) for r in chunk])[:, None]).long()
-        at_mask = torch.where(ids == tokenizer.mask_id, 0, IGNORE_INDEX)  # selects masked positions only
-        logits = mlm(ids.to(run_on), None, attention.to(run_on), mlm_labels=at_mask.to(run_on)).logits
+        batch = {k: torch.from_numpy(v) for k, v in pad_batch(chunk, None, tokenizer.pad_id).items()}
+        batch["mlm_labels"] = torch.where(batch["input_ids"] == tokenizer.mask_id, 0, IGNORE_INDEX)  # masks only
+        batch = to_device(batch, run_on)
+        logits = mlm(batch["input_ids"], None, batch["attention_mask"], mlm_labels=batch["mlm_labels"]).logits
         scores, best = logits.float().softmax(-1).topk(top_k, dim=-1)  # (N, k), rows in text order
         scores, best = scores.cpu().tolist(), best.cpu().tolist()
         cursor = 0

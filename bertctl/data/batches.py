@@ -9,7 +9,7 @@ dynamic masks are drawn per sample from (seed, epoch, row), so they agree as wel
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,22 @@ class BatchPlan:
         return np.random.default_rng([self.seed, epoch]).permutation(self.rows)
 
 
+def pad_batch(ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None, pad_id: int,
+              width: int | None = None) -> dict[str, np.ndarray]:
+    """Rows padded to `width` (default: the longest row): input_ids, token_type_ids (0 when `types` is None)
+    and attention_mask (1 on real tokens; built from the lengths, since masking may put [PAD] ids in a row)."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    width = width or int(lengths.max())
+    padded_ids = np.full((len(ids), width), pad_id, dtype=np.int64)
+    padded_types = np.zeros((len(ids), width), dtype=np.int64)
+    for i, row in enumerate(ids):
+        padded_ids[i, : lengths[i]] = row
+        if types is not None:
+            padded_types[i, : lengths[i]] = types[i]
+    mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)  # (B, T)
+    return {"input_ids": padded_ids, "token_type_ids": padded_types, "attention_mask": mask}
+
+
 class Collator:
     """Pads a list of corpus rows into tensors; masks them afresh when the corpus stores no masks."""
 
@@ -60,15 +76,11 @@ class Collator:
         self.pad_to = pad_to  # fixed width (for torch.compile); None pads to the longest row
 
     def __call__(self, rows: dict[str, list], epochs: np.ndarray, row_ids: np.ndarray) -> dict[str, torch.Tensor]:
-        ids_list = rows["input_ids"]
-        width = self.pad_to or max(len(r) for r in ids_list)
-        size = len(ids_list)
-        ids = np.full((size, width), self.pad_id, dtype=np.int64)
-        types = np.zeros((size, width), dtype=np.int64)
-        labels = np.full((size, width), IGNORE_INDEX, dtype=np.int64)
-        for i, row in enumerate(ids_list):
-            ids[i, : len(row)] = row
-            types[i, : len(row)] = rows["token_type_ids"][i]
+        padded = pad_batch(rows["input_ids"], rows["token_type_ids"], self.pad_id, self.pad_to)
+        ids = padded["input_ids"]
+        width = ids.shape[1]
+        labels = np.full(ids.shape, IGNORE_INDEX, dtype=np.int64)
+        for i, row in enumerate(rows["input_ids"]):
             if self.masking is None:
                 positions = np.asarray(rows["masked_lm_positions"][i], dtype=np.int64)
                 labels[i] = mlm_labels(positions, np.asarray(rows["masked_lm_ids"][i]), width)
@@ -77,12 +89,8 @@ class Collator:
                 masked = mask_tokens(ids[i, : len(row)], rng=rng, **self.masking)
                 ids[i, : len(row)] = masked.input_ids
                 labels[i] = mlm_labels(masked.positions, masked.label_ids, width)
-        batch = {
-            "input_ids": torch.from_numpy(ids),
-            "token_type_ids": torch.from_numpy(types),
-            "attention_mask": torch.from_numpy(_attention_mask([len(r) for r in ids_list], width)),
-            "mlm_labels": torch.from_numpy(labels),
-        }
+        batch = {name: torch.from_numpy(array) for name, array in padded.items()}
+        batch["mlm_labels"] = torch.from_numpy(labels)
         if "next_sentence_label" in rows:
             batch["next_sentence_label"] = torch.tensor(rows["next_sentence_label"], dtype=torch.long)
         return batch
@@ -121,7 +129,3 @@ class EvalBatches(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         rows = self.rows[index * self.micro_batch: (index + 1) * self.micro_batch]
         return self.collate(self.table[rows.tolist()], np.zeros_like(rows), rows)
-
-
-def _attention_mask(lengths: list[int], width: int) -> np.ndarray:
-    return (np.arange(width)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)
