@@ -345,7 +345,20 @@ def _write_tokenizer(tokenizer: Any, folder: Path) -> None:
     tokenizer.save(folder)
 
 
-def check_vocab(model_vocab_size: int, tokenizer: Any, where: Path | str) -> None:
-    if tokenizer.vocab_size != model_vocab_size:
-        raise BertctlError(f"{where}: the tokenizer has {tokenizer.vocab_size} tokens but the model has "
-                           f"{model_vocab_size} embedding rows; use the tokenizer the model was trained with")
+def model_tokenizer(ckpt: Checkpoint, required: bool = True) -> Any:
+    """The tokenizer saved in a model folder, refused when its size differs from the embedding rows.
+
+    Without tokenizer files: None, or (required) a one-line error saying what to copy where.
+    """
+    from bertctl.tokenizer import has_tokenizer, load_tokenizer
+
+    if not has_tokenizer(ckpt.path):
+        if not required:
+            return None
+        raise UsageError(f"{ckpt.path} has no tokenizer (tokenizer.json or vocab.txt); copy the tokenizer the "
+                         "model was trained with into it")
+    tokenizer = load_tokenizer(ckpt.path)
+    if tokenizer.vocab_size != ckpt.config.vocab_size:
+        raise BertctlError(f"{ckpt.path}: the tokenizer has {tokenizer.vocab_size} tokens but the model has "
+                           f"{ckpt.config.vocab_size} embedding rows; use the tokenizer the model was trained with")
+    return tokenizer

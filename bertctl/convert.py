@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl.checkpoint import build_model, check_vocab, heads_present, read_checkpoint, save_model
+from bertctl.checkpoint import build_model, heads_present, model_tokenizer, read_checkpoint, save_model
 from bertctl.errors import UsageError
-from bertctl.tokenizer import has_tokenizer, load_tokenizer
 
 
 def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str:
@@ -18,10 +17,7 @@ def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str
         raise UsageError("--out must differ from the source folder")
     ckpt = read_checkpoint(source)
     model = build_model(ckpt)
-    tokenizer = None
-    if has_tokenizer(source):
-        tokenizer = load_tokenizer(source)
-        check_vocab(ckpt.config.vocab_size, tokenizer, source)
+    tokenizer = model_tokenizer(ckpt, required=False)
     labels = ckpt.labels if getattr(model, "num_labels", None) == len(ckpt.labels or []) else None
     save_model(model, out, tokenizer, labels=labels, problem_type=ckpt.problem_type, overwrite=overwrite)
     heads = ", ".join(heads_present(ckpt)) or "encoder only"

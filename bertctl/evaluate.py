@@ -20,12 +20,12 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import training
-from bertctl.checkpoint import Checkpoint, build_model, check_vocab, read_checkpoint
+from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.data.batches import pad_batch
 from bertctl.data.glue import Examples, GlueTask, get_task, read_split
 from bertctl.errors import UsageError
 from bertctl.metrics import compute_task_metrics
-from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+from bertctl.tokenizer import BertTokenizer
 from bertctl.training import pick_device
 
 DEFAULT_MAX_SEQ_LENGTH = 128
@@ -150,11 +150,7 @@ def load_classifier(path: Path | str, task: Any) -> tuple[nn.Module, BertTokeniz
     if "classifier" not in ckpt.parts or ckpt.architecture != "BertForSequenceClassification":
         raise UsageError(f"{folder} has no sequence-classification head (it is a {ckpt.architecture}); "
                          f"fine-tune it first: bertctl finetune glue {task.name} --model {folder} ...")
-    if not has_tokenizer(folder):
-        raise UsageError(f"{folder} has no tokenizer (tokenizer.json or vocab.txt); copy the fine-tuning "
-                         "tokenizer files into it")
-    tokenizer = load_tokenizer(folder)
-    check_vocab(ckpt.config.vocab_size, tokenizer, folder)
+    tokenizer = model_tokenizer(ckpt)
     model = build_model(ckpt, "BertForSequenceClassification")
     _check_labels(ckpt, model.num_labels, task, folder)
     return model, tokenizer, ckpt

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from bertctl.checkpoint import build_model, check_vocab, read_checkpoint
+from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
 from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
 from bertctl.model import IGNORE_INDEX
-from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+from bertctl.tokenizer import BertTokenizer
 from bertctl.training import pick_device, to_device
 
 
@@ -37,11 +37,7 @@ def load_mlm(model: Path | str) -> tuple[torch.nn.Module, BertTokenizer]:
     if "mlm" not in ckpt.parts:
         raise UsageError(f"{model} has no MLM head (it is a {ckpt.architecture}); fill needs a pre-trained "
                          "model with its MLM head, e.g. a bertctl pretrain folder or a BertForMaskedLM")
-    if not has_tokenizer(model):
-        raise UsageError(f"{model} has no tokenizer (tokenizer.json or vocab.txt); copy the tokenizer "
-                         "files into the model folder")
-    tokenizer = load_tokenizer(model)
-    check_vocab(ckpt.config.vocab_size, tokenizer, model)
+    tokenizer = model_tokenizer(ckpt)
     return build_model(ckpt, "BertForMaskedLM").eval(), tokenizer
 
 

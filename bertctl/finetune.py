@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import __version__, training
-from bertctl.checkpoint import Checkpoint, build_model, check_vocab, read_checkpoint, save_model
+from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint, save_model
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
 from bertctl.data.tabular import load_labelled_data
@@ -43,7 +43,7 @@ from bertctl.evaluate import (
     summarize,
 )
 from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic, write_text_atomic
-from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+from bertctl.tokenizer import BertTokenizer
 from bertctl.training import pick_device
 
 GROUP_WINDOW = 50  # length grouping sorts windows of this many batches (random across windows)
@@ -160,11 +160,7 @@ class Base:
 def load_base(cfg: FinetuneConfig) -> Base:
     model = Path(cfg.model)
     ckpt = read_checkpoint(model)
-    if not has_tokenizer(model):
-        raise UsageError(f"{model} has no tokenizer (tokenizer.json or vocab.txt); copy the tokenizer the "
-                         "model was trained with into it")
-    tokenizer = load_tokenizer(model)
-    check_vocab(ckpt.config.vocab_size, tokenizer, model)
+    tokenizer = model_tokenizer(ckpt)
     if cfg.max_seq_length > ckpt.config.max_position_embeddings:
         raise UsageError(f"--max-seq-length {cfg.max_seq_length}: {model} takes at most "
                          f"{ckpt.config.max_position_embeddings} tokens")
