@@ -1,6 +1,13 @@
-"""Pre-training throughput on one GPU: BERT-base and BERT-large, seq 128, bf16, torch.compile, ~60 s each.
+"""Pre-training throughput on one GPU: BERT-base and BERT-large, seq 128, bf16, torch.compile.
 
-    python bench/gpu_pretrain.py [--seconds 60] [--sizes base,large]
+    python bench/gpu_pretrain.py                     # base and large, bertctl then transformers
+    python bench/gpu_pretrain.py --sizes large --transformers-seconds 0
+    python bench/gpu_pretrain.py --device cpu --sizes tiny --seconds 2 --transformers-seconds 1  # smoke test
+
+bertctl's side is the step `bertctl pretrain --compile --precision bf16` runs: `training.optimizer_step` with
+pre-training's loss terms (sparse MLM at fixed slots, NSP), gradient clipping and the fused AdamW. The
+transformers side is `BertForPreTraining` (SDPA attention, dense MLM logits), compiled, same batch, same
+AdamW settings. Each side warms up (compiles) first; the timed window ends with a device synchronize.
 
 Prints sequences/s, tokens/s and model FLOPs utilisation (MFU) against the H200's ~790 TFLOP/s dense bf16.
 FLOPs per trained sequence (forward + backward = 3 x forward, 2 FLOPs per multiply-add):
@@ -8,7 +15,8 @@ FLOPs per trained sequence (forward + backward = 3 x forward, 2 FLOPs per multip
   + 12 * L * T^2 * H                 attention scores and weighted values (QK^T and AV)
   + 6 * M * (H^2 + H * V)            MLM head, computed only at the M masked positions (15% of T)
   + 6 * H^2                          pooler
-Embedding look-ups, LayerNorm, softmax and the NSP head are left out (standard MFU accounting).
+Embedding look-ups, LayerNorm, softmax and the NSP head are left out (standard MFU accounting); the same
+formula is used for both sides, so transformers' dense MLM logits count as wasted work.
 Every sequence is full length (no padding, so no attention mask and SDPA may pick its flash kernel), as in
 a corpus built with short_seq_prob 0.
 """
@@ -17,17 +25,20 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from functools import partial
 
 import torch
 
+from bertctl import training
 from bertctl.config import preset
 from bertctl.model import BertForPreTraining
-from bertctl.training import make_optimizer
+from bertctl.pretrain import _loss_terms, _weights
 
 PEAK_TFLOPS = 790.0
 SEQ, VOCAB, MASKED = 128, 30522, 0.15
 PREDICTIONS = 32  # fixed MLM slots per row (>= the masked tokens any row has), as `pretrain --compile` uses
-BATCH = {"base": 256, "large": 128}
+BATCH = {"base": 256, "large": 256}
 
 
 def flops_per_sequence(layers: int, hidden: int) -> float:
@@ -36,42 +47,60 @@ def flops_per_sequence(layers: int, hidden: int) -> float:
             + 6 * masked * (hidden**2 + hidden * VOCAB) + 6 * hidden**2)
 
 
-def run(size: str, seconds: float, device: torch.device) -> dict[str, float]:
-    torch.backends.cuda.matmul.allow_tf32 = True
-    config = preset(size, vocab_size=VOCAB)
-    torch.manual_seed(0)
-    model = BertForPreTraining(config).to(device).train()
-    optimizer = make_optimizer("adamw", model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
-    compiled = torch.compile(model)
-    batch = BATCH.get(size, 32)
+def make_batch(batch: int, device: torch.device) -> dict[str, torch.Tensor]:
     g = torch.Generator(device=device).manual_seed(0)
     ids = torch.randint(5, VOCAB, (batch, SEQ), device=device, generator=g)
     labels = torch.where(torch.rand(batch, SEQ, device=device, generator=g) < MASKED, ids, -100)
     labels = torch.where((labels >= 0).cumsum(1) <= PREDICTIONS, labels, -100)  # at most P per row
     types = (torch.arange(SEQ, device=device) >= SEQ // 2).long().expand(batch, SEQ)
     nsp = torch.randint(0, 2, (batch,), device=device, generator=g)
+    return {"input_ids": ids, "token_type_ids": types, "mlm_labels": labels, "next_sentence_label": nsp}
+
+
+def bertctl_step(size: str, batch: dict[str, torch.Tensor], device: torch.device) -> Callable[[], None]:
+    torch.manual_seed(0)
+    model = BertForPreTraining(preset(size, vocab_size=VOCAB)).to(device).train()
+    optimizer = training.make_optimizer("adamw", model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
+    compiled = torch.compile(model)
+    env = training.Distributed(device=device)
+    terms = partial(_loss_terms, predictions=PREDICTIONS)
+    batch = {**batch, "attention_mask": None}  # no padding: the loop drops the mask on the host
+    return lambda: training.optimizer_step(compiled, [batch], optimizer, terms, _weights, env, "bf16")
+
+
+def transformers_step(size: str, batch: dict[str, torch.Tensor], device: torch.device) -> Callable[[], None]:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(**preset(size, vocab_size=VOCAB).to_dict(), attn_implementation="sdpa")
+    model = transformers.BertForPreTraining(config).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6, fused=True)
+    compiled = torch.compile(model)
 
     def step() -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            out = compiled(ids, types, None, mlm_labels=labels, next_sentence_label=nsp, mlm_predictions=PREDICTIONS)
+            out = compiled(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                           labels=batch["mlm_labels"], next_sentence_label=batch["next_sentence_label"])
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    return step
 
-    for _ in range(5):  # compile and warm up
+
+def measure(step: Callable[[], None], seconds: float, device: torch.device) -> tuple[float, float]:
+    """(steps per second, seconds spent compiling and warming up)."""
+    start = time.perf_counter()
+    for _ in range(3):
         step()
     sync(device)
+    warm = time.perf_counter() - start
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         step()
         steps += 1
     sync(device)
-    elapsed = time.perf_counter() - start
-    seq_s = steps * batch / elapsed
-    mfu = seq_s * flops_per_sequence(config.num_hidden_layers, config.hidden_size) / (PEAK_TFLOPS * 1e12)
-    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
-    return {"seq_s": seq_s, "tok_s": seq_s * SEQ, "mfu": mfu, "batch": batch, "peak_gb": peak}
+    return steps / (time.perf_counter() - start), warm
 
 
 def sync(device: torch.device) -> None:
@@ -81,17 +110,42 @@ def sync(device: torch.device) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=40.0, help="timed seconds per model for bertctl")
+    parser.add_argument("--transformers-seconds", type=float, default=20.0, help="the same for transformers; 0 skips")
     parser.add_argument("--sizes", default="base,large", help="presets (tiny ... large)")
+    parser.add_argument("--batch", type=int, default=None, help="sequences per step (default: base 256, large 256)")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test")
     args = parser.parse_args()
     device = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = True
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
-    print(f"{name}  torch {torch.__version__}  seq {SEQ}  bf16  compiled")
-    print(f"{'model':6} {'batch':>5} {'seq/s':>9} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>9}")
+    print(f"{name}  torch {torch.__version__}  seq {SEQ}  bf16  compiled  MFU vs {PEAK_TFLOPS:.0f} TFLOP/s")
+    print(f"{'model':6} {'side':12} {'batch':>5} {'seq/s':>9} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>9}",
+          f"{'warm s':>7}")
+    sides = [("bertctl", bertctl_step, args.seconds), ("transformers", transformers_step, args.transformers_seconds)]
     for size in args.sizes.split(","):
-        r = run(size, args.seconds, device)
-        print(f"{size:6} {r['batch']:5d} {r['seq_s']:9.0f} {r['tok_s']:11.0f} {r['mfu']:6.1%} {r['peak_gb']:9.1f}")
+        rates = {}
+        config = preset(size, vocab_size=VOCAB)
+        for side, make, seconds in sides:
+            if seconds <= 0:
+                continue
+            size_batch = args.batch or BATCH.get(size, 32)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            try:
+                per_second, warm = measure(make(size, make_batch(size_batch, device), device), seconds, device)
+            except Exception as exc:  # an OOM or compile failure on one side must not hide the others
+                print(f"{size:6} {side:12} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+                continue
+            seq_s = per_second * size_batch
+            rates[side] = seq_s
+            mfu = seq_s * flops_per_sequence(config.num_hidden_layers, config.hidden_size) / (PEAK_TFLOPS * 1e12)
+            peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
+            print(f"{size:6} {side:12} {size_batch:5d} {seq_s:9.0f} {seq_s * SEQ:11.0f} {mfu:6.1%} {peak:9.1f}",
+                  f"{warm:7.0f}", flush=True)
+        if len(rates) == 2:
+            print(f"{size:6} bertctl / transformers: {rates['bertctl'] / rates['transformers']:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, target: Path,
         log = training.MetricsLog(work)
         speed = training.Throughput()
         bar = _progress(total, f"{task.name} seed {seed}")
-        step, bad_in_row, window = 0, 0, []
+        step, bad_in_row, window, pending = 0, 0, [], []
         best: dict[str, Any] = {"epoch": 0}
         for epoch in range(1, cfg.epochs + 1):
             for rows in train_batches(prep.train.lengths, cfg.batch_size, seed, epoch, cfg.group_by_length):
@@ -214,20 +214,24 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, target: Path,
                 lr = cfg.lr * training.lr_factor(step, total, warmup, cfg.schedule)
                 training.set_lr(optimizer, lr)
                 model.train()
-                result = training.optimizer_step(model, micro_batches, optimizer, _loss_terms, _weights, env,
-                                                 precision, scaler, cfg.clip)
+                pending.append(training.optimizer_step(model, micro_batches, optimizer, _loss_terms, _weights,
+                                                       env, precision, scaler, cfg.clip))
                 step += 1
                 speed.add(int(prep.train.lengths[rows].sum()))  # on the host: no device sync
-                bad_in_row = bad_in_row + 1 if result.skipped else 0
-                if bad_in_row >= MAX_BAD_STEPS:
-                    raise BertctlError(f"the loss was NaN/inf for {bad_in_row} steps in a row at step "
-                                       f"{step}; lower --lr or use --precision fp32/bf16")
-                window.append(result)
-                if step % cfg.log_every == 0 or step == total:
-                    log.write(_train_row(step, step / per_epoch, window, lr, speed, task.is_regression))
-                    window = []
                 bar.update(1)
-                bar.set_postfix(loss=f"{result.loss:.4f}", lr=f"{lr:.2e}")
+                if step % cfg.log_every and step != total:
+                    continue
+                for offset, result in enumerate(training.resolve_steps(pending), start=step - len(pending) + 1):
+                    bad_in_row = bad_in_row + 1 if result.skipped else 0
+                    if bad_in_row >= MAX_BAD_STEPS:
+                        raise BertctlError(f"the loss was NaN/inf for {bad_in_row} steps in a row at step "
+                                           f"{offset}; lower --lr or use --precision fp32/bf16")
+                    window.append(result)
+                pending = []
+                row = _train_row(step, step / per_epoch, window, lr, speed, task.is_regression)
+                log.write(row)
+                window = []
+                bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}")
             if prep.dev:
                 scores = score(task, model, prep.dev, pad_id, cfg.eval_batch_size, device, precision)
                 log.write({"step": step, "epoch": epoch, **_flat(scores)})
@@ -271,7 +275,8 @@ def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[T
 
 
 def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    return {"task": torch.tensor(batch["labels"].shape[0])}
+    labels = batch["labels"]
+    return {"task": labels.new_full((), labels.shape[0], dtype=torch.long)}
 
 
 def train_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, group_by_length: bool

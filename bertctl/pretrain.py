@@ -88,7 +88,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     log = training.MetricsLog(run, enabled=env.is_main)
     speed = training.Throughput()
     bar = _progress(cfg, step, env)
-    window: list[training.StepResult] = []
+    pending: list[training.PendingStep] = []  # steps whose figures are still on the device
+    window: list[training.StepResult] = []  # read steps since the last metrics row
     bad_in_row = 0
     final = run / "final"
     batches = iter(loader)
@@ -100,31 +101,38 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
             lr = cfg.lr * training.lr_factor(step, cfg.steps, cfg.warmup(), cfg.schedule)
             training.set_lr(optimizer, lr)
             model.train()
-            result = training.optimizer_step(train_model, micro_batches, optimizer, loss_terms, _weights, env,
-                                             precision, scaler, cfg.clip)
+            pending.append(training.optimizer_step(train_model, micro_batches, optimizer, loss_terms, _weights,
+                                                   env, precision, scaler, cfg.clip))
             step += 1
             samples_seen += cfg.batch_size
             speed.add(tokens)
-            bad_in_row = bad_in_row + 1 if result.skipped else 0
-            bad_total += int(result.skipped)
-            if bad_in_row >= cfg.max_bad_steps:
-                raise BertctlError(f"the loss was NaN/inf for {bad_in_row} steps in a row at step {step}; "
-                                   "lower --lr, use --precision fp32/bf16, or check the corpus")
-            window.append(result)
-            if step % cfg.log_every == 0 or step == cfg.steps:
+            if bar is not None:
+                bar.update(1)
+            stopping = training.any_rank(stop.requested, env)
+            logging = step % cfg.log_every == 0 or step == cfg.steps
+            saving = step < cfg.steps and (stopping or (cfg.save_every and step % cfg.save_every == 0))
+            evaluating = validation is not None and step % cfg.eval_every == 0
+            if not (logging or saving or evaluating):
+                continue
+            for offset, result in enumerate(training.resolve_steps(pending), start=step - len(pending) + 1):
+                bad_in_row = bad_in_row + 1 if result.skipped else 0
+                bad_total += int(result.skipped)
+                if bad_in_row >= cfg.max_bad_steps:
+                    raise BertctlError(f"the loss was NaN/inf for {bad_in_row} steps in a row at step {offset}; "
+                                       "lower --lr, use --precision fp32/bf16, or check the corpus")
+                window.append(result)
+            pending = []
+            if logging:
                 row = _log_row(step, window, lr, speed, has_nsp, bad_total)
                 log.write(row)
                 window = []
                 if bar is not None:
                     bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
-            if bar is not None:
-                bar.update(1)
-            if validation is not None and step % cfg.eval_every == 0:
+            if evaluating:
                 log.write({"step": step, **evaluate_pretraining(model, validation, collate, micro, cfg, env)})
-            stopping = _agree(stop.requested, env)
-            state = {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total}
-            if step < cfg.steps and (stopping or (cfg.save_every and step % cfg.save_every == 0)):
-                _save(model, training.step_folder(run, step), tokenizer, optimizer, scaler, state, env)
+            if saving:
+                _save(model, training.step_folder(run, step), tokenizer, optimizer, scaler,
+                      {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total}, env)
                 if env.is_main:
                     training.prune_checkpoints(run, cfg.keep)
             if stopping:
@@ -208,7 +216,8 @@ def _nsp_kwargs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
 def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     counts = {"mlm": (batch["mlm_labels"] != IGNORE_INDEX).sum()}
     if "next_sentence_label" in batch:
-        counts["nsp"] = torch.tensor(batch["next_sentence_label"].shape[0])
+        label = batch["next_sentence_label"]
+        counts["nsp"] = label.new_full((), label.shape[0])  # made where the batch is: no host-to-device copy
     return counts
 
 
@@ -259,14 +268,6 @@ def _save(model: nn.Module, folder: Path, tokenizer: BertTokenizer, optimizer: t
                    extra=lambda tmp: training.write_training_state(tmp, optimizer, scaler, state))
     if env.world_size > 1:
         torch.distributed.barrier()
-
-
-def _agree(flag: bool, env: training.Distributed) -> bool:
-    """Every rank stops when any rank got a signal (torchrun forwards them to all, but not atomically)."""
-    if env.world_size == 1:
-        return flag
-    value = torch.tensor([float(flag)], device=env.device)
-    return bool(training.all_reduce_sum(value, env).item())
 
 
 def _trim_metrics(run: Path, step: int) -> None:

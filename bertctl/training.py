@@ -152,6 +152,7 @@ class Distributed:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
+    control: Any = None  # a gloo group for host-side flags (stop requests), so they never wait on the GPU
 
     @property
     def is_main(self) -> bool:
@@ -166,9 +167,26 @@ def setup_distributed(device: str | None = None) -> Distributed:
     if chosen.type == "cuda":
         chosen = torch.device("cuda", local if world > 1 else (chosen.index or 0))
         torch.cuda.set_device(chosen)
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo")
-    return Distributed(rank, world, local, chosen)
+    control = None
+    if world > 1:
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo", device_id=_device_id(chosen))
+        control = dist.new_group(backend="gloo") if chosen.type == "cuda" else dist.group.WORLD
+    return Distributed(rank, world, local, chosen, control)
+
+
+def _device_id(device: torch.device) -> torch.device | None:
+    """NCCL binds its communicator to this rank's GPU up front (no guessing, no warning at the first barrier)."""
+    return device if device.type == "cuda" else None
+
+
+def any_rank(flag: bool, env: Distributed) -> bool:
+    """True on every rank when it is true on any rank; host-side, so the GPU queue is not drained."""
+    if env.world_size == 1:
+        return flag
+    value = torch.tensor([float(flag)])
+    dist.all_reduce(value, op=dist.ReduceOp.SUM, group=env.control)
+    return bool(value.item())
 
 
 def all_reduce_sum(value: Tensor, env: Distributed) -> Tensor:
@@ -312,6 +330,31 @@ class StepResult:
     skipped: bool  # True when the loss or gradients were not finite and the update was skipped
 
 
+@dataclass
+class PendingStep:
+    """One step's figures while they are still on the device.
+
+    Reading them waits for the device to finish the step; the loops read a whole logging window at once
+    (`resolve_steps`), so the host queues the next steps meanwhile and the GPU never waits on Python.
+    """
+
+    names: list[str]  # names of the loss parts in `values`, then "loss", "grad_norm", "finite"
+    values: Tensor  # (len(names),) float32 on the device
+
+
+def resolve_steps(pending: list[PendingStep]) -> list[StepResult]:
+    """The figures of many steps with one device-to-host copy."""
+    if not pending:
+        return []
+    names = pending[0].names
+    results = []
+    for row in torch.stack([p.values for p in pending]).tolist():
+        figures = dict(zip(names, row, strict=True))
+        loss, grad_norm, finite = figures.pop("loss"), figures.pop("grad_norm"), figures.pop("finite")
+        results.append(StepResult(loss, figures, grad_norm, skipped=not finite))
+    return results
+
+
 def optimizer_step(
     model: nn.Module,
     micro_batches: list[dict[str, Tensor]],
@@ -322,17 +365,19 @@ def optimizer_step(
     precision: str,
     scaler: Any = None,
     clip: float = 1.0,
-) -> StepResult:
-    """Forward/backward every micro-batch, then one clipped update.
+) -> PendingStep:
+    """Forward/backward every micro-batch, then one clipped update, without waiting for the device.
 
     `loss_terms(model, batch)` gives, per term, its mean loss over its own units (masked tokens, sequences)
     and the number of correct predictions; `weights(batch)` counts those units, so every term is re-weighted
     by its global count (accuracy too). The result is independent of how the global
     batch is split into micro-batches and ranks, which makes 1 and N processes give the same losses.
+    A step whose loss or gradient norm is not finite leaves the weights and optimizer state untouched; with
+    the fused AdamW that decision stays on the device too (its `found_inf` input, as GradScaler uses it).
     """
-    counts = {name: sum(weights(b)[name] for b in micro_batches).float() for name in weights(micro_batches[0])}
-    stacked = all_reduce_sum(torch.stack(list(counts.values())).to(env.device), env)
-    totals = dict(zip(counts, stacked.clamp(min=1).tolist(), strict=True))
+    units = list(weights(micro_batches[0]))
+    counts = torch.stack([sum(weights(b)[name] for b in micro_batches).float().to(env.device) for name in units])
+    totals = dict(zip(units, all_reduce_sum(counts, env).clamp(min=1).unbind(), strict=True))
     sums: dict[str, Tensor] = {}
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
@@ -349,20 +394,24 @@ def optimizer_step(
             loss = loss * env.world_size  # DDP averages gradients over ranks; we want their sum
             (scaler.scale(loss) if scaler is not None else loss).backward()
     names = list(sums)
-    reduced = all_reduce_sum(torch.stack([sums[n] for n in names]), env).tolist()
-    parts = dict(zip(names, reduced, strict=True))
+    reduced = all_reduce_sum(torch.stack([sums[n] for n in names]), env)
     if scaler is not None:
         scaler.unscale_(optimizer)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf"))
-    total = sum(parts[n] for n in counts)
-    finite = math.isfinite(total) and bool(torch.isfinite(grad_norm))
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf")).float()
+    total = sum(reduced[names.index(name)] for name in units)
+    finite = torch.isfinite(total) & torch.isfinite(grad_norm)
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()
-    elif finite:
+    elif getattr(optimizer, "_step_supports_amp_scaling", False):
+        optimizer.found_inf = (~finite).float()
+        optimizer.step()
+        del optimizer.found_inf
+    elif bool(finite):  # other optimizers (LAMB) need the answer on the host
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return StepResult(total, parts, float(grad_norm), skipped=not finite)
+    values = torch.cat([reduced, torch.stack([total, grad_norm, finite.float()])]).detach()
+    return PendingStep([*names, "loss", "grad_norm", "finite"], values)
 
 
 # --- signals, logging ----------------------------------------------------------------------------------

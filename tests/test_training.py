@@ -1,0 +1,50 @@
+"""The shared optimizer step: a non-finite step changes nothing, and its figures are read in one batch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from bertctl import training
+
+
+def _terms(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    loss = model(batch["x"]).pow(2).mean() * batch["scale"]
+    return {"task": (loss, torch.zeros((), dtype=torch.long))}
+
+
+def _weights(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {"task": batch["x"].new_full((), batch["x"].shape[0], dtype=torch.long)}
+
+
+@pytest.mark.parametrize("name", ["adamw", "lamb"])
+def test_a_non_finite_step_leaves_weights_and_optimizer_state_untouched(name):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = training.make_optimizer(name, model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    env = training.Distributed()
+    x = torch.randn(3, 4)
+
+    def step(scale: float) -> training.PendingStep:
+        return training.optimizer_step(model, [{"x": x, "scale": torch.tensor(scale)}], optimizer, _terms,
+                                       _weights, env, "fp32")
+
+    with torch.no_grad():
+        first_loss = float(model(x).pow(2).mean())
+    good = step(1.0)
+    weights = [p.detach().clone() for p in model.parameters()]
+    moments = [optimizer.state[p]["exp_avg"].clone() for p in model.parameters()]
+    bad = step(math.inf)
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
+    assert all(torch.equal(m, optimizer.state[p]["exp_avg"]) for m, p in zip(moments, model.parameters(), strict=True))
+    assert all(float(optimizer.state[p]["step"]) == 1 for p in model.parameters())
+    after = step(1.0)
+    assert not all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
+
+    results = training.resolve_steps([good, bad, after])
+    assert [r.skipped for r in results] == [False, True, False]
+    assert results[0].loss == pytest.approx(first_loss, rel=1e-6)
+    assert set(results[0].parts) == {"task", "task_correct"} and results[0].grad_norm > 0
