@@ -2,8 +2,9 @@
 
 A model folder is what transformers loads as it is: config.json (plus a `bertctl` block), model.safetensors
 with transformers' names, and the tokenizer files. We read transformers' folders too: safetensors or
-pytorch_model.bin (weights_only), with or without the `bert.` prefix, legacy `gamma`/`beta` names, tied or
-absent decoder weights and `position_ids` buffers. Loading is strict: leftovers are named, never ignored.
+pytorch_model.bin (weights_only), single or sharded, fp16/bf16 upcast to fp32, with or without the `bert.` prefix,
+legacy `gamma`/`beta` names, tied or absent decoder weights and saved buffers. Loading is strict: leftovers are
+named, never ignored; an untied decoder is refused.
 """
 
 from __future__ import annotations
@@ -24,10 +25,15 @@ from bertctl import __version__
 from bertctl.config import BertConfig
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic
+from bertctl.hub import resolve_model_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name
 
 FORMAT_VERSION = 1
-WEIGHTS_FILES = ("model.safetensors", "pytorch_model.bin")
+# transformers' order of preference when a folder holds several (hub repos often have both formats)
+WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+# Weights transformers 5 no longer reads either: say how to convert them instead of "no weights found".
+_FOREIGN_WEIGHTS = {"tf_model.h5": ("TensorFlow", "from_tf"), "flax_model.msgpack": ("Flax", "from_flax")}
 
 # (our prefix, transformers' prefix); {i} is a layer number. Encoder names are without the `bert.` prefix.
 _ENCODER_NAMES = [
@@ -51,7 +57,12 @@ _HEAD_NAMES = [
     ("qa_outputs.", "qa_outputs."),
 ]
 _QKV = ("query", "key", "value")
-_DROPPED = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.weight$")
+# config.json entries a downstream user relies on beyond BertConfig, labels and problem_type (written by save_model
+# when given): the classifier's dropout, the task name, and the tokenizer class AutoTokenizer picks.
+KEPT_CONFIG_KEYS = ("classifier_dropout", "finetuning_task", "tokenizer_class", "task_specific_params")
+# Buffers some versions saved (position_ids; token_type_ids, all zeros) carry no weights.
+_DROPPED = re.compile(r"(^|\.)(position_ids|embeddings\.token_type_ids)$")
+_DECODER_WEIGHT = "cls.predictions.decoder.weight"  # tied to the word embeddings: checked, then dropped
 _DECODER_BIAS = "cls.predictions.decoder.bias"  # older files: the same tensor as cls.predictions.bias
 # Which head (or optional encoder part) a parameter of ours belongs to.
 _PART_OF = [("bert.pooler.", "pooler"), ("mlm.", "mlm"), ("nsp.", "nsp"), ("qa_outputs.", "question_answering"),
@@ -93,10 +104,11 @@ def from_transformers_names(state: dict[str, Tensor]) -> tuple[dict[str, Tensor]
     qkv: dict[tuple[str, str], dict[str, Tensor]] = {}
     for key, tensor in state.items():
         key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
-        if _DROPPED.search(key):
+        if _DROPPED.search(key) or key == _DECODER_WEIGHT:
             continue
-        if key == _DECODER_BIAS:
-            if "cls.predictions.bias" not in state:
+        if key in (_DECODER_BIAS, "cls.predictions.bias"):
+            # transformers 5 computes with the decoder's bias when a file has both (they are equal in real files)
+            if key == _DECODER_BIAS or _DECODER_BIAS not in state:
                 out["mlm.bias"] = tensor
             continue
         rest = key[len("bert."):] if key.startswith("bert.") else key
@@ -137,6 +149,8 @@ class Checkpoint:
     state: dict[str, Tensor]
     architecture: str
     parts: frozenset[str] = field(default_factory=frozenset)  # heads present (+ "pooler")
+    stored_dtype: str = "float32"  # floating dtype(s) of the file's tensors; loaded as float32
+    untied_decoder: bool = False  # the MLM head cannot be used (bertctl ties it); the encoder and other heads can
 
     @property
     def labels(self) -> list[str] | None:
@@ -149,16 +163,54 @@ class Checkpoint:
     def problem_type(self) -> str | None:
         return self.raw_config.get("problem_type")
 
+    @property
+    def num_labels(self) -> int:
+        """Outputs of the classification head: config.json's labels, else the saved head's rows, else 2."""
+        if self.labels:
+            return len(self.labels)
+        weight = self.state.get("classifier.weight")
+        if weight is not None:
+            return weight.shape[0]
+        return int(self.raw_config.get("num_labels") or self.raw_config.get("_num_labels") or 2)
+
+    @property
+    def kept_config(self) -> dict[str, Any]:
+        """config.json entries outside BertConfig that a converted folder carries over (see KEPT_CONFIG_KEYS)."""
+        return {k: self.raw_config[k] for k in KEPT_CONFIG_KEYS if self.raw_config.get(k) is not None}
+
 
 def _read_weights(folder: Path) -> dict[str, Tensor]:
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return {k: v for name in files for k, v in _read_weights_file(folder / name).items()}
+    """The first weights file in transformers' order of preference; an index names the shards to read."""
     for name in WEIGHTS_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return _read_weights_file(path)
+        try:
+            shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            raise BertctlError(f"cannot read the shard index {path}: {exc}") from None
+        return {k: v for shard in shards for k, v in _read_weights_file(folder / shard).items()}
+    raise UsageError(_foreign_weights_message(folder) or
+                     f"{folder}: no weights found (expected {' or '.join(WEIGHTS_FILES)})")
+
+
+def _foreign_weights_message(folder: Path) -> str | None:
+    """One line saying how to convert a TensorFlow (Google's release) or Flax folder, which bertctl cannot read."""
+    index = next(iter(sorted(folder.glob("*.ckpt*.index"))), None)
+    if index is not None:
+        ckpt, config = folder / index.name.removesuffix(".index"), folder / "bert_config.json"
+        return (f"{folder} holds a TensorFlow checkpoint ({ckpt.name}, Google's release format); convert it once "
+                f"with transformers 4 and TensorFlow (pip install 'transformers<5' tensorflow): `transformers-cli "
+                f"convert --model_type bert --tf_checkpoint {ckpt} --config {config} --pytorch_dump_output "
+                f"{folder / 'pytorch_model.bin'}`, then copy {config.name} to config.json")
+    for name, (kind, flag) in _FOREIGN_WEIGHTS.items():
         if (folder / name).is_file():
-            return _read_weights_file(folder / name)
-    raise UsageError(f"{folder}: no weights found (expected {' or '.join(WEIGHTS_FILES)})")
+            return (f"{folder} holds only {kind} weights ({name}); convert them once with transformers 4: "
+                    f"`BertForPreTraining.from_pretrained(DIR, {flag}=True).save_pretrained(DIR)` "
+                    "(pip install 'transformers<5')")
+    return None
 
 
 def _read_weights_file(path: Path) -> dict[str, Tensor]:
@@ -175,26 +227,45 @@ def _read_weights_file(path: Path) -> dict[str, Tensor]:
 
 
 def read_checkpoint(path: Path | str) -> Checkpoint:
-    """Read a bertctl or transformers model folder (config.json + weights)."""
-    folder = Path(path)
+    """Read a bertctl or transformers model folder (config.json + weights), or a hub id's cached snapshot."""
+    folder = resolve_model_folder(path)
     if not folder.exists():
         raise UsageError(f"model folder {folder} does not exist")
     if not (folder / "config.json").is_file():
-        raise UsageError(f"{folder} is not a model folder: no config.json (give a folder written by bertctl or "
-                         "transformers' save_pretrained)")
+        raise UsageError(_foreign_weights_message(folder) or f"{folder} is not a model folder: no config.json (give "
+                         "a folder written by bertctl or transformers' save_pretrained)")
     try:
         raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UsageError(f"{folder / 'config.json'} is not valid JSON: {exc}") from None
-    if raw.get("model_type", "bert") != "bert":
+    if not isinstance(raw, dict):
+        raise UsageError(f"{folder / 'config.json'} must hold a mapping of config fields")
+    if raw.get("model_type", "bert") != "bert":  # configs older than transformers 2.x have no model_type
         raise UsageError(f"{folder}: model_type {raw.get('model_type')!r} is not BERT")
     config = BertConfig.from_dict(raw)
-    state, unknown = from_transformers_names(_read_weights(folder))
+    weights = _read_weights(folder)
+    untied = _untied_decoder(weights)
+    stored = sorted({str(t.dtype).removeprefix("torch.") for t in weights.values() if t.is_floating_point()})
+    # fp16/bf16 files are upcast: bertctl's weights are fp32 (mixed precision is the recipes' business)
+    weights = {k: t.float() if t.is_floating_point() else t for k, t in weights.items()}
+    state, unknown = from_transformers_names(weights)
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise BertctlError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
     parts = frozenset(p for p in map(_part, state) if p is not None)
-    return Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts)
+    return Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
+                      untied)
+
+
+def _untied_decoder(weights: dict[str, Tensor]) -> bool:
+    """Whether the file's MLM decoder differs from the word embeddings (tie_word_embeddings=false with another
+    matrix): transformers computes with that matrix, bertctl's decoder is always the embeddings."""
+    decoder = weights.get(_DECODER_WEIGHT)
+    embeddings = weights.get("bert.embeddings.word_embeddings.weight",
+                             weights.get("embeddings.word_embeddings.weight"))
+    if decoder is None or embeddings is None:
+        return False
+    return decoder.shape != embeddings.shape or not torch.equal(decoder, embeddings.to(decoder.dtype))
 
 
 def _architecture(raw: dict[str, Any], parts: frozenset[str]) -> str:
@@ -238,11 +309,14 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
         head_kwargs.setdefault("add_pooler", "pooler" in ckpt.parts)
     params = inspect.signature(cls.__init__).parameters
     if "num_labels" in params:
-        head_kwargs.setdefault("num_labels", len(ckpt.labels) if ckpt.labels else 2)
+        head_kwargs.setdefault("num_labels", ckpt.num_labels)
     if "classifier_dropout" in params and ckpt.raw_config.get("classifier_dropout") is not None:
         head_kwargs.setdefault("classifier_dropout", ckpt.raw_config["classifier_dropout"])
     model = cls(ckpt.config, **head_kwargs)
     expected = model.state_dict()
+    if ckpt.untied_decoder and "mlm" in map(_part, expected):
+        raise BertctlError(f"{ckpt.path}: {_DECODER_WEIGHT} differs from the word embeddings (an untied MLM decoder, "
+                           "tie_word_embeddings=false); bertctl ties them, so it cannot compute this MLM head")
     fresh: set[str] = set()
     state: dict[str, Tensor] = {}
     for key, target in expected.items():
@@ -273,11 +347,13 @@ def load_model(path: Path | str, architecture: str | None = None, **head_kwargs:
     return build_model(read_checkpoint(path), architecture, **head_kwargs)
 
 
-def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: str | None) -> dict[str, Any]:
+def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: str | None,
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
     name = architecture_name(model)
     parts = sorted({p for p in map(_part, model.state_dict()) if p is not None})
     data: dict[str, Any] = {"architectures": [name], "model_type": "bert", **model.config.to_dict(),
                             "position_embedding_type": "absolute", "classifier_dropout": None}
+    data.update({k: v for k, v in (extra or {}).items() if k in KEPT_CONFIG_KEYS})
     num_labels = getattr(model, "num_labels", None)
     if num_labels is not None:
         labels = labels or [f"LABEL_{i}" for i in range(num_labels)]
@@ -299,13 +375,16 @@ def save_model(
     *,
     labels: list[str] | None = None,
     problem_type: str | None = None,
+    config_extra: dict[str, Any] | None = None,
     extra: Callable[[Path], None] | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Write a model folder atomically: a temp folder beside the target, renamed when complete.
 
     `tokenizer` is a bertctl BertTokenizer (its files are written) or a folder to copy them from;
-    `extra(tmp_folder)` may add files (e.g. training state) before the rename.
+    `config_extra` holds config.json entries to carry over (only KEPT_CONFIG_KEYS: a converted fine-tuned folder
+    keeps its classifier_dropout, finetuning_task, tokenizer_class); `extra(tmp_folder)` may add files (e.g.
+    training state) before the rename.
     """
     from safetensors.torch import save_file
 
@@ -319,7 +398,7 @@ def save_model(
         bare = architecture_name(model) == "BertModel"
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
         save_file(to_transformers_names(state, bare=bare), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        config = _config_json(model, labels, problem_type)
+        config = _config_json(model, labels, problem_type, config_extra)
         write_json_atomic(tmp / "config.json", config)
         _write_tokenizer(tokenizer, tmp)
         if extra is not None:

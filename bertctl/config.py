@@ -15,7 +15,11 @@ from typing import Any, TypeVar
 
 from bertctl.errors import UsageError
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+# transformers' ACT2FN names bertctl computes exactly as transformers does (bertctl.model._ACTIVATIONS);
+# the ones with parameters or other costs (prelu, xielu, laplace ...) are refused.
+ACTIVATIONS = ("gelu", "gelu_python", "gelu_new", "gelu_accurate", "gelu_pytorch_tanh", "gelu_python_tanh",
+               "gelu_fast", "gelu_10", "quick_gelu", "relu", "relu6", "leaky_relu", "silu", "swish", "mish", "tanh",
+               "sigmoid", "linear")
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class BertConfig:
     type_vocab_size: int = 2  # segment ids (A/B)
     initializer_range: float = 0.02  # std of the normal init
     layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    pad_token_id: int | None = 0  # the embedding row kept at zero gradient; None in some hub configs
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -51,7 +55,7 @@ class BertConfig:
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UsageError(f"model config: {name} must be in [0, 1), got {getattr(self, name)}")
-        if not 0 <= self.pad_token_id < self.vocab_size:
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise UsageError(f"model config: pad_token_id {self.pad_token_id} is outside the vocabulary")
 
     @property
@@ -63,17 +67,31 @@ class BertConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> BertConfig:
-        """Read a transformers-style config: keep our fields, refuse BERT variants we would compute wrongly."""
-        if values.get("position_embedding_type", "absolute") != "absolute":
-            raise UsageError(f"model config: position_embedding_type {values['position_embedding_type']!r} "
-                             "is not supported (only 'absolute', as in BERT)")
-        if values.get("is_decoder"):
-            raise UsageError("model config: is_decoder=true is not BERT's encoder; use an encoder checkpoint")
+        """Read a transformers-style config: keep our fields, ignore the rest (generation settings, `directionality`,
+        `pooler_*`, `gradient_checkpointing`, `dtype` ...), refuse BERT variants we would compute wrongly."""
+        refusal = _unsupported(values)
+        if refusal:
+            raise UsageError(f"model config: {refusal}")
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 
     def replace(self, **changes: Any) -> BertConfig:
         return dataclasses.replace(self, **changes)
+
+
+def _unsupported(values: dict[str, Any]) -> str | None:
+    """Why a config.json describes a model bertctl's encoder would compute differently from transformers, if it does."""
+    position = values.get("position_embedding_type") or "absolute"  # null meant absolute in transformers 4
+    if position != "absolute":
+        return f"position_embedding_type {position!r} is not supported (only 'absolute', as in BERT)"
+    for key in ("is_decoder", "add_cross_attention"):
+        if values.get(key):
+            return f"{key}=true is not BERT's encoder; use an encoder checkpoint"
+    if values.get("pruned_heads"):
+        return "pruned_heads is not supported (attention heads were removed); use an unpruned checkpoint"
+    if not isinstance(values.get("hidden_act", "gelu"), str):
+        return f"hidden_act {values['hidden_act']!r} must be an activation name"
+    return None
 
 
 def _shape(layers: int, hidden: int, heads: int) -> dict[str, int]:

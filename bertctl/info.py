@@ -30,6 +30,8 @@ def info(model: Path | str) -> dict[str, Any]:
         "parameters": sum(t.numel() for t in ckpt.state.values()),
         "vocab_size": ckpt.config.vocab_size,
         "labels": ckpt.labels if ckpt.architecture != "BertForPreTraining" else None,
+        "problem_type": ckpt.problem_type,
+        "weights_dtype": ckpt.stored_dtype,  # as stored; bertctl computes in float32
         "config": ckpt.config.to_dict(),
         "tokenizer": tokenizer,
     }
@@ -58,6 +60,10 @@ def print_info(summary: dict[str, Any], as_json: bool = False) -> None:
     }
     if summary["labels"]:
         rows["labels"] = ", ".join(summary["labels"])
+    if summary["problem_type"]:
+        rows["problem type"] = summary["problem_type"]
+    if summary["weights_dtype"] != "float32":
+        rows["weights dtype"] = f"{summary['weights_dtype']} (loaded as float32)"
     rows.update({k: str(v) for k, v in summary["config"].items()})
     for key, value in rows.items():
         table.add_row(key, value)

@@ -6,6 +6,7 @@ Parameter names are our own; bertctl.checkpoint maps them to and from transforme
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -16,13 +17,25 @@ from torch import Tensor, nn
 from bertctl.config import BertConfig
 from bertctl.data.masking import IGNORE_INDEX  # label value the losses skip (unmasked tokens, padding)
 
-_ACTIVATIONS = {
+_ACTIVATIONS = {  # transformers' ACT2FN names, each computed with the same formula (same rounding) as there
     "gelu": F.gelu,
-    "gelu_new": partial(F.gelu, approximate="tanh"),
+    "gelu_python": lambda x: x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0))),
+    "gelu_new": lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3.0)))),
+    "gelu_accurate": lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3)))),
     "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "gelu_python_tanh": lambda x: x * 0.5 * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3.0)))),
+    "gelu_fast": lambda x: 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x))),
+    "gelu_10": lambda x: torch.clip(F.gelu(x), -10, 10),
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
     "relu": F.relu,
+    "relu6": F.relu6,
+    "leaky_relu": F.leaky_relu,
     "silu": F.silu,
     "swish": F.silu,
+    "mish": F.mish,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "linear": lambda x: x,
 }
 
 

@@ -1,0 +1,52 @@
+"""Model folders named by a Hugging Face hub id (`bert-base-uncased`, `google-bert/bert-base-cased`).
+
+A name that is not an existing path and looks like a hub id is fetched with `huggingface_hub` (a dependency
+of `datasets`), which serves it from the local cache when offline. Only the files bertctl reads are fetched:
+the config, the tokenizer files, and one weights format (safetensors when the repository has it, else
+pytorch_model.bin), not the TensorFlow, Flax, ONNX or Core ML copies hub repositories often carry too.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bertctl.errors import UsageError
+
+HUB_MODEL_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")  # [owner/]name
+_COMMON = ["config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+           "added_tokens.json"]
+_WEIGHTS = (["model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors"],
+            ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"])
+
+
+def is_hub_id(name: str | Path) -> bool:
+    """True for a name that can only mean a hub repository: no such path here, and not written like a path."""
+    text = str(name)
+    if Path(text).exists() or text.startswith((".", "/", "~")) or text.endswith("/"):
+        return False
+    return HUB_MODEL_ID.fullmatch(text) is not None
+
+
+def resolve_model_folder(name: str | Path, weights: bool = True) -> Path:
+    """The local folder for `name`: the path itself, or the hub repository's (cached) snapshot.
+
+    `weights=False` fetches only the config and tokenizer files (for `--tokenizer bert-base-uncased`).
+    """
+    if not is_hub_id(name):
+        return Path(name)
+    try:
+        from huggingface_hub import snapshot_download
+
+        if not weights:
+            return Path(snapshot_download(str(name), allow_patterns=_COMMON))
+        for patterns in _WEIGHTS:
+            folder = Path(snapshot_download(str(name), allow_patterns=_COMMON + patterns))
+            if any(any(folder.glob(pattern)) for pattern in patterns):
+                break
+        return folder
+    except Exception as exc:  # offline and not cached, no such repository, no access: one message for all
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        what = "model" if weights else "tokenizer"
+        raise UsageError(f"{what} {name}: no such folder here, and the hub repository {name} could not be "
+                         f"loaded ({reason}); give a local {what} folder, or go online once to cache it") from None

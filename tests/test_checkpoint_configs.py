@@ -1,0 +1,112 @@
+"""Hub config.json variants and every activation name, each against transformers on the same folder; what
+`convert` and `info` keep of a fine-tuned folder's config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+transformers = pytest.importorskip("transformers")
+
+from test_checkpoint_files import FP32, assert_transformers_loads_ours, max_diff  # noqa: E402
+from test_config import HUB_CONFIGS  # noqa: E402
+from test_parity import TOLERANCE, reference_model  # noqa: E402
+
+from bertctl.checkpoint import load_model, read_checkpoint  # noqa: E402
+from bertctl.cli import app  # noqa: E402
+from bertctl.config import ACTIVATIONS  # noqa: E402
+
+SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "max_position_embeddings", "type_vocab_size")
+
+
+def folder_with_config(name, odd_config, folder, values, **extra):
+    """A transformers-saved folder whose config.json is replaced by a hub one (with the tiny shape)."""
+    reference = reference_model(name, odd_config, **extra)
+    reference.save_pretrained(folder)
+    shape = {k: v for k, v in odd_config.to_dict().items() if k in SHAPE_KEYS}
+    (folder / "config.json").write_text(json.dumps({**values, **shape}))
+    return reference
+
+
+def architecture(values):
+    return (values.get("architectures") or ["BertModel"])[0]
+
+
+@pytest.mark.parametrize("hub", HUB_CONFIGS)
+def test_hub_config_folder_matches_transformers(hub, odd_config, tmp_path):
+    values = HUB_CONFIGS[hub]
+    name = architecture(values)
+    labels = {"num_labels": len(values["id2label"])} if "id2label" in values else {}
+    folder_with_config(name, odd_config, tmp_path / "hf", values, **labels)
+    assert max_diff(name, tmp_path / "hf", odd_config) <= TOLERANCE
+    assert_transformers_loads_ours(name, tmp_path / "hf", tmp_path)
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_every_activation_matches_transformers(act, odd_config, tmp_path):
+    reference = reference_model("BertForMaskedLM", odd_config.replace(hidden_act=act))
+    reference.save_pretrained(tmp_path / "hf")
+    assert max_diff("BertForMaskedLM", tmp_path / "hf", odd_config, reference) <= TOLERANCE
+
+
+def test_classifier_without_labels_in_config_keeps_its_trained_head(odd_config, tmp_path):
+    values = {k: v for k, v in HUB_CONFIGS["classifier-3.x"].items() if k != "num_labels"}
+    folder_with_config("BertForSequenceClassification", odd_config, tmp_path / "hf", values, num_labels=7)
+    ckpt = read_checkpoint(tmp_path / "hf")
+    assert ckpt.num_labels == 7
+    reference = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "hf", num_labels=7, **FP32)
+    assert max_diff("BertForSequenceClassification", tmp_path / "hf", odd_config, reference.eval()) <= TOLERANCE
+
+
+def test_convert_keeps_labels_problem_type_and_task_settings(odd_config, tmp_path):
+    values = {**HUB_CONFIGS["ner-4.6.1"], "finetuning_task": "ner", "problem_type": "single_label_classification",
+              "classifier_dropout": 0.2, "tokenizer_class": "BertTokenizer"}
+    folder_with_config("BertForTokenClassification", odd_config, tmp_path / "hf", values, num_labels=3)
+    runner = CliRunner()
+    result = runner.invoke(app, ["convert", str(tmp_path / "hf"), "--out", str(tmp_path / "conv")])
+    assert result.exit_code == 0, result.output
+    converted = json.loads((tmp_path / "conv" / "config.json").read_text())
+    for key in ("id2label", "label2id", "problem_type", "finetuning_task", "classifier_dropout", "tokenizer_class"):
+        assert converted[key] == values[key], key
+    reloaded, info = transformers.BertForTokenClassification.from_pretrained(tmp_path / "conv",
+                                                                              output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert reloaded.config.id2label == {0: "O", 1: "B-PER", 2: "I-PER"}
+    assert max_diff("BertForTokenClassification", tmp_path / "conv", odd_config) <= TOLERANCE
+    summary = json.loads(runner.invoke(app, ["info", str(tmp_path / "conv"), "--json"]).stdout)
+    assert summary["labels"] == ["O", "B-PER", "I-PER"] and summary["problem_type"] == "single_label_classification"
+
+
+def test_convert_keeps_the_nsp_head_of_a_masked_lm_config(odd_config, tmp_path):
+    """bert-base-uncased: config.json says BertForMaskedLM, the weights have the pooler and NSP head too."""
+    reference = folder_with_config("BertForPreTraining", odd_config, tmp_path / "hf", HUB_CONFIGS["bert-base-uncased"])
+    assert load_model(tmp_path / "hf").__class__.__name__ == "BertForMaskedLM"
+    result = CliRunner().invoke(app, ["convert", str(tmp_path / "hf"), "--out", str(tmp_path / "conv")])
+    assert result.exit_code == 0 and "BertForPreTraining" in result.stdout, result.output
+    assert max_diff("BertForPreTraining", tmp_path / "conv", odd_config, reference) <= TOLERANCE
+
+
+def test_info_reports_half_precision_weights(odd_config, tmp_path):
+    reference_model("BertModel", odd_config).half().save_pretrained(tmp_path / "hf")
+    result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
+    assert result.exit_code == 0 and "float16 (loaded as float32)" in result.stdout
+
+
+def test_unsupported_config_is_refused_in_one_line(odd_config, tmp_path):
+    values = {**HUB_CONFIGS["bert-base-uncased"], "position_embedding_type": "relative_key_query"}
+    folder_with_config("BertModel", odd_config, tmp_path / "hf", values)
+    result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
+    assert result.exit_code == 2 and "relative_key_query" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_transformers_default_dtype_is_documented_behaviour(odd_config, tmp_path):
+    """Guards docs/checkpoints.md: transformers 5 loads an fp16 file in fp16 unless told dtype=float32."""
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers 4 loads in fp32 by default")
+    reference_model("BertModel", odd_config).half().save_pretrained(tmp_path / "hf")
+    assert transformers.BertModel.from_pretrained(tmp_path / "hf").dtype == torch.float16

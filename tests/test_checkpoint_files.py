@@ -1,0 +1,216 @@
+"""Every weights-file flavour a BERT folder on the hub comes in, each against transformers reading the same folder.
+
+Folders are built with transformers (tiny random configs) and then edited the way older versions wrote them:
+pytorch_model.bin (also Google's legacy names and the pre-1.6 torch format), shards with either index, fp16/bf16,
+the tied decoder stored or not, buffers, both formats side by side.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+transformers = pytest.importorskip("transformers")
+
+from test_parity import TOLERANCE, batch, outputs, reference_model  # noqa: E402
+
+from bertctl.checkpoint import load_model, read_checkpoint, save_model  # noqa: E402
+from bertctl.errors import BertctlError, UsageError  # noqa: E402
+
+# transformers 5 renamed from_pretrained's torch_dtype to dtype (and defaults to "auto": the file's dtype)
+FP32 = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
+
+
+def saved(name, odd_config, folder, **extra):
+    reference = reference_model(name, odd_config, **extra)
+    reference.save_pretrained(folder)
+    return reference
+
+
+def max_diff(name, folder, odd_config, reference=None):
+    """bertctl's outputs vs transformers' (reading `folder`, in fp32, unless a reference model is given)."""
+    if reference is None:
+        reference = getattr(transformers, name).from_pretrained(folder, **FP32).eval()
+    ours = load_model(folder).eval()
+    assert ours.fresh_heads == ()
+    ids, types, mask = batch(odd_config)
+    with torch.no_grad():
+        expected = outputs(name, reference(input_ids=ids, token_type_ids=types, attention_mask=mask))
+        got = outputs(name, ours(ids, types, mask))
+    return max((g - e).abs().max().item() for e, g in zip(expected, got, strict=True))
+
+
+def assert_transformers_loads_ours(name, folder, tmp_path):
+    save_model(load_model(folder), tmp_path / "ours")
+    _, info = getattr(transformers, name).from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+
+
+def rewrite_as_bin(folder, edit=lambda state: state, legacy_format=False):
+    """model.safetensors -> pytorch_model.bin, as transformers < 4.30 saved it (optionally edited)."""
+    state = edit(load_file(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    torch.save(state, folder / "pytorch_model.bin", _use_new_zipfile_serialization=not legacy_format)
+
+
+def write_bin_shards(folder, shards=3):
+    """pytorch_model.bin.index.json + pytorch_model-0000i-of-0000n.bin, as sharded save_pretrained wrote them."""
+    state = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    keys = sorted(state)
+    weight_map = {}
+    for i in range(shards):
+        name = f"pytorch_model-{i + 1:05d}-of-{shards:05d}.bin"
+        part = {k: state[k] for k in keys[i::shards]}
+        torch.save(part, folder / name)
+        weight_map.update(dict.fromkeys(part, name))
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("legacy_format", [False, True])
+def test_pytorch_model_bin(odd_config, tmp_path, legacy_format):
+    saved("BertForPreTraining", odd_config, tmp_path / "hf")
+    rewrite_as_bin(tmp_path / "hf", legacy_format=legacy_format)
+    assert max_diff("BertForPreTraining", tmp_path / "hf", odd_config) <= TOLERANCE
+    assert_transformers_loads_ours("BertForPreTraining", tmp_path / "hf", tmp_path)
+
+
+def test_old_bin_with_legacy_names_buffers_and_both_decoder_entries(odd_config, tmp_path):
+    """What bert-base-uncased's pytorch_model.bin holds: gamma/beta, position_ids, the decoder weight and bias."""
+    saved("BertForPreTraining", odd_config, tmp_path / "hf")
+
+    def legacy(state):
+        out = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+               for k, v in state.items()}
+        out["bert.embeddings.position_ids"] = torch.arange(odd_config.max_position_embeddings)[None]
+        out["bert.embeddings.token_type_ids"] = torch.zeros(1, odd_config.max_position_embeddings, dtype=torch.long)
+        out["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
+        out["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+        return out
+
+    rewrite_as_bin(tmp_path / "hf", legacy)
+    assert max_diff("BertForPreTraining", tmp_path / "hf", odd_config) <= TOLERANCE
+    assert_transformers_loads_ours("BertForPreTraining", tmp_path / "hf", tmp_path)
+
+
+@pytest.mark.parametrize("name", ["BertModel", "BertForSequenceClassification"])
+def test_sharded_safetensors(name, odd_config, tmp_path):
+    reference = reference_model(name, odd_config)
+    reference.save_pretrained(tmp_path / "hf", max_shard_size="20KB")
+    assert (tmp_path / "hf" / "model.safetensors.index.json").is_file()
+    assert len(list((tmp_path / "hf").glob("model-*.safetensors"))) > 2
+    assert max_diff(name, tmp_path / "hf", odd_config) <= TOLERANCE
+    assert_transformers_loads_ours(name, tmp_path / "hf", tmp_path)
+
+
+def test_sharded_pytorch_bin(odd_config, tmp_path):
+    saved("BertForMaskedLM", odd_config, tmp_path / "hf")
+    write_bin_shards(tmp_path / "hf")
+    assert max_diff("BertForMaskedLM", tmp_path / "hf", odd_config) <= TOLERANCE
+    assert_transformers_loads_ours("BertForMaskedLM", tmp_path / "hf", tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_weights_are_loaded_as_fp32(dtype, odd_config, tmp_path):
+    """transformers 5 would compute in the file's dtype by default (dtype="auto"); bertctl upcasts, which is
+    transformers with dtype=torch.float32 (and transformers 4's default)."""
+    reference_model("BertForPreTraining", odd_config).to(dtype).save_pretrained(tmp_path / "hf")
+    ckpt = read_checkpoint(tmp_path / "hf")
+    assert ckpt.stored_dtype == str(dtype).removeprefix("torch.")
+    assert all(t.dtype == torch.float32 for t in ckpt.state.values() if t.is_floating_point())
+    assert max_diff("BertForPreTraining", tmp_path / "hf", odd_config) <= TOLERANCE
+    assert_transformers_loads_ours("BertForPreTraining", tmp_path / "hf", tmp_path)
+
+
+def test_safetensors_is_preferred_over_pytorch_bin(odd_config, tmp_path):
+    saved("BertForQuestionAnswering", odd_config, tmp_path / "hf")
+    state = load_file(tmp_path / "hf" / "model.safetensors")
+    torch.save({k: v + 1.0 for k, v in state.items()}, tmp_path / "hf" / "pytorch_model.bin")  # stale, different
+    assert max_diff("BertForQuestionAnswering", tmp_path / "hf", odd_config) <= TOLERANCE
+
+
+def test_bare_encoder_with_and_without_prefix(odd_config, tmp_path):
+    reference = saved("BertModel", odd_config, tmp_path / "bare")
+    assert not any(k.startswith("bert.") for k in load_file(tmp_path / "bare" / "model.safetensors"))
+    assert max_diff("BertModel", tmp_path / "bare", odd_config) <= TOLERANCE
+    # an encoder cut out of a task model keeps the prefix
+    state = {f"bert.{k}": v for k, v in load_file(tmp_path / "bare" / "model.safetensors").items()}
+    save_file(state, tmp_path / "bare" / "model.safetensors", metadata={"format": "pt"})
+    assert max_diff("BertModel", tmp_path / "bare", odd_config, reference) <= TOLERANCE
+
+
+@pytest.mark.parametrize("decoder", ["absent", "tied", "bias_only"])
+def test_mlm_decoder_entries(decoder, odd_config, tmp_path):
+    saved("BertForMaskedLM", odd_config, tmp_path / "hf")
+    path = tmp_path / "hf" / "model.safetensors"
+    state = load_file(path)
+    if decoder == "tied":
+        state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"].clone()
+        state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"].clone()
+    elif decoder == "bias_only":  # transformers 2.x files: only the decoder's bias
+        state["cls.predictions.decoder.bias"] = state.pop("cls.predictions.bias")
+    save_file(state, path, metadata={"format": "pt"})
+    assert max_diff("BertForMaskedLM", tmp_path / "hf", odd_config) <= TOLERANCE
+
+
+def test_an_untied_decoder_is_refused_in_one_line_for_the_mlm_head_only(odd_config, tmp_path):
+    """transformers computes with an untied decoder; bertctl cannot, but the encoder is still usable."""
+    saved("BertForMaskedLM", odd_config, tmp_path / "hf")
+    path = tmp_path / "hf" / "model.safetensors"
+    state = load_file(path)
+    state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"] + 1.0
+    save_file(state, path, metadata={"format": "pt"})
+    with pytest.raises(BertctlError, match="untied MLM decoder") as error:
+        load_model(tmp_path / "hf")
+    assert "\n" not in str(error.value)
+    model = load_model(tmp_path / "hf", "BertForSequenceClassification", num_labels=3)
+    assert model.fresh_heads == ("classifier", "pooler")  # a masked-LM file has no pooler
+
+
+def test_google_tensorflow_release_gets_the_conversion_command(tmp_path):
+    folder = tmp_path / "uncased_L-12_H-768_A-12"
+    folder.mkdir()
+    (folder / "bert_config.json").write_text(json.dumps({"hidden_size": 768, "vocab_size": 30522}))
+    for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.meta",
+                 "vocab.txt"):
+        (folder / name).write_bytes(b"")
+    with pytest.raises(UsageError, match="transformers-cli convert --model_type bert") as error:
+        read_checkpoint(folder)
+    assert "\n" not in str(error.value) and "config.json" in str(error.value)
+    (folder / "config.json").write_text(json.dumps({"hidden_size": 48, "num_attention_heads": 4}))
+    with pytest.raises(UsageError, match="TensorFlow checkpoint"):
+        read_checkpoint(folder)
+
+
+def test_tf_h5_only_folder_says_how_to_convert(odd_config, tmp_path):
+    saved("BertModel", odd_config, tmp_path / "hf")
+    (tmp_path / "hf" / "model.safetensors").rename(tmp_path / "hf" / "tf_model.h5")
+    with pytest.raises(UsageError, match="from_tf=True"):
+        read_checkpoint(tmp_path / "hf")
+
+
+def test_real_minilm_as_legacy_sharded_fp16_bin(minilm, tmp_path):
+    """The real encoder, re-saved the oldest way: fp16, legacy names, position_ids, in bin shards."""
+    import shutil
+
+    folder = tmp_path / "minilm"
+    shutil.copytree(minilm, folder)
+    state = load_file(folder / "model.safetensors")
+    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"):
+             v.half() if v.is_floating_point() else v for k, v in state.items()}
+    save_file(state, folder / "model.safetensors")
+    write_bin_shards(folder, shards=2)
+    reference = transformers.BertModel.from_pretrained(folder, **FP32).eval()
+    ours = load_model(folder).eval()
+    ids = torch.tensor([[101, 7592, 1010, 2088, 999, 102, 0, 0], [101, 2023, 2003, 1037, 3231, 1012, 2182, 102]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask)
+        got = ours(ids, None, mask)
+    assert (got.hidden_states - expected.last_hidden_state).abs().max().item() <= TOLERANCE
+    assert (got.pooled - expected.pooler_output).abs().max().item() <= TOLERANCE

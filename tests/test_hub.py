@@ -1,0 +1,60 @@
+"""Model folders named by a hub id come from the local Hugging Face cache when offline."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertctl.checkpoint import save_model
+from bertctl.cli import app
+from bertctl.config import BertConfig
+from bertctl.hub import is_hub_id, resolve_model_folder
+from bertctl.model import BertForMaskedLM
+from bertctl.tokenizer import load_tokenizer
+
+hub_constants = pytest.importorskip("huggingface_hub.constants")
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "ran", "a", "cat", "##s"]
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def offline_cache(tmp_path, monkeypatch):
+    """A hub cache holding `someone/tiny-bert` (a bertctl MLM folder plus a TF copy that must not be read)."""
+    cache = tmp_path / "hub"
+    repo = cache / "models--someone--tiny-bert"
+    snapshot = repo / "snapshots" / COMMIT
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    tokenizer = load_tokenizer(tmp_path / "tok")
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32)
+    torch.manual_seed(0)
+    save_model(BertForMaskedLM(config), tmp_path / "saved", tokenizer)
+    shutil.copytree(tmp_path / "saved", snapshot)
+    (snapshot / "tf_model.h5").write_bytes(b"not read")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    return snapshot
+
+
+def test_paths_are_never_taken_for_hub_ids(tmp_path):
+    assert is_hub_id("bert-base-uncased") and is_hub_id("google-bert/bert-base-cased")
+    assert not any(is_hub_id(name) for name in ("./runs/x", "/abs/model", "~/m", "runs/mnli/", "a/b/c", str(tmp_path)))
+
+
+def test_a_cached_hub_model_is_read_offline(offline_cache):
+    assert resolve_model_folder("someone/tiny-bert") == offline_cache
+    result = CliRunner().invoke(app, ["fill", "--model", "someone/tiny-bert", "--json", "the [MASK] ran"])
+    assert result.exit_code == 0, result.output
+
+
+def test_an_uncached_hub_id_offline_is_one_line_exit_2(offline_cache):
+    result = CliRunner().invoke(app, ["info", "someone/not-there"])
+    assert result.exit_code == 2
+    assert "someone/not-there" in result.stderr and "local model folder" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
