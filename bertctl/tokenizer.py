@@ -13,6 +13,7 @@ import json
 import logging
 import unicodedata
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,52 +82,141 @@ def _python_class(category: str) -> str:
     return "".join(ranges)
 
 
-def pre_tokenizer() -> pre_tokenizers.PreTokenizer:
-    """Split on whitespace and around every CJK ideograph and punctuation character."""
-    return pre_tokenizers.Split(Regex(_PIECE), behavior="removed", invert=True)
+def pre_tokenizer(chinese_chars: bool = True, whole: Sequence[str] = ()) -> pre_tokenizers.PreTokenizer:
+    """Split on whitespace and around every punctuation character (and CJK ideograph: tokenize_chinese_chars).
+
+    A `whole` word between whitespace stays one piece: transformers' never_split check after lowercasing,
+    which covers the special tokens too (so "<MASK>" stays "<mask>" where the mask token is "<mask>").
+    """
+    piece = _PIECE if chinese_chars else f"[^{_SPLIT}{_PUNCT}]+|[{_PUNCT}]"
+    words = "|".join("".join(f"\\x{{{ord(c):X}}}" for c in w) for w in sorted(whole, key=len, reverse=True))
+    if words:
+        piece = f"(?<![^{_SPLIT}])(?:{words})(?![^{_SPLIT}])|{piece}"
+    return pre_tokenizers.Split(Regex(piece), behavior="removed", invert=True)
 
 
-def build_backend(vocab: dict[str, int], lowercase: bool, strip_accents: bool | None) -> Tokenizer:
+@functools.cache
+def _python_whitespace() -> str:
+    """str.split()'s separators as a regex class body: all the splitting do_basic_tokenize=False does."""
+    return "".join(f"\\x{{{code:X}}}" for code in range(0x10000) if chr(code).isspace())
+
+
+ROLES = ("pad", "unk", "cls", "sep", "mask")  # the special tokens' roles, in SPECIAL_TOKENS' order
+_ADD_ORDER = ("unk", "sep", "pad", "cls", "mask")  # transformers appends missing special tokens in this order
+_CLEAN_UP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+             (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")]  # transformers' clean_up_tokenization, in order
+_NO_LIMIT = 10**20  # a model_max_length above this is transformers' "no limit" sentinel (int(1e30))
+
+
+@dataclass(frozen=True)
+class Added:
+    """A token matched whole in the raw text before any other step, as transformers matches added tokens."""
+
+    content: str
+    id: int
+    special: bool = False  # decode(skip_special_tokens=True) leaves it out
+    single_word: bool = False  # only between non-word characters (tokenizers' rule; see docs/tokenizer.md)
+
+
+@dataclass(frozen=True)
+class TokenizerOptions:
+    """What transformers' BertTokenizer reads from tokenizer_config.json, with its defaults."""
+
+    lowercase: bool = True  # do_lower_case
+    strip_accents: bool | None = None  # None: strip when lowercasing (Google's rule)
+    chinese_chars: bool = True  # tokenize_chinese_chars: every CJK ideograph a word of its own
+    basic: bool = True  # do_basic_tokenize; False: WordPiece on the raw text's str.split(), nothing else
+    never_split: tuple[str, ...] = ()  # words kept whole and in their case (approximated: see docs)
+    specials: tuple[str, ...] = SPECIAL_TOKENS  # the pad, unk, cls, sep and mask strings
+    added: tuple[Added, ...] = ()  # added tokens beyond the five specials; new ones after the vocabulary
+    extras: tuple[str, ...] = ()  # additional_special_tokens: kept whole after lowercasing, like the five
+    model_max_length: int | None = MODEL_MAX_LENGTH  # None: the folder declares no limit
+    clean_up_spaces: bool = True  # clean_up_tokenization_spaces: decode writes "a, b." for "a , b ."
+
+
+def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOptions()) -> Tokenizer:
     """The full BERT pipeline around a WordPiece vocabulary (token -> id)."""
-    for token in SPECIAL_TOKENS:
-        if token not in vocab:
-            raise UsageError(f"the vocabulary has no {token} token; BERT needs {' '.join(SPECIAL_TOKENS)}")
-    backend = Tokenizer(models.WordPiece(vocab, unk_token=UNK, continuing_subword_prefix=CONTINUATION,
+    added = {token.content for token in options.added}
+    for token in options.specials:
+        if token not in vocab and (token not in added or token == options.specials[1]):
+            raise UsageError(f"the vocabulary has no {token} token; BERT needs {' '.join(options.specials)}")
+    _, unk, cls, sep, _ = options.specials
+    backend = Tokenizer(models.WordPiece(vocab, unk_token=unk, continuing_subword_prefix=CONTINUATION,
                                          max_input_chars_per_word=MAX_WORD_CHARS))
-    backend.normalizer = normalizer(lowercase, strip_accents)
-    backend.pre_tokenizer = pre_tokenizer()
+    if options.basic:
+        backend.normalizer = normalizer(options.lowercase, options.strip_accents)
+        backend.pre_tokenizer = pre_tokenizer(options.chinese_chars, _whole_words(backend.normalizer, options))
+    else:  # transformers' BertTokenizer then neither cleans, cases nor splits punctuation
+        backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{_python_whitespace()}]"), behavior="removed")
+    backend.decoder = decoders.WordPiece(prefix=CONTINUATION, cleanup=False)  # cleaned whole in decode()
+    _add_tokens(backend, vocab, options)
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{CLS}:0 $A:0 {SEP}:0", pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
-        special_tokens=[(CLS, vocab[CLS]), (SEP, vocab[SEP])])
-    backend.decoder = decoders.WordPiece(prefix=CONTINUATION)
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, backend.token_to_id(cls)), (sep, backend.token_to_id(sep))])
     return backend
 
 
-class BertTokenizer:
-    """A `tokenizers.Tokenizer` (`.backend`) plus the casing it was built with, saved in every format."""
+def _add_tokens(backend: Tokenizer, vocab: dict[str, int], options: TokenizerOptions) -> None:
+    """Special, added and never_split tokens in id order, so that new ones get exactly their saved ids."""
+    tokens = {token.content: token for token in options.added}
+    for token in options.specials:
+        tokens.setdefault(token, Added(token, vocab.get(token, -1), special=True))
+    for token in options.never_split if options.basic else ():
+        fixed = backend.normalizer.normalize_str(token) == token
+        if token in vocab and not fixed:  # kept in its case between whitespace: approximated by single_word
+            tokens.setdefault(token, Added(token, vocab[token], single_word=True))
+    for token in sorted(tokens.values(), key=lambda t: t.id):
+        new = AddedToken(token.content, single_word=token.single_word, normalized=False, special=token.special)
+        (backend.add_special_tokens if token.special else backend.add_tokens)([new])
+        if backend.token_to_id(token.content) != token.id:
+            raise UsageError(f"added token {token.content!r} has id {token.id}, but added tokens must follow the "
+                             f"{len(vocab)} vocabulary entries without gaps (or repeat a vocabulary entry's id)")
 
-    def __init__(self, backend: Tokenizer, lowercase: bool, strip_accents: bool | None = None) -> None:
+
+def _whole_words(norm: normalizers.Normalizer, options: TokenizerOptions) -> list[str]:
+    """never_split words and special tokens the normalizer leaves as they are: whole after lowercasing.
+
+    Without lowercasing a special token reaching the pre-tokenizer unmatched is only possible with control
+    characters inside it; leaving those out keeps `encode_special_tokens` (corpus building) Google's."""
+    words = {*options.never_split, *((*options.specials, *options.extras) if options.lowercase else ())}
+    cut = Regex(f"[{_SPLIT}{_CHINESE if options.chinese_chars else ''}]")
+    return [w for w in words if norm.normalize_str(w) == w and len(pre_tokenizers.Split(cut, "isolated")
+                                                                    .pre_tokenize_str(w)) == 1]
+
+
+class BertTokenizer:
+    """A `tokenizers.Tokenizer` (`.backend`) plus the options it was built with, saved in every format."""
+
+    def __init__(self, backend: Tokenizer, options: TokenizerOptions = TokenizerOptions()) -> None:
         self.backend = backend
-        self.lowercase = lowercase
-        self.strip_accents = strip_accents
+        self.options = options
         backend.no_padding()
         backend.no_truncation()
-        for token in SPECIAL_TOKENS:
+        for token in options.specials:
             if backend.token_to_id(token) is None:
-                raise UsageError(f"the tokenizer has no {token} token; BERT needs {' '.join(SPECIAL_TOKENS)}")
+                raise UsageError(f"the tokenizer has no {token} token; BERT needs {' '.join(options.specials)}")
 
     @classmethod
     def from_vocab(cls, vocab: Sequence[str] | dict[str, int], lowercase: bool = True,
-                   strip_accents: bool | None = None) -> BertTokenizer:
-        """Build from tokens in id order (or a token -> id mapping)."""
+                   strip_accents: bool | None = None, options: TokenizerOptions | None = None) -> BertTokenizer:
+        """Build from tokens in id order (or a token -> id mapping); `options` replaces the two flags."""
         mapping = vocab if isinstance(vocab, dict) else {t: i for i, t in enumerate(vocab)}
         if sorted(mapping.values()) != list(range(len(mapping))):
             raise UsageError(f"vocabulary ids must run 0..{len(mapping) - 1} without gaps or repeats")
-        return cls(build_backend(dict(mapping), lowercase, strip_accents), lowercase, strip_accents)
+        options = options or TokenizerOptions(lowercase=lowercase, strip_accents=strip_accents)
+        return cls(build_backend(dict(mapping), options), options)
+
+    @property
+    def lowercase(self) -> bool:
+        return self.options.lowercase
+
+    @property
+    def strip_accents(self) -> bool | None:
+        return self.options.strip_accents
 
     @property
     def vocab_size(self) -> int:
+        """Every id, added tokens included (what the model's embedding rows must match)."""
         return self.backend.get_vocab_size(with_added_tokens=True)
 
     def token_to_id(self, token: str) -> int | None:
@@ -138,33 +228,37 @@ class BertTokenizer:
             raise BertctlError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
         return token
 
-    def _special(self, token: str) -> int:
-        token_id = self.backend.token_to_id(token)
+    def special_token(self, role: str) -> str:
+        """The string of a special token by role ("pad", "unk", "cls", "sep", "mask"): "[MASK]" or a custom one."""
+        return self.options.specials[ROLES.index(role)]
+
+    def _special(self, role: str) -> int:
+        token_id = self.backend.token_to_id(self.special_token(role))
         assert token_id is not None  # checked in __init__
         return token_id
 
     @property
     def pad_id(self) -> int:
-        return self._special(PAD)
+        return self._special("pad")
 
     @property
     def unk_id(self) -> int:
-        return self._special(UNK)
+        return self._special("unk")
 
     @property
     def cls_id(self) -> int:
-        return self._special(CLS)
+        return self._special("cls")
 
     @property
     def sep_id(self) -> int:
-        return self._special(SEP)
+        return self._special("sep")
 
     @property
     def mask_id(self) -> int:
-        return self._special(MASK)
+        return self._special("mask")
 
     def vocab(self) -> list[str]:
-        """Tokens in id order (ids without a token, impossible in a valid vocab, would raise)."""
+        """Tokens in id order, added tokens included (ids without a token, impossible here, would raise)."""
         return [self.id_to_token(i) for i in range(self.vocab_size)]
 
     def encode(self, text: str, pair: str | None = None, add_special_tokens: bool = True) -> Encoding:
@@ -180,34 +274,54 @@ class BertTokenizer:
         return self.backend.encode_batch(list(zip(texts, pairs, strict=True)), add_special_tokens=add_special_tokens)
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        """Text from ids; clean_up_tokenization_spaces as transformers applies it, to the whole string (the
+        decoder's own cleanup goes token by token and misses "it ' s")."""
+        text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        if not self.options.clean_up_spaces:
+            return text
+        for spaced, joined in _CLEAN_UP:
+            text = text.replace(spaced, joined)
+        return text
 
     def vocab_text(self) -> str:
-        """vocab.txt exactly as `save` writes it: one token a line, in id order."""
+        """All tokens one a line in id order: vocab.txt, then the added tokens (what `sha256` hashes)."""
         return "".join(f"{token}\n" for token in self.vocab())
 
     def sha256(self) -> str:
         """Fingerprint of the vocabulary; corpus and pre-training refuse a tokenizer whose hash differs."""
         return hashlib.sha256(self.vocab_text().encode("utf-8")).hexdigest()
 
+    def added_tokens(self) -> list[Added]:
+        """The special and added tokens transformers keeps in added_tokens_decoder, in id order."""
+        tokens = {t.content: t for t in self.options.added}
+        for token in self.options.specials:
+            tokens.setdefault(token, Added(token, self._special(ROLES[self.options.specials.index(token)]), True))
+        return sorted(tokens.values(), key=lambda t: t.id)
+
     def config(self) -> dict[str, Any]:
         """tokenizer_config.json: what transformers' BertTokenizer needs to rebuild the same pipeline."""
-        return {"tokenizer_class": "BertTokenizer", "do_lower_case": self.lowercase,
-                "strip_accents": self.strip_accents, "tokenize_chinese_chars": True, "do_basic_tokenize": True,
-                "model_max_length": MODEL_MAX_LENGTH, **_special_map()}
+        o = self.options
+        decoder = {str(t.id): {"content": t.content, "lstrip": False, "normalized": False, "rstrip": False,
+                               "single_word": t.single_word, "special": t.special} for t in self.added_tokens()}
+        limit = {} if o.model_max_length is None else {"model_max_length": o.model_max_length}
+        return {"tokenizer_class": "BertTokenizer", "do_lower_case": o.lowercase, "strip_accents": o.strip_accents,
+                "tokenize_chinese_chars": o.chinese_chars, "do_basic_tokenize": o.basic,
+                "never_split": list(o.never_split) or None, **limit,
+                "clean_up_tokenization_spaces": o.clean_up_spaces, **self._special_map(),
+                **({"additional_special_tokens": list(o.extras)} if o.extras else {}), "added_tokens_decoder": decoder}
+
+    def _special_map(self) -> dict[str, str]:
+        return {f"{role}_token": token for role, token in zip(ROLES, self.options.specials, strict=True)}
 
     def save(self, folder: Path | str) -> None:
         """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json into folder."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(folder / "vocab.txt", self.vocab_text())
+        base = self.backend.get_vocab_size(with_added_tokens=False)  # vocab.txt; added tokens go in the config
+        write_text_atomic(folder / "vocab.txt", "".join(f"{self.id_to_token(i)}\n" for i in range(base)))
         write_text_atomic(folder / "tokenizer.json", self.backend.to_str(pretty=True) + "\n")
         write_text_atomic(folder / "tokenizer_config.json", json.dumps(self.config(), indent=2) + "\n")
-        write_text_atomic(folder / "special_tokens_map.json", json.dumps(_special_map(), indent=2) + "\n")
-
-
-def _special_map() -> dict[str, str]:
-    return {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
+        write_text_atomic(folder / "special_tokens_map.json", json.dumps(self._special_map(), indent=2) + "\n")
 
 
 def has_tokenizer(folder: Path | str) -> bool:
@@ -234,29 +348,94 @@ def read_vocab_file(path: Path) -> list[str]:
     return tokens
 
 
-def _read_casing(folder: Path) -> tuple[bool | None, bool | None]:
-    """(do_lower_case, strip_accents) from tokenizer_config.json when the folder has one."""
-    path = folder / "tokenizer_config.json"
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file, {} when it does not exist."""
     if not path.is_file():
-        return None, None
+        return {}
     try:
-        values = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
-    lower = values.get("do_lower_case")
-    return (bool(lower) if lower is not None else None), values.get("strip_accents")
+    if not isinstance(value, dict):
+        raise UsageError(f"cannot read {path}: not a JSON object")
+    return value
 
 
-def _casing_of(backend: Tokenizer) -> tuple[bool, bool | None]:
-    """Casing of a tokenizer.json's normalizer: a BertNormalizer's flags, or our Sequence's steps."""
-    state = json.loads(backend.to_str()).get("normalizer") or {}
+def _token_text(value: Any) -> str | None:
+    """A token as tokenizer files write it: a string, or an AddedToken dict with its "content"."""
+    value = value.get("content") if isinstance(value, dict) else value
+    return value if isinstance(value, str) and value else None
+
+
+def _added(value: Any, index: int, special: bool = False) -> Added:
+    if isinstance(value, dict):
+        special, single_word = bool(value.get("special", False)), bool(value.get("single_word", False))
+        return Added(_token_text(value) or "", index, special, single_word)
+    return Added(str(value), index, special)
+
+
+def _extras(config: dict[str, Any]) -> list[str]:
+    """additional_special_tokens (extra_special_tokens since transformers 5) as strings."""
+    extra = config.get("extra_special_tokens") or []
+    values = [*(config.get("additional_special_tokens") or []), *(extra.values() if isinstance(extra, dict) else extra)]
+    return [t for t in map(_token_text, values) if t]
+
+
+def _folder_settings(folder: Path, tokenizer_json: dict[str, Any] | None) -> tuple[dict[str, Any], dict[int, Added]]:
+    """tokenizer_config.json and the added tokens by id, merged with the legacy files as from_pretrained does:
+    added_tokens_decoder when the config has one, else special_tokens_map.json (it wins), added_tokens.json
+    and tokenizer.json's added_tokens."""
+    config = _read_json(folder / "tokenizer_config.json")
+    if "added_tokens_decoder" in config:
+        decoder = config["added_tokens_decoder"] or {}
+        return config, {int(i): _added(t, int(i)) for i, t in decoder.items()}
+    for key, value in _read_json(folder / "special_tokens_map.json").items():
+        config[key] = [*(config.get(key) or []), *value] if key.endswith("special_tokens") else value
+    specials = {_token_text(config.get(f"{role}_token")) for role in ROLES} | set(_extras(config))
+    added = {int(i): Added(t, int(i), t in specials)
+             for t, i in _read_json(folder / "added_tokens.json").items()}
+    for token in (tokenizer_json or {}).get("added_tokens") or []:
+        added[int(token["id"])] = _added(token, int(token["id"]))
+    return config, added
+
+
+def _options(config: dict[str, Any], added: dict[int, Added], vocab: dict[str, int],
+             fallback: dict[str, Any]) -> TokenizerOptions:
+    """The options transformers' BertTokenizer(**config) would use; `fallback` fills keys the config lacks."""
+    def get(key: str, default: Any) -> Any:
+        return config[key] if config.get(key) is not None else fallback.get(key, default)
+
+    specials = tuple(_token_text(config.get(f"{r}_token")) or t for r, t in zip(ROLES, SPECIAL_TOKENS, strict=True))
+    tokens = {t.content: t for t in added.values() if t.content}
+    size = len(set(vocab) | set(tokens))
+    for token in [specials[ROLES.index(role)] for role in _ADD_ORDER] + _extras(config):
+        if token not in tokens:  # transformers marks these special, appending those not in the vocabulary
+            tokens[token] = Added(token, vocab.get(token, size), special=True)
+            size += token not in vocab
+    limit = config.get("model_max_length", config.get("max_len"))
+    return TokenizerOptions(
+        lowercase=bool(get("do_lower_case", True)), strip_accents=get("strip_accents", None),
+        chinese_chars=bool(get("tokenize_chinese_chars", True)), basic=bool(get("do_basic_tokenize", True)),
+        never_split=tuple(str(t) for t in config.get("never_split") or ()), specials=specials,
+        added=tuple(t for t in tokens.values() if t.content not in specials or t.content not in vocab),
+        extras=tuple(dict.fromkeys(_extras(config))),
+        model_max_length=limit if isinstance(limit, int) and 0 < limit < _NO_LIMIT else None,
+        clean_up_spaces=bool(get("clean_up_tokenization_spaces", True)))
+
+
+def _casing_of(tokenizer_json: dict[str, Any]) -> dict[str, Any]:
+    """A tokenizer.json's normalizer as config keys: a BertNormalizer's flags, or our Sequence's steps."""
+    state = tokenizer_json.get("normalizer") or {}
     parts = state.get("normalizers", [state]) if state.get("type") == "Sequence" else [state]
     for part in parts:
         if part.get("type") == "BertNormalizer":
-            return bool(part.get("lowercase")), part.get("strip_accents")
+            return {"do_lower_case": bool(part.get("lowercase")), "strip_accents": part.get("strip_accents"),
+                    "tokenize_chinese_chars": bool(part.get("handle_chinese_chars", True))}
     lowercase = any(part.get("type") == "Lowercase" for part in parts)
     strip = any(part.get("type") in ("NFD", "StripAccents") for part in parts)
-    return lowercase, (None if strip == lowercase else strip)
+    chinese = "4E00" in json.dumps(tokenizer_json.get("pre_tokenizer")) or not parts
+    return {"do_lower_case": lowercase, "strip_accents": None if strip == lowercase else strip,
+            "tokenize_chinese_chars": chinese}
 
 
 def _check_casing(tokens: Sequence[str], lowercase: bool, source: Path) -> None:
@@ -272,48 +451,63 @@ def _check_casing(tokens: Sequence[str], lowercase: bool, source: Path) -> None:
 
 
 def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertTokenizer:
-    """A folder with tokenizer.json, a folder with Google's vocab.txt, or a vocab.txt file.
+    """A tokenizer folder (vocab.txt and/or tokenizer.json), a vocab.txt or a tokenizer.json, read as
+    transformers' `BertTokenizer.from_pretrained` reads it: vocab.txt first, every option of
+    tokenizer_config.json, special and added tokens; a tokenizer.json alone gives its vocabulary and casing.
 
-    Casing of a bare vocab.txt comes from tokenizer_config.json's do_lower_case, else `lowercase`, else
-    lowercase (as Google's uncased models). A tokenizer.json carries its own casing.
+    `lowercase` (the --lowercase/--cased flag) decides where the folder does not: it overrides a bare
+    vocab.txt's config with a warning, and is ignored (with a warning) when the folder has a tokenizer.json.
+    A hub id (`bert-base-uncased`) is read from the Hugging Face cache, or fetched when online.
     """
-    path = Path(path)
-    if path.is_dir() and (path / "tokenizer.json").is_file():
-        return _load_json(path / "tokenizer.json", lowercase)
-    if path.is_file() and path.suffix == ".json":
-        return _load_json(path, lowercase)
-    vocab_path = path / "vocab.txt" if path.is_dir() else path
-    if not vocab_path.is_file():
-        what = "has no tokenizer.json or vocab.txt" if path.is_dir() else "does not exist"
-        raise UsageError(f"tokenizer {path} {what}; give a tokenizer folder or a vocab.txt")
-    file_lower, strip_accents = _read_casing(vocab_path.parent)
-    if file_lower is not None and lowercase is not None and file_lower != lowercase:
-        log.warning("warning: %s says do_lower_case=%s; using the %s flag instead", vocab_path.parent /
-                    "tokenizer_config.json", file_lower, "--lowercase" if lowercase else "--cased")
-    use_lower = lowercase if lowercase is not None else (file_lower if file_lower is not None else True)
-    tokens = read_vocab_file(vocab_path)
-    _check_casing(tokens, use_lower, vocab_path)
-    return BertTokenizer.from_vocab(tokens, use_lower, strip_accents)
+    from bertctl.hub import resolve_model_folder
+
+    path = resolve_model_folder(path, weights=False)
+    if path.is_dir():
+        json_path, vocab_path = path / "tokenizer.json", path / "vocab.txt"
+        if not json_path.is_file() and not vocab_path.is_file():
+            raise UsageError(f"tokenizer {path} has no tokenizer.json or vocab.txt; give a tokenizer folder or a "
+                             "vocab.txt")
+    elif path.is_file():
+        json_path, vocab_path = (path, None) if path.suffix == ".json" else (None, path)
+    else:
+        raise UsageError(f"tokenizer {path} does not exist; give a tokenizer folder or a vocab.txt")
+    tokenizer_json = _read_tokenizer_json(json_path) if json_path and json_path.is_file() else None
+    if vocab_path is not None and vocab_path.is_file():
+        source, tokens, fallback = vocab_path, read_vocab_file(vocab_path), {}
+        vocab = {t: i for i, t in enumerate(tokens)}
+    else:
+        assert tokenizer_json is not None and json_path is not None
+        source, vocab, fallback = json_path, tokenizer_json["model"]["vocab"], _casing_of(tokenizer_json)
+    config, added = _folder_settings(source.parent, tokenizer_json)
+    file_lower = config.get("do_lower_case", fallback.get("do_lower_case"))
+    if lowercase is not None and file_lower is not None and bool(file_lower) != lowercase:
+        where = source.parent / "tokenizer_config.json" if "do_lower_case" in config else source
+        if tokenizer_json is not None:
+            log.warning("warning: %s fixes the casing (do_lower_case=%s); the %s flag is ignored", where,
+                        bool(file_lower), "--lowercase" if lowercase else "--cased")
+        else:
+            log.warning("warning: %s says do_lower_case=%s; using the %s flag instead", where, bool(file_lower),
+                        "--lowercase" if lowercase else "--cased")
+            config["do_lower_case"] = lowercase
+    elif lowercase is not None and file_lower is None:
+        config["do_lower_case"] = lowercase
+    options = _options(config, added, vocab, fallback)
+    if options.basic:
+        _check_casing(list(vocab), options.lowercase, source)
+    return BertTokenizer.from_vocab(vocab, options=options)
 
 
-def _load_json(path: Path, lowercase: bool | None) -> BertTokenizer:
-    """Read a tokenizer.json for its vocabulary and casing; the pipeline around them is always ours."""
+def _read_tokenizer_json(path: Path) -> dict[str, Any]:
+    """A tokenizer.json, refused unless its model is BERT's WordPiece."""
     try:
-        backend = Tokenizer.from_file(str(path))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        Tokenizer.from_str(json.dumps(data))  # the same file must load in tokenizers
     except Exception as exc:  # tokenizers raises a bare Exception for malformed files
         raise UsageError(f"cannot read tokenizer {path}: {str(exc).splitlines()[0]}") from None
-    model = backend.model
-    if not isinstance(model, models.WordPiece) or model.continuing_subword_prefix != CONTINUATION:
+    model = data.get("model") or {}
+    if model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", CONTINUATION) != CONTINUATION:
         raise UsageError(f"{path} is not a BERT WordPiece tokenizer (with '##' continuations)")
-    file_lower, strip_accents = _read_casing(path.parent)
-    if file_lower is None:
-        file_lower, strip_accents = _casing_of(backend)
-    if lowercase is not None and lowercase != file_lower:
-        log.warning("warning: %s fixes the casing (lowercase=%s); the %s flag is ignored", path, file_lower,
-                    "--lowercase" if lowercase else "--cased")
-    vocab = backend.get_vocab(with_added_tokens=True)
-    _check_casing(list(vocab), file_lower, path)
-    return BertTokenizer.from_vocab(vocab, file_lower, strip_accents)
+    return data
 
 
 def encode_rows(tokenizer: BertTokenizer, texts: Sequence[str], pair: str | None = None) -> list[dict[str, Any]]:

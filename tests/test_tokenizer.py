@@ -149,9 +149,11 @@ def test_bad_tokenizer_paths_and_vocabularies_are_refused(tmp_path: Path) -> Non
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\na\n", encoding="utf-8")
     with pytest.raises(UsageError, match="line 7 repeats token 'a'"):
         load_tokenizer(tmp_path)
-    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\n", encoding="utf-8")
-    with pytest.raises(UsageError, match=r"no \[MASK\] token"):
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\na\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"no \[UNK\] token"):
         load_tokenizer(tmp_path)
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\n", encoding="utf-8")
+    assert load_tokenizer(tmp_path).mask_id == 5  # appended after the vocabulary, as transformers does
     (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(UsageError, match="cannot read tokenizer .*tokenizer.json"):
         load_tokenizer(tmp_path)

