@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.data.batches import pad_batch
-from bertctl.data.glue import Examples, GlueTask, get_task, read_split
+from bertctl.data.glue import Examples, GlueTask, get_task, match_labels, read_split
 from bertctl.errors import UsageError
 from bertctl.metrics import compute_task_metrics
 from bertctl.tokenizer import BertTokenizer
@@ -120,12 +120,16 @@ def to_predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
 
 
 def score(task: Any, model: nn.Module, features: dict[str, Features], pad_id: int, batch_size: int,
-          device: torch.device, precision: str) -> dict[str, dict[str, float]]:
-    """The task's metrics on every given split: {split: {metric: value}}."""
+          device: torch.device, precision: str, label_order: list[int] | None = None) -> dict[str, dict[str, float]]:
+    """The task's metrics on every given split: {split: {metric: value}}.
+
+    `label_order` lists the model's output for each of the task's classes, for a model trained elsewhere
+    with its classes in another order (see `load_classifier`).
+    """
     results = {}
     for split, feats in features.items():
-        predictions = to_predictions(predict_logits(model, feats, pad_id, batch_size, device, precision),
-                                     task.is_regression)
+        logits = predict_logits(model, feats, pad_id, batch_size, device, precision)
+        predictions = to_predictions(logits if label_order is None else logits[:, label_order], task.is_regression)
         results[split] = compute_task_metrics(task, predictions.tolist(), feats.labels.tolist())
     return results
 
@@ -143,8 +147,10 @@ def resolve_model_folder(path: Path | str) -> Path:
     return folder
 
 
-def load_classifier(path: Path | str, task: Any) -> tuple[nn.Module, BertTokenizer, Checkpoint]:
-    """A fine-tuned sequence classifier for `task`, refusing folders that cannot score it."""
+def load_classifier(path: Path | str, task: GlueTask) -> tuple[nn.Module, BertTokenizer, Checkpoint,
+                                                             list[int] | None]:
+    """A fine-tuned sequence classifier for `task`, refusing folders that cannot score it; with the model's
+    output for each of the task's classes when its id2label has them in another order (else None)."""
     folder = resolve_model_folder(path)
     ckpt = read_checkpoint(folder)
     if "classifier" not in ckpt.parts or ckpt.architecture != "BertForSequenceClassification":
@@ -152,19 +158,26 @@ def load_classifier(path: Path | str, task: Any) -> tuple[nn.Module, BertTokeniz
                          f"fine-tune it first: bertctl finetune glue {task.name} --model {folder} ...")
     tokenizer = model_tokenizer(ckpt)
     model = build_model(ckpt, "BertForSequenceClassification")
-    _check_labels(ckpt, model.num_labels, task, folder)
-    return model, tokenizer, ckpt
+    return model, tokenizer, ckpt, label_order(ckpt, model.num_labels, task, folder)
 
 
-def _check_labels(ckpt: Checkpoint, num_labels: int, task: Any, folder: Path) -> None:
+def label_order(ckpt: Checkpoint, num_labels: int, task: GlueTask, folder: Path) -> list[int] | None:
+    """Models fine-tuned elsewhere name their classes in their own order (MNLI's contradiction, entailment,
+    neutral; SST-2's negative, positive); they are matched to the task's classes by name."""
     if num_labels != task.num_labels:
         raise UsageError(f"{folder} predicts {num_labels} output(s) but {task.name} needs {task.num_labels}; "
                          f"give a model fine-tuned on {task.name}")
     names = ckpt.labels or []
-    generic = all(name == f"LABEL_{i}" for i, name in enumerate(names))
-    if task.label_names and not generic and tuple(names) != tuple(task.label_names):
-        raise UsageError(f"{folder} has the labels {', '.join(names)} but {task.name} has "
-                         f"{', '.join(task.label_names)}; give a model fine-tuned on {task.name}")
+    if task.is_regression or not names:
+        return None
+    found = match_labels(task, names)
+    if found is None:
+        spelled = ", ".join(task.label_names) + (f" (or {', '.join(task.hub_label_names)})"
+                                                 if task.hub_label_names != task.label_names else "")
+        raise UsageError(f"{folder} has the labels {', '.join(names)}, which do not match {task.name}'s "
+                         f"{spelled}; give a model fine-tuned on {task.name}")
+    order = [found.index(k) for k in range(task.num_labels)]  # the model's output for each task class
+    return None if order == list(range(task.num_labels)) else order
 
 
 @dataclass
@@ -175,13 +188,14 @@ class Scorer:
     tokenizer: BertTokenizer
     max_seq_length: int
     batch_size: int
+    label_order: list[int] | None = None  # the model's output for each task class, when not in task order
 
 
-def open_scorer(path: Path | str, task: Any, max_seq_length: int | None, batch_size: int | None) -> Scorer:
+def open_scorer(path: Path | str, task: GlueTask, max_seq_length: int | None, batch_size: int | None) -> Scorer:
     """The model in `path` (a multi-seed run: its best seed) for `task`; max_seq_length and batch size are
     the flags, else the fine-tuning run's (its run.json), else the defaults."""
     folder = resolve_model_folder(path)
-    model, tokenizer, _ = load_classifier(folder, task)
+    model, tokenizer, _, order = load_classifier(folder, task)
     saved: dict[str, Any] = {}
     if (folder / "run.json").is_file():
         saved = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("config", {})
@@ -190,7 +204,7 @@ def open_scorer(path: Path | str, task: Any, max_seq_length: int | None, batch_s
         raise UsageError(f"--max-seq-length {max_len}: the model takes at most "
                          f"{model.config.max_position_embeddings} tokens")
     batch_size = batch_size or saved.get("eval_batch_size") or DEFAULT_EVAL_BATCH_SIZE
-    return Scorer(model, tokenizer, max_len, batch_size)
+    return Scorer(model, tokenizer, max_len, batch_size, order)
 
 
 def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, split: str = "dev",
@@ -215,7 +229,7 @@ def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, spl
                 for s in splits}
     run_on = pick_device(device)
     return score(task, scorer.model.to(run_on), features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
-                 training.resolve_precision(precision, run_on))
+                 training.resolve_precision(precision, run_on), scorer.label_order)
 
 
 def print_results(task: str, results: dict[str, dict[str, float]], as_json: bool = False) -> None:

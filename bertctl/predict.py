@@ -47,5 +47,7 @@ def _predict_task(task: GlueTask, model: Path, data: str | Path, batch_size: int
         features = encode_examples(scorer.tokenizer, test, scorer.max_seq_length)
         logits = predict_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
                                 resolved)
+        if scorer.label_order is not None:
+            logits = logits[:, scorer.label_order]
         results.append((task, split, test.ids, to_predictions(logits, task.is_regression).tolist()))
     return results

@@ -186,9 +186,12 @@ def test_hub_labels_map_onto_the_same_label_names(monkeypatch):
     assert test.labels is None and calls[-1][2] == "test_matched"
 
 
-def test_hub_label_names_that_differ_or_a_failed_load_are_errors(monkeypatch):
-    _stub_hub(monkeypatch, ["entailment", "contradiction", "neutral"], [0, 1, 2])
-    with pytest.raises(BertctlError, match="differ from the expected entailment, neutral, contradiction"):
+def test_hub_labels_in_another_order_map_by_name_and_unknown_names_or_a_failed_load_are_errors(monkeypatch):
+    _stub_hub(monkeypatch, ["contradiction", "entailment", "neutral"], [0, 1, 2])
+    examples = read_split("mnli", "train", "nyu-mll/glue")
+    assert [get_task("mnli").label_names[i] for i in examples.labels] == ["contradiction", "entailment", "neutral"]
+    _stub_hub(monkeypatch, ["entailment", "contradiction", "unsure"], [0, 1, 2])
+    with pytest.raises(BertctlError, match="label names entailment, contradiction, unsure are not mnli's"):
         read_split("mnli", "train", "nyu-mll/glue")
     with pytest.raises(UsageError, match=r"--data broken/glue: not a local folder.*failed: offline$"):
         read_split("mnli", "train", "broken/glue")

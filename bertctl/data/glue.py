@@ -5,20 +5,31 @@ as distributed) or from the Hugging Face hub copy (`--data nyu-mll/glue`). Both 
 with labels as indices into the task's `label_names`, so a recipe never sees where the data came from.
 
 The official TSVs are split on tabs line by line with no quote processing: MRPC and SST-2 hold unbalanced `"`
-characters that a csv reader would treat as the start of a quoted field and run on across lines.
+characters that a csv reader would treat as the start of a quoted field and run on across lines. Some real
+files have a few rows with too few or too many fields (the older QQP train.tsv has questions broken across
+lines); those are skipped or read as GLUE's reference readers do, with a warning.
+
+A local folder may also be a copy of the hub dataset: a clone of the nyu-mll/glue repository
+(`mnli/validation_matched-00000-of-00001.parquet`, ...) or `DatasetDict.save_to_disk` folders.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bertctl.errors import BertctlError, UsageError
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as `datasets.load_dataset` takes it
+MAX_MALFORMED = 0.01  # share of rows with a wrong field count a GLUE file may have before it is refused
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -198,12 +209,12 @@ def get_task(name: str | GlueTask) -> GlueTask:
 
 
 def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:
-    """One split from the official layout under `data`, or from the hub when `data` is a dataset id."""
+    """One split from a local folder (the official layout or a copy of the hub dataset), or from the hub."""
     task = get_task(task)
     entry = task.split_file(split)
     path = Path(data)
     if path.is_dir():
-        return _read_local(task, entry, path)
+        return _read_folder(task, entry, path)
     if path.exists():
         raise UsageError(f"--data {data}: is a file; give the GLUE folder (with {task.folder}/ inside) "
                          "or a hub dataset id such as nyu-mll/glue")
@@ -211,6 +222,16 @@ def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:
         return _read_hub(task, entry, str(data))
     raise UsageError(f"--data {data}: no such folder; give the GLUE download folder (CoLA/, SST-2/, ...) "
                      "or a hub dataset id such as nyu-mll/glue")
+
+
+def _read_folder(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
+    """Parquet shards of a hub clone come first: on a case-insensitive disk `cola/` is also `CoLA/`."""
+    config = root / task.hub_config
+    if any(config.glob("*.parquet")) or any(config.glob("*/*.parquet")):
+        return _read_parquet(task, entry, config)
+    if (config / "dataset_dict.json").is_file():
+        return _read_saved(task, entry, config)
+    return _read_local(task, entry, root)
 
 
 def read_tsv(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -238,8 +259,9 @@ def read_tsv(path: Path) -> Iterator[tuple[int, list[str]]]:
 def _task_file(task: GlueTask, entry: SplitFile, root: Path) -> Path:
     folder = root / task.folder
     if not folder.is_dir():
-        raise UsageError(f"--data {root}: no {task.folder}/ folder for {task.name}; expected the official "
-                         f"GLUE layout ({task.folder}/{entry.file}) or use --data nyu-mll/glue")
+        raise UsageError(f"--data {root}: no {task.folder}/ folder for {task.name}; expected the official GLUE "
+                         f"layout ({task.folder}/{entry.file}), a clone of the hub dataset "
+                         f"({task.hub_config}/{entry.hub_split}-00000-of-00001.parquet) or --data nyu-mll/glue")
     path = folder / entry.file
     if not path.is_file():
         raise UsageError(f"{path}: missing; {task.name} {entry.split} is read from {task.folder}/{entry.file}")
@@ -260,29 +282,50 @@ def _positions(entry: SplitFile, header: list[str] | None, where: str) -> list[i
 
 
 def _read_local(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
+    """Columns by header name; a row with a wrong field count is read or skipped as GLUE's reference readers
+    (transformers' processors, the `datasets` GLUE builder) do, unless such rows are too many to be a quirk."""
     path = _task_file(task, entry, root)
     rows = read_tsv(path)
     header_line, header = next(rows, (0, None)) if entry.has_header else (0, None)
     if entry.has_header and header is None:
         raise UsageError(f"{path}: empty file (expected a header line and examples)")
     width = len(header) if header is not None else entry.columns
-    at_a, at_b, at_label, at_index = _positions(entry, header, f"{path}:{header_line}")
+    at_a, at_b, at_label, at_index = positions = _positions(entry, header, f"{path}:{header_line}")
+    needed = 1 + max(p for p in positions if p is not None)
     text_a: list[str] = []
     text_b: list[str] | None = [] if at_b is not None else None
     labels: list | None = [] if at_label is not None else None
     ids: list[str] = []
-    for line, fields in rows:
+    malformed: list[tuple[int, int]] = []  # (line, field count) of rows whose field count is not the header's
+    count = 0
+    for count, (line, fields) in enumerate(rows, start=1):
         if len(fields) != width:
-            raise UsageError(f"{path}:{line}: expected {width} tab-separated fields, found {len(fields)}")
+            malformed.append((line, len(fields)))
+            if len(fields) < needed:
+                continue  # a field bertctl reads is missing: the references skip the row too
         text_a.append(fields[at_a])
         if text_b is not None:
             text_b.append(fields[at_b])
         if labels is not None:
             labels.append(parse_label(task, fields[at_label], f"{path}:{line}"))
-        ids.append(fields[at_index] if at_index is not None else str(len(ids)))
+        ids.append(fields[at_index] if at_index is not None else str(count - 1))  # the hub's idx: the row number
+    _check_malformed(path, width, needed, malformed, count)
     if not text_a:
         raise UsageError(f"{path}: no examples")
     return Examples(text_a, text_b, labels, ids, str(path))
+
+
+def _check_malformed(path: Path, width: int, needed: int, malformed: list[tuple[int, int]], rows: int) -> None:
+    """A few odd rows are a known quirk of real GLUE files and only warned about; many mean a wrong file."""
+    if not malformed:
+        return
+    line, found = malformed[0]
+    if len(malformed) > MAX_MALFORMED * rows:
+        raise UsageError(f"{path}:{line}: expected {width} tab-separated fields, found {found}")
+    skipped = sum(found < needed for _, found in malformed)
+    log.warning("warning: %s: %d of %d rows do not have %d fields (first: line %d); %d skipped for a missing "
+                "field, %d read at the header's positions, as GLUE's reference readers do",
+                path, len(malformed), rows, width, line, skipped, len(malformed) - skipped)
 
 
 def parse_label(task: GlueTask, raw: str, where: str) -> int | float:
@@ -307,6 +350,28 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _norm(name: str) -> str:
+    return re.sub(r"[\s-]+", "_", name.strip().lower())
+
+
+def match_labels(task: GlueTask, names: Sequence[str]) -> list[int] | None:
+    """The task's class index for each of `names` (a model's id2label, a dataset's ClassLabel), by name.
+
+    Names are matched without regard to case, as the files spell them (`0`, `entailment`), as the hub does
+    (`not_equivalent`, `acceptable`) or generically (`LABEL_1` is class 1). None when they are not a
+    permutation of the task's classes.
+    """
+    spellings = {}
+    for index, names_of_class in enumerate(zip(task.label_names, task.hub_label_names or task.label_names,
+                                               strict=True)):
+        for spelling in (*names_of_class, f"label_{index}"):
+            spellings[_norm(spelling)] = index
+    order = [spellings.get(_norm(str(name))) for name in names]
+    if None in order or sorted(order) != list(range(task.num_labels)):  # type: ignore[type-var]
+        return None
+    return order  # type: ignore[return-value]
+
+
 def _read_hub(task: GlueTask, entry: SplitFile, name: str) -> Examples:
     source = f"{name} ({task.hub_config}, {entry.hub_split})"
     try:
@@ -316,31 +381,116 @@ def _read_hub(task: GlueTask, entry: SplitFile, name: str) -> Examples:
     except Exception as exc:  # offline, not cached, no such config: all mean "cannot load it"
         raise UsageError(f"--data {name}: not a local folder, and loading {source} from the hub failed: "
                          f"{_first_line(exc)}") from None
+    return _dataset_examples(task, entry, table, source)
+
+
+def _read_saved(task: GlueTask, entry: SplitFile, folder: Path) -> Examples:
+    """A `DatasetDict.save_to_disk` folder of one task (`glue-saved/mnli/`), split names as on the hub."""
+    import datasets
+
+    source = f"{folder} ({entry.hub_split})"
+    try:
+        saved = datasets.load_from_disk(str(folder))
+    except Exception as exc:  # a damaged or foreign folder
+        raise UsageError(f"{folder}: cannot load the saved dataset: {_first_line(exc)}") from None
+    if entry.hub_split not in saved:
+        raise UsageError(f"{folder}: no split {entry.hub_split} (found: {', '.join(saved)}); "
+                         f"{task.name} {entry.split} is read from it")
+    return _dataset_examples(task, entry, saved[entry.hub_split], source)
+
+
+def _dataset_examples(task: GlueTask, entry: SplitFile, table: Any, source: str) -> Examples:
+    """Examples from a `datasets.Dataset` laid out as nyu-mll/glue (texts, `label`, `idx`)."""
+    wanted = _hub_columns(task, entry, table.column_names, source)
+    names = tuple(getattr(table.features.get("label"), "names", None) or ())
+    return _hub_examples(task, entry, table.select_columns(wanted).to_dict(), names, source)
+
+
+def _read_parquet(task: GlueTask, entry: SplitFile, config: Path) -> Examples:
+    """A clone of the hub repository: `<config>/<split>-00000-of-00001.parquet` (or the parquet-converter's
+    `<config>/<split>/0000.parquet`), read with pyarrow; label names from the files or the README's dataset_info."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = sorted(config.glob(f"{entry.hub_split}-*.parquet")) or sorted(config.glob(f"{entry.hub_split}/*.parquet"))
+    if not files:
+        found = sorted({p.name.split("-")[0] for p in config.glob("*.parquet")} | {p.parent.name for p in
+                                                                                    config.glob("*/*.parquet")})
+        raise UsageError(f"{config}: no {entry.hub_split}-*.parquet for {task.name} {entry.split} "
+                         f"(found splits: {', '.join(found)})")
+    try:
+        table = pa.concat_tables([pq.read_table(f) for f in files])
+    except (OSError, pa.ArrowException) as exc:
+        raise UsageError(f"{files[0]}: cannot read it as parquet: {_first_line(exc)}") from None
+    source = str(files[0]) if len(files) == 1 else f"{config}/{entry.hub_split}-*.parquet"
+    wanted = _hub_columns(task, entry, table.column_names, source)
+    names = _parquet_label_names(table.schema) or _readme_label_names(config.parent, task.hub_config)
+    return _hub_examples(task, entry, table.select(wanted).to_pydict(), names, source)
+
+
+def _parquet_label_names(schema: Any) -> tuple[str, ...]:
+    """ClassLabel names that `datasets` stores in a parquet file's schema metadata."""
+    raw = (getattr(schema, "metadata", None) or {}).get(b"huggingface")
+    try:
+        label = json.loads(raw)["info"]["features"]["label"] if raw else {}
+    except (ValueError, KeyError, TypeError):
+        return ()
+    return tuple(label.get("names") or ()) if isinstance(label, dict) else ()
+
+
+def _readme_label_names(root: Path, config: str) -> tuple[str, ...]:
+    """ClassLabel names from the dataset card's YAML header (`dataset_info:` of the config), if there is one."""
+    readme = root / "README.md"
+    if not readme.is_file():
+        return ()
+    import yaml
+
+    text = readme.read_text(encoding="utf-8")
+    parts = text.split("---", 2) if text.startswith("---") else []
+    try:
+        card = yaml.safe_load(parts[1]) if len(parts) == 3 else {}
+    except yaml.YAMLError:
+        return ()
+    infos = card.get("dataset_info", []) if isinstance(card, dict) else []
+    for info in infos if isinstance(infos, list) else [infos]:
+        if isinstance(info, dict) and info.get("config_name", "default") == config:
+            for feature in info.get("features", []):
+                if feature.get("name") == "label" and isinstance(feature.get("dtype"), dict):
+                    names = feature["dtype"].get("class_label", {}).get("names", {})
+                    return tuple(names[k] for k in sorted(names, key=int))
+    return ()
+
+
+def _hub_columns(task: GlueTask, entry: SplitFile, found: Sequence[str], source: str) -> list[str]:
     wanted = [*task.hub_text, "idx"] + (["label"] if entry.label is not None else [])
-    missing = [c for c in wanted if c not in table.column_names]
+    missing = [c for c in wanted if c not in found]
     if missing:
-        raise BertctlError(f"{source}: no column(s) {', '.join(missing)} (found: {', '.join(table.column_names)})")
-    if entry.label is not None:
-        _check_hub_label_names(task, table.features["label"], source)
-    columns = table.select_columns(wanted).to_dict()
+        raise BertctlError(f"{source}: no column(s) {', '.join(missing)} (found: {', '.join(found)})")
+    return wanted
+
+
+def _hub_examples(task: GlueTask, entry: SplitFile, columns: dict[str, list], names: tuple[str, ...],
+                  source: str) -> Examples:
+    """Integer labels mean the hub's ClassLabel names; they are mapped by name when the names are given."""
     labels = None
     if entry.label is not None:
-        labels = [_hub_label(task, value, source, row) for row, value in enumerate(columns["label"])]
+        order = list(range(task.num_labels))
+        if names and not task.is_regression:
+            found = match_labels(task, names)
+            if found is None:
+                raise BertctlError(f"{source}: label names {', '.join(names)} are not {task.name}'s "
+                                   f"({', '.join(task.hub_label_names)}); cannot map them to its labels")
+            order = found
+        labels = [_hub_label(task, value, order, source, row) for row, value in enumerate(columns["label"])]
     text_b = columns[task.hub_text[1]] if task.is_pair else None
     return Examples(columns[task.hub_text[0]], text_b, labels, [str(i) for i in columns["idx"]], source)
 
 
-def _check_hub_label_names(task: GlueTask, feature: object, source: str) -> None:
-    """Hub labels are ints; they map onto label_names by position only if the hub's names agree."""
-    names = tuple(getattr(feature, "names", ()) or ())
-    if task.hub_label_names and names != task.hub_label_names:
-        raise BertctlError(f"{source}: label names {', '.join(names) or '(none)'} differ from the expected "
-                           f"{', '.join(task.hub_label_names)}; cannot map them to {task.name}'s labels")
+def _hub_label(task: GlueTask, value: int | float, order: list[int], source: str, row: int) -> int | float:
+    if task.is_regression:  # float32 on the hub: its shortest repr is the file's decimal (3.867, not 3.86700010)
+        import numpy as np
 
-
-def _hub_label(task: GlueTask, value: int | float, source: str, row: int) -> int | float:
-    if task.is_regression:
-        return parse_label(task, str(value), f"{source} row {row}")
+        return parse_label(task, str(np.float32(value)) if value is not None else "", f"{source} row {row}")
     if not isinstance(value, int) or not 0 <= value < task.num_labels:
         raise UsageError(f"{source} row {row}: label {value!r} is not a class index 0..{task.num_labels - 1}")
-    return value
+    return order[value]
