@@ -105,7 +105,7 @@ def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size
     for rows in eval_order(features.lengths, batch_size):
         batch = training.to_device(collate(features, rows, pad_id, with_labels=False), device)
         with training.autocast(precision, device):
-            logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
+            logits = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask")).logits
         logits = logits.float().cpu().numpy()
         if out is None:
             out = np.empty((len(features), logits.shape[1]), dtype=np.float32)

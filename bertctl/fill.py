@@ -81,7 +81,7 @@ def fill(
         batch = {k: torch.from_numpy(v) for k, v in pad_batch(chunk, None, tokenizer.pad_id).items()}
         batch["mlm_labels"] = torch.where(batch["input_ids"] == tokenizer.mask_id, 0, IGNORE_INDEX)  # masks only
         batch = to_device(batch, run_on)
-        logits = mlm(batch["input_ids"], None, batch["attention_mask"], mlm_labels=batch["mlm_labels"]).logits
+        logits = mlm(batch["input_ids"], None, batch.get("attention_mask"), mlm_labels=batch["mlm_labels"]).logits
         scores, best = logits.float().softmax(-1).topk(top_k, dim=-1)  # (N, k), rows in text order
         scores, best = scores.cpu().tolist(), best.cpu().tolist()
         cursor = 0

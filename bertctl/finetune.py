@@ -266,7 +266,7 @@ def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
 
 
 def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
-    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], labels=batch["labels"])
+    out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), labels=batch["labels"])
     labels = batch["labels"]
     if labels.is_floating_point():  # regression: no accuracy
         return {"task": (out.loss, labels.new_zeros(()))}

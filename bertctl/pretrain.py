@@ -200,7 +200,7 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
 
 def _loss_terms(model: nn.Module, batch: dict[str, Tensor], predictions: int | None = None
                 ) -> dict[str, tuple[Tensor, Tensor]]:
-    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+    out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"),
                 mlm_labels=batch["mlm_labels"], mlm_predictions=predictions, **_nsp_kwargs(batch))
     terms = {"mlm": (out.mlm_loss, (out.logits.argmax(-1) == out.mlm_targets).sum())}
     if "next_sentence_label" in batch:

@@ -143,6 +143,14 @@ def pick_device(device: str | None) -> torch.device:
 
 
 def to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
+    """The batch on `device`; an attention mask without padding is dropped while it is still on the host.
+
+    Without a mask SDPA may pick its fastest (flash) kernel, and the model need not ask the device whether
+    anything is padded (a sync per forward on a GPU).
+    """
+    mask = batch.get("attention_mask")
+    if mask is not None and mask.device.type == "cpu" and bool(mask.all()):
+        batch = {k: v for k, v in batch.items() if k != "attention_mask"}
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
