@@ -46,14 +46,15 @@ def _encode(texts: list[str], tokenizer: BertTokenizer, max_length: int, truncat
     for number, (text, encoding) in enumerate(zip(texts, tokenizer.encode_batch(texts), strict=True), 1):
         ids = list(encoding.ids)
         if tokenizer.mask_id not in ids:
-            raise UsageError(f"text {number} has no [MASK] token: {text[:60]!r}")
+            raise UsageError(f"text {number} has no {tokenizer.special_token('mask')} token: {text[:60]!r}")
         if len(ids) > max_length:
             if not truncate:
                 raise UsageError(f"text {number} is {len(ids)} tokens long but the model takes at most "
                                  f"{max_length}; shorten it or pass --truncate")
             ids = ids[: max_length - 1] + [tokenizer.sep_id]
             if tokenizer.mask_id not in ids:
-                raise UsageError(f"text {number}: no [MASK] is left within the first {max_length} tokens")
+                raise UsageError(f"text {number}: no {tokenizer.special_token('mask')} is left within the first "
+                                 f"{max_length} tokens")
         rows.append(ids)
     return rows
 

@@ -247,6 +247,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, target: Path,
                    "seed": seed}
         save_model(model, target, prep.tokenizer, labels=list(task.label_names) or None, overwrite=True,
                    problem_type="regression" if task.is_regression else "single_label_classification",
+                   config_extra={**prep.ckpt.kept_config, "finetuning_task": task.name},
                    extra=lambda tmp: _finish(tmp, work, results))
     finally:
         shutil.rmtree(work, ignore_errors=True)

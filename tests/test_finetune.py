@@ -94,6 +94,7 @@ def test_sst2_learns_the_rule_and_writes_a_complete_run_folder(sst2_run):
     assert run["warmup_steps"] == 10 and run["fresh_heads"] == ["classifier", "pooler"]
     config = json.loads((sst2_run / "config.json").read_text())
     assert config["architectures"] == ["BertForSequenceClassification"] and config["id2label"] == {"0": "0", "1": "1"}
+    assert config["finetuning_task"] == "sst2"
 
 
 def test_evaluate_reproduces_eval_results_exactly(sst2_run, glue):
