@@ -25,7 +25,7 @@ from bertctl import __version__
 from bertctl.config import BertConfig
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic
-from bertctl.hub import resolve_model_folder
+from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name
 
 FORMAT_VERSION = 1
@@ -228,7 +228,7 @@ def _read_weights_file(path: Path) -> dict[str, Tensor]:
 
 def read_checkpoint(path: Path | str) -> Checkpoint:
     """Read a bertctl or transformers model folder (config.json + weights), or a hub id's cached snapshot."""
-    folder = resolve_model_folder(path)
+    folder = local_folder(path)
     if not folder.exists():
         raise UsageError(f"model folder {folder} does not exist")
     if not (folder / "config.json").is_file():

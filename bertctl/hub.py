@@ -28,7 +28,7 @@ def is_hub_id(name: str | Path) -> bool:
     return HUB_MODEL_ID.fullmatch(text) is not None
 
 
-def resolve_model_folder(name: str | Path, weights: bool = True) -> Path:
+def local_folder(name: str | Path, weights: bool = True) -> Path:
     """The local folder for `name`: the path itself, or the hub repository's (cached) snapshot.
 
     `weights=False` fetches only the config and tokenizer files (for `--tokenizer bert-base-uncased`).

@@ -459,9 +459,9 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     vocab.txt's config with a warning, and is ignored (with a warning) when the folder has a tokenizer.json.
     A hub id (`bert-base-uncased`) is read from the Hugging Face cache, or fetched when online.
     """
-    from bertctl.hub import resolve_model_folder
+    from bertctl.hub import local_folder
 
-    path = resolve_model_folder(path, weights=False)
+    path = local_folder(path, weights=False)
     if path.is_dir():
         json_path, vocab_path = path / "tokenizer.json", path / "vocab.txt"
         if not json_path.is_file() and not vocab_path.is_file():

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig
-from bertctl.hub import is_hub_id, resolve_model_folder
+from bertctl.hub import is_hub_id, local_folder
 from bertctl.model import BertForMaskedLM
 from bertctl.tokenizer import load_tokenizer
 
@@ -48,7 +48,7 @@ def test_paths_are_never_taken_for_hub_ids(tmp_path):
 
 
 def test_a_cached_hub_model_is_read_offline(offline_cache):
-    assert resolve_model_folder("someone/tiny-bert") == offline_cache
+    assert local_folder("someone/tiny-bert") == offline_cache
     result = CliRunner().invoke(app, ["fill", "--model", "someone/tiny-bert", "--json", "the [MASK] ran"])
     assert result.exit_code == 0, result.output
 
