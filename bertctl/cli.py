@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from bertctl import __version__
+from bertctl.config import PretrainConfig
 from bertctl.errors import BertctlError, UsageError
 
 _debug = False
@@ -402,11 +403,14 @@ def predict_glue(
 
 # --- fill / convert / info --------------------------------------------------------------------------
 
+QUICKSTART_MODEL = PretrainConfig.out / "final"  # where `bertctl pretrain` with no arguments saves
+
+
 @app.command("fill")
 def fill(
     texts: Annotated[list[str] | None, typer.Argument(help="Texts with one or more [MASK] tokens.")] = None,
-    model: Annotated[Path, typer.Option("--model", "-m", help="Model folder with an MLM head.")] = Path(
-        "runs/quickstart/final"),
+    model: Annotated[Path, typer.Option("--model", "-m", help="Model folder with an MLM head, or a hub id "
+                                        "(bert-base-uncased).")] = QUICKSTART_MODEL,
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="Predictions per [MASK].")] = 5,
     file: Annotated[Path | None, typer.Option("--file", "-f", help="Read texts from this file, one a line "
                                               "('-' for stdin).")] = None,
@@ -428,6 +432,9 @@ def fill(
         all_texts = read_texts(Path("-"))
     if not all_texts:
         raise UsageError("fill: give a text with [MASK] as an argument, or --file F (one text a line)")
+    if model == QUICKSTART_MODEL and not model.exists():
+        raise UsageError(f"fill: no --model given, and the quick start's {model} is not there yet; run "
+                         "`bertctl pretrain` first, or pass --model FOLDER (or a hub id such as bert-base-uncased)")
     results = run_fill(all_texts, model, top_k=top_k, batch_size=batch_size, truncate=truncate, device=device)
     print_fill_results(results, as_json=as_json)
 
