@@ -35,3 +35,10 @@ def test_user_mistakes_give_one_line_and_exit_2(args):
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "/no/such" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_fill_without_a_model_points_to_the_quick_start(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["fill", "my dog is [MASK]."])
+    assert result.exit_code == 2
+    assert "run `bertctl pretrain` first" in result.stderr and len(result.stderr.strip().splitlines()) == 1
