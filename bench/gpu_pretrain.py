@@ -110,8 +110,8 @@ def sync(device: torch.device) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=40.0, help="timed seconds per model for bertctl")
-    parser.add_argument("--transformers-seconds", type=float, default=20.0, help="the same for transformers; 0 skips")
+    parser.add_argument("--seconds", type=float, default=30.0, help="timed seconds per model for bertctl")
+    parser.add_argument("--transformers-seconds", type=float, default=15.0, help="the same for transformers; 0 skips")
     parser.add_argument("--sizes", default="base,large", help="presets (tiny ... large)")
     parser.add_argument("--batch", type=int, default=None, help="sequences per step (default: base 256, large 256)")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test")
