@@ -58,7 +58,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     training.seed_everything(cfg.seed + env.rank)
     step, samples_seen, bad_total = 0, 0, 0
     if resume_from is not None:
-        record = training.read_training_state(resume_from, optimizer, scaler)
+        record = training.read_training_state(resume_from, optimizer, scaler, env.rank)
         step, samples_seen, bad_total = record["step"], record["samples_seen"], record.get("bad_steps", 0)
     if env.is_main:
         run.mkdir(parents=True, exist_ok=True)
@@ -263,9 +263,10 @@ def _log_row(step: int, window: list[training.StepResult], lr: float, speed: tra
 
 def _save(model: nn.Module, folder: Path, tokenizer: BertTokenizer, optimizer: torch.optim.Optimizer,
           scaler: Any, state: dict[str, Any], env: training.Distributed, overwrite: bool = False) -> None:
+    rng = training.rng_state(env)  # every rank's generators, gathered on every rank
     if env.is_main:
         save_model(model, folder, tokenizer, overwrite=overwrite,
-                   extra=lambda tmp: training.write_training_state(tmp, optimizer, scaler, state))
+                   extra=lambda tmp: training.write_training_state(tmp, optimizer, scaler, state, rng))
     if env.world_size > 1:
         torch.distributed.barrier()
 

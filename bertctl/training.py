@@ -216,12 +216,20 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def rng_state() -> tuple[dict[str, Tensor], dict[str, Any]]:
-    """All RNG states as tensors (safetensors) and JSON (python's and numpy's are tuples of ints)."""
-    tensors = {"rng.torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        for i, state in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"rng.cuda.{i}"] = state
+def rng_state(env: Distributed | None = None) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """Every RNG as tensors (safetensors) and JSON (python's and numpy's are tuples of ints).
+
+    torch's generators are kept per rank (`rng.torch.rank{r}`, `rng.cuda.rank{r}`), since each rank draws its own
+    dropout masks; only this process's own GPU is read, so no rank opens a CUDA context on another's GPU.
+    With several ranks this is a collective: every rank calls it, and rank 0 writes what it returns.
+    """
+    own = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        own["cuda"] = torch.cuda.get_rng_state(torch.cuda.current_device())
+    tensors = {}
+    for name, state in own.items():
+        for rank, value in enumerate(_gather(state, env)):
+            tensors[f"rng.{name}.rank{rank}"] = value
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     py_version, py_state, py_gauss = random.getstate()
     info = {"python": [py_version, list(py_state), py_gauss],
@@ -229,11 +237,29 @@ def rng_state() -> tuple[dict[str, Tensor], dict[str, Any]]:
     return tensors, info
 
 
-def set_rng_state(tensors: dict[str, Tensor], info: dict[str, Any]) -> None:
-    torch.set_rng_state(tensors["rng.torch"])
-    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
+def _gather(state: Tensor, env: Distributed | None) -> list[Tensor]:
+    """Every rank's copy of a CPU tensor, over the host-side group."""
+    if env is None or env.world_size == 1:
+        return [state]
+    states = [torch.empty_like(state) for _ in range(env.world_size)]
+    dist.all_gather(states, state, group=env.control)
+    return states
+
+
+def set_rng_state(tensors: dict[str, Tensor], info: dict[str, Any], rank: int = 0) -> None:
+    """Restore this rank's generators; a rank the checkpoint did not have gets a state derived from rank 0's
+    and its rank (a run resumed on more processes), never a copy of another rank's."""
+    saved = tensors.get(f"rng.torch.rank{rank}")
+    if saved is None:
+        derived = torch.Generator()
+        derived.set_state(tensors.get("rng.torch.rank0", tensors.get("rng.torch")))
+        seed = int(torch.randint(0, 2**62, (1,), generator=derived)) + rank
+        torch.manual_seed(seed)
+    else:
+        torch.set_rng_state(saved)
+        cuda = tensors.get(f"rng.cuda.rank{rank}")
+        if cuda is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state(cuda, torch.cuda.current_device())
     version, state, gauss = info["python"]
     random.setstate((version, tuple(state), gauss))
     kind, keys, pos, has_gauss, cached = info["numpy"]
@@ -269,20 +295,24 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, Te
 
 
 def write_training_state(folder: Path, optimizer: torch.optim.Optimizer, scaler: Any,
-                         trainer: dict[str, Any]) -> None:
-    """Optimizer moments and RNG states in safetensors; step, data position and scalars in JSON."""
+                         trainer: dict[str, Any], rng: tuple[dict[str, Tensor], dict[str, Any]] | None = None) -> None:
+    """Optimizer moments and RNG states in safetensors; step, data position and scalars in JSON.
+
+    `rng` is every rank's `rng_state(env)` under torchrun; by default this process's own.
+    """
     from safetensors.torch import save_file
 
     opt_tensors, opt_info = optimizer_state(optimizer)
-    rng_tensors, rng_info = rng_state()
+    rng_tensors, rng_info = rng if rng is not None else rng_state()
     save_file({**opt_tensors, **rng_tensors}, str(folder / TRAINING_STATE))
     record = {**trainer, "optimizer": opt_info, "rng": rng_info,
               "grad_scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}
     (folder / TRAINER_STATE).write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
-def read_training_state(folder: Path, optimizer: torch.optim.Optimizer, scaler: Any) -> dict[str, Any]:
-    """Restore optimizer, scaler and RNGs from `folder`; returns the trainer record (step, data position)."""
+def read_training_state(folder: Path, optimizer: torch.optim.Optimizer, scaler: Any, rank: int = 0) -> dict[str, Any]:
+    """Restore optimizer, scaler and this rank's RNGs from `folder`; returns the trainer record (step, data
+    position)."""
     from safetensors.torch import load_file
 
     try:
@@ -293,7 +323,7 @@ def read_training_state(folder: Path, optimizer: torch.optim.Optimizer, scaler: 
     device = next(iter(optimizer.param_groups[0]["params"])).device
     load_optimizer_state(optimizer, {k: v.to(device) if k.split(".")[-1] != "step" else v
                                      for k, v in tensors.items()}, record["optimizer"])
-    set_rng_state(tensors, record["rng"])
+    set_rng_state(tensors, record["rng"], rank)
     if scaler is not None and record.get("grad_scaler"):
         scaler.load_state_dict(record["grad_scaler"])
     return record

@@ -48,3 +48,16 @@ def test_a_non_finite_step_leaves_weights_and_optimizer_state_untouched(name):
     assert [r.skipped for r in results] == [False, True, False]
     assert results[0].loss == pytest.approx(first_loss, rel=1e-6)
     assert set(results[0].parts) == {"task", "task_correct"} and results[0].grad_norm > 0
+
+
+def test_rng_states_are_kept_per_rank_and_a_new_rank_gets_its_own():
+    torch.manual_seed(7)
+    tensors, info = training.rng_state()
+    assert set(tensors) == {"rng.torch.rank0"}
+    expected = torch.rand(4)
+    training.set_rng_state(tensors, info, rank=0)
+    assert torch.equal(torch.rand(4), expected)
+    training.set_rng_state(tensors, info, rank=1)  # a rank the checkpoint did not have
+    rank1 = torch.rand(4)
+    training.set_rng_state(tensors, info, rank=1)
+    assert torch.equal(torch.rand(4), rank1) and not torch.equal(rank1, expected)
