@@ -293,7 +293,12 @@ _FtGroup = Annotated[bool | None, typer.Option("--group-by-length/--no-group-by-
 _FtPrecision = Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto: bf16 on CUDA].")]
 _FtDevice = Annotated[str | None, typer.Option(help="cpu|cuda [cuda when available].")]
 _FtLogEvery = Annotated[int | None, typer.Option(help="Steps between metrics.jsonl rows [50].")]
-_FtOverwrite = Annotated[bool | None, typer.Option("--overwrite/--no-overwrite", help="Replace --out.")]
+_FtSaveEvery = Annotated[int | None, typer.Option(help="Steps between resumable checkpoints; 0: only on "
+                                                  "SIGINT/SIGTERM [0].")]
+_FtResume = Annotated[bool | None, typer.Option("--resume/--no-resume", help="Continue the unfinished run of "
+                                                "--out from its newest checkpoint.")]
+_FtOverwrite = Annotated[bool | None, typer.Option("--overwrite/--no-overwrite", help="Replace --out (and an "
+                                                   "unfinished run of it).")]
 _FtConfig = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields (flags win).")]
 
 
@@ -326,7 +331,8 @@ def finetune_glue(
     weight_decay: _FtDecay = None, adam_beta1: _FtFloat = None, adam_beta2: _FtFloat = None,
     adam_eps: _FtFloat = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
     precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
-    overwrite: _FtOverwrite = None, config: _FtConfig = None,
+    save_every: _FtSaveEvery = None, resume: _FtResume = None, overwrite: _FtOverwrite = None,
+    config: _FtConfig = None,
 ) -> None:
     """Fine-tune on a GLUE task (best dev epoch kept in --out); `all` runs every task into OUT/<task>."""
     cfg = _finetune_config(locals())
@@ -351,7 +357,8 @@ def finetune_classify(
     weight_decay: _FtDecay = None, adam_beta1: _FtFloat = None, adam_beta2: _FtFloat = None,
     adam_eps: _FtFloat = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
     precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
-    overwrite: _FtOverwrite = None, config: _FtConfig = None,
+    save_every: _FtSaveEvery = None, resume: _FtResume = None, overwrite: _FtOverwrite = None,
+    config: _FtConfig = None,
 ) -> None:
     """Fine-tune on your own labelled table (classification or regression)."""
     cfg = _finetune_config(locals())

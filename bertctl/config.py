@@ -368,9 +368,13 @@ class FinetuneConfig:
     precision: str = "auto"  # fp32 | bf16 | fp16 | auto (bf16 on CUDA, fp32 on CPU)
     device: str | None = None  # cpu | cuda (default: cuda when available)
     log_every: int = 50  # optimizer steps between metrics.jsonl rows
-    overwrite: bool = False  # replace an existing --out
+    save_every: int = 0  # optimizer steps between resumable checkpoints (0: only on SIGINT/SIGTERM)
+    resume: bool = False  # continue the unfinished run of --out from its newest checkpoint
+    overwrite: bool = False  # replace an existing --out (and an unfinished run of it)
 
     def __post_init__(self) -> None:
+        if self.save_every < 0:
+            raise UsageError(f"--save-every must be 0 or more, got {self.save_every}")
         for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "log_every"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -394,10 +398,12 @@ class FinetuneConfig:
             if getattr(self, name) not in allowed:
                 raise UsageError(f"--{name} {getattr(self, name)!r}: choose one of {', '.join(allowed)}")
 
-    def micro_batches(self) -> tuple[int, int]:
-        """(examples per forward pass, forward passes per optimizer step)."""
-        micro = self.micro_batch_size or self.batch_size
-        return micro, self.batch_size // micro
+    def micro_batches(self, world_size: int = 1) -> tuple[int, int]:
+        """(examples per forward pass and process, forward passes per process and full optimizer step);
+        without --micro-batch-size a process takes its whole share of the batch at once."""
+        share = -(-self.batch_size // world_size)
+        micro = self.micro_batch_size or share
+        return micro, -(-share // micro)
 
 
 @dataclass(frozen=True)

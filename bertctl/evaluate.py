@@ -96,22 +96,31 @@ def eval_order(lengths: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:
         yield order[start: start + batch_size]
 
 
-@torch.inference_mode()
 def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size: int, device: torch.device,
-                   precision: str) -> np.ndarray:
-    """(N, num_labels) float32 logits in the examples' order."""
+                   precision: str, env: training.Distributed | None = None) -> np.ndarray:
+    """(N, num_labels) float32 logits in the examples' order.
+
+    Under torchrun (`env`), rank r runs batches r, r + world, ... of exactly the batches one process runs and
+    the ranks' logits are summed (each row is non-zero on one rank), so every rank gets the one-process logits.
+    """
+    rank, world = (env.rank, env.world_size) if env is not None else (0, 1)
+    out = np.zeros((len(features), model.num_labels), dtype=np.float32)
+    _fill_logits(out, model, features, list(eval_order(features.lengths, batch_size))[rank::world], pad_id,
+                 device, precision)
+    if world > 1:
+        torch.distributed.all_reduce(torch.from_numpy(out), group=env.control)  # gloo, on the host
+    return out
+
+
+@torch.inference_mode()
+def _fill_logits(out: np.ndarray, model: nn.Module, features: Features, batches: list[np.ndarray], pad_id: int,
+                 device: torch.device, precision: str) -> None:
     model.eval()
-    out: np.ndarray | None = None
-    for rows in eval_order(features.lengths, batch_size):
+    for rows in batches:
         batch = training.to_device(collate(features, rows, pad_id, with_labels=False), device)
         with training.autocast(precision, device):
             logits = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask")).logits
-        logits = logits.float().cpu().numpy()
-        if out is None:
-            out = np.empty((len(features), logits.shape[1]), dtype=np.float32)
-        out[rows] = logits
-    assert out is not None  # Features are never empty: the readers refuse files without examples
-    return out
+        out[rows] = logits.float().cpu().numpy()
 
 
 def to_predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
@@ -120,15 +129,16 @@ def to_predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
 
 
 def score(task: Any, model: nn.Module, features: dict[str, Features], pad_id: int, batch_size: int,
-          device: torch.device, precision: str, label_order: list[int] | None = None) -> dict[str, dict[str, float]]:
-    """The task's metrics on every given split: {split: {metric: value}}.
+          device: torch.device, precision: str, label_order: list[int] | None = None,
+          env: training.Distributed | None = None) -> dict[str, dict[str, float]]:
+    """The task's metrics on every given split: {split: {metric: value}}, the same on every rank of `env`.
 
     `label_order` lists the model's output for each of the task's classes, for a model trained elsewhere
     with its classes in another order (see `load_classifier`).
     """
     results = {}
     for split, feats in features.items():
-        logits = predict_logits(model, feats, pad_id, batch_size, device, precision)
+        logits = predict_logits(model, feats, pad_id, batch_size, device, precision, env)
         predictions = to_predictions(logits if label_order is None else logits[:, label_order], task.is_regression)
         results[split] = compute_task_metrics(task, predictions.tolist(), feats.labels.tolist())
     return results

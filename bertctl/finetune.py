@@ -5,19 +5,24 @@ results table laid out like the paper's Table 1), csv/tsv/jsonl/parquet tables (
 regression), any model folder bertctl reads (a missing head is created fresh and said so), the paper's recipe
 (AdamW, 10% warmup + linear decay, dropout 0.1, 3 epochs, batch 32, 128 tokens) on the shared loop (bf16 on
 GPU, gradient accumulation, metrics.jsonl, progress bar), dynamic padding and optional length-grouped batches,
-a dev evaluation after every epoch keeping the best one, and several seeds reported as mean ± std and median.
+a dev evaluation after every epoch keeping the best one, several seeds reported as mean ± std and median,
+torchrun DDP (NCCL or gloo; the global batch and the dev scores do not depend on the number of processes),
+and exact resume (`--save-every`, always on SIGINT/SIGTERM; finished seeds are not trained again).
 
-Outputs appear only complete: a run logs into a hidden work folder beside OUT, and OUT (model, tokenizer,
-eval_results.json, run.json, metrics.jsonl) is put in place by one rename at the end.
+Outputs appear only complete: a run lives in a hidden work folder beside OUT (logs, checkpoints, best-epoch
+models, finished seeds), and OUT (model, tokenizer, eval_results.json, run.json, metrics.jsonl) is put in
+place by one rename at the end, when the work folder is removed.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,43 +49,78 @@ from bertctl.evaluate import (
 )
 from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic, write_text_atomic
 from bertctl.tokenizer import BertTokenizer
-from bertctl.training import pick_device
 
 GROUP_WINDOW = 50  # length grouping sorts windows of this many batches (random across windows)
 MAX_BAD_STEPS = 5  # consecutive NaN/inf losses before a run stops
+RESUMABLE_CHANGES = ("resume", "overwrite", "save_every", "device", "log_every")  # may differ on --resume
+LOG_FILES = ("run.json", "metrics.jsonl", "tensorboard")  # a seed's logs, copied into its model folder
 
 
-def finetune_glue(cfg: FinetuneConfig) -> Path:
-    """Fine-tune on one GLUE task, or on each of them with `task="all"`; returns OUT."""
+def finetune_glue(cfg: FinetuneConfig) -> Path | None:
+    """Fine-tune on one GLUE task, or on each of them with `task="all"`; returns OUT, or None when a signal
+    stopped the run (it saved a checkpoint; the same call with `resume=True` continues it)."""
     _require(cfg, "task", "model", "data", "out")
     task = None if cfg.task.lower() == "all" else get_task(cfg.task)
     if task is not None and task.predicted_by:
         raise UsageError(f"{task.name} has no training data; it is predicted with a {task.predicted_by} "
                          f"model: bertctl predict glue {task.name} "
                          f"--model RUN_OF_{task.predicted_by.upper()} ...")
-    env = _single_process(cfg.device)
-    out = _claim(Path(cfg.out), cfg.overwrite)
-    base = load_base(cfg)
-    if task is None:
-        return _glue_all(cfg, base, out, env)
-    train, dev = _glue_splits(task, cfg.data)
-    _report(run_task(cfg, base, task, train, dev, out, env), out)
-    return out
+
+    def body(base: Base, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
+        if task is None:
+            _glue_all(cfg, base, work, env, stop)
+            return
+        train, dev = _glue_splits(task, cfg.data)
+        _open_work(cfg, work, env)
+        _publish_task(run_task(cfg, base, task, train, dev, work, env, stop), work, Path(cfg.out), env)
+
+    return _launch(cfg, body)
 
 
-def finetune_classify(cfg: FinetuneConfig) -> Path:
-    """Fine-tune on the user's own table (csv/tsv/jsonl/parquet); returns OUT."""
+def finetune_classify(cfg: FinetuneConfig) -> Path | None:
+    """Fine-tune on the user's own table (csv/tsv/jsonl/parquet); returns OUT (None when stopped by a signal)."""
     _require(cfg, "train", "model", "out")
     if not cfg.text_columns:
         raise UsageError("--text-columns: name the text column (or two, comma-separated)")
-    env = _single_process(cfg.device)
-    out = _claim(Path(cfg.out), cfg.overwrite)
-    base = load_base(cfg)
-    table = load_labelled_data(cfg.train, cfg.validation, cfg.text_columns, cfg.label_column, cfg.problem,
-                               cfg.label_names)
-    dev = {"validation": table.validation} if table.validation else {}
-    _report(run_task(cfg, base, table, table.train, dev, out, env), out)
-    return out
+
+    def body(base: Base, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
+        table = load_labelled_data(cfg.train, cfg.validation, cfg.text_columns, cfg.label_column, cfg.problem,
+                                   cfg.label_names)
+        dev = {"validation": table.validation} if table.validation else {}
+        _open_work(cfg, work, env)
+        _publish_task(run_task(cfg, base, table, table.train, dev, work, env, stop), work, Path(cfg.out), env)
+
+    return _launch(cfg, body)
+
+
+class _Stopped(Exception):
+    """A SIGINT/SIGTERM ended the run after a checkpoint; the message says where it stopped."""
+
+
+def _launch(cfg: FinetuneConfig, body: Callable[..., None]) -> Path | None:
+    """What both commands share around training: torchrun, the checks on OUT and its work folder, signals,
+    and what a failed run leaves (its work folder only when there is something to resume)."""
+    env = training.setup_distributed(cfg.device)
+    try:
+        out = Path(cfg.out)
+        work = _check_work(cfg, out, env)
+        if cfg.batch_size < env.world_size:
+            raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")
+        base = load_base(cfg)
+        with training.GracefulStop() as stop:
+            try:
+                body(base, work, env, stop)
+            except _Stopped as stopped:
+                if env.is_main:
+                    _say(f"{stopped}; the run is saved in {work}: run the same command with --resume to continue")
+                return None
+            except BaseException:
+                if env.is_main and not _resumable(work):
+                    shutil.rmtree(work, ignore_errors=True)
+                raise
+        return out
+    finally:
+        training.cleanup_distributed()
 
 
 def _report(summary: dict[str, Any], out: Path) -> None:
@@ -94,12 +134,6 @@ def _require(cfg: FinetuneConfig, *names: str) -> None:
     missing = [f"--{n}" for n in names if getattr(cfg, n) is None]
     if missing:
         raise UsageError(f"give {' and '.join(missing)}")
-
-
-def _single_process(device: str | None) -> training.Distributed:
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise UsageError("finetune runs in one process on one device; start it without torchrun")
-    return training.Distributed(device=pick_device(device))
 
 
 def _claim(out: Path, overwrite: bool) -> Path:
@@ -116,6 +150,88 @@ def _glue_splits(task: GlueTask, data: str) -> tuple[Examples, dict[str, Example
     return read_split(task, "train", data), dev
 
 
+def _barrier(env: training.Distributed) -> None:
+    if env.world_size > 1:
+        torch.distributed.barrier()
+
+
+# --- the work folder: everything of an unfinished run ----------------------------------------------------
+
+def _check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Path:
+    """OUT's work folder, after refusing what cannot go on: an existing OUT, an unfinished run without
+    --resume or --overwrite, a resume with other settings. Read-only, and every rank has decided before any
+    rank writes."""
+    work = out.parent / f".{out.name}.work"
+    _claim(out, cfg.overwrite)
+    saved = work / "run.json"
+    if cfg.resume and saved.is_file():
+        _same_settings(cfg, json.loads(saved.read_text(encoding="utf-8"))["config"], work)
+    elif cfg.resume and env.is_main:
+        _say(f"--resume: {out} has no unfinished run; starting from the beginning")
+    elif not cfg.resume and work.exists() and not cfg.overwrite:
+        raise UsageError(f"{work} holds an unfinished run of --out {out}; pass --resume to continue it or "
+                         "--overwrite to start again")
+    _barrier(env)
+    return work
+
+
+def _same_settings(cfg: FinetuneConfig, saved: dict[str, Any], work: Path) -> None:
+    """A resumed run must train as the interrupted one did, or its checkpoints mean nothing."""
+    now = config_to_dict(cfg)
+    changed = [k for k in now if k not in RESUMABLE_CHANGES and now[k] != saved.get(k)]
+    if changed:
+        shown = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} (now {now[k]})" for k in changed)
+        raise UsageError(f"--resume: the run in {work} was started with {shown}; resume it with the same "
+                         "settings, or drop --resume and pass --overwrite to start again")
+
+
+def _open_work(cfg: FinetuneConfig, work: Path, env: training.Distributed) -> None:
+    """Create the work folder (replacing a stale one) and record the settings a resume must repeat."""
+    if env.is_main and not (cfg.resume and (work / "run.json").is_file()):
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        write_json_atomic(work / "run.json", {"config": config_to_dict(cfg)})
+    _barrier(env)
+
+
+def _resumable(work: Path) -> bool:
+    """A checkpoint or a finished seed is worth keeping after a failure; a run that saved nothing is not."""
+    return work.is_dir() and (any(work.rglob(training.TRAINER_STATE)) or any(work.rglob("done")))
+
+
+def _publish_task(summary: dict[str, Any], work: Path, out: Path, env: training.Distributed) -> None:
+    if env.is_main:
+        _publish(work, out, lambda staging: _collect(summary, work, staging))
+        _report(summary, out)
+    _barrier(env)
+
+
+def _publish(work: Path, out: Path, fill: Callable[[Path], None]) -> None:
+    """Assemble OUT in a temporary folder beside it, rename it into place, then drop the work folder."""
+    staging = temp_folder_beside(out)
+    try:
+        fill(staging)
+        replace_folder(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _collect(summary: dict[str, Any], work: Path, dest: Path) -> None:
+    """Move a task's finished seeds into `dest`: one seed's model folder itself, or seed-N/ folders plus
+    results.json and results.md."""
+    seeds = summary["seeds"]
+    if len(seeds) == 1:
+        for item in (work / f"seed-{seeds[0]}" / "done").iterdir():
+            os.replace(item, dest / item.name)
+        return
+    for seed in seeds:
+        os.replace(work / f"seed-{seed}" / "done", dest / f"seed-{seed}")
+    write_json_atomic(dest / "results.json", summary)
+    write_text_atomic(dest / "results.md", seeds_markdown(summary))
+
+
 # --- one task, one or several seeds ------------------------------------------------------------------
 
 @dataclass
@@ -130,23 +246,21 @@ class Prepared:
 
 
 def run_task(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: dict[str, Examples],
-             target: Path, env: training.Distributed) -> dict[str, Any]:
-    """Train every seed; one seed writes the model folder `target`, several write target/seed-N/ plus
-    results.json and results.md. Returns the seeds' summary."""
-    prepared = _prepare(cfg, base, task, train, dev)
-    if len(cfg.seeds) == 1:
-        return summarize(task, {cfg.seeds[0]: _train_seed(cfg, prepared, cfg.seeds[0], target, env)})
-    staging = temp_folder_beside(target)
-    try:
-        runs = {seed: _train_seed(cfg, prepared, seed, staging / f"seed-{seed}", env) for seed in cfg.seeds}
-        summary = summarize(task, runs)
-        write_json_atomic(staging / "results.json", summary)
-        write_text_atomic(staging / "results.md", seeds_markdown(summary))
-        replace_folder(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return summary
+             work: Path, env: training.Distributed, stop: training.GracefulStop) -> dict[str, Any]:
+    """Train every seed not finished yet, each in work/seed-N/ until its model folder is work/seed-N/done;
+    returns the seeds' summary."""
+    runs = {seed: _finished(work / f"seed-{seed}") for seed in cfg.seeds}
+    if any(results is None for results in runs.values()):
+        prepared = _prepare(cfg, base, task, train, dev, env)
+        runs = {seed: results or _train_seed(cfg, prepared, seed, work / f"seed-{seed}", env, stop)
+                for seed, results in runs.items()}
+    return summarize(task, runs)
+
+
+def _finished(work: Path) -> dict[str, Any] | None:
+    """The eval_results of a seed whose model folder is complete (so a resume does not train it again)."""
+    done = work / "done" / "eval_results.json"
+    return json.loads(done.read_text(encoding="utf-8")) if done.is_file() else None
 
 
 @dataclass
@@ -170,87 +284,214 @@ def load_base(cfg: FinetuneConfig) -> Base:
     return Base(ckpt, tokenizer)
 
 
-def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: dict[str, Examples]
-             ) -> Prepared:
+def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: dict[str, Examples],
+             env: training.Distributed) -> Prepared:
     ckpt, tokenizer = base.ckpt, base.tokenizer
     features = encode_examples(tokenizer, train, cfg.max_seq_length)
     dev_features = {split: encode_examples(tokenizer, examples, cfg.max_seq_length)
                     for split, examples in dev.items()}
     for split, feats in {"train": features, **dev_features}.items():
-        if feats.truncated:
+        if feats.truncated and env.is_main:
             _say(f"{task.name} {split}: {feats.truncated} of {len(feats)} examples cut to "
                  f"{cfg.max_seq_length} tokens")
     return Prepared(task, ckpt, tokenizer, features, dev_features)
 
 
-def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, target: Path,
-                env: training.Distributed) -> dict[str, Any]:
-    """Train one seed, keep the best epoch, write `target` atomically; returns its eval_results."""
+@dataclass
+class Progress:
+    """Where a seed's run stands, besides weights, optimizer and RNGs: what a checkpoint records."""
+
+    step: int = 0  # optimizer steps done; the epoch and the batch within it follow from it
+    best: dict[str, Any] = field(default_factory=lambda: {"epoch": 0})  # best dev epoch so far: epoch, step, scores
+    window: list[training.StepResult] = field(default_factory=list)  # steps read since the last metrics row
+    bad_in_row: int = 0  # NaN/inf steps in a row
+
+    def record(self) -> dict[str, Any]:
+        return {"step": self.step, "best": self.best, "window": [asdict(r) for r in self.window],
+                "bad_in_row": self.bad_in_row}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Progress:
+        return cls(record["step"], record["best"], [training.StepResult(**r) for r in record["window"]],
+                   record["bad_in_row"])
+
+
+def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env: training.Distributed,
+                stop: training.GracefulStop) -> dict[str, Any]:
+    """Train one seed in `work` (from its newest checkpoint, if any) until work/done holds the best epoch's
+    model folder; returns its eval_results."""
+    if training.any_rank(stop.requested, env):
+        raise _Stopped(f"stopped before {prep.task.name} seed {seed}")
     task, device, pad_id = prep.task, env.device, prep.tokenizer.pad_id
     training.seed_everything(seed)
-    model = _model(cfg, prep, announce=seed == cfg.seeds[0]).to(device)
+    model = _model(cfg, prep, announce=seed == cfg.seeds[0] and env.is_main).to(device)
+    if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
+        training.seed_everything(seed + env.rank)
     training.enable_fast_math(device)
     precision = training.resolve_precision(cfg.precision, device)
     optimizer = training.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
                                         (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-    micro, _ = cfg.micro_batches()
+    micro, _ = cfg.micro_batches(env.world_size)
     per_epoch = math.ceil(len(prep.train) / cfg.batch_size)
     total = per_epoch * cfg.epochs
     warmup = math.ceil(cfg.warmup_fraction * total)
-    work = temp_folder_beside(target, "run")
+    checkpoint = training.latest_checkpoint(work) if work.is_dir() else None
+    progress = Progress()
+    if checkpoint is not None:
+        model.load_state_dict(read_checkpoint(checkpoint).state)
+        progress = Progress.from_record(training.read_training_state(checkpoint, optimizer, scaler, env.rank))
+    if env.is_main:
+        _open_seed(work, checkpoint, progress.step,
+                   _run_record(cfg, prep, model, seed, precision, env, total, warmup))
+    train_model: nn.Module = model
+    if env.world_size > 1:
+        train_model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    log = training.MetricsLog(work, enabled=env.is_main)
+    speed = training.Throughput()
+    bar = _progress(total, progress.step, f"{task.name} seed {seed}", env.is_main)
+    pending: list[training.PendingStep] = []  # steps whose figures are still on the device
+    anchored = progress.best["epoch"]  # the best epoch the newest checkpoint refers to (its folder is kept)
     try:
-        record = _run_record(cfg, prep, model, seed, precision, device, total, warmup)
-        write_json_atomic(work / "run.json", record)
-        log = training.MetricsLog(work)
-        speed = training.Throughput()
-        bar = _progress(total, f"{task.name} seed {seed}")
-        step, bad_in_row, window, pending = 0, 0, [], []
-        best: dict[str, Any] = {"epoch": 0}
-        for epoch in range(1, cfg.epochs + 1):
-            for rows in train_batches(prep.train.lengths, cfg.batch_size, seed, epoch, cfg.group_by_length):
-                micro_batches = [training.to_device(collate(prep.train, rows[i: i + micro], pad_id), device)
-                                 for i in range(0, len(rows), micro)]
-                lr = cfg.lr * training.lr_factor(step, total, warmup, cfg.schedule)
+        for epoch in range(progress.step // per_epoch + 1, cfg.epochs + 1):
+            batches = train_batches(prep.train.lengths, cfg.batch_size, seed, epoch, cfg.group_by_length)
+            for rows in batches[progress.step - (epoch - 1) * per_epoch:]:
+                micro_batches = [training.to_device(_collate_share(prep.train, share, rows, pad_id), device)
+                                 for share in rank_micro_batches(rows, micro, env.rank, env.world_size)]
+                lr = cfg.lr * training.lr_factor(progress.step, total, warmup, cfg.schedule)
                 training.set_lr(optimizer, lr)
-                model.train()
-                pending.append(training.optimizer_step(model, micro_batches, optimizer, _loss_terms, _weights,
-                                                       env, precision, scaler, cfg.clip))
-                step += 1
+                train_model.train()
+                pending.append(training.optimizer_step(train_model, micro_batches, optimizer, _loss_terms,
+                                                       _weights, env, precision, scaler, cfg.clip))
+                progress.step += 1
                 speed.add(int(prep.train.lengths[rows].sum()))  # on the host: no device sync
                 bar.update(1)
-                if step % cfg.log_every and step != total:
+                stopping = training.any_rank(stop.requested, env)
+                saving = progress.step % per_epoch != 0 and (stopping or _save_due(cfg, progress.step))
+                logging = progress.step % cfg.log_every == 0 or progress.step == total
+                if not (logging or saving):
                     continue
-                for offset, result in enumerate(training.resolve_steps(pending), start=step - len(pending) + 1):
-                    bad_in_row = bad_in_row + 1 if result.skipped else 0
-                    if bad_in_row >= MAX_BAD_STEPS:
-                        raise BertctlError(f"the loss was NaN/inf for {bad_in_row} steps in a row at step "
-                                           f"{offset}; lower --lr or use --precision fp32/bf16")
-                    window.append(result)
-                pending = []
-                row = _train_row(step, step / per_epoch, window, lr, speed, task.is_regression)
-                log.write(row)
-                window = []
-                bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}")
+                _drain(pending, progress)
+                if logging:
+                    row = _train_row(progress.step, progress.step / per_epoch, progress.window, lr, speed,
+                                     task.is_regression)
+                    log.write(row)
+                    progress.window = []
+                    bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}")
+                if saving:
+                    anchored = _checkpoint(model, prep, optimizer, scaler, progress, work, env)
+                    if stopping:
+                        raise _Stopped(f"stopped at step {progress.step} of {total} ({task.name} seed {seed})")
             if prep.dev:
-                scores = score(task, model, prep.dev, pad_id, cfg.eval_batch_size, device, precision)
-                log.write({"step": step, "epoch": epoch, **_flat(scores)})
-                bar.write(f"{task.name} seed {seed} epoch {epoch}: {_show(scores)}", file=sys.stderr)
-                if best["epoch"] == 0 or main_score(task, scores) > main_score(task, best["scores"]):
-                    best = {"epoch": epoch, "step": step, "scores": scores, "state": _cpu_copy(model)}
+                scores = score(task, model, prep.dev, pad_id, cfg.eval_batch_size, device, precision, env=env)
+                log.write({"step": progress.step, "epoch": epoch, **_flat(scores)})
+                if env.is_main:
+                    bar.write(f"{task.name} seed {seed} epoch {epoch}: {_show(scores)}", file=sys.stderr)
+                _keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)
+            stopping = training.any_rank(stop.requested, env)  # an epoch's last step saves after its evaluation
+            if progress.step < total and (stopping or _save_due(cfg, progress.step)):
+                _drain(pending, progress)
+                anchored = _checkpoint(model, prep, optimizer, scaler, progress, work, env)
+                if stopping:
+                    raise _Stopped(f"stopped after epoch {epoch} of {cfg.epochs} ({task.name} seed {seed})")
+    finally:
         bar.close()
         log.close()
-        if "state" in best:
-            model.load_state_dict(best["state"])
-        results = {"task": task.name, **best.get("scores", {}), "main_metric": task.main_metric,
-                   "best_epoch": best["epoch"] or cfg.epochs, "best_step": best.get("step", step),
-                   "seed": seed}
-        save_model(model, target, prep.tokenizer, labels=list(task.label_names) or None, overwrite=True,
-                   problem_type="regression" if task.is_regression else "single_label_classification",
-                   config_extra={**prep.ckpt.kept_config, "finetuning_task": task.name},
-                   extra=lambda tmp: _finish(tmp, work, results))
-    finally:
+    return _finish_seed(cfg, model, prep, progress, seed, work, env)
+
+
+def _open_seed(work: Path, checkpoint: Path | None, step: int, record: dict[str, Any]) -> None:
+    """A seed without a checkpoint starts over in an empty folder; a resumed one drops the metrics rows
+    logged after its checkpoint (they are logged again)."""
+    if checkpoint is None:
         shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        write_json_atomic(work / "run.json", record)
+        return
+    path = work / "metrics.jsonl"
+    if path.is_file():
+        rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        kept = [line for line in rows if json.loads(line)["step"] <= step]
+        path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+
+
+def _save_due(cfg: FinetuneConfig, step: int) -> bool:
+    return bool(cfg.save_every) and step % cfg.save_every == 0
+
+
+def _drain(pending: list[training.PendingStep], progress: Progress) -> None:
+    """Read the queued steps' figures (one device sync) into the metrics window; stop on a run of NaN steps."""
+    for offset, result in enumerate(training.resolve_steps(pending), start=progress.step - len(pending) + 1):
+        progress.bad_in_row = progress.bad_in_row + 1 if result.skipped else 0
+        if progress.bad_in_row >= MAX_BAD_STEPS:
+            raise BertctlError(f"the loss was NaN/inf for {progress.bad_in_row} steps in a row at step "
+                               f"{offset}; lower --lr or use --precision fp32/bf16")
+        progress.window.append(result)
+    pending.clear()
+
+
+def _save_folder(model: nn.Module, folder: Path, prep: Prepared, env: training.Distributed,
+                 extra: Callable[[Path], None] | None = None) -> None:
+    """The task's classifier as a model folder (rank 0 writes it; every rank waits until it is complete)."""
+    task = prep.task
+    if env.is_main:
+        save_model(model, folder, prep.tokenizer, labels=list(task.label_names) or None, overwrite=True,
+                   problem_type="regression" if task.is_regression else "single_label_classification",
+                   config_extra={**prep.ckpt.kept_config, "finetuning_task": task.name}, extra=extra)
+    _barrier(env)
+
+
+def _checkpoint(model: nn.Module, prep: Prepared, optimizer: torch.optim.Optimizer, scaler: Any,
+                progress: Progress, work: Path, env: training.Distributed) -> int:
+    """A resumable step folder; older ones, and best-epoch folders it does not refer to, are removed.
+    Returns the best epoch it refers to."""
+    rng = training.rng_state(env)  # every rank's generators (a collective)
+    _save_folder(model, training.step_folder(work, progress.step), prep, env,
+                 extra=lambda tmp: training.write_training_state(tmp, optimizer, scaler, progress.record(), rng))
+    if env.is_main:
+        training.prune_checkpoints(work, 1)
+        _prune_best(work, {progress.best["epoch"]})
+    return progress.best["epoch"]
+
+
+def _keep_if_best(model: nn.Module, prep: Prepared, epoch: int, scores: dict[str, dict[str, float]],
+                  progress: Progress, work: Path, env: training.Distributed, anchored: int) -> None:
+    """A better dev epoch is saved in work/best-EEE/, on disk rather than in memory so a resume keeps it;
+    the best epoch the newest checkpoint refers to stays until a newer checkpoint replaces it."""
+    best = progress.best
+    if best["epoch"] and main_score(prep.task, scores) <= main_score(prep.task, best["scores"]):
+        return
+    progress.best = {"epoch": epoch, "step": progress.step, "scores": scores}
+    _save_folder(model, _best_folder(work, epoch), prep, env)
+    if env.is_main:
+        _prune_best(work, {epoch, anchored})
+
+
+def _best_folder(work: Path, epoch: int) -> Path:
+    return work / f"best-{epoch:03d}"
+
+
+def _prune_best(work: Path, keep: set[int]) -> None:
+    for folder in work.glob("best-*"):
+        if int(folder.name.split("-")[1]) not in keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _finish_seed(cfg: FinetuneConfig, model: nn.Module, prep: Prepared, progress: Progress, seed: int,
+                 work: Path, env: training.Distributed) -> dict[str, Any]:
+    """work/done: the best epoch's model (the last one without dev data) with the seed's logs and
+    eval_results.json; the seed's checkpoints go."""
+    best, task = progress.best, prep.task
+    results = {"task": task.name, **best.get("scores", {}), "main_metric": task.main_metric,
+               "best_epoch": best["epoch"] or cfg.epochs, "best_step": best.get("step", progress.step),
+               "seed": seed}
+    if env.is_main and best["epoch"]:
+        model.load_state_dict(read_checkpoint(_best_folder(work, best["epoch"])).state)
+    _save_folder(model, work / "done", prep, env, extra=lambda tmp: _finish(tmp, work, results))
+    if env.is_main:
+        for folder in [*work.glob("step-*"), *work.glob("best-*")]:
+            shutil.rmtree(folder, ignore_errors=True)
     return results
 
 
@@ -266,18 +507,41 @@ def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
     return model
 
 
+# --- batches and losses ----------------------------------------------------------------------------------
+
+def rank_micro_batches(rows: np.ndarray, micro: int, rank: int, world: int) -> list[np.ndarray]:
+    """This rank's contiguous share of a global batch, in micro-batches of at most `micro` rows.
+
+    Every rank gets as many micro-batches as the largest share needs, so all of them run the same forward/
+    backward passes (DDP all-reduces the gradients on the last one); a rank short of rows gets empty ones.
+    """
+    shares = np.array_split(rows, world)
+    count = -(-len(shares[0]) // micro)  # shares[0] is the largest
+    mine = shares[rank]
+    chunks = [mine[i: i + micro] for i in range(0, len(mine), micro)]
+    return chunks + [mine[:0]] * (count - len(chunks))
+
+
+def _collate_share(features: Features, share: np.ndarray, rows: np.ndarray, pad_id: int) -> dict[str, Tensor]:
+    """A micro-batch with a `real` flag per row. An empty share becomes one row of the batch flagged off:
+    the rank still runs its passes, and adds nothing to the loss, the accuracy or the gradients."""
+    picked = share if len(share) else rows[:1]
+    batch = collate(features, picked, pad_id)
+    batch["real"] = torch.full((len(picked),), len(share) > 0)
+    return batch
+
+
 def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
     out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), labels=batch["labels"])
     labels = batch["labels"]
     if labels.is_floating_point():  # regression: no accuracy
         return {"task": (out.loss, labels.new_zeros(()))}
-    correct = (out.logits.argmax(-1) == labels).sum()
+    correct = ((out.logits.argmax(-1) == labels) & batch["real"]).sum()
     return {"task": (out.loss, correct)}
 
 
 def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    labels = batch["labels"]
-    return {"task": labels.new_full((), labels.shape[0], dtype=torch.long)}
+    return {"task": batch["real"].sum()}
 
 
 def train_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, group_by_length: bool
@@ -305,15 +569,15 @@ def train_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, g
 # --- run records ------------------------------------------------------------------------------------
 
 def _run_record(cfg: FinetuneConfig, prep: Prepared, model: nn.Module, seed: int, precision: str,
-                device: torch.device, total: int, warmup: int) -> dict[str, Any]:
+                env: training.Distributed, total: int, warmup: int) -> dict[str, Any]:
     return {"config": config_to_dict(cfg), "seed": seed, "task": prep.task.name,
             "labels": list(prep.task.label_names), "metrics": list(prep.task.metrics),
             "main_metric": prep.task.main_metric, "model": model.config.to_dict(),
             "fresh_heads": list(model.fresh_heads), "train_examples": len(prep.train),
             "dev_examples": {split: len(f) for split, f in prep.dev.items()},
             "truncated": {"train": prep.train.truncated, **{s: f.truncated for s, f in prep.dev.items()}},
-            "steps": total, "warmup_steps": warmup, "device": device.type, "precision": precision,
-            "bertctl_version": __version__}
+            "steps": total, "warmup_steps": warmup, "device": env.device.type, "world_size": env.world_size,
+            "precision": precision, "bertctl_version": __version__}
 
 
 def _train_row(step: int, epoch: float, window: list[training.StepResult], lr: float,
@@ -337,36 +601,41 @@ def _show(scores: dict[str, dict[str, float]]) -> str:
 
 
 def _finish(tmp: Path, work: Path, results: dict[str, Any]) -> None:
-    """Move the run's logs next to the model and add eval_results.json (inside save_model's temp folder)."""
-    for item in sorted(work.iterdir()):
-        os.replace(item, tmp / item.name)
+    """Copy the seed's logs next to its model and add eval_results.json (inside save_model's temp folder);
+    copies, so the work folder stays whole until the model folder is."""
+    for name in LOG_FILES:
+        if (work / name).is_dir():
+            shutil.copytree(work / name, tmp / name)
+        elif (work / name).is_file():
+            shutil.copy2(work / name, tmp / name)
     write_json_atomic(tmp / "eval_results.json", results)
 
 
-def _cpu_copy(model: nn.Module) -> dict[str, Tensor]:
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-
-
-def _glue_all(cfg: FinetuneConfig, base: Base, out: Path, env: training.Distributed) -> Path:
-    """Every GLUE task with training data, one after another, into OUT/<task>; then OUT/results.{md,json}."""
+def _glue_all(cfg: FinetuneConfig, base: Base, work: Path, env: training.Distributed,
+              stop: training.GracefulStop) -> None:
+    """Every GLUE task with training data, one after another (in work/<task>/), then OUT/<task> for each and
+    OUT/results.{md,json}."""
     tasks = [task for task in TASKS.values() if not task.predicted_by]
     _check_layout(tasks, cfg.data)
-    staging = temp_folder_beside(out)
-    try:
-        summaries, sizes = {}, {}
+    _open_work(cfg, work, env)
+    summaries, sizes = {}, {}
+    for task in tasks:
+        train, dev = _glue_splits(task, cfg.data)
+        sizes[task.name] = len(train)
+        summaries[task.name] = run_task(cfg, base, task, train, dev, work / task.name, env, stop)
+    table = glue_table(summaries, sizes, Path(cfg.model).name)
+
+    def fill(staging: Path) -> None:
         for task in tasks:
-            train, dev = _glue_splits(task, cfg.data)
-            sizes[task.name] = len(train)
-            summaries[task.name] = run_task(cfg, base, task, train, dev, staging / task.name, env)
-        table = glue_table(summaries, sizes, Path(cfg.model).name)
+            (staging / task.name).mkdir()
+            _collect(summaries[task.name], work / task.name, staging / task.name)
         write_json_atomic(staging / "results.json", {**table, "tasks": summaries})
         write_text_atomic(staging / "results.md", glue_markdown(table))
-        replace_folder(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    sys.stdout.write(glue_markdown(table))
-    return out
+
+    if env.is_main:
+        _publish(work, Path(cfg.out), fill)
+        sys.stdout.write(glue_markdown(table))
+    _barrier(env)
 
 
 def _check_layout(tasks: list[GlueTask], data: str) -> None:
@@ -380,13 +649,14 @@ def _check_layout(tasks: list[GlueTask], data: str) -> None:
         raise UsageError(f"--data {root}: finetune glue all needs every task; missing {', '.join(missing)}")
 
 
-# --- atomic folders ---------------------------------------------------------------------------------
+# --- messages ---------------------------------------------------------------------------------------
 
 def _say(message: str) -> None:
     sys.stderr.write(f"bertctl: {message}\n")
 
 
-def _progress(total: int, desc: str) -> Any:
+def _progress(total: int, initial: int, desc: str, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, file=sys.stderr)
+    return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True, file=sys.stderr,
+                disable=not enabled)

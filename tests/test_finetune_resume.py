@@ -1,0 +1,199 @@
+"""Fine-tuning under torchrun and after a stop: 2 gloo processes give the losses and dev scores of 1, a run
+resumed after SIGTERM equals the uninterrupted one, and finished seeds are not trained again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from glue_fixtures import write_glue_data
+from test_finetune import _encoder
+from typer.testing import CliRunner
+
+from bertctl import finetune, training
+from bertctl.cli import app
+from bertctl.config import FinetuneConfig
+from bertctl.finetune import finetune_glue, rank_micro_batches
+
+# 61 examples in batches of 6: ten full batches and one of a single example, which leaves the second of
+# two processes without a row; micro-batches of 2 make a process's 3 examples two passes (2 + 1).
+SETTINGS = {"lr": 5e-3, "batch_size": 6, "micro_batch_size": 2, "max_seq_length": 32, "eval_batch_size": 4,
+            "epochs": 3}
+PER_EPOCH = 11
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model's matmuls gain nothing from a second thread, and lose a lot when the cores are busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> Path:
+    return _encoder(tmp_path_factory.mktemp("model") / "encoder")
+
+
+@pytest.fixture(scope="module")
+def glue(tmp_path_factory) -> Path:
+    return write_glue_data(tmp_path_factory.mktemp("glue"), tasks=("rte", "mrpc"), n_train=61, n_dev=11,
+                           n_test=2, seed=3)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _losses(path: Path) -> dict[int, float]:
+    return {row["step"]: row["loss"] for row in _rows(path) if "loss" in row}
+
+
+def _dev(path: Path) -> list[dict]:
+    return [row for row in _rows(path) if "epoch" in row and "loss" not in row]
+
+
+def test_every_rank_runs_as_many_micro_batches_and_every_row_once():
+    for size, world, micro in [(6, 2, 2), (1, 2, 2), (5, 4, 1), (7, 3, 4), (32, 8, 4)]:
+        rows = np.arange(100, 100 + size)
+        split = [rank_micro_batches(rows, micro, rank, world) for rank in range(world)]
+        assert len({len(chunks) for chunks in split}) == 1
+        assert all(len(chunk) <= micro for chunks in split for chunk in chunks)
+        assert np.concatenate([c for chunks in split for c in chunks]).tolist() == rows.tolist()  # contiguous
+
+
+def _torchrun(args: list[str], processes: int, port: int) -> subprocess.CompletedProcess:
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+                "--master_port", str(port + os.getpid() % 1000), "-m", "bertctl"]
+    return subprocess.run([*launcher, *args], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _flags(settings: dict) -> list[str]:
+    return [part for key, value in settings.items() for part in (f"--{key.replace('_', '-')}", str(value))]
+
+
+def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, glue, tmp_path):
+    settings = {**SETTINGS, "epochs": 4}  # seed 6 goes from chance to every dev example right: the scores move
+    finetune_glue(FinetuneConfig(model=encoder, data=str(glue), task="mrpc", out=tmp_path / "one", dropout=0.0,
+                                 seeds=(6,), log_every=1, device="cpu", **settings))
+    two = _torchrun(["finetune", "glue", "mrpc", "--model", str(encoder), "--data", str(glue), "--dropout", "0",
+                     "--seeds", "6", "--log-every", "1", "--device", "cpu", *_flags(settings),
+                     "--out", str(tmp_path / "two")], 2, 29700)
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.stderr.count("fine-tuning") == 1 and two.stdout.count("saved") == 1  # rank 0 alone speaks
+    a, b = _losses(tmp_path / "one" / "metrics.jsonl"), _losses(tmp_path / "two" / "metrics.jsonl")
+    assert sorted(a) == sorted(b) == list(range(1, 4 * PER_EPOCH + 1))
+    assert max(abs(a[s] - b[s]) for s in a) < 1e-4
+    assert _dev(tmp_path / "one" / "metrics.jsonl") == _dev(tmp_path / "two" / "metrics.jsonl")
+    results = [json.loads((tmp_path / run / "eval_results.json").read_text()) for run in ("one", "two")]
+    assert results[0] == results[1]
+    assert json.loads((tmp_path / "two" / "run.json").read_text())["world_size"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]
+
+
+def _stop_at(monkeypatch, seed: int, step: int) -> list[tuple[int, int]]:
+    """SIGTERM this process as `seed` begins step index `step`; returns every (seed, step) trained.
+
+    The seed is seen when an epoch's batches are drawn, the step when its learning rate is."""
+    trained, current = [], [0]
+    batches, lr_factor = finetune.train_batches, training.lr_factor
+
+    def drawing(lengths: np.ndarray, batch_size: int, s: int, epoch: int, grouped: bool) -> list[np.ndarray]:
+        current[0] = s
+        return batches(lengths, batch_size, s, epoch, grouped)
+
+    def signalling(k: int, *args) -> float:
+        trained.append((current[0], k))
+        if (current[0], k) == (seed, step):
+            signal.raise_signal(signal.SIGTERM)
+        return lr_factor(k, *args)
+
+    monkeypatch.setattr(finetune, "train_batches", drawing)
+    monkeypatch.setattr(training, "lr_factor", signalling)
+    return trained
+
+
+def _config(encoder: Path, glue: Path, out: Path, **overrides) -> FinetuneConfig:
+    return FinetuneConfig(model=encoder, data=str(glue), task="rte", out=out,
+                          **{**SETTINGS, "log_every": 4, "seeds": (1,), **overrides})
+
+
+def test_resume_after_sigterm_mid_epoch_equals_the_uninterrupted_run(encoder, glue, tmp_path, monkeypatch, capsys):
+    full = finetune_glue(_config(encoder, glue, tmp_path / "full"))
+    assert json.loads((full / "eval_results.json").read_text())["best_epoch"] == 1  # kept from before the stop
+    trained = _stop_at(monkeypatch, 1, 2 * PER_EPOCH + 4)  # stops after step 27 of 33, in the third epoch
+    assert finetune_glue(_config(encoder, glue, tmp_path / "run")) is None
+    assert "stopped at step 27 of 33 (rte seed 1)" in capsys.readouterr().err
+    work = tmp_path / ".run.work"
+    assert not (tmp_path / "run").exists()
+    assert sorted(p.name for p in (work / "seed-1").iterdir() if p.name.startswith(("step", "best"))) == \
+        ["best-001", "step-000027"]
+    refused = CliRunner().invoke(app, ["finetune", "glue", "rte", "--model", str(encoder), "--data", str(glue),
+                                       "--out", str(tmp_path / "run")])
+    assert refused.exit_code == 2 and "pass --resume to continue it" in refused.stderr
+    with pytest.raises(finetune.UsageError, match="--lr 0.005 \\(now 0.001\\)"):
+        finetune_glue(_config(encoder, glue, tmp_path / "run", resume=True, lr=1e-3))
+
+    trained.clear()
+    resumed = finetune_glue(_config(encoder, glue, tmp_path / "run", resume=True))
+    assert trained[0] == (1, 27) and not work.exists()
+    a, b = _losses(full / "metrics.jsonl"), _losses(resumed / "metrics.jsonl")
+    assert sorted(a) == sorted(b) == [*range(4, 33, 4), 33]  # the row at 28 averages steps from both sides
+    assert max(abs(a[s] - b[s]) for s in a) < 1e-5
+    assert _dev(full / "metrics.jsonl") == _dev(resumed / "metrics.jsonl")
+    for name in ("eval_results.json", "model.safetensors", "config.json"):
+        assert (full / name).read_bytes() == (resumed / name).read_bytes(), name
+    runs = [json.loads((run / "run.json").read_text()) for run in (full, resumed)]
+    assert [run["config"].pop("out") for run in runs] == [str(full), str(resumed)] and runs[0] == runs[1]
+
+
+def test_a_resumed_multi_seed_run_does_not_train_finished_seeds_again(encoder, glue, tmp_path, monkeypatch):
+    settings = {"seeds": (1, 2, 3), "epochs": 2, "save_every": 5}
+    full = finetune_glue(_config(encoder, glue, tmp_path / "full", **settings))
+    trained = _stop_at(monkeypatch, 2, PER_EPOCH - 1)  # seed 2, in epoch 1's last step: saved after its dev scores
+    assert finetune_glue(_config(encoder, glue, tmp_path / "run", **settings)) is None
+    work = tmp_path / ".run.work"
+    assert (work / "seed-1" / "done" / "model.safetensors").is_file() and not (work / "seed-3").exists()
+    assert sorted(p.name for p in (work / "seed-2").glob("step-*")) == [f"step-{PER_EPOCH:06d}"]
+    assert _dev(work / "seed-2" / "metrics.jsonl")[-1]["step"] == PER_EPOCH
+    trained.clear()
+    resumed = finetune_glue(_config(encoder, glue, tmp_path / "run", resume=True, **settings))
+    assert {seed for seed, _ in trained} == {2, 3} and trained[0] == (2, PER_EPOCH)
+    assert sorted(p.name for p in resumed.iterdir()) == ["results.json", "results.md", "seed-1", "seed-2", "seed-3"]
+    assert (full / "results.json").read_text() == (resumed / "results.json").read_text()
+    for seed in (1, 2, 3):
+        a, b = (_losses(run / f"seed-{seed}" / "metrics.jsonl") for run in (full, resumed))
+        assert sorted(a) == sorted(b) and max(abs(a[s] - b[s]) for s in a) < 1e-5
+
+
+def test_sigterm_stops_the_command_cleanly_and_resume_finishes_it(encoder, glue, tmp_path):
+    out, work = tmp_path / "run", tmp_path / ".run.work"
+    args = ["finetune", "glue", "rte", "--model", str(encoder), "--data", str(glue), "--out", str(out),
+            "--seeds", "4", "--log-every", "1", "--device", "cpu", *_flags({**SETTINGS, "epochs": 20})]
+    process = subprocess.Popen([sys.executable, "-m", "bertctl", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 60
+    while time.time() < deadline and not (work / "seed-4" / "metrics.jsonl").is_file():
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    [message] = [line for line in err.splitlines() if "stopped" in line]
+    assert message.endswith("run the same command with --resume to continue") and str(work) in message
+    [checkpoint] = (work / "seed-4").glob("step-*")
+    assert int(checkpoint.name.split("-")[1]) == max(_losses(work / "seed-4" / "metrics.jsonl")) < 20 * PER_EPOCH
+    assert not out.exists()
+    resumed = CliRunner().invoke(app, [*args, "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert sorted(_losses(out / "metrics.jsonl")) == list(range(1, 20 * PER_EPOCH + 1))
+    assert not work.exists()
