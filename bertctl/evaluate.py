@@ -228,8 +228,7 @@ def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, spl
     task = get_task(task)
     if task.predicted_by:
         raise UsageError(f"{task.name} has only an unlabelled test set; predict it with a "
-                         f"{task.predicted_by} model: bertctl predict glue {task.name} "
-                         f"--model RUN_OF_{task.predicted_by.upper()} ...")
+                         f"{task.predicted_by} model: {predict_command(task)}")
     splits = task.eval_splits(split)
     if split.startswith("test"):
         raise UsageError(f"--split {split}: GLUE test sets have no labels; "
@@ -240,6 +239,11 @@ def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, spl
     run_on = pick_device(device)
     return score(task, scorer.model.to(run_on), features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
                  training.resolve_precision(precision, run_on), scorer.label_order)
+
+
+def predict_command(task: GlueTask) -> str:
+    """The command that predicts a task without training data (ax, ...) with a model of the task it borrows."""
+    return f"bertctl predict glue {task.name} --model RUN_OF_{task.predicted_by.upper()} ..."
 
 
 def print_results(task: str, results: dict[str, dict[str, float]], as_json: bool = False) -> None:

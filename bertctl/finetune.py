@@ -10,16 +10,13 @@ torchrun DDP (NCCL or gloo; the global batch and the dev scores do not depend on
 and exact resume (`--save-every`, always on SIGINT/SIGTERM; finished seeds are not trained again).
 
 Outputs appear only complete: a run lives in a hidden work folder beside OUT (logs, checkpoints, best-epoch
-models, finished seeds), and OUT (model, tokenizer, eval_results.json, run.json, metrics.jsonl) is put in
-place by one rename at the end, when the work folder is removed.
+models, finished seeds; see `finetune_work`), and OUT (model, tokenizer, eval_results.json, run.json,
+metrics.jsonl) is put in place by one rename at the end, when the work folder is removed.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -33,6 +30,7 @@ from torch import Tensor, nn
 from bertctl import __version__, training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint, save_model
 from bertctl.config import FinetuneConfig, config_to_dict
+from bertctl.data.batches import rank_micro_batches, train_batches
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
 from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import BertctlError, UsageError
@@ -43,17 +41,30 @@ from bertctl.evaluate import (
     glue_markdown,
     glue_table,
     main_score,
+    predict_command,
     score,
-    seeds_markdown,
     summarize,
 )
-from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic, write_text_atomic
+from bertctl.files import write_json_atomic, write_text_atomic
+from bertctl.finetune_work import (
+    add_logs_and_results,
+    barrier,
+    best_folder,
+    check_work,
+    collect,
+    discard_unless_resumable,
+    drop_checkpoints,
+    finished_results,
+    open_seed,
+    open_work,
+    prune_best,
+    publish,
+    say,
+    seed_folder,
+)
 from bertctl.tokenizer import BertTokenizer
 
-GROUP_WINDOW = 50  # length grouping sorts windows of this many batches (random across windows)
 MAX_BAD_STEPS = 5  # consecutive NaN/inf losses before a run stops
-RESUMABLE_CHANGES = ("resume", "overwrite", "save_every", "device", "log_every")  # may differ on --resume
-LOG_FILES = ("run.json", "metrics.jsonl", "tensorboard")  # a seed's logs, copied into its model folder
 
 
 def finetune_glue(cfg: FinetuneConfig) -> Path | None:
@@ -63,15 +74,14 @@ def finetune_glue(cfg: FinetuneConfig) -> Path | None:
     task = None if cfg.task.lower() == "all" else get_task(cfg.task)
     if task is not None and task.predicted_by:
         raise UsageError(f"{task.name} has no training data; it is predicted with a {task.predicted_by} "
-                         f"model: bertctl predict glue {task.name} "
-                         f"--model RUN_OF_{task.predicted_by.upper()} ...")
+                         f"model: {predict_command(task)}")
 
     def body(base: Base, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
         if task is None:
             _glue_all(cfg, base, work, env, stop)
             return
         train, dev = _glue_splits(task, cfg.data)
-        _open_work(cfg, work, env)
+        open_work(cfg, work, env)
         _publish_task(run_task(cfg, base, task, train, dev, work, env, stop), work, Path(cfg.out), env)
 
     return _launch(cfg, body)
@@ -87,7 +97,7 @@ def finetune_classify(cfg: FinetuneConfig) -> Path | None:
         table = load_labelled_data(cfg.train, cfg.validation, cfg.text_columns, cfg.label_column, cfg.problem,
                                    cfg.label_names)
         dev = {"validation": table.validation} if table.validation else {}
-        _open_work(cfg, work, env)
+        open_work(cfg, work, env)
         _publish_task(run_task(cfg, base, table, table.train, dev, work, env, stop), work, Path(cfg.out), env)
 
     return _launch(cfg, body)
@@ -103,7 +113,7 @@ def _launch(cfg: FinetuneConfig, body: Callable[..., None]) -> Path | None:
     env = training.setup_distributed(cfg.device)
     try:
         out = Path(cfg.out)
-        work = _check_work(cfg, out, env)
+        work = check_work(cfg, out, env)
         if cfg.batch_size < env.world_size:
             raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")
         base = load_base(cfg)
@@ -112,22 +122,15 @@ def _launch(cfg: FinetuneConfig, body: Callable[..., None]) -> Path | None:
                 body(base, work, env, stop)
             except _Stopped as stopped:
                 if env.is_main:
-                    _say(f"{stopped}; the run is saved in {work}: run the same command with --resume to continue")
+                    say(f"{stopped}; the run is saved in {work}: run the same command with --resume to continue")
                 return None
             except BaseException:
-                if env.is_main and not _resumable(work):
-                    shutil.rmtree(work, ignore_errors=True)
+                if env.is_main:
+                    discard_unless_resumable(work)
                 raise
         return out
     finally:
         training.cleanup_distributed()
-
-
-def _report(summary: dict[str, Any], out: Path) -> None:
-    means = {f"{split} {name}": stats["mean"] for split, metrics in summary["summary"].items()
-             for name, stats in metrics.items()}
-    shown = ", ".join(f"{key} {value:.4f}" for key, value in means.items()) or "no validation data"
-    sys.stdout.write(f"{summary['task']}: saved {out} ({shown})\n")
 
 
 def _require(cfg: FinetuneConfig, *names: str) -> None:
@@ -136,100 +139,63 @@ def _require(cfg: FinetuneConfig, *names: str) -> None:
         raise UsageError(f"give {' and '.join(missing)}")
 
 
-def _claim(out: Path, overwrite: bool) -> Path:
-    """Refuse an existing OUT before any work (it is replaced only at the end, with --overwrite)."""
-    if out.exists() and not overwrite:
-        raise UsageError(f"--out {out} already exists (pass --overwrite to replace it)")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; give a folder")
-    return out
-
-
 def _glue_splits(task: GlueTask, data: str) -> tuple[Examples, dict[str, Examples]]:
     dev = {split: read_split(task, split, data) for split in task.eval_splits("dev")}
     return read_split(task, "train", data), dev
 
 
-def _barrier(env: training.Distributed) -> None:
-    if env.world_size > 1:
-        torch.distributed.barrier()
-
-
-# --- the work folder: everything of an unfinished run ----------------------------------------------------
-
-def _check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Path:
-    """OUT's work folder, after refusing what cannot go on: an existing OUT, an unfinished run without
-    --resume or --overwrite, a resume with other settings. Read-only, and every rank has decided before any
-    rank writes."""
-    work = out.parent / f".{out.name}.work"
-    _claim(out, cfg.overwrite)
-    saved = work / "run.json"
-    if cfg.resume and saved.is_file():
-        _same_settings(cfg, json.loads(saved.read_text(encoding="utf-8"))["config"], work)
-    elif cfg.resume and env.is_main:
-        _say(f"--resume: {out} has no unfinished run; starting from the beginning")
-    elif not cfg.resume and work.exists() and not cfg.overwrite:
-        raise UsageError(f"{work} holds an unfinished run of --out {out}; pass --resume to continue it or "
-                         "--overwrite to start again")
-    _barrier(env)
-    return work
-
-
-def _same_settings(cfg: FinetuneConfig, saved: dict[str, Any], work: Path) -> None:
-    """A resumed run must train as the interrupted one did, or its checkpoints mean nothing."""
-    now = config_to_dict(cfg)
-    changed = [k for k in now if k not in RESUMABLE_CHANGES and now[k] != saved.get(k)]
-    if changed:
-        shown = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} (now {now[k]})" for k in changed)
-        raise UsageError(f"--resume: the run in {work} was started with {shown}; resume it with the same "
-                         "settings, or drop --resume and pass --overwrite to start again")
-
-
-def _open_work(cfg: FinetuneConfig, work: Path, env: training.Distributed) -> None:
-    """Create the work folder (replacing a stale one) and record the settings a resume must repeat."""
-    if env.is_main and not (cfg.resume and (work / "run.json").is_file()):
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        write_json_atomic(work / "run.json", {"config": config_to_dict(cfg)})
-    _barrier(env)
-
-
-def _resumable(work: Path) -> bool:
-    """A checkpoint or a finished seed is worth keeping after a failure; a run that saved nothing is not."""
-    return work.is_dir() and (any(work.rglob(training.TRAINER_STATE)) or any(work.rglob("done")))
-
-
 def _publish_task(summary: dict[str, Any], work: Path, out: Path, env: training.Distributed) -> None:
     if env.is_main:
-        _publish(work, out, lambda staging: _collect(summary, work, staging))
+        publish(work, out, lambda staging: collect(summary, work, staging))
         _report(summary, out)
-    _barrier(env)
+    barrier(env)
 
 
-def _publish(work: Path, out: Path, fill: Callable[[Path], None]) -> None:
-    """Assemble OUT in a temporary folder beside it, rename it into place, then drop the work folder."""
-    staging = temp_folder_beside(out)
-    try:
-        fill(staging)
-        replace_folder(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    shutil.rmtree(work, ignore_errors=True)
+def _report(summary: dict[str, Any], out: Path) -> None:
+    means = {f"{split} {name}": stats["mean"] for split, metrics in summary["summary"].items()
+             for name, stats in metrics.items()}
+    shown = _show(means) or "no validation data"
+    sys.stdout.write(f"{summary['task']}: saved {out} ({shown})\n")
 
 
-def _collect(summary: dict[str, Any], work: Path, dest: Path) -> None:
-    """Move a task's finished seeds into `dest`: one seed's model folder itself, or seed-N/ folders plus
-    results.json and results.md."""
-    seeds = summary["seeds"]
-    if len(seeds) == 1:
-        for item in (work / f"seed-{seeds[0]}" / "done").iterdir():
-            os.replace(item, dest / item.name)
-        return
-    for seed in seeds:
-        os.replace(work / f"seed-{seed}" / "done", dest / f"seed-{seed}")
-    write_json_atomic(dest / "results.json", summary)
-    write_text_atomic(dest / "results.md", seeds_markdown(summary))
+# --- glue all: the nine tasks in one run -------------------------------------------------------------
+
+def _glue_all(cfg: FinetuneConfig, base: Base, work: Path, env: training.Distributed,
+              stop: training.GracefulStop) -> None:
+    """Every GLUE task with training data, one after another (in work/<task>/), then OUT/<task> for each and
+    OUT/results.{md,json}."""
+    tasks = [task for task in TASKS.values() if not task.predicted_by]
+    _check_layout(tasks, cfg.data)
+    open_work(cfg, work, env)
+    summaries, sizes = {}, {}
+    for task in tasks:
+        train, dev = _glue_splits(task, cfg.data)
+        sizes[task.name] = len(train)
+        summaries[task.name] = run_task(cfg, base, task, train, dev, work / task.name, env, stop)
+    table = glue_table(summaries, sizes, Path(cfg.model).name)
+
+    def fill(staging: Path) -> None:
+        for task in tasks:
+            (staging / task.name).mkdir()
+            collect(summaries[task.name], work / task.name, staging / task.name)
+        write_json_atomic(staging / "results.json", {**table, "tasks": summaries})
+        write_text_atomic(staging / "results.md", glue_markdown(table))
+
+    if env.is_main:
+        publish(work, Path(cfg.out), fill)
+        sys.stdout.write(glue_markdown(table))
+    barrier(env)
+
+
+def _check_layout(tasks: list[GlueTask], data: str) -> None:
+    """In a local download, every train/dev file must be there before the first task starts."""
+    root = Path(data)
+    if not root.is_dir():
+        return  # a hub id: each task is loaded (or refused) when it starts
+    missing = [f"{t.folder}/{f.file}" for t in tasks for f in t.files
+               if not f.split.startswith("test") and not (root / t.folder / f.file).is_file()]
+    if missing:
+        raise UsageError(f"--data {root}: finetune glue all needs every task; missing {', '.join(missing)}")
 
 
 # --- one task, one or several seeds ------------------------------------------------------------------
@@ -249,18 +215,12 @@ def run_task(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
              work: Path, env: training.Distributed, stop: training.GracefulStop) -> dict[str, Any]:
     """Train every seed not finished yet, each in work/seed-N/ until its model folder is work/seed-N/done;
     returns the seeds' summary."""
-    runs = {seed: _finished(work / f"seed-{seed}") for seed in cfg.seeds}
+    runs = {seed: finished_results(seed_folder(work, seed)) for seed in cfg.seeds}
     if any(results is None for results in runs.values()):
         prepared = _prepare(cfg, base, task, train, dev, env)
-        runs = {seed: results or _train_seed(cfg, prepared, seed, work / f"seed-{seed}", env, stop)
+        runs = {seed: results or _train_seed(cfg, prepared, seed, seed_folder(work, seed), env, stop)
                 for seed, results in runs.items()}
     return summarize(task, runs)
-
-
-def _finished(work: Path) -> dict[str, Any] | None:
-    """The eval_results of a seed whose model folder is complete (so a resume does not train it again)."""
-    done = work / "done" / "eval_results.json"
-    return json.loads(done.read_text(encoding="utf-8")) if done.is_file() else None
 
 
 @dataclass
@@ -292,8 +252,8 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
                     for split, examples in dev.items()}
     for split, feats in {"train": features, **dev_features}.items():
         if feats.truncated and env.is_main:
-            _say(f"{task.name} {split}: {feats.truncated} of {len(feats)} examples cut to "
-                 f"{cfg.max_seq_length} tokens")
+            say(f"{task.name} {split}: {feats.truncated} of {len(feats)} examples cut to "
+                f"{cfg.max_seq_length} tokens")
     return Prepared(task, ckpt, tokenizer, features, dev_features)
 
 
@@ -342,8 +302,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
         model.load_state_dict(read_checkpoint(checkpoint).state)
         progress = Progress.from_record(training.read_training_state(checkpoint, optimizer, scaler, env.rank))
     if env.is_main:
-        _open_seed(work, checkpoint, progress.step,
-                   _run_record(cfg, prep, model, seed, precision, env, total, warmup))
+        open_seed(work, checkpoint, progress.step, _run_record(cfg, prep, model, seed, precision, env, total, warmup))
     train_model: nn.Module = model
     if env.world_size > 1:
         train_model = nn.parallel.DistributedDataParallel(
@@ -387,7 +346,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                 scores = score(task, model, prep.dev, pad_id, cfg.eval_batch_size, device, precision, env=env)
                 log.write({"step": progress.step, "epoch": epoch, **_flat(scores)})
                 if env.is_main:
-                    bar.write(f"{task.name} seed {seed} epoch {epoch}: {_show(scores)}", file=sys.stderr)
+                    bar.write(f"{task.name} seed {seed} epoch {epoch}: {_show(_flat(scores))}", file=sys.stderr)
                 _keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)
             stopping = training.any_rank(stop.requested, env)  # an epoch's last step saves after its evaluation
             if progress.step < total and (stopping or _save_due(cfg, progress.step)):
@@ -399,21 +358,6 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
         bar.close()
         log.close()
     return _finish_seed(cfg, model, prep, progress, seed, work, env)
-
-
-def _open_seed(work: Path, checkpoint: Path | None, step: int, record: dict[str, Any]) -> None:
-    """A seed without a checkpoint starts over in an empty folder; a resumed one drops the metrics rows
-    logged after its checkpoint (they are logged again)."""
-    if checkpoint is None:
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        write_json_atomic(work / "run.json", record)
-        return
-    path = work / "metrics.jsonl"
-    if path.is_file():
-        rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        kept = [line for line in rows if json.loads(line)["step"] <= step]
-        path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
 
 
 def _save_due(cfg: FinetuneConfig, step: int) -> bool:
@@ -439,7 +383,7 @@ def _save_folder(model: nn.Module, folder: Path, prep: Prepared, env: training.D
         save_model(model, folder, prep.tokenizer, labels=list(task.label_names) or None, overwrite=True,
                    problem_type="regression" if task.is_regression else "single_label_classification",
                    config_extra={**prep.ckpt.kept_config, "finetuning_task": task.name}, extra=extra)
-    _barrier(env)
+    barrier(env)
 
 
 def _checkpoint(model: nn.Module, prep: Prepared, optimizer: torch.optim.Optimizer, scaler: Any,
@@ -451,7 +395,7 @@ def _checkpoint(model: nn.Module, prep: Prepared, optimizer: torch.optim.Optimiz
                  extra=lambda tmp: training.write_training_state(tmp, optimizer, scaler, progress.record(), rng))
     if env.is_main:
         training.prune_checkpoints(work, 1)
-        _prune_best(work, {progress.best["epoch"]})
+        prune_best(work, {progress.best["epoch"]})
     return progress.best["epoch"]
 
 
@@ -463,19 +407,9 @@ def _keep_if_best(model: nn.Module, prep: Prepared, epoch: int, scores: dict[str
     if best["epoch"] and main_score(prep.task, scores) <= main_score(prep.task, best["scores"]):
         return
     progress.best = {"epoch": epoch, "step": progress.step, "scores": scores}
-    _save_folder(model, _best_folder(work, epoch), prep, env)
+    _save_folder(model, best_folder(work, epoch), prep, env)
     if env.is_main:
-        _prune_best(work, {epoch, anchored})
-
-
-def _best_folder(work: Path, epoch: int) -> Path:
-    return work / f"best-{epoch:03d}"
-
-
-def _prune_best(work: Path, keep: set[int]) -> None:
-    for folder in work.glob("best-*"):
-        if int(folder.name.split("-")[1]) not in keep:
-            shutil.rmtree(folder, ignore_errors=True)
+        prune_best(work, {epoch, anchored})
 
 
 def _finish_seed(cfg: FinetuneConfig, model: nn.Module, prep: Prepared, progress: Progress, seed: int,
@@ -487,11 +421,10 @@ def _finish_seed(cfg: FinetuneConfig, model: nn.Module, prep: Prepared, progress
                "best_epoch": best["epoch"] or cfg.epochs, "best_step": best.get("step", progress.step),
                "seed": seed}
     if env.is_main and best["epoch"]:
-        model.load_state_dict(read_checkpoint(_best_folder(work, best["epoch"])).state)
-    _save_folder(model, work / "done", prep, env, extra=lambda tmp: _finish(tmp, work, results))
+        model.load_state_dict(read_checkpoint(best_folder(work, best["epoch"])).state)
+    _save_folder(model, work / "done", prep, env, extra=lambda tmp: add_logs_and_results(tmp, work, results))
     if env.is_main:
-        for folder in [*work.glob("step-*"), *work.glob("best-*")]:
-            shutil.rmtree(folder, ignore_errors=True)
+        drop_checkpoints(work)
     return results
 
 
@@ -503,24 +436,11 @@ def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
         what = (f"a new classifier head ({prep.task.num_labels} output(s))" if "classifier" in fresh
                 else "its own classifier head")
         pooler = "; the pooler is new too" if "pooler" in fresh else ""
-        _say(f"{prep.task.name}: fine-tuning {cfg.model} with {what}{pooler}")
+        say(f"{prep.task.name}: fine-tuning {cfg.model} with {what}{pooler}")
     return model
 
 
-# --- batches and losses ----------------------------------------------------------------------------------
-
-def rank_micro_batches(rows: np.ndarray, micro: int, rank: int, world: int) -> list[np.ndarray]:
-    """This rank's contiguous share of a global batch, in micro-batches of at most `micro` rows.
-
-    Every rank gets as many micro-batches as the largest share needs, so all of them run the same forward/
-    backward passes (DDP all-reduces the gradients on the last one); a rank short of rows gets empty ones.
-    """
-    shares = np.array_split(rows, world)
-    count = -(-len(shares[0]) // micro)  # shares[0] is the largest
-    mine = shares[rank]
-    chunks = [mine[i: i + micro] for i in range(0, len(mine), micro)]
-    return chunks + [mine[:0]] * (count - len(chunks))
-
+# --- losses ------------------------------------------------------------------------------------------
 
 def _collate_share(features: Features, share: np.ndarray, rows: np.ndarray, pad_id: int) -> dict[str, Tensor]:
     """A micro-batch with a `real` flag per row. An empty share becomes one row of the batch flagged off:
@@ -544,29 +464,7 @@ def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     return {"task": batch["real"].sum()}
 
 
-def train_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, group_by_length: bool
-                  ) -> list[np.ndarray]:
-    """One epoch's batches of row ids: a fresh permutation from (seed, epoch), the last batch partial.
-
-    Grouped by length: every window of GROUP_WINDOW batches is sorted by length before it is cut into
-    batches, the batches are shuffled, and the one with the longest example goes first (so running out of
-    memory happens at step 1, not hours in).
-    """
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(lengths))
-    if group_by_length:
-        window = batch_size * GROUP_WINDOW
-        order = np.concatenate([chunk[np.argsort(-lengths[chunk], kind="stable")]
-                                for chunk in np.split(order, range(window, len(order), window))])
-    batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
-    if group_by_length:
-        batches = [batches[i] for i in rng.permutation(len(batches))]
-        longest = max(range(len(batches)), key=lambda i: int(lengths[batches[i]].max()))
-        batches.insert(0, batches.pop(longest))
-    return batches
-
-
-# --- run records ------------------------------------------------------------------------------------
+# --- run records and progress ------------------------------------------------------------------------
 
 def _run_record(cfg: FinetuneConfig, prep: Prepared, model: nn.Module, seed: int, precision: str,
                 env: training.Distributed, total: int, warmup: int) -> dict[str, Any]:
@@ -596,63 +494,8 @@ def _flat(scores: dict[str, dict[str, float]]) -> dict[str, float]:
     return {f"{split}_{name}": value for split, metrics in scores.items() for name, value in metrics.items()}
 
 
-def _show(scores: dict[str, dict[str, float]]) -> str:
-    return ", ".join(f"{key} {value:.4f}" for key, value in _flat(scores).items())
-
-
-def _finish(tmp: Path, work: Path, results: dict[str, Any]) -> None:
-    """Copy the seed's logs next to its model and add eval_results.json (inside save_model's temp folder);
-    copies, so the work folder stays whole until the model folder is."""
-    for name in LOG_FILES:
-        if (work / name).is_dir():
-            shutil.copytree(work / name, tmp / name)
-        elif (work / name).is_file():
-            shutil.copy2(work / name, tmp / name)
-    write_json_atomic(tmp / "eval_results.json", results)
-
-
-def _glue_all(cfg: FinetuneConfig, base: Base, work: Path, env: training.Distributed,
-              stop: training.GracefulStop) -> None:
-    """Every GLUE task with training data, one after another (in work/<task>/), then OUT/<task> for each and
-    OUT/results.{md,json}."""
-    tasks = [task for task in TASKS.values() if not task.predicted_by]
-    _check_layout(tasks, cfg.data)
-    _open_work(cfg, work, env)
-    summaries, sizes = {}, {}
-    for task in tasks:
-        train, dev = _glue_splits(task, cfg.data)
-        sizes[task.name] = len(train)
-        summaries[task.name] = run_task(cfg, base, task, train, dev, work / task.name, env, stop)
-    table = glue_table(summaries, sizes, Path(cfg.model).name)
-
-    def fill(staging: Path) -> None:
-        for task in tasks:
-            (staging / task.name).mkdir()
-            _collect(summaries[task.name], work / task.name, staging / task.name)
-        write_json_atomic(staging / "results.json", {**table, "tasks": summaries})
-        write_text_atomic(staging / "results.md", glue_markdown(table))
-
-    if env.is_main:
-        _publish(work, Path(cfg.out), fill)
-        sys.stdout.write(glue_markdown(table))
-    _barrier(env)
-
-
-def _check_layout(tasks: list[GlueTask], data: str) -> None:
-    """In a local download, every train/dev file must be there before the first task starts."""
-    root = Path(data)
-    if not root.is_dir():
-        return  # a hub id: each task is loaded (or refused) when it starts
-    missing = [f"{t.folder}/{f.file}" for t in tasks for f in t.files
-               if not f.split.startswith("test") and not (root / t.folder / f.file).is_file()]
-    if missing:
-        raise UsageError(f"--data {root}: finetune glue all needs every task; missing {', '.join(missing)}")
-
-
-# --- messages ---------------------------------------------------------------------------------------
-
-def _say(message: str) -> None:
-    sys.stderr.write(f"bertctl: {message}\n")
+def _show(figures: dict[str, float]) -> str:
+    return ", ".join(f"{key} {value:.4f}" for key, value in figures.items())
 
 
 def _progress(total: int, initial: int, desc: str, enabled: bool) -> Any:

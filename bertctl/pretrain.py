@@ -9,7 +9,6 @@ validation, metrics.jsonl. With no corpus it runs the quick start on the bundled
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         write_json_atomic(run / "run.json", {"config": config_to_dict(cfg), "model": model.config.to_dict(),
                                             "world_size": env.world_size, "precision": precision,
                                             "corpus_manifest": manifest, "resumed_from": str(resume_from or "")})
-        _trim_metrics(run, step)
+        training.trim_metrics(run, step)
     train_model: nn.Module = model
     if env.world_size > 1:
         ids = [env.device.index] if env.device.type == "cuda" else None
@@ -269,16 +268,6 @@ def _save(model: nn.Module, folder: Path, tokenizer: BertTokenizer, optimizer: t
                    extra=lambda tmp: training.write_training_state(tmp, optimizer, scaler, state, rng))
     if env.world_size > 1:
         torch.distributed.barrier()
-
-
-def _trim_metrics(run: Path, step: int) -> None:
-    """On resume, drop rows logged after the checkpoint we continue from (they will be logged again)."""
-    path = run / "metrics.jsonl"
-    if not path.is_file():
-        return
-    rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    kept = [line for line in rows if json.loads(line)["step"] <= step]
-    path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
 
 
 def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed) -> torch.utils.data.DataLoader:

@@ -506,6 +506,17 @@ class MetricsLog:
             self._board.close()
 
 
+def trim_metrics(run: Path, step: int) -> None:
+    """On resume, drop metrics.jsonl rows logged after the checkpoint we continue from (they are logged
+    again), so the file holds each step once."""
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        return
+    rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kept = [line for line in rows if json.loads(line)["step"] <= step]
+    path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+
+
 class Throughput:
     """Tokens per second over the last logging window."""
 

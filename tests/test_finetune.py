@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
+from bertctl.data.batches import train_batches
 from bertctl.data.glue import TASKS, get_task
 from bertctl.evaluate import Features, collate, evaluate_glue, truncate_pair
-from bertctl.finetune import finetune_classify, finetune_glue, train_batches
+from bertctl.finetune import finetune_classify, finetune_glue
 from bertctl.model import BertForMaskedLM
 from bertctl.predict import predict_glue
 from bertctl.tokenizer import BertTokenizer

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from bertctl import finetune, training
 from bertctl.cli import app
 from bertctl.config import FinetuneConfig
-from bertctl.finetune import finetune_glue, rank_micro_batches
+from bertctl.data.batches import rank_micro_batches
+from bertctl.finetune import finetune_glue
 
 # 61 examples in batches of 6: ten full batches and one of a single example, which leaves the second of
 # two processes without a row; micro-batches of 2 make a process's 3 examples two passes (2 + 1).

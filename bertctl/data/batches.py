@@ -1,10 +1,13 @@
-"""Pre-training batches: which corpus rows every rank reads at every step, and the collator that pads and
-(for dynamic masking) masks them.
+"""Batches: which rows every rank reads at every step, and the padding that turns rows into tensors.
 
-The order is a pure function of (seed, samples already seen): epoch e visits the rows in the permutation
-drawn from (seed, e); step s reads global samples [s*B, (s+1)*B), rank r its contiguous share of those.
-So a resumed run, any number of ranks and any number of loader workers read exactly the same data, and
+Pre-training: the order is a pure function of (seed, samples already seen): epoch e visits the rows in the
+permutation drawn from (seed, e); step s reads global samples [s*B, (s+1)*B), rank r its contiguous share of
+those. So a resumed run, any number of ranks and any number of loader workers read exactly the same data, and
 dynamic masks are drawn per sample from (seed, epoch, row), so they agree as well.
+
+Fine-tuning: an epoch's batches are drawn from (seed, epoch) alone (optionally grouped by length), and each
+global batch is shared out among the ranks in micro-batches, so any number of processes trains on the same
+batches.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import torch
 from torch.utils.data import Dataset
 
 from bertctl.data.masking import IGNORE_INDEX, mask_tokens, mlm_labels
+
+GROUP_WINDOW = 50  # length grouping sorts windows of this many batches (random across windows)
 
 
 @dataclass(frozen=True)
@@ -129,3 +134,40 @@ class EvalBatches(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         rows = self.rows[index * self.micro_batch: (index + 1) * self.micro_batch]
         return self.collate(self.table[rows.tolist()], np.zeros_like(rows), rows)
+
+
+# --- fine-tuning ------------------------------------------------------------------------------------------
+
+def train_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, group_by_length: bool
+                  ) -> list[np.ndarray]:
+    """One epoch's batches of row ids: a fresh permutation from (seed, epoch), the last batch partial.
+
+    Grouped by length: every window of GROUP_WINDOW batches is sorted by length before it is cut into
+    batches, the batches are shuffled, and the one with the longest example goes first (so running out of
+    memory happens at step 1, not hours in).
+    """
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(lengths))
+    if group_by_length:
+        window = batch_size * GROUP_WINDOW
+        order = np.concatenate([chunk[np.argsort(-lengths[chunk], kind="stable")]
+                                for chunk in np.split(order, range(window, len(order), window))])
+    batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+    if group_by_length:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+        longest = max(range(len(batches)), key=lambda i: int(lengths[batches[i]].max()))
+        batches.insert(0, batches.pop(longest))
+    return batches
+
+
+def rank_micro_batches(rows: np.ndarray, micro: int, rank: int, world: int) -> list[np.ndarray]:
+    """This rank's contiguous share of a global batch, in micro-batches of at most `micro` rows.
+
+    Every rank gets as many micro-batches as the largest share needs, so all of them run the same forward/
+    backward passes (DDP all-reduces the gradients on the last one); a rank short of rows gets empty ones.
+    """
+    shares = np.array_split(rows, world)
+    count = -(-len(shares[0]) // micro)  # shares[0] is the largest
+    mine = shares[rank]
+    chunks = [mine[i: i + micro] for i in range(0, len(mine), micro)]
+    return chunks + [mine[:0]] * (count - len(chunks))

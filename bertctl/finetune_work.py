@@ -1,0 +1,180 @@
+"""Where a fine-tuning run lives until it is complete, and how it becomes OUT.
+
+OUT must appear only complete, and a stopped run must be able to go on (`--resume`), so a run of `--out OUT`
+works in a hidden folder beside it, on the same file system:
+
+    .OUT.work/
+      run.json              the settings a resume must repeat
+      seed-N/               one seed (`glue all`: <task>/seed-N/)
+        run.json metrics.jsonl tensorboard/   the seed's record and logs
+        step-SSSSSS/        its newest checkpoint: a model folder plus the training state
+        best-EEE/           the best dev epoch so far, on disk so a resume keeps it
+        done/               the finished seed: the model folder OUT gets, with its logs and eval_results.json
+
+When every seed is done, OUT is assembled from the done/ folders in a temporary folder beside it, put in place
+by one rename, and the work folder removed. A failed run leaves the work folder only when it holds something to
+resume (a checkpoint or a finished seed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertctl import training
+from bertctl.config import FinetuneConfig, config_to_dict
+from bertctl.errors import UsageError
+from bertctl.evaluate import seeds_markdown
+from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic, write_text_atomic
+
+RESUMABLE_CHANGES = ("resume", "overwrite", "save_every", "device", "log_every")  # may differ on --resume
+LOG_FILES = ("run.json", "metrics.jsonl", "tensorboard")  # a seed's logs, copied into its model folder
+
+
+# --- the run: checked, opened, published -------------------------------------------------------------
+
+def check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Path:
+    """OUT's work folder, after refusing what cannot go on: an existing OUT, an unfinished run without
+    --resume or --overwrite, a resume with other settings. Read-only, and every rank has decided before any
+    rank writes."""
+    work = out.parent / f".{out.name}.work"
+    _claim(out, cfg.overwrite)
+    saved = work / "run.json"
+    if cfg.resume and saved.is_file():
+        _same_settings(cfg, json.loads(saved.read_text(encoding="utf-8"))["config"], work)
+    elif cfg.resume and env.is_main:
+        say(f"--resume: {out} has no unfinished run; starting from the beginning")
+    elif not cfg.resume and work.exists() and not cfg.overwrite:
+        raise UsageError(f"{work} holds an unfinished run of --out {out}; pass --resume to continue it or "
+                         "--overwrite to start again")
+    barrier(env)
+    return work
+
+
+def _claim(out: Path, overwrite: bool) -> None:
+    """Refuse an existing OUT before any work (it is replaced only at the end, with --overwrite)."""
+    if out.exists() and not overwrite:
+        raise UsageError(f"--out {out} already exists (pass --overwrite to replace it)")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder")
+
+
+def _same_settings(cfg: FinetuneConfig, saved: dict[str, Any], work: Path) -> None:
+    """A resumed run must train as the interrupted one did, or its checkpoints mean nothing."""
+    now = config_to_dict(cfg)
+    changed = [k for k in now if k not in RESUMABLE_CHANGES and now[k] != saved.get(k)]
+    if changed:
+        shown = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} (now {now[k]})" for k in changed)
+        raise UsageError(f"--resume: the run in {work} was started with {shown}; resume it with the same "
+                         "settings, or drop --resume and pass --overwrite to start again")
+
+
+def open_work(cfg: FinetuneConfig, work: Path, env: training.Distributed) -> None:
+    """Create the work folder (replacing a stale one) and record the settings a resume must repeat."""
+    if env.is_main and not (cfg.resume and (work / "run.json").is_file()):
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        write_json_atomic(work / "run.json", {"config": config_to_dict(cfg)})
+    barrier(env)
+
+
+def discard_unless_resumable(work: Path) -> None:
+    """After a failure: a checkpoint or a finished seed is worth keeping; a run that saved nothing is not."""
+    if not (work.is_dir() and (any(work.rglob(training.TRAINER_STATE)) or any(work.rglob("done")))):
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def publish(work: Path, out: Path, fill: Callable[[Path], None]) -> None:
+    """Assemble OUT in a temporary folder beside it, rename it into place, then drop the work folder."""
+    staging = temp_folder_beside(out)
+    try:
+        fill(staging)
+        replace_folder(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def collect(summary: dict[str, Any], work: Path, dest: Path) -> None:
+    """Move a task's finished seeds into `dest`: one seed's model folder itself, or seed-N/ folders plus
+    results.json and results.md."""
+    seeds = summary["seeds"]
+    if len(seeds) == 1:
+        for item in (seed_folder(work, seeds[0]) / "done").iterdir():
+            os.replace(item, dest / item.name)
+        return
+    for seed in seeds:
+        os.replace(seed_folder(work, seed) / "done", dest / f"seed-{seed}")
+    write_json_atomic(dest / "results.json", summary)
+    write_text_atomic(dest / "results.md", seeds_markdown(summary))
+
+
+# --- one seed: seed-N/ -------------------------------------------------------------------------------
+
+def seed_folder(work: Path, seed: int) -> Path:
+    return work / f"seed-{seed}"
+
+
+def finished_results(seed_work: Path) -> dict[str, Any] | None:
+    """The eval_results of a seed whose model folder is complete (so a resume does not train it again)."""
+    done = seed_work / "done" / "eval_results.json"
+    return json.loads(done.read_text(encoding="utf-8")) if done.is_file() else None
+
+
+def open_seed(seed_work: Path, checkpoint: Path | None, step: int, record: dict[str, Any]) -> None:
+    """A seed without a checkpoint starts over in an empty folder; a resumed one drops the metrics rows
+    logged after its checkpoint (they are logged again)."""
+    if checkpoint is None:
+        shutil.rmtree(seed_work, ignore_errors=True)
+        seed_work.mkdir(parents=True)
+        write_json_atomic(seed_work / "run.json", record)
+        return
+    training.trim_metrics(seed_work, step)
+
+
+def best_folder(seed_work: Path, epoch: int) -> Path:
+    return seed_work / f"best-{epoch:03d}"
+
+
+def prune_best(seed_work: Path, keep: set[int]) -> None:
+    """Remove the best-epoch folders of every epoch not in `keep`."""
+    for folder in seed_work.glob("best-*"):
+        if int(folder.name.split("-")[1]) not in keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def drop_checkpoints(seed_work: Path) -> None:
+    """A finished seed needs neither its checkpoints nor its best-epoch folders."""
+    for folder in [*seed_work.glob("step-*"), *seed_work.glob("best-*")]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def add_logs_and_results(tmp: Path, seed_work: Path, results: dict[str, Any]) -> None:
+    """Copy the seed's logs next to its model and add eval_results.json (inside save_model's temp folder);
+    copies, so the work folder stays whole until the model folder is."""
+    for name in LOG_FILES:
+        if (seed_work / name).is_dir():
+            shutil.copytree(seed_work / name, tmp / name)
+        elif (seed_work / name).is_file():
+            shutil.copy2(seed_work / name, tmp / name)
+    write_json_atomic(tmp / "eval_results.json", results)
+
+
+# --- every rank --------------------------------------------------------------------------------------
+
+def barrier(env: training.Distributed) -> None:
+    """Wait until every rank is here (after rank 0 wrote what the others read next)."""
+    if env.world_size > 1:
+        torch.distributed.barrier()
+
+
+def say(message: str) -> None:
+    sys.stderr.write(f"bertctl: {message}\n")
