@@ -94,7 +94,7 @@ def run_transformers(model: Path, train: list[tuple[str, str]], dev: list[tuple[
     """The usual hand-written loop: static padding, AdamW, linear warmup/decay, clipping, eval each epoch."""
     import transformers
 
-    from bertctl.finetune import train_batches
+    from bertctl.data.batches import train_batches
 
     start = time.perf_counter()
     tokenizer = transformers.BertTokenizerFast.from_pretrained(model)
