@@ -81,10 +81,10 @@ def run_bertctl(model: Path, train: Path, dev: Path, args: argparse.Namespace, s
 
 def initial_head(model: Path, seed: int) -> dict[str, torch.Tensor]:
     """The classifier weights bertctl starts from with this seed (drawn the way finetune draws them)."""
-    from bertctl import training
+    from bertctl import training_state
     from bertctl.checkpoint import build_model, read_checkpoint
 
-    training.seed_everything(seed)
+    training_state.seed_everything(seed)
     fresh = build_model(read_checkpoint(model), "BertForSequenceClassification", num_labels=2, classifier_dropout=0.1)
     return {"weight": fresh.classifier.weight.detach().clone(), "bias": fresh.classifier.bias.detach().clone()}
 

@@ -27,13 +27,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertctl import __version__, training
+from bertctl import __version__, training, training_state
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint, save_model
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.data.batches import rank_micro_batches, train_batches
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
 from bertctl.data.tabular import load_labelled_data
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import UsageError
 from bertctl.evaluate import (
     Features,
     collate,
@@ -48,7 +48,6 @@ from bertctl.evaluate import (
 from bertctl.files import write_json_atomic, write_text_atomic
 from bertctl.finetune_work import (
     add_logs_and_results,
-    barrier,
     best_folder,
     check_work,
     collect,
@@ -148,7 +147,7 @@ def _publish_task(summary: dict[str, Any], work: Path, out: Path, env: training.
     if env.is_main:
         publish(work, out, lambda staging: collect(summary, work, staging))
         _report(summary, out)
-    barrier(env)
+    training.barrier(env)
 
 
 def _report(summary: dict[str, Any], out: Path) -> None:
@@ -184,7 +183,7 @@ def _glue_all(cfg: FinetuneConfig, base: Base, work: Path, env: training.Distrib
     if env.is_main:
         publish(work, Path(cfg.out), fill)
         sys.stdout.write(glue_markdown(table))
-    barrier(env)
+    training.barrier(env)
 
 
 def _check_layout(tasks: list[GlueTask], data: str) -> None:
@@ -283,10 +282,10 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     if training.any_rank(stop.requested, env):
         raise _Stopped(f"stopped before {prep.task.name} seed {seed}")
     task, device, pad_id = prep.task, env.device, prep.tokenizer.pad_id
-    training.seed_everything(seed)
+    training_state.seed_everything(seed)
     model = _model(cfg, prep, announce=seed == cfg.seeds[0] and env.is_main).to(device)
     if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
-        training.seed_everything(seed + env.rank)
+        training_state.seed_everything(seed + env.rank)
     training.enable_fast_math(device)
     precision = training.resolve_precision(cfg.precision, device)
     optimizer = training.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
@@ -296,17 +295,14 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     per_epoch = math.ceil(len(prep.train) / cfg.batch_size)
     total = per_epoch * cfg.epochs
     warmup = math.ceil(cfg.warmup_fraction * total)
-    checkpoint = training.latest_checkpoint(work) if work.is_dir() else None
+    checkpoint = training_state.latest_checkpoint(work) if work.is_dir() else None
     progress = Progress()
     if checkpoint is not None:
         model.load_state_dict(read_checkpoint(checkpoint).state)
-        progress = Progress.from_record(training.read_training_state(checkpoint, optimizer, scaler, env.rank))
+        progress = Progress.from_record(training_state.read_training_state(checkpoint, optimizer, scaler, env.rank))
     if env.is_main:
         open_seed(work, checkpoint, progress.step, _run_record(cfg, prep, model, seed, precision, env, total, warmup))
-    train_model: nn.Module = model
-    if env.world_size > 1:
-        train_model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+    train_model = training.wrap_ddp(model, env)
     log = training.MetricsLog(work, enabled=env.is_main)
     speed = training.Throughput()
     bar = _progress(total, progress.step, f"{task.name} seed {seed}", env.is_main)
@@ -331,7 +327,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                 logging = progress.step % cfg.log_every == 0 or progress.step == total
                 if not (logging or saving):
                     continue
-                _drain(pending, progress)
+                _read_steps(pending, progress)
                 if logging:
                     row = _train_row(progress.step, progress.step / per_epoch, progress.window, lr, speed,
                                      task.is_regression)
@@ -350,7 +346,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                 _keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)
             stopping = training.any_rank(stop.requested, env)  # an epoch's last step saves after its evaluation
             if progress.step < total and (stopping or _save_due(cfg, progress.step)):
-                _drain(pending, progress)
+                _read_steps(pending, progress)
                 anchored = _checkpoint(model, prep, optimizer, scaler, progress, work, env)
                 if stopping:
                     raise _Stopped(f"stopped after epoch {epoch} of {cfg.epochs} ({task.name} seed {seed})")
@@ -364,15 +360,11 @@ def _save_due(cfg: FinetuneConfig, step: int) -> bool:
     return bool(cfg.save_every) and step % cfg.save_every == 0
 
 
-def _drain(pending: list[training.PendingStep], progress: Progress) -> None:
-    """Read the queued steps' figures (one device sync) into the metrics window; stop on a run of NaN steps."""
-    for offset, result in enumerate(training.resolve_steps(pending), start=progress.step - len(pending) + 1):
-        progress.bad_in_row = progress.bad_in_row + 1 if result.skipped else 0
-        if progress.bad_in_row >= MAX_BAD_STEPS:
-            raise BertctlError(f"the loss was NaN/inf for {progress.bad_in_row} steps in a row at step "
-                               f"{offset}; lower --lr or use --precision fp32/bf16")
-        progress.window.append(result)
-    pending.clear()
+def _read_steps(pending: list[training.PendingStep], progress: Progress) -> None:
+    """Read the queued steps into the metrics window (one device sync); a run of NaN/inf steps stops the run."""
+    results, progress.bad_in_row = training.read_window(pending, progress.step, progress.bad_in_row, MAX_BAD_STEPS,
+                                                        "lower --lr or use --precision fp32/bf16")
+    progress.window += results
 
 
 def _save_folder(model: nn.Module, folder: Path, prep: Prepared, env: training.Distributed,
@@ -383,18 +375,18 @@ def _save_folder(model: nn.Module, folder: Path, prep: Prepared, env: training.D
         save_model(model, folder, prep.tokenizer, labels=list(task.label_names) or None, overwrite=True,
                    problem_type="regression" if task.is_regression else "single_label_classification",
                    config_extra={**prep.ckpt.kept_config, "finetuning_task": task.name}, extra=extra)
-    barrier(env)
+    training.barrier(env)
 
 
 def _checkpoint(model: nn.Module, prep: Prepared, optimizer: torch.optim.Optimizer, scaler: Any,
                 progress: Progress, work: Path, env: training.Distributed) -> int:
     """A resumable step folder; older ones, and best-epoch folders it does not refer to, are removed.
     Returns the best epoch it refers to."""
-    rng = training.rng_state(env)  # every rank's generators (a collective)
-    _save_folder(model, training.step_folder(work, progress.step), prep, env,
-                 extra=lambda tmp: training.write_training_state(tmp, optimizer, scaler, progress.record(), rng))
+    rng = training_state.rng_state(env)  # every rank's generators (a collective)
+    _save_folder(model, training_state.step_folder(work, progress.step), prep, env,
+                 extra=lambda tmp: training_state.write_training_state(tmp, optimizer, scaler, progress.record(), rng))
     if env.is_main:
-        training.prune_checkpoints(work, 1)
+        training_state.prune_checkpoints(work, 1)
         prune_best(work, {progress.best["epoch"]})
     return progress.best["epoch"]
 

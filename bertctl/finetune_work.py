@@ -26,9 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from bertctl import training
+from bertctl import training, training_state
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.errors import UsageError
 from bertctl.evaluate import seeds_markdown
@@ -54,7 +52,7 @@ def check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Pat
     elif not cfg.resume and work.exists() and not cfg.overwrite:
         raise UsageError(f"{work} holds an unfinished run of --out {out}; pass --resume to continue it or "
                          "--overwrite to start again")
-    barrier(env)
+    training.barrier(env)
     return work
 
 
@@ -82,12 +80,12 @@ def open_work(cfg: FinetuneConfig, work: Path, env: training.Distributed) -> Non
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         write_json_atomic(work / "run.json", {"config": config_to_dict(cfg)})
-    barrier(env)
+    training.barrier(env)
 
 
 def discard_unless_resumable(work: Path) -> None:
     """After a failure: a checkpoint or a finished seed is worth keeping; a run that saved nothing is not."""
-    if not (work.is_dir() and (any(work.rglob(training.TRAINER_STATE)) or any(work.rglob("done")))):
+    if not (work.is_dir() and (any(work.rglob(training_state.TRAINER_STATE)) or any(work.rglob("done")))):
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -169,12 +167,6 @@ def add_logs_and_results(tmp: Path, seed_work: Path, results: dict[str, Any]) ->
 
 
 # --- every rank --------------------------------------------------------------------------------------
-
-def barrier(env: training.Distributed) -> None:
-    """Wait until every rank is here (after rank 0 wrote what the others read next)."""
-    if env.world_size > 1:
-        torch.distributed.barrier()
-
 
 def say(message: str) -> None:
     sys.stderr.write(f"bertctl: {message}\n")

@@ -16,12 +16,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertctl import training
+from bertctl import training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
 from bertctl.config import BertConfig, PretrainConfig, config_to_dict, model_config
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import UsageError
 from bertctl.files import write_json_atomic
 from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
 from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
@@ -54,10 +54,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     optimizer = training.make_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay,
                                         (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(env.device.type) if precision == "fp16" else None
-    training.seed_everything(cfg.seed + env.rank)
+    training_state.seed_everything(cfg.seed + env.rank)
     step, samples_seen, bad_total = 0, 0, 0
     if resume_from is not None:
-        record = training.read_training_state(resume_from, optimizer, scaler, env.rank)
+        record = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
         step, samples_seen, bad_total = record["step"], record["samples_seen"], record.get("bad_steps", 0)
     if env.is_main:
         run.mkdir(parents=True, exist_ok=True)
@@ -65,10 +65,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                                             "world_size": env.world_size, "precision": precision,
                                             "corpus_manifest": manifest, "resumed_from": str(resume_from or "")})
         training.trim_metrics(run, step)
-    train_model: nn.Module = model
-    if env.world_size > 1:
-        ids = [env.device.index] if env.device.type == "cuda" else None
-        train_model = nn.parallel.DistributedDataParallel(train_model, device_ids=ids)
+    train_model = training.wrap_ddp(model, env)
     if cfg.compile:  # after DDP, so the compiler sees its bucket boundaries
         train_model = torch.compile(train_model)
 
@@ -113,14 +110,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
             evaluating = validation is not None and step % cfg.eval_every == 0
             if not (logging or saving or evaluating):
                 continue
-            for offset, result in enumerate(training.resolve_steps(pending), start=step - len(pending) + 1):
-                bad_in_row = bad_in_row + 1 if result.skipped else 0
-                bad_total += int(result.skipped)
-                if bad_in_row >= cfg.max_bad_steps:
-                    raise BertctlError(f"the loss was NaN/inf for {bad_in_row} steps in a row at step {offset}; "
-                                       "lower --lr, use --precision fp32/bf16, or check the corpus")
-                window.append(result)
-            pending = []
+            results, bad_in_row = training.read_window(pending, step, bad_in_row, cfg.max_bad_steps,
+                                                       "lower --lr, use --precision fp32/bf16, or check the corpus")
+            bad_total += sum(r.skipped for r in results)
+            window += results
             if logging:
                 row = _log_row(step, window, lr, speed, has_nsp, bad_total)
                 log.write(row)
@@ -130,10 +123,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
             if evaluating:
                 log.write({"step": step, **evaluate_pretraining(model, validation, collate, micro, cfg, env)})
             if saving:
-                _save(model, training.step_folder(run, step), tokenizer, optimizer, scaler,
+                _save(model, training_state.step_folder(run, step), tokenizer, optimizer, scaler,
                       {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total}, env)
                 if env.is_main:
-                    training.prune_checkpoints(run, cfg.keep)
+                    training_state.prune_checkpoints(run, cfg.keep)
             if stopping:
                 break
         if step >= cfg.steps:
@@ -142,14 +135,14 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     if bar is not None:
         bar.close()
     log.close()
-    where = final if step >= cfg.steps else training.step_folder(run, step)
+    where = final if step >= cfg.steps else training_state.step_folder(run, step)
     if env.is_main:
         print(f"saved {where} (step {step}); try: bertctl fill --model {where} \"the [MASK] was very happy.\"")
     return where
 
 
 def _resume_point(cfg: PretrainConfig, run: Path) -> Path | None:
-    latest = training.latest_checkpoint(run) if run.exists() else None
+    latest = training_state.latest_checkpoint(run) if run.exists() else None
     if cfg.resume:
         if latest is None:
             print(f"--resume: no complete checkpoint in {run} yet; starting from step 0")
@@ -262,12 +255,11 @@ def _log_row(step: int, window: list[training.StepResult], lr: float, speed: tra
 
 def _save(model: nn.Module, folder: Path, tokenizer: BertTokenizer, optimizer: torch.optim.Optimizer,
           scaler: Any, state: dict[str, Any], env: training.Distributed, overwrite: bool = False) -> None:
-    rng = training.rng_state(env)  # every rank's generators, gathered on every rank
+    rng = training_state.rng_state(env)  # every rank's generators, gathered on every rank
     if env.is_main:
         save_model(model, folder, tokenizer, overwrite=overwrite,
-                   extra=lambda tmp: training.write_training_state(tmp, optimizer, scaler, state, rng))
-    if env.world_size > 1:
-        torch.distributed.barrier()
+                   extra=lambda tmp: training_state.write_training_state(tmp, optimizer, scaler, state, rng))
+    training.barrier(env)
 
 
 def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed) -> torch.utils.data.DataLoader:

