@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from bertctl import __version__
 from bertctl.config import BertConfig
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic
+from bertctl.files import building_folder, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name
 
@@ -393,20 +393,14 @@ def save_model(
     target = Path(folder)
     if target.exists() and not overwrite:
         raise UsageError(f"{target} already exists (pass --overwrite to replace it)")
-    tmp = temp_folder_beside(target)
-    try:
+    with building_folder(target) as tmp:
         bare = architecture_name(model) == "BertModel"
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
         save_file(to_transformers_names(state, bare=bare), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        config = _config_json(model, labels, problem_type, config_extra)
-        write_json_atomic(tmp / "config.json", config)
+        write_json_atomic(tmp / "config.json", _config_json(model, labels, problem_type, config_extra))
         _write_tokenizer(tokenizer, tmp)
         if extra is not None:
             extra(tmp)
-        replace_folder(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 

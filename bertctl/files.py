@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +70,15 @@ def replace_folder(tmp: Path | str, target: Path | str) -> None:
             shutil.rmtree(old, ignore_errors=True)
         else:
             old.unlink(missing_ok=True)
+
+
+@contextmanager
+def building_folder(target: Path | str, tag: str = "tmp") -> Iterator[Path]:
+    """A temp folder beside `target` to fill; it becomes `target` when the block ends, and is removed if the
+    block raises, so `target` is only ever absent, the old folder, or the complete new one."""
+    tmp = temp_folder_beside(target, tag)
+    try:
+        yield tmp
+        replace_folder(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

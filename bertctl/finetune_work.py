@@ -30,7 +30,7 @@ from bertctl import training, training_state
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.errors import UsageError
 from bertctl.evaluate import seeds_markdown
-from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic, write_text_atomic
+from bertctl.files import building_folder, write_json_atomic, write_text_atomic
 
 RESUMABLE_CHANGES = ("resume", "overwrite", "save_every", "device", "log_every")  # may differ on --resume
 LOG_FILES = ("run.json", "metrics.jsonl", "tensorboard")  # a seed's logs, copied into its model folder
@@ -91,13 +91,8 @@ def discard_unless_resumable(work: Path) -> None:
 
 def publish(work: Path, out: Path, fill: Callable[[Path], None]) -> None:
     """Assemble OUT in a temporary folder beside it, rename it into place, then drop the work folder."""
-    staging = temp_folder_beside(out)
-    try:
+    with building_folder(out) as staging:
         fill(staging)
-        replace_folder(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -16,7 +16,6 @@ pieces in the order learned, then `[unusedN]` if the corpus ran out of pairs see
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from bertctl import __version__
 from bertctl.config import TokenizerTrainConfig, config_to_dict
 from bertctl.data.sources import ReadStats, Source, expand_inputs, iter_texts
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import replace_folder, temp_folder_beside, write_json_atomic
+from bertctl.files import building_folder, write_json_atomic
 from bertctl.tokenizer import (
     CONTINUATION,
     SPECIAL_TOKENS,
@@ -175,11 +174,7 @@ def pad_vocab(tokens: list[str], size: int) -> list[str]:
 
 def _write_folder(out: Path, tokenizer: BertTokenizer, record: dict[str, Any], overwrite: bool) -> None:
     """Write everything into a hidden sibling folder, then rename it to `out` (never half a folder)."""
-    tmp = temp_folder_beside(out, "partial")
-    try:
+    with building_folder(out, "partial") as tmp:
         tokenizer.save(tmp)
         write_json_atomic(tmp / PROVENANCE, record)
         _check_out(out, overwrite)
-        replace_folder(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
