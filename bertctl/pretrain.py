@@ -9,6 +9,7 @@ validation, metrics.jsonl. With no corpus it runs the quick start on the bundled
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from bertctl.errors import UsageError
 from bertctl.files import write_json_atomic
 from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
 from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+
+logger = logging.getLogger(__name__)
 
 
 def pretrain(cfg: PretrainConfig) -> Path:
@@ -50,6 +53,9 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
     training.enable_fast_math(env.device)
     precision = training.resolve_precision(cfg.precision, env.device)
+    if env.is_main and cfg.warmup() >= cfg.steps:
+        logger.warning("warning: the warmup (%d steps) is not shorter than the run (%d steps), so the learning rate "
+                    "never reaches --lr %g; pass --warmup-steps or --warmup-fraction", cfg.warmup(), cfg.steps, cfg.lr)
     micro, accum = cfg.micro_batches(env.world_size)
     optimizer = training.make_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay,
                                         (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)

@@ -222,3 +222,11 @@ def test_compiled_training_gives_the_eager_losses(corpus, tmp_path):
     pretrain(small_run(corpus, tmp_path / "compiled", steps=3, save_every=0, dropout=0.0, compile=True))
     a, b = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
     assert sorted(b) == [1, 2, 3] and max(abs(a[s] - b[s]) for s in a) < 1e-4
+
+
+def test_a_warmup_as_long_as_the_run_is_warned_about(corpus, tmp_path, caplog):
+    args = _cli(corpus, tmp_path / "run", "--steps", "2", "--batch-size", "4", "--save-every", "0")
+    args[args.index("--warmup-steps") + 1] = "5"
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "the warmup (5 steps) is not shorter than the run (2 steps)" in caplog.text
