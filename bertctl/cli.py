@@ -56,8 +56,8 @@ app = typer.Typer(cls=_Group, add_completion=False, pretty_exceptions_enable=Fal
 tokenizer_app = _typer("Train a WordPiece tokenizer and inspect how it encodes text.")
 corpus_app = _typer("Build pre-training instances (Arrow datasets) and inspect them.")
 finetune_app = _typer("Fine-tune a model on GLUE or on your own labelled data.")
-evaluate_app = _typer("Score a fine-tuned model on a task's dev set.")
-predict_app = _typer("Write test-set predictions (GLUE submission files).")
+evaluate_app = _typer("Score a fine-tuned model on a GLUE dev set or a labelled table.")
+predict_app = _typer("Write predictions: GLUE submission files, or one row per row of a table.")
 app.add_typer(tokenizer_app, name="tokenizer")
 app.add_typer(corpus_app, name="corpus")
 app.add_typer(finetune_app, name="finetune")
@@ -367,19 +367,24 @@ def finetune_classify(
     run_finetune_classify(cfg)
 
 
+# Options of `evaluate` and `predict`; by default the fine-tuning run's settings (its run.json).
+_EvModel = Annotated[Path, typer.Option("--model", "-m", help="Fine-tuned model folder (multi-seed run: best seed).")]
+_EvGlueData = Annotated[str, typer.Option("--data", help="GLUE download folder or nyu-mll/glue.")]
+_EvTable = Annotated[Path, typer.Option(help="A .csv, .tsv, .jsonl or .parquet file with a header (or keys).")]
+_EvColumns = Annotated[str | None, typer.Option(help="Text column, or two comma-separated [the run's].")]
+_EvJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+_EvBatch = Annotated[int | None, typer.Option(help="Examples per forward pass [the run's, 128].")]
+_EvMaxLen = Annotated[int | None, typer.Option(help="Tokens per example [the run's, 128].")]
+_EvPrecision = Annotated[str, typer.Option(help="fp32|bf16|fp16|auto.")]
+
+
 @evaluate_app.command("glue")
 def evaluate_glue(
     task: Annotated[str, typer.Argument(help="A GLUE task: cola, sst2, ..., mnli (matched and mismatched).")],
-    model: Annotated[Path, typer.Option("--model", "-m", help="A fine-tuned model folder (or a multi-seed "
-                                        "run: its best seed).")],
-    data: Annotated[str, typer.Option(help="GLUE download folder or nyu-mll/glue.")],
-    split: Annotated[str, typer.Option(help="dev (MNLI: dev_matched and dev_mismatched), or one split.")
-                     ] = "dev",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    batch_size: Annotated[int | None, typer.Option(help="Examples per forward pass [the run's, 128].")] = None,
-    max_seq_length: Annotated[int | None, typer.Option(help="Tokens per example [the run's, 128].")] = None,
-    device: _FtDevice = None,
-    precision: Annotated[str, typer.Option(help="fp32|bf16|fp16|auto.")] = "auto",
+    model: _EvModel, data: _EvGlueData,
+    split: Annotated[str, typer.Option(help="dev (MNLI: dev_matched and dev_mismatched), or one split.")] = "dev",
+    as_json: _EvJson = False, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
+    device: _FtDevice = None, precision: _EvPrecision = "auto",
 ) -> None:
     """Score a fine-tuned model on a GLUE task's dev set: the numbers of its eval_results.json."""
     from bertctl.evaluate import evaluate_glue as run_evaluate
@@ -389,23 +394,50 @@ def evaluate_glue(
     print_results(task, results, as_json=as_json)
 
 
+@evaluate_app.command("classify")
+def evaluate_classify(
+    model: _EvModel, data: _EvTable, text_columns: _EvColumns = None,
+    label_column: Annotated[str | None, typer.Option(help="Label column [the run's].")] = None,
+    as_json: _EvJson = False, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
+    device: _FtDevice = None, precision: _EvPrecision = "auto",
+) -> None:
+    """Score a `finetune classify` model on a labelled table, with the metrics the run reported."""
+    from bertctl.evaluate import evaluate_classify as run_evaluate
+    from bertctl.evaluate import print_classify_results
+
+    columns = _split_list(text_columns, "text_columns", str) if text_columns else None
+    metrics = run_evaluate(model, data, columns, label_column, batch_size, max_seq_length, device, precision)
+    print_classify_results(data, metrics, as_json=as_json)
+
+
 @predict_app.command("glue")
 def predict_glue(
     task: Annotated[str, typer.Argument(help="A GLUE task (ax: with an MNLI model), or all.")],
     model: Annotated[Path, typer.Option("--model", "-m", help="Model fine-tuned on the task; for all, the "
                                         "`finetune glue all` folder.")],
-    data: Annotated[str, typer.Option(help="GLUE download folder or nyu-mll/glue.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the submission files.")],
-    batch_size: Annotated[int | None, typer.Option(help="Examples per forward pass [the run's, 128].")] = None,
-    max_seq_length: Annotated[int | None, typer.Option(help="Tokens per example [the run's, 128].")] = None,
-    device: _FtDevice = None,
-    precision: Annotated[str, typer.Option(help="fp32|bf16|fp16|auto.")] = "auto",
+    data: _EvGlueData, out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the submission files.")],
+    batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, device: _FtDevice = None,
+    precision: _EvPrecision = "auto",
 ) -> None:
     """Write test-set predictions as GLUE submission files (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)."""
     from bertctl.predict import predict_glue as run_predict
 
     for path in run_predict(task, model, data, out, batch_size, max_seq_length, device, precision):
         typer.echo(str(path))
+
+
+@predict_app.command("classify")
+def predict_classify(
+    model: _EvModel, data: _EvTable,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Predictions file, .csv or .jsonl [.csv].")],
+    text_columns: _EvColumns = None, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
+    device: _FtDevice = None, precision: _EvPrecision = "auto",
+) -> None:
+    """Predict every row of a table with a `finetune classify` model: id, label, class probabilities."""
+    from bertctl.predict import predict_classify as run_predict
+
+    columns = _split_list(text_columns, "text_columns", str) if text_columns else None
+    typer.echo(str(run_predict(model, data, out, columns, batch_size, max_seq_length, device, precision)))
 
 
 # --- fill / convert / info --------------------------------------------------------------------------

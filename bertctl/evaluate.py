@@ -1,4 +1,4 @@
-"""`bertctl evaluate glue`: score a fine-tuned model on a GLUE task's dev set(s).
+"""`bertctl evaluate glue|classify`: score a fine-tuned model on a GLUE task's dev set(s) or on a labelled table.
 
 Also the pieces every sentence(-pair) classification recipe shares, so fine-tuning, evaluation and
 prediction turn text into the same inputs: encoding with BERT's pair truncation, batches padded to their
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.data.batches import pad_batch
 from bertctl.data.glue import Examples, GlueTask, get_task, match_labels, read_split
+from bertctl.data.tabular import TabularTask, classify_task, read_examples
 from bertctl.errors import UsageError
 from bertctl.metrics import compute_task_metrics
 from bertctl.tokenizer import BertTokenizer
@@ -157,21 +158,29 @@ def resolve_model_folder(path: Path | str) -> Path:
     return folder
 
 
-def load_classifier(path: Path | str, task: GlueTask) -> tuple[nn.Module, BertTokenizer, Checkpoint,
-                                                             list[int] | None]:
-    """A fine-tuned sequence classifier for `task`, refusing folders that cannot score it; with the model's
-    output for each of the task's classes when its id2label has them in another order (else None)."""
-    folder = resolve_model_folder(path)
+def read_classifier(folder: Path, finetune: str) -> Checkpoint:
+    """The checkpoint in `folder`, refused unless it has a sequence-classification head; `finetune` names the
+    command that would give it one (`glue sst2`, `classify`)."""
     ckpt = read_checkpoint(folder)
     if "classifier" not in ckpt.parts or ckpt.architecture != "BertForSequenceClassification":
         raise UsageError(f"{folder} has no sequence-classification head (it is a {ckpt.architecture}); "
-                         f"fine-tune it first: bertctl finetune glue {task.name} --model {folder} ...")
+                         f"fine-tune it first: bertctl finetune {finetune} --model {folder} ...")
+    return ckpt
+
+
+def load_classifier(path: Path | str, task: GlueTask | TabularTask,
+                    ckpt: Checkpoint | None = None) -> tuple[nn.Module, BertTokenizer, Checkpoint, list[int] | None]:
+    """A fine-tuned sequence classifier for `task`, refusing folders that cannot score it; with the model's
+    output for each of the task's classes when its id2label has them in another order (else None). `ckpt`:
+    the folder's checkpoint, when already read."""
+    folder = resolve_model_folder(path)
+    ckpt = ckpt or read_classifier(folder, f"glue {task.name}")
     tokenizer = model_tokenizer(ckpt)
     model = build_model(ckpt, "BertForSequenceClassification")
     return model, tokenizer, ckpt, label_order(ckpt, model.num_labels, task, folder)
 
 
-def label_order(ckpt: Checkpoint, num_labels: int, task: GlueTask, folder: Path) -> list[int] | None:
+def label_order(ckpt: Checkpoint, num_labels: int, task: GlueTask | TabularTask, folder: Path) -> list[int] | None:
     """Models fine-tuned elsewhere name their classes in their own order (MNLI's contradiction, entailment,
     neutral; SST-2's negative, positive); they are matched to the task's classes by name."""
     if num_labels != task.num_labels:
@@ -201,14 +210,19 @@ class Scorer:
     label_order: list[int] | None = None  # the model's output for each task class, when not in task order
 
 
-def open_scorer(path: Path | str, task: GlueTask, max_seq_length: int | None, batch_size: int | None) -> Scorer:
+def read_run_record(folder: Path) -> dict[str, Any]:
+    """The fine-tuning run's run.json ({} for a model trained elsewhere)."""
+    path = folder / "run.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def open_scorer(path: Path | str, task: GlueTask | TabularTask, max_seq_length: int | None, batch_size: int | None,
+                ckpt: Checkpoint | None = None) -> Scorer:
     """The model in `path` (a multi-seed run: its best seed) for `task`; max_seq_length and batch size are
     the flags, else the fine-tuning run's (its run.json), else the defaults."""
     folder = resolve_model_folder(path)
-    model, tokenizer, _, order = load_classifier(folder, task)
-    saved: dict[str, Any] = {}
-    if (folder / "run.json").is_file():
-        saved = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("config", {})
+    model, tokenizer, _, order = load_classifier(folder, task, ckpt)
+    saved = read_run_record(folder).get("config", {})
     max_len = max_seq_length or saved.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH
     if max_len > model.config.max_position_embeddings:
         raise UsageError(f"--max-seq-length {max_len}: the model takes at most "
@@ -255,6 +269,70 @@ def print_results(task: str, results: dict[str, dict[str, float]], as_json: bool
     for split, metrics in results.items():
         for name, value in metrics.items():
             sys.stdout.write(f"{task} {split} {name}: {value:.4f}\n")
+
+
+# --- your own tables: `evaluate classify`, `predict classify` ----------------------------------------
+
+@dataclass
+class ClassifyRun:
+    """A model fine-tuned on a table, with the classes and the columns it was trained on."""
+
+    scorer: Scorer
+    task: TabularTask
+    text_columns: tuple[str, ...]
+    label_column: str
+
+
+def open_classify_run(path: Path | str, text_columns: Sequence[str] | None = None, label_column: str | None = None,
+                      max_seq_length: int | None = None, batch_size: int | None = None) -> ClassifyRun:
+    """The model in `path` (a multi-seed run: its best seed). Columns are the flags, else those of the
+    `finetune classify` run (its run.json); classes are the run's, else config.json's id2label."""
+    folder = resolve_model_folder(path)
+    ckpt = read_classifier(folder, "classify")
+    record = read_run_record(folder)
+    saved = record.get("config", {})
+    columns = tuple(text_columns or saved.get("text_columns") or ())
+    if not columns:
+        raise UsageError(f"--text-columns: {folder} has no run.json naming the text columns it was trained on; "
+                         "give them")
+    task = classify_task(record["labels"] if "labels" in record else _model_classes(ckpt))
+    scorer = open_scorer(folder, task, max_seq_length, batch_size, ckpt)
+    return ClassifyRun(scorer, task, columns, label_column or saved.get("label_column") or "label")
+
+
+def _model_classes(ckpt: Checkpoint) -> list[str]:
+    """A model trained elsewhere: its id2label names, or none for a regression (one output)."""
+    if ckpt.problem_type == "regression" or ckpt.num_labels == 1:
+        return []
+    return ckpt.labels or [f"LABEL_{i}" for i in range(ckpt.num_labels)]
+
+
+def evaluate_classify(model: Path | str, data: str | Path, text_columns: Sequence[str] | None = None,
+                      label_column: str | None = None, batch_size: int | None = None,
+                      max_seq_length: int | None = None, device: str | None = None,
+                      precision: str = "auto") -> dict[str, float]:
+    """{metric: value} on a labelled csv/tsv/jsonl/parquet file, the metrics `finetune classify` reports.
+
+    With the run's settings (its run.json) the run's own validation file gives exactly the numbers in its
+    eval_results.json. Labels outside the model's classes are refused: it could never predict them.
+    """
+    run = open_classify_run(model, text_columns, label_column, max_seq_length, batch_size)
+    examples, _ = read_examples(data, run.text_columns, run.label_column, run.task.label_names)
+    features = encode_examples(run.scorer.tokenizer, examples, run.scorer.max_seq_length)
+    run_on = pick_device(device)
+    results = score(run.task, run.scorer.model.to(run_on), {"data": features}, run.scorer.tokenizer.pad_id,
+                    run.scorer.batch_size, run_on, training.resolve_precision(precision, run_on),
+                    run.scorer.label_order)
+    return results["data"]
+
+
+def print_classify_results(data: str | Path, metrics: dict[str, float], as_json: bool = False) -> None:
+    """One JSON object, or one line per metric."""
+    if as_json:
+        sys.stdout.write(json.dumps({"task": "classify", "data": str(data), **metrics}) + "\n")
+        return
+    for name, value in metrics.items():
+        sys.stdout.write(f"classify {data} {name}: {value:.4f}\n")
 
 
 # --- results over seeds and tasks ------------------------------------------------------------------

@@ -1,18 +1,24 @@
-"""`bertctl predict glue`: test-set predictions as GLUE leaderboard submission files.
+"""`bertctl predict glue|classify`: test-set predictions as GLUE submission files, or for the user's own table.
 
 One task writes its file(s) (MNLI: MNLI-m.tsv and MNLI-mm.tsv; ax: AX.tsv from an MNLI model). `all` takes
 the folder `bertctl finetune glue all` wrote and writes the eleven files of a full submission. Every test
 file is read and predicted before the first submission file is written, so bad input writes nothing.
+`classify` predicts every row of a csv/tsv/jsonl/parquet file with a `finetune classify` model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from bertctl import training
-from bertctl.data.glue import TASKS, GlueTask, get_task, read_split
-from bertctl.evaluate import encode_examples, open_scorer, predict_logits, to_predictions
-from bertctl.submission import write_submission
+from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
+from bertctl.data.tabular import read_examples
+from bertctl.evaluate import Scorer, encode_examples, open_classify_run, open_scorer, predict_logits, to_predictions
+from bertctl.submission import prediction_path, write_predictions, write_submission
 from bertctl.training import pick_device
 
 
@@ -44,10 +50,33 @@ def _predict_task(task: GlueTask, model: Path, data: str | Path, batch_size: int
     resolved = training.resolve_precision(precision, run_on)
     results = []
     for split, test in examples.items():
-        features = encode_examples(scorer.tokenizer, test, scorer.max_seq_length)
-        logits = predict_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
-                                resolved)
-        if scorer.label_order is not None:
-            logits = logits[:, scorer.label_order]
+        logits = _task_logits(scorer, test, run_on, resolved)
         results.append((task, split, test.ids, to_predictions(logits, task.is_regression).tolist()))
     return results
+
+
+def _task_logits(scorer: Scorer, examples: Examples, device: torch.device, precision: str) -> np.ndarray:
+    """(N, outputs) logits in the examples' order, columns in the task's class order."""
+    features = encode_examples(scorer.tokenizer, examples, scorer.max_seq_length)
+    logits = predict_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, device, precision)
+    return logits if scorer.label_order is None else logits[:, scorer.label_order]
+
+
+def predict_classify(model: Path | str, data: str | Path, out: str | Path, text_columns: Sequence[str] | None = None,
+                     batch_size: int | None = None, max_seq_length: int | None = None, device: str | None = None,
+                     precision: str = "auto") -> Path:
+    """Predict every row of a csv/tsv/jsonl/parquet file with a `finetune classify` model; returns the file.
+
+    `out` is written as .csv (also when it has no extension) or .jsonl, once every row is predicted: the
+    row's id (the file's `id`/`idx` column, else its position from 0), the label (regression: the score)
+    and each class's probability, in the file's order. Labels in the file are not needed.
+    """
+    path = prediction_path(out, data)
+    run = open_classify_run(model, text_columns, None, max_seq_length, batch_size)
+    examples, id_name = read_examples(data, run.text_columns)
+    run_on = pick_device(device)
+    run.scorer.model.to(run_on)
+    logits = _task_logits(run.scorer, examples, run_on, training.resolve_precision(precision, run_on))
+    predictions = to_predictions(logits, run.task.is_regression).tolist()
+    probabilities = None if run.task.is_regression else torch.from_numpy(logits).softmax(-1).tolist()
+    return write_predictions(path, id_name, examples.ids, run.task.label_names, predictions, probabilities)

@@ -4,13 +4,20 @@ Files are named as gluebenchmark.com expects them inside the submission zip (CoL
 STS-B.tsv, QQP.tsv, MNLI-m.tsv, MNLI-mm.tsv, QNLI.tsv, RTE.tsv, WNLI.tsv, AX.tsv). Classification rows hold the
 label name (`0`/`1`, `entailment`, `not_entailment`, ...); STS-B rows hold the score, clipped to the gold
 range 0..5 (a prediction outside it can only be further from every gold score) and written with 3 decimals.
+
+`predict classify` writes one row per row of the user's table instead, as csv or jsonl: the row's id, the
+predicted label (or score) and, for classification, each class's probability.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from bertctl.data.glue import GlueTask, get_task
 from bertctl.errors import BertctlError, UsageError
@@ -64,3 +71,68 @@ def write_submission(task: str | GlueTask, split: str, ids: Sequence[str], predi
     path = out / name
     write_text_atomic(path, "".join(lines))
     return path
+
+
+PREDICTION_FORMATS = (".csv", ".jsonl")
+
+
+def prediction_path(out: str | Path, data: str | Path | None = None) -> Path:
+    """Where `predict classify` writes: OUT, as .csv when it has no extension; checked before any work."""
+    path = Path(out)
+    if not path.suffix:
+        path = path.with_name(path.name + ".csv")
+    if path.suffix.lower() not in PREDICTION_FORMATS:
+        raise UsageError(f"--out {out}: predictions are written as {' or '.join(PREDICTION_FORMATS)} "
+                         f"(no extension: .csv)")
+    if path.is_dir():
+        raise UsageError(f"--out {path}: is a folder, not a file")
+    if data is not None and path.resolve() == Path(data).resolve():
+        raise UsageError(f"--out {path}: is the input file")
+    return path
+
+
+def write_predictions(path: str | Path, id_name: str, ids: Sequence[str], label_names: Sequence[str],
+                      predictions: Sequence[int | float], probabilities: Sequence[Sequence[float]] | None = None
+                      ) -> Path:
+    """Write one row per example atomically, csv or jsonl by the extension (see `prediction_path`).
+
+    `predictions` are class ids into `label_names` (with their `probabilities`), or scores when there are no
+    label names (regression). `id_name` is `index` for row positions, shown as numbers in jsonl.
+    """
+    path = prediction_path(path)
+    spread = probabilities if probabilities is not None else [None] * len(predictions)
+    if not len(ids) == len(predictions) == len(spread):
+        raise BertctlError(f"{path}: {len(predictions)} predictions for {len(ids)} examples")
+    rows = [_prediction_row(id_name, row_id, label_names, value, probs)
+            for row_id, value, probs in zip(ids, predictions, spread, strict=True)]
+    text = _jsonl(rows) if path.suffix.lower() == ".jsonl" else _csv(rows, id_name, label_names)
+    write_text_atomic(path, text)
+    return path
+
+
+def _prediction_row(id_name: str, row_id: str, label_names: Sequence[str], value: int | float,
+                    probabilities: Sequence[float] | None) -> dict[str, Any]:
+    row: dict[str, Any] = {id_name: int(row_id) if id_name == "index" else row_id}
+    if not label_names:
+        row["prediction"] = round(float(value), 6)
+        return row
+    row["prediction"] = label_names[int(value)]
+    if probabilities is not None:
+        row["probabilities"] = {name: round(float(p), 6) for name, p in zip(label_names, probabilities, strict=True)}
+    return row
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+def _csv(rows: list[dict[str, Any]], id_name: str, label_names: Sequence[str]) -> str:
+    """Probabilities as one `prob_<label>` column per class."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    with_probabilities = bool(rows) and "probabilities" in rows[0]
+    writer.writerow([id_name, "prediction", *([f"prob_{name}" for name in label_names] if with_probabilities
+                                               else [])])
+    for row in rows:
+        writer.writerow([row[id_name], row["prediction"], *row.get("probabilities", {}).values()])
+    return buffer.getvalue()

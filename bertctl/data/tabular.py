@@ -4,6 +4,8 @@
 and newlines with no quote processing, like GLUE's files; `.jsonl` holds one JSON object per line; `.parquet`
 is read with pyarrow (installed with `datasets`). The result is the same `Examples` the GLUE readers give,
 inside a `TabularTask` that carries its label names and metrics, so one fine-tuning recipe serves both.
+`read_examples` reads one file for scoring or predicting with a fine-tuned model (labels optional), its
+rows identified by the file's `id`/`idx` column or else their position.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from bertctl.errors import UsageError
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
 PROBLEMS = ("auto", "classification", "regression")
+ID_COLUMNS = ("id", "idx")  # a row's own id, kept in predictions; else the row's position from 0
 
 
 @dataclass(frozen=True)
@@ -30,9 +33,27 @@ class TabularTask(LabelledTask):
     label_names: tuple[str, ...]  # class names by class index (as written in the files); () for regression
     metrics: tuple[str, ...]  # what evaluation reports
     main_metric: str  # the metric the best epoch is chosen by
-    train: Examples  # the training examples
-    validation: Examples | None  # the examples scored after each epoch, if a validation file was given
+    train: Examples | None = None  # the training examples (None when scoring a fine-tuned model)
+    validation: Examples | None = None  # the examples scored after each epoch, if a validation file was given
     name: str = "classify"  # shown in messages and results
+
+    @property
+    def hub_label_names(self) -> tuple[str, ...]:
+        """A table spells its classes one way only (GLUE tasks also have the hub's names), for `match_labels`."""
+        return ()
+
+
+def classify_task(label_names: Sequence[str], train: Examples | None = None,
+                  validation: Examples | None = None) -> TabularTask:
+    """The task for these classes (none: regression) with the metrics `finetune classify` reports."""
+    names = tuple(label_names)
+    if not names:
+        metrics, main = ("pearson", "spearman"), "spearman"
+    elif len(names) == 2:
+        metrics, main = ("accuracy", "f1", "matthews_correlation"), "accuracy"
+    else:
+        metrics, main = ("accuracy", "matthews_correlation"), "accuracy"
+    return TabularTask(names, metrics, main, train, validation)
 
 
 @dataclass
@@ -44,9 +65,14 @@ class _Table:
     texts: list[list[str]] = field(default_factory=list)  # one list per text column
     labels: list[Any] = field(default_factory=list)
     numbers: list[int] = field(default_factory=list)
+    id_column: str | None = None  # the first of ID_COLUMNS the file has
+    ids: list[str] = field(default_factory=list)  # that column's values (empty without one)
 
     def where(self, row: int) -> str:
         return f"{self.path}{self.unit}{self.numbers[row]}"
+
+    def row_ids(self) -> list[str]:
+        return self.ids if self.id_column else [str(row) for row in range(len(self.numbers))]
 
 
 def _require(columns: Sequence[str], found: Sequence[str], where: str) -> None:
@@ -108,8 +134,10 @@ def _parquet_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dic
     import pyarrow.parquet as pq
 
     try:
-        _require(columns, pq.read_schema(path).names, str(path))
-        table = pq.read_table(path, columns=list(dict.fromkeys(columns)))
+        names = pq.read_schema(path).names
+        _require(columns, names, str(path))
+        wanted = [*columns, *(c for c in ID_COLUMNS if c in names)]
+        table = pq.read_table(path, columns=list(dict.fromkeys(wanted)))
     except (OSError, pyarrow.ArrowException) as exc:
         raise UsageError(f"{path}: cannot read parquet: {str(exc).splitlines()[0]}") from None
     yield from enumerate(table.to_pylist(), start=1)
@@ -118,8 +146,8 @@ def _parquet_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dic
 _READERS = {".csv": _csv_rows, ".tsv": _tsv_rows, ".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
 
 
-def read_table(path: str | Path, text_columns: Sequence[str], label_column: str) -> _Table:
-    """The text and label columns of one file, checked row by row."""
+def read_table(path: str | Path, text_columns: Sequence[str], label_column: str | None) -> _Table:
+    """The text and label columns (None: no labels) of one file, and its ids, checked row by row."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in _READERS:
@@ -128,13 +156,9 @@ def read_table(path: str | Path, text_columns: Sequence[str], label_column: str)
         raise UsageError(f"{path}: no such file")
     table = _Table(path, " row " if suffix == ".parquet" else ":", texts=[[] for _ in text_columns])
     try:
-        for number, record in _READERS[suffix](path, [*text_columns, label_column]):
-            for column, values in zip(text_columns, table.texts, strict=True):
-                if record[column] is None:
-                    raise UsageError(f"{path}{table.unit}{number}: text column {column!r} is empty")
-                values.append(str(record[column]))
-            table.labels.append(record[label_column])
-            table.numbers.append(number)
+        required = [*text_columns, *([label_column] if label_column else [])]
+        for number, record in _READERS[suffix](path, required):
+            _add_row(table, number, record, text_columns, label_column)
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
@@ -142,6 +166,25 @@ def read_table(path: str | Path, text_columns: Sequence[str], label_column: str)
     if not table.numbers:
         raise UsageError(f"{path}: no examples")
     return table
+
+
+def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: Sequence[str],
+             label_column: str | None) -> None:
+    where = f"{table.path}{table.unit}{number}"
+    if not table.numbers:  # the first row (a csv/tsv header, a parquet schema) says whether there are ids
+        table.id_column = next((c for c in ID_COLUMNS if c in record), None)
+    for column, values in zip(text_columns, table.texts, strict=True):
+        if record[column] is None:
+            raise UsageError(f"{where}: text column {column!r} is empty")
+        values.append(str(record[column]))
+    if label_column:
+        table.labels.append(record[label_column])
+    if table.id_column:
+        row_id = _label_text(record.get(table.id_column))
+        if row_id is None:
+            raise UsageError(f"{where}: id column {table.id_column!r} is empty")
+        table.ids.append(row_id)
+    table.numbers.append(number)
 
 
 def _label_text(value: Any) -> str | None:
@@ -197,7 +240,31 @@ def _to_examples(table: _Table, label_names: tuple[str, ...], label_column: str)
         else:
             raise UsageError(f"{table.where(row)}: label {text!r} is not one of {', '.join(label_names)}")
     text_b = table.texts[1] if len(table.texts) == 2 else None
-    return Examples(table.texts[0], text_b, labels, [str(n) for n in table.numbers], str(table.path))
+    return Examples(table.texts[0], text_b, labels, table.row_ids(), str(table.path))
+
+
+def _check_text_columns(text_columns: tuple[str, ...]) -> None:
+    if len(text_columns) not in (1, 2) or not all(text_columns):
+        raise UsageError(f"--text-columns: give one or two column names, got {','.join(text_columns)!r}")
+
+
+def read_examples(path: str | Path, text_columns: Sequence[str], label_column: str | None = None,
+                  label_names: Sequence[str] = ()) -> tuple[Examples, str]:
+    """One file's examples for a fine-tuned model, and the name of what identifies its rows.
+
+    With `label_column` the labels must be among `label_names` (numbers when there are none: regression),
+    as a model trained on those classes can only be scored on them; without it there are no labels. Rows are
+    identified by the file's `id` or `idx` column, else by their position from 0 (`index`).
+    """
+    text_columns = tuple(text_columns)
+    _check_text_columns(text_columns)
+    table = read_table(path, text_columns, label_column)
+    if label_column:
+        examples = _to_examples(table, tuple(label_names), label_column)
+    else:
+        text_b = table.texts[1] if len(table.texts) == 2 else None
+        examples = Examples(table.texts[0], text_b, None, table.row_ids(), str(table.path))
+    return examples, table.id_column or "index"
 
 
 def load_labelled_data(train: str | Path, validation: str | Path | None, text_columns: Sequence[str],
@@ -209,8 +276,7 @@ def load_labelled_data(train: str | Path, validation: str | Path | None, text_co
     class names come from the training file (sorted) unless `label_names` fixes their order.
     """
     text_columns = tuple(text_columns)
-    if len(text_columns) not in (1, 2) or not all(text_columns):
-        raise UsageError(f"--text-columns: give one or two column names, got {','.join(text_columns)!r}")
+    _check_text_columns(text_columns)
     if problem not in PROBLEMS:
         raise UsageError(f"--problem {problem}: choose one of {', '.join(PROBLEMS)}")
     train_table = read_table(train, text_columns, label_column)
@@ -222,12 +288,6 @@ def load_labelled_data(train: str | Path, validation: str | Path | None, text_co
     if not regression and len(names) < 2:
         raise UsageError(f"{train}: label column {label_column!r} has fewer than two classes "
                          f"({', '.join(names) or 'none'}); classification needs at least two")
-    if regression:
-        metrics, main = ("pearson", "spearman"), "spearman"
-    elif len(names) == 2:
-        metrics, main = ("accuracy", "f1", "matthews_correlation"), "accuracy"
-    else:
-        metrics, main = ("accuracy", "matthews_correlation"), "accuracy"
     train_examples = _to_examples(train_table, names, label_column)
     dev = _to_examples(read_table(validation, text_columns, label_column), names, label_column) if validation else None
-    return TabularTask(names, metrics, main, train_examples, dev)
+    return classify_task(names, train_examples, dev)

@@ -1,0 +1,198 @@
+"""`evaluate classify` and `predict classify`: a tiny BERT fine-tuned on a tiny table, scored and predicted, CPU."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from glue_fixtures import FILLER
+from typer.testing import CliRunner
+
+import bertctl
+from bertctl.checkpoint import save_model
+from bertctl.cli import app
+from bertctl.config import BertConfig, FinetuneConfig
+from bertctl.evaluate import evaluate_classify
+from bertctl.finetune import finetune_classify
+from bertctl.model import BertForMaskedLM
+from bertctl.predict import predict_classify
+from bertctl.tokenizer import BertTokenizer
+
+WORDS = [w for w in FILLER[:10] if w not in ("'s", '"')]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "yes", "no", "maybe", "cold", "warm"]
+PAIR = {"text_columns": ("premise", "answer"), "label_column": "y"}
+FAST = {"lr": 2e-3, "batch_size": 8, "max_seq_length": 32, "eval_batch_size": 16, "log_every": 4}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _cli(*args: str | Path):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    return save_model(BertForMaskedLM(config), tmp_path_factory.mktemp("model") / "encoder",
+                      BertTokenizer.from_vocab(VOCAB))
+
+
+def _write_csv(path: Path, header: tuple[str, ...], rows: list[tuple]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([header, *rows])
+    return path
+
+
+@pytest.fixture(scope="module")
+def pair_run(encoder, tmp_path_factory) -> tuple[Path, Path]:
+    """A two-class sentence-pair run whose label is the second text's word; returns (run, validation file)."""
+    folder = tmp_path_factory.mktemp("pair")
+    rng = np.random.default_rng(0)
+    rows = [(" ".join(rng.choice(WORDS, 4)), word, word) for word in rng.choice(["yes", "no"], 96)]
+    train = _write_csv(folder / "train.csv", ("premise", "answer", "y"), rows[:64])
+    dev = _write_csv(folder / "dev.csv", ("premise", "answer", "y"), rows[64:])
+    out = finetune_classify(FinetuneConfig(model=encoder, train=train, validation=dev, out=folder / "run", epochs=6,
+                                           **PAIR, **FAST))
+    assert json.loads((out / "eval_results.json").read_text())["validation"]["accuracy"] >= 0.8  # it learned
+    return out, dev
+
+
+def test_evaluate_reproduces_the_runs_eval_results(pair_run):
+    run, dev = pair_run
+    results = json.loads((run / "eval_results.json").read_text())
+    assert evaluate_classify(run, dev) == results["validation"]  # columns and classes from run.json
+    assert set(results["validation"]) == {"accuracy", "f1", "matthews_correlation"}
+    shown = _cli("evaluate", "classify", "--model", run, "--data", dev, "--json")
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout) == {"task": "classify", "data": str(dev), **results["validation"]}
+    lines = _cli("evaluate", "classify", "-m", run, "--data", dev).stdout.splitlines()
+    assert lines[0] == f"classify {dev} accuracy: {results['validation']['accuracy']:.4f}" and len(lines) == 3
+
+
+def test_other_formats_and_columns_give_the_same_numbers(pair_run, tmp_path):
+    run, dev = pair_run
+    with open(dev, newline="", encoding="utf-8") as handle:
+        records = list(csv.DictReader(handle))
+    renamed = [{"q": r["premise"], "a": r["answer"], "gold": r["y"]} for r in records]
+    parquet = tmp_path / "dev.parquet"
+    pq.write_table(pa.Table.from_pylist(renamed), parquet)
+    expected = evaluate_classify(run, dev)
+    assert evaluate_classify(run, parquet, text_columns=("q", "a"), label_column="gold") == expected
+    assert bertctl.evaluate_classify(run, parquet, ("q", "a"), "gold", batch_size=3) == pytest.approx(expected)
+
+
+def test_predict_writes_every_row_in_order_agreeing_with_evaluate(pair_run, tmp_path):
+    run, dev = pair_run
+    written = _cli("predict", "classify", "--model", run, "--data", dev, "--out", tmp_path / "pred")
+    assert written.exit_code == 0, written.output
+    assert written.stdout.strip() == str(tmp_path / "pred.csv")
+    with open(tmp_path / "pred.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    with open(dev, newline="", encoding="utf-8") as handle:
+        gold = [r["y"] for r in csv.DictReader(handle)]
+    assert rows[0] == ["index", "prediction", "prob_no", "prob_yes"]
+    assert [r[0] for r in rows[1:]] == [str(i) for i in range(len(gold))]
+    probabilities = np.array([[float(p) for p in r[2:]] for r in rows[1:]])
+    assert np.allclose(probabilities.sum(1), 1, atol=1e-5)
+    assert [r[1] for r in rows[1:]] == [("no", "yes")[k] for k in probabilities.argmax(1)]
+    assert {r[1] for r in rows[1:]} == {"no", "yes"}
+    accuracy = np.mean([r[1] == y for r, y in zip(rows[1:], gold, strict=True)])
+    assert accuracy == pytest.approx(evaluate_classify(run, dev)["accuracy"])
+    path = predict_classify(run, dev, tmp_path / "pred.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["index"] for line in lines] == list(range(len(gold)))
+    assert [line["prediction"] for line in lines] == [r[1] for r in rows[1:]]
+    assert set(lines[0]["probabilities"]) == {"no", "yes"}
+
+
+def test_predict_needs_no_labels_and_keeps_the_files_ids(pair_run, tmp_path):
+    run, _ = pair_run
+    data = tmp_path / "new.jsonl"
+    data.write_text("".join(json.dumps({"idx": f"q{i}", "premise": "a b", "answer": word}) + "\n"
+                            for i, word in enumerate(["yes", "no", "no"])), encoding="utf-8")
+    path = predict_classify(run, data, tmp_path / "new.csv")
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["idx"] for r in rows] == ["q0", "q1", "q2"] and all(r["prediction"] in ("no", "yes") for r in rows)
+
+
+def test_a_multi_seed_run_is_scored_with_its_best_seed(encoder, pair_run, tmp_path):
+    _, dev = pair_run
+    out = finetune_classify(FinetuneConfig(model=encoder, train=dev, validation=dev, out=tmp_path / "seeds", epochs=1,
+                                           seeds=(1, 2), **PAIR, **FAST))
+    summary = json.loads((out / "results.json").read_text())
+    assert evaluate_classify(out, dev) == summary["runs"][str(summary["best_seed"])]["validation"]
+
+
+def test_regression_is_scored_with_pearson_and_spearman_and_predicts_scores(encoder, tmp_path):
+    rng = np.random.default_rng(1)
+    lines = [json.dumps({"text": f"{w} {rng.choice(WORDS)}", "score": {"cold": 0.5, "warm": 4.5}[w] + rng.random()})
+             for w in rng.choice(["cold", "warm"], 40)]
+    (tmp_path / "train.jsonl").write_text("\n".join(lines[:32]) + "\n")
+    (tmp_path / "dev.jsonl").write_text("\n".join(lines[32:]) + "\n")
+    run = finetune_classify(FinetuneConfig(model=encoder, train=tmp_path / "train.jsonl", text_columns=("text",),
+                                           validation=tmp_path / "dev.jsonl", label_column="score",
+                                           out=tmp_path / "reg", epochs=2, **FAST))
+    results = json.loads((run / "eval_results.json").read_text())
+    assert evaluate_classify(run, tmp_path / "dev.jsonl") == results["validation"]
+    assert list(results["validation"]) == ["pearson", "spearman"]
+    path = predict_classify(run, tmp_path / "dev.jsonl", tmp_path / "scores.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 8 and all(set(r) == {"index", "prediction"} and isinstance(r["prediction"], float)
+                                  for r in rows)
+
+
+def test_a_model_without_run_json_uses_its_id2label(pair_run, tmp_path):
+    run, dev = pair_run
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for item in run.iterdir():
+        if item.name != "run.json" and item.is_file():
+            (bare / item.name).write_bytes(item.read_bytes())
+    refused = _cli("evaluate", "classify", "--model", bare, "--data", dev)
+    assert refused.exit_code == 2 and "has no run.json naming the text columns" in refused.stderr
+    assert evaluate_classify(bare, dev, ("premise", "answer"), "y", batch_size=16, max_seq_length=32) == \
+        evaluate_classify(run, dev)
+
+
+@pytest.mark.parametrize(("command", "extra", "edit", "code", "expected"), [
+    ("evaluate", [], lambda p: p.write_text("premise,y\na,yes\n"), 2, "bad.csv:1: no column 'answer'"),
+    ("evaluate", ["--label-column", "z"], None, 2, "bad.csv:1: no column 'z'"),
+    ("evaluate", [], lambda p: p.write_text("premise,answer,y\na,b,yes\nc,d,maybe\n"), 2,
+     "bad.csv:3: label 'maybe' is not one of no, yes"),
+    ("evaluate", [], lambda p: p.unlink(), 2, "bad.csv: no such file"),
+    ("predict", [], lambda p: p.write_text("premise,y\na,yes\n"), 2, "bad.csv:1: no column 'answer'"),
+    ("predict", [], lambda p: p.unlink(), 2, "bad.csv: no such file"),
+    ("predict", ["--text-columns", "a,b,c"], None, 2, "--text-columns: give one or two column names"),
+])
+def test_refusals_are_one_line_and_write_nothing(pair_run, tmp_path, command, extra, edit, code, expected):
+    run, dev = pair_run
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(dev.read_bytes())
+    if edit:
+        edit(bad)
+    out = ["--out", tmp_path / "pred.jsonl"] if command == "predict" else []
+    result = _cli(command, "classify", "--model", run, "--data", bad, *out, *extra)
+    assert result.exit_code == code, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and expected in result.stderr
+    assert {p.name for p in tmp_path.iterdir()} <= {"bad.csv"}  # no predictions, no temp file
+
+
+def test_predict_refuses_bad_outputs_and_models_before_writing(pair_run, encoder, tmp_path):
+    run, dev = pair_run
+    cases = [(["--model", run, "--out", tmp_path / "pred.tsv"], "predictions are written as .csv or .jsonl"),
+             (["--model", run, "--out", dev], "is the input file"),
+             (["--model", encoder, "--out", tmp_path / "p.csv"], "has no sequence-classification head")]
+    for args, expected in cases:
+        result = _cli("predict", "classify", "--data", dev, *args)
+        assert result.exit_code == 2 and expected in result.stderr, result.output
+    assert not list(tmp_path.iterdir())
+    assert "finetune classify" in _cli("evaluate", "classify", "-m", encoder, "--data", dev).stderr
