@@ -375,7 +375,8 @@ _EvColumns = Annotated[str | None, typer.Option(help="Text column, or two comma-
 _EvJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 _EvBatch = Annotated[int | None, typer.Option(help="Examples per forward pass [the run's, 128].")]
 _EvMaxLen = Annotated[int | None, typer.Option(help="Tokens per example [the run's, 128].")]
-_EvPrecision = Annotated[str, typer.Option(help="fp32|bf16|fp16|auto.")]
+_EvPrecision = Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [the run's on the same kind of "
+                                                  "device, else auto].")]
 
 
 @evaluate_app.command("glue")
@@ -384,7 +385,7 @@ def evaluate_glue(
     model: _EvModel, data: _EvGlueData,
     split: Annotated[str, typer.Option(help="dev (MNLI: dev_matched and dev_mismatched), or one split.")] = "dev",
     as_json: _EvJson = False, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
-    device: _FtDevice = None, precision: _EvPrecision = "auto",
+    device: _FtDevice = None, precision: _EvPrecision = None,
 ) -> None:
     """Score a fine-tuned model on a GLUE task's dev set: the numbers of its eval_results.json."""
     from bertctl.evaluate import evaluate_glue as run_evaluate
@@ -399,7 +400,7 @@ def evaluate_classify(
     model: _EvModel, data: _EvTable, text_columns: _EvColumns = None,
     label_column: Annotated[str | None, typer.Option(help="Label column [the run's].")] = None,
     as_json: _EvJson = False, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
-    device: _FtDevice = None, precision: _EvPrecision = "auto",
+    device: _FtDevice = None, precision: _EvPrecision = None,
 ) -> None:
     """Score a `finetune classify` model on a labelled table, with the metrics the run reported."""
     from bertctl.evaluate import evaluate_classify as run_evaluate
@@ -417,7 +418,7 @@ def predict_glue(
                                         "`finetune glue all` folder.")],
     data: _EvGlueData, out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the submission files.")],
     batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, device: _FtDevice = None,
-    precision: _EvPrecision = "auto",
+    precision: _EvPrecision = None,
 ) -> None:
     """Write test-set predictions as GLUE submission files (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)."""
     from bertctl.predict import predict_glue as run_predict
@@ -431,7 +432,7 @@ def predict_classify(
     model: _EvModel, data: _EvTable,
     out: Annotated[Path, typer.Option("--out", "-o", help="Predictions file, .csv or .jsonl [.csv].")],
     text_columns: _EvColumns = None, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
-    device: _FtDevice = None, precision: _EvPrecision = "auto",
+    device: _FtDevice = None, precision: _EvPrecision = None,
 ) -> None:
     """Predict every row of a table with a `finetune classify` model: id, label, class probabilities."""
     from bertctl.predict import predict_classify as run_predict

@@ -208,6 +208,16 @@ class Scorer:
     max_seq_length: int
     batch_size: int
     label_order: list[int] | None = None  # the model's output for each task class, when not in task order
+    run_precision: str | None = None  # what the fine-tuning run computed in (its run.json), if known
+    run_device: str | None = None  # and on which kind of device (cpu, cuda)
+
+    def precision_on(self, precision: str | None, device: torch.device) -> str:
+        """--precision, else the run's own on the same kind of device (so scores reproduce its
+        eval_results.json), else auto (bf16 on a GPU, fp32 on the CPU)."""
+        if precision is None:
+            same = self.run_precision is not None and self.run_device == device.type
+            precision = self.run_precision if same else "auto"
+        return training.resolve_precision(precision, device)
 
 
 def read_run_record(folder: Path) -> dict[str, Any]:
@@ -222,18 +232,19 @@ def open_scorer(path: Path | str, task: GlueTask | TabularTask, max_seq_length: 
     the flags, else the fine-tuning run's (its run.json), else the defaults."""
     folder = resolve_model_folder(path)
     model, tokenizer, _, order = load_classifier(folder, task, ckpt)
-    saved = read_run_record(folder).get("config", {})
+    record = read_run_record(folder)
+    saved = record.get("config", {})
     max_len = max_seq_length or saved.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH
     if max_len > model.config.max_position_embeddings:
         raise UsageError(f"--max-seq-length {max_len}: the model takes at most "
                          f"{model.config.max_position_embeddings} tokens")
     batch_size = batch_size or saved.get("eval_batch_size") or DEFAULT_EVAL_BATCH_SIZE
-    return Scorer(model, tokenizer, max_len, batch_size, order)
+    return Scorer(model, tokenizer, max_len, batch_size, order, record.get("precision"), record.get("device"))
 
 
 def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, split: str = "dev",
                   batch_size: int | None = None, max_seq_length: int | None = None, device: str | None = None,
-                  precision: str = "auto") -> dict[str, dict[str, float]]:
+                  precision: str | None = None) -> dict[str, dict[str, float]]:
     """{split: {metric: value}} on the task's labelled split(s); MNLI's `dev` is matched and mismatched.
 
     With the fine-tuning run's settings (read from the folder's run.json) this gives exactly the numbers
@@ -252,7 +263,7 @@ def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, spl
                 for s in splits}
     run_on = pick_device(device)
     return score(task, scorer.model.to(run_on), features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
-                 training.resolve_precision(precision, run_on), scorer.label_order)
+                 scorer.precision_on(precision, run_on), scorer.label_order)
 
 
 def predict_command(task: GlueTask) -> str:
@@ -310,7 +321,7 @@ def _model_classes(ckpt: Checkpoint) -> list[str]:
 def evaluate_classify(model: Path | str, data: str | Path, text_columns: Sequence[str] | None = None,
                       label_column: str | None = None, batch_size: int | None = None,
                       max_seq_length: int | None = None, device: str | None = None,
-                      precision: str = "auto") -> dict[str, float]:
+                      precision: str | None = None) -> dict[str, float]:
     """{metric: value} on a labelled csv/tsv/jsonl/parquet file, the metrics `finetune classify` reports.
 
     With the run's settings (its run.json) the run's own validation file gives exactly the numbers in its
@@ -321,7 +332,7 @@ def evaluate_classify(model: Path | str, data: str | Path, text_columns: Sequenc
     features = encode_examples(run.scorer.tokenizer, examples, run.scorer.max_seq_length)
     run_on = pick_device(device)
     results = score(run.task, run.scorer.model.to(run_on), {"data": features}, run.scorer.tokenizer.pad_id,
-                    run.scorer.batch_size, run_on, training.resolve_precision(precision, run_on),
+                    run.scorer.batch_size, run_on, run.scorer.precision_on(precision, run_on),
                     run.scorer.label_order)
     return results["data"]
 

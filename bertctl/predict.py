@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertctl import training
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
 from bertctl.data.tabular import read_examples
 from bertctl.evaluate import Scorer, encode_examples, open_classify_run, open_scorer, predict_logits, to_predictions
@@ -24,7 +23,7 @@ from bertctl.training import pick_device
 
 def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out: Path | str,
                  batch_size: int | None = None, max_seq_length: int | None = None, device: str | None = None,
-                 precision: str = "auto") -> list[Path]:
+                 precision: str | None = None) -> list[Path]:
     """Write the task's submission file(s) into `out`; returns their paths.
 
     `model` is a model fine-tuned on the task (ax: on mnli); with task `all`, the folder holding one run per
@@ -41,13 +40,13 @@ def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out:
 
 
 def _predict_task(task: GlueTask, model: Path, data: str | Path, batch_size: int | None,
-                  max_seq_length: int | None, device: str | None, precision: str) -> list[tuple]:
+                  max_seq_length: int | None, device: str | None, precision: str | None) -> list[tuple]:
     """(task, split, ids, predictions) for each of the task's test splits."""
     scorer = open_scorer(model, get_task(task.predicted_by or task), max_seq_length, batch_size)
     examples = {split: read_split(task, split, data) for split in task.eval_splits("test")}
     run_on = pick_device(device)
     scorer.model.to(run_on)
-    resolved = training.resolve_precision(precision, run_on)
+    resolved = scorer.precision_on(precision, run_on)
     results = []
     for split, test in examples.items():
         logits = _task_logits(scorer, test, run_on, resolved)
@@ -64,7 +63,7 @@ def _task_logits(scorer: Scorer, examples: Examples, device: torch.device, preci
 
 def predict_classify(model: Path | str, data: str | Path, out: str | Path, text_columns: Sequence[str] | None = None,
                      batch_size: int | None = None, max_seq_length: int | None = None, device: str | None = None,
-                     precision: str = "auto") -> Path:
+                     precision: str | None = None) -> Path:
     """Predict every row of a csv/tsv/jsonl/parquet file with a `finetune classify` model; returns the file.
 
     `out` is written as .csv (also when it has no extension) or .jsonl, once every row is predicted: the
@@ -76,7 +75,7 @@ def predict_classify(model: Path | str, data: str | Path, out: str | Path, text_
     examples, id_name = read_examples(data, run.text_columns)
     run_on = pick_device(device)
     run.scorer.model.to(run_on)
-    logits = _task_logits(run.scorer, examples, run_on, training.resolve_precision(precision, run_on))
+    logits = _task_logits(run.scorer, examples, run_on, run.scorer.precision_on(precision, run_on))
     predictions = to_predictions(logits, run.task.is_regression).tolist()
     probabilities = None if run.task.is_regression else torch.from_numpy(logits).softmax(-1).tolist()
     return write_predictions(path, id_name, examples.ids, run.task.label_names, predictions, probabilities)

@@ -329,3 +329,13 @@ def test_evaluate_refuses_models_that_cannot_score_the_task(encoder, sst2_run, s
     assert wrong.exit_code == 2 and "predicts 2 output(s) but mnli needs 3" in wrong.stderr
     ax = _cli("evaluate", "glue", "ax", "--model", sst2_run, "--data", small_glue)
     assert ax.exit_code == 2 and "bertctl predict glue ax" in ax.stderr
+
+
+def test_scoring_uses_the_runs_precision_on_the_same_kind_of_device_else_auto():
+    from bertctl.evaluate import Scorer
+
+    cpu = torch.device("cpu")
+    assert Scorer(None, None, 128, 8, None, "bf16", "cpu").precision_on(None, cpu) == "bf16"
+    assert Scorer(None, None, 128, 8, None, "bf16", "cuda").precision_on(None, cpu) == "fp32"  # auto on the CPU
+    assert Scorer(None, None, 128, 8).precision_on(None, cpu) == "fp32"
+    assert Scorer(None, None, 128, 8, None, "fp32", "cpu").precision_on("bf16", cpu) == "bf16"  # the flag wins
