@@ -81,10 +81,6 @@ def _root(
     _debug = debug
 
 
-def _not_built(command: str) -> None:
-    raise UsageError(f"'bertctl {command}' is not built yet in bertctl {__version__}")
-
-
 # --- tokenizer ---------------------------------------------------------------------------------------
 
 @tokenizer_app.command("train")
