@@ -192,9 +192,11 @@ class BertTokenizer:
         self.options = options
         backend.no_padding()
         backend.no_truncation()
-        for token in options.specials:
-            if backend.token_to_id(token) is None:
+        ids = {role: backend.token_to_id(token) for role, token in zip(ROLES, options.specials, strict=True)}
+        for role, token in zip(ROLES, options.specials, strict=True):
+            if ids[role] is None:
                 raise UsageError(f"the tokenizer has no {token} token; BERT needs {' '.join(options.specials)}")
+        self._ids: dict[str, int] = ids  # type: ignore[assignment]  # every special token's id, looked up once
 
     @classmethod
     def from_vocab(cls, vocab: Sequence[str] | dict[str, int], lowercase: bool = True,
@@ -232,30 +234,25 @@ class BertTokenizer:
         """The string of a special token by role ("pad", "unk", "cls", "sep", "mask"): "[MASK]" or a custom one."""
         return self.options.specials[ROLES.index(role)]
 
-    def _special(self, role: str) -> int:
-        token_id = self.backend.token_to_id(self.special_token(role))
-        assert token_id is not None  # checked in __init__
-        return token_id
-
     @property
     def pad_id(self) -> int:
-        return self._special("pad")
+        return self._ids["pad"]
 
     @property
     def unk_id(self) -> int:
-        return self._special("unk")
+        return self._ids["unk"]
 
     @property
     def cls_id(self) -> int:
-        return self._special("cls")
+        return self._ids["cls"]
 
     @property
     def sep_id(self) -> int:
-        return self._special("sep")
+        return self._ids["sep"]
 
     @property
     def mask_id(self) -> int:
-        return self._special("mask")
+        return self._ids["mask"]
 
     def vocab(self) -> list[str]:
         """Tokens in id order, added tokens included (ids without a token, impossible here, would raise)."""
@@ -294,8 +291,8 @@ class BertTokenizer:
     def added_tokens(self) -> list[Added]:
         """The special and added tokens transformers keeps in added_tokens_decoder, in id order."""
         tokens = {t.content: t for t in self.options.added}
-        for token in self.options.specials:
-            tokens.setdefault(token, Added(token, self._special(ROLES[self.options.specials.index(token)]), True))
+        for role, token in zip(ROLES, self.options.specials, strict=True):
+            tokens.setdefault(token, Added(token, self._ids[role], True))
         return sorted(tokens.values(), key=lambda t: t.id)
 
     def config(self) -> dict[str, Any]:
