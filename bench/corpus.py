@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bertctl.config import TokenizerTrainConfig  # noqa: E402
-from bertctl.tokenizer import load_tokenizer  # noqa: E402
+from bertctl.tokenizer_folder import load_tokenizer  # noqa: E402
 from bertctl.tokenizer_train import train_tokenizer  # noqa: E402
 
 DEFAULT_INPUT = ROOT / "bertctl" / "resources" / "austen.txt.gz"

@@ -31,7 +31,7 @@ from functools import partial
 import torch
 
 from bertctl import training
-from bertctl.config import preset
+from bertctl.config import BertConfig, preset
 from bertctl.model import BertForPreTraining
 from bertctl.pretrain import _loss_terms, _weights
 
@@ -57,25 +57,32 @@ def make_batch(batch: int, device: torch.device) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "token_type_ids": types, "mlm_labels": labels, "next_sentence_label": nsp}
 
 
-def bertctl_step(size: str, batch: dict[str, torch.Tensor], device: torch.device) -> Callable[[], None]:
+def model_config(size: str, dropout: float | None = None) -> BertConfig:
+    rates = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    return preset(size, vocab_size=VOCAB, **rates)
+
+
+def bertctl_step(size: str, batch: dict[str, torch.Tensor], device: torch.device, dropout: float | None = None,
+                 mode: str = "default") -> Callable[[], None]:
     torch.manual_seed(0)
-    model = BertForPreTraining(preset(size, vocab_size=VOCAB)).to(device).train()
+    model = BertForPreTraining(model_config(size, dropout)).to(device).train()
     optimizer = training.make_optimizer("adamw", model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
-    compiled = torch.compile(model)
+    compiled = torch.compile(model, mode=mode)
     env = training.Distributed(device=device)
     terms = partial(_loss_terms, predictions=PREDICTIONS)
     batch = {**batch, "attention_mask": None}  # no padding: the loop drops the mask on the host
     return lambda: training.optimizer_step(compiled, [batch], optimizer, terms, _weights, env, "bf16")
 
 
-def transformers_step(size: str, batch: dict[str, torch.Tensor], device: torch.device) -> Callable[[], None]:
+def transformers_step(size: str, batch: dict[str, torch.Tensor], device: torch.device,
+                      dropout: float | None = None, mode: str = "default") -> Callable[[], None]:
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.BertConfig(**preset(size, vocab_size=VOCAB).to_dict(), attn_implementation="sdpa")
+    config = transformers.BertConfig(**model_config(size, dropout).to_dict(), attn_implementation="sdpa")
     model = transformers.BertForPreTraining(config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6, fused=True)
-    compiled = torch.compile(model)
+    compiled = torch.compile(model, mode=mode)
 
     def step() -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16):
@@ -115,17 +122,22 @@ def main() -> None:
     parser.add_argument("--sizes", default="base,large", help="presets (tiny ... large)")
     parser.add_argument("--batch", type=int, default=None, help="sequences per step (default: 512)")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test")
+    parser.add_argument("--dropout", type=float, default=None, help="both dropout rates (default: 0.1, the paper's)")
+    parser.add_argument("--compile-mode", default="default",
+                        help="torch.compile mode: default, max-autotune-no-cudagraphs, max-autotune, ...")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
-    print(f"{name}  torch {torch.__version__}  seq {SEQ}  bf16  compiled  MFU vs {PEAK_TFLOPS:.0f} TFLOP/s")
+    dropout = 0.1 if args.dropout is None else args.dropout
+    print(f"{name}  torch {torch.__version__}  seq {SEQ}  bf16  compile mode {args.compile_mode}  dropout {dropout}",
+          f" MFU vs {PEAK_TFLOPS:.0f} TFLOP/s")
     print(f"{'model':6} {'side':12} {'batch':>5} {'seq/s':>9} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>9}",
           f"{'warm s':>7}")
     sides = [("bertctl", bertctl_step, args.seconds), ("transformers", transformers_step, args.transformers_seconds)]
     for size in args.sizes.split(","):
         rates = {}
-        config = preset(size, vocab_size=VOCAB)
+        config = model_config(size)
         for side, make, seconds in sides:
             if seconds <= 0:
                 continue
@@ -134,7 +146,8 @@ def main() -> None:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
             try:
-                per_second, warm = measure(make(size, make_batch(size_batch, device), device), seconds, device)
+                step = make(size, make_batch(size_batch, device), device, args.dropout, args.compile_mode)
+                per_second, warm = measure(step, seconds, device)
             except Exception as exc:  # an OOM or compile failure on one side must not hide the others
                 print(f"{size:6} {side:12} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
                 continue

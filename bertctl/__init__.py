@@ -22,7 +22,7 @@ _LAZY = {
     "load_model": "bertctl.checkpoint",
     "save_model": "bertctl.checkpoint",
     "BertTokenizer": "bertctl.tokenizer",
-    "load_tokenizer": "bertctl.tokenizer",
+    "load_tokenizer": "bertctl.tokenizer_folder",
     "train_tokenizer": "bertctl.tokenizer_train",
     "build_corpus": "bertctl.corpus",
     "load_corpus": "bertctl.corpus",

@@ -423,7 +423,7 @@ def model_tokenizer(ckpt: Checkpoint, required: bool = True) -> Any:
 
     Without tokenizer files: None, or (required) a one-line error saying what to copy where.
     """
-    from bertctl.tokenizer import has_tokenizer, load_tokenizer
+    from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 
     if not has_tokenizer(ckpt.path):
         if not required:

@@ -129,7 +129,8 @@ def tokenizer_encode(
     """Show the tokens, ids and segment ids of texts, [CLS] and [SEP] included."""
     import json
 
-    from bertctl.tokenizer import encode_rows, format_row, load_tokenizer
+    from bertctl.tokenizer import encode_rows, format_row
+    from bertctl.tokenizer_folder import load_tokenizer
 
     all_texts = list(texts or [])
     if not all_texts and not sys.stdin.isatty():

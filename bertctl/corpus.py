@@ -48,7 +48,7 @@ _EXECUTION_ONLY = ("out", "workers", "overwrite")  # where and how: never change
 def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
     """Build the corpus folder `cfg.out` and return its manifest."""
     from bertctl.data.sources import ReadStats
-    from bertctl.tokenizer import load_tokenizer
+    from bertctl.tokenizer_folder import load_tokenizer
 
     out = _check_required(cfg)
     tokenizer = load_tokenizer(cfg.tokenizer, lowercase=cfg.lowercase)
@@ -353,7 +353,7 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
 
 def corpus_tokenizer(path: Path | str) -> Any:
     """The tokenizer a corpus was built with (saved in CORPUS/tokenizer)."""
-    from bertctl.tokenizer import load_tokenizer
+    from bertctl.tokenizer_folder import load_tokenizer
 
     return load_tokenizer(Path(path) / "tokenizer")
 

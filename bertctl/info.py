@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl.checkpoint import heads_present, read_checkpoint
-from bertctl.tokenizer import has_tokenizer, load_tokenizer
+from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 
 
 def info(model: Path | str) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from bertctl.data.masking import masking_options
 from bertctl.errors import UsageError
 from bertctl.files import write_json_atomic
 from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
-from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+from bertctl.tokenizer import BertTokenizer
+from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from bertctl.config import CorpusConfig, PretrainConfig, TokenizerTrainConfig
-from bertctl.tokenizer import has_tokenizer
+from bertctl.tokenizer_folder import has_tokenizer
 from bertctl.training import Distributed, barrier
 
 VOCAB_SIZE = 8192  # enough for six novels; a smaller embedding matrix keeps the CPU run short

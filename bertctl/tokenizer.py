@@ -2,7 +2,7 @@
 
 One wrapper, `BertTokenizer`, is what every other part of bertctl holds: checkpoint folders save it,
 corpus building and pre-training compare its `sha256()` to refuse a mismatched vocabulary, fill decodes
-with it. `load_tokenizer` reads every folder flavour (tokenizer.json, or Google's bare vocab.txt).
+with it. Reading the folders others wrote is tokenizer_folder.py's job.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import logging
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,8 +30,6 @@ from tokenizers import (
 
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import write_text_atomic
-
-log = logging.getLogger(__name__)
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0-4 in every vocabulary bertctl trains
@@ -102,10 +99,8 @@ def _python_whitespace() -> str:
 
 
 ROLES = ("pad", "unk", "cls", "sep", "mask")  # the special tokens' roles, in SPECIAL_TOKENS' order
-_ADD_ORDER = ("unk", "sep", "pad", "cls", "mask")  # transformers appends missing special tokens in this order
 _CLEAN_UP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
              (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")]  # transformers' clean_up_tokenization, in order
-_NO_LIMIT = 10**20  # a model_max_length above this is transformers' "no limit" sentinel (int(1e30))
 
 
 @dataclass(frozen=True)
@@ -319,192 +314,6 @@ class BertTokenizer:
         write_text_atomic(folder / "tokenizer.json", self.backend.to_str(pretty=True) + "\n")
         write_text_atomic(folder / "tokenizer_config.json", json.dumps(self.config(), indent=2) + "\n")
         write_text_atomic(folder / "special_tokens_map.json", json.dumps(self._special_map(), indent=2) + "\n")
-
-
-def has_tokenizer(folder: Path | str) -> bool:
-    """True when folder holds a tokenizer bertctl can load (tokenizer.json or vocab.txt)."""
-    folder = Path(folder)
-    return (folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()
-
-
-def read_vocab_file(path: Path) -> list[str]:
-    """Google's vocab.txt: one token a line, the line number is the id (read as transformers reads it)."""
-    try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            tokens = [line[:-1] if line.endswith("\n") else line for line in handle]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read vocabulary {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    seen: dict[str, int] = {}
-    for i, token in enumerate(tokens):
-        if token in seen:
-            raise UsageError(f"{path}: line {i + 1} repeats token {token!r} of line {seen[token] + 1}; "
-                             "ids would be ambiguous")
-        seen[token] = i
-    if not tokens:
-        raise UsageError(f"{path} is empty; a vocab.txt has one token a line")
-    return tokens
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object file, {} when it does not exist."""
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
-    if not isinstance(value, dict):
-        raise UsageError(f"cannot read {path}: not a JSON object")
-    return value
-
-
-def _token_text(value: Any) -> str | None:
-    """A token as tokenizer files write it: a string, or an AddedToken dict with its "content"."""
-    value = value.get("content") if isinstance(value, dict) else value
-    return value if isinstance(value, str) and value else None
-
-
-def _added(value: Any, index: int, special: bool = False) -> Added:
-    if isinstance(value, dict):
-        special, single_word = bool(value.get("special", False)), bool(value.get("single_word", False))
-        return Added(_token_text(value) or "", index, special, single_word)
-    return Added(str(value), index, special)
-
-
-def _extras(config: dict[str, Any]) -> list[str]:
-    """additional_special_tokens (extra_special_tokens since transformers 5) as strings."""
-    extra = config.get("extra_special_tokens") or []
-    values = [*(config.get("additional_special_tokens") or []), *(extra.values() if isinstance(extra, dict) else extra)]
-    return [t for t in map(_token_text, values) if t]
-
-
-def _folder_settings(folder: Path, tokenizer_json: dict[str, Any] | None) -> tuple[dict[str, Any], dict[int, Added]]:
-    """tokenizer_config.json and the added tokens by id, merged with the legacy files as from_pretrained does:
-    added_tokens_decoder when the config has one, else special_tokens_map.json (it wins), added_tokens.json
-    and tokenizer.json's added_tokens."""
-    config = _read_json(folder / "tokenizer_config.json")
-    if "added_tokens_decoder" in config:
-        decoder = config["added_tokens_decoder"] or {}
-        return config, {int(i): _added(t, int(i)) for i, t in decoder.items()}
-    for key, value in _read_json(folder / "special_tokens_map.json").items():
-        config[key] = [*(config.get(key) or []), *value] if key.endswith("special_tokens") else value
-    specials = {_token_text(config.get(f"{role}_token")) for role in ROLES} | set(_extras(config))
-    added = {int(i): Added(t, int(i), t in specials)
-             for t, i in _read_json(folder / "added_tokens.json").items()}
-    for token in (tokenizer_json or {}).get("added_tokens") or []:
-        added[int(token["id"])] = _added(token, int(token["id"]))
-    return config, added
-
-
-def _options(config: dict[str, Any], added: dict[int, Added], vocab: dict[str, int],
-             fallback: dict[str, Any]) -> TokenizerOptions:
-    """The options transformers' BertTokenizer(**config) would use; `fallback` fills keys the config lacks."""
-    def get(key: str, default: Any) -> Any:
-        return config[key] if config.get(key) is not None else fallback.get(key, default)
-
-    specials = tuple(_token_text(config.get(f"{r}_token")) or t for r, t in zip(ROLES, SPECIAL_TOKENS, strict=True))
-    tokens = {t.content: t for t in added.values() if t.content}
-    size = len(set(vocab) | set(tokens))
-    for token in [specials[ROLES.index(role)] for role in _ADD_ORDER] + _extras(config):
-        if token not in tokens:  # transformers marks these special, appending those not in the vocabulary
-            tokens[token] = Added(token, vocab.get(token, size), special=True)
-            size += token not in vocab
-    limit = config.get("model_max_length", config.get("max_len"))
-    return TokenizerOptions(
-        lowercase=bool(get("do_lower_case", True)), strip_accents=get("strip_accents", None),
-        chinese_chars=bool(get("tokenize_chinese_chars", True)), basic=bool(get("do_basic_tokenize", True)),
-        never_split=tuple(str(t) for t in config.get("never_split") or ()), specials=specials,
-        added=tuple(t for t in tokens.values() if t.content not in specials or t.content not in vocab),
-        extras=tuple(dict.fromkeys(_extras(config))),
-        model_max_length=limit if isinstance(limit, int) and 0 < limit < _NO_LIMIT else None,
-        clean_up_spaces=bool(get("clean_up_tokenization_spaces", True)))
-
-
-def _casing_of(tokenizer_json: dict[str, Any]) -> dict[str, Any]:
-    """A tokenizer.json's normalizer as config keys: a BertNormalizer's flags, or our Sequence's steps."""
-    state = tokenizer_json.get("normalizer") or {}
-    parts = state.get("normalizers", [state]) if state.get("type") == "Sequence" else [state]
-    for part in parts:
-        if part.get("type") == "BertNormalizer":
-            return {"do_lower_case": bool(part.get("lowercase")), "strip_accents": part.get("strip_accents"),
-                    "tokenize_chinese_chars": bool(part.get("handle_chinese_chars", True))}
-    lowercase = any(part.get("type") == "Lowercase" for part in parts)
-    strip = any(part.get("type") in ("NFD", "StripAccents") for part in parts)
-    chinese = "4E00" in json.dumps(tokenizer_json.get("pre_tokenizer")) or not parts
-    return {"do_lower_case": lowercase, "strip_accents": None if strip == lowercase else strip,
-            "tokenize_chinese_chars": chinese}
-
-
-def _check_casing(tokens: Sequence[str], lowercase: bool, source: Path) -> None:
-    """Warn when the vocabulary's letters disagree with the casing (uncased flag on a cased vocab...)."""
-    words = [t for t in tokens if t[:1] != "[" and any(c.isalpha() for c in t)]
-    capitals = sum(1 for t in words if t != t.lower())
-    if lowercase and capitals > max(10, len(words) // 50):
-        log.warning("warning: %s has %d tokens with capitals but the tokenizer lowercases its input; "
-                    "they can never be produced (pass --cased if the vocabulary is cased)", source, capitals)
-    elif not lowercase and len(words) >= 100 and capitals == 0:
-        log.warning("warning: %s has no token with a capital but the tokenizer keeps case; capitalised "
-                    "words will split badly (pass --lowercase if the vocabulary is uncased)", source)
-
-
-def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertTokenizer:
-    """A tokenizer folder (vocab.txt and/or tokenizer.json), a vocab.txt or a tokenizer.json, read as
-    transformers' `BertTokenizer.from_pretrained` reads it: vocab.txt first, every option of
-    tokenizer_config.json, special and added tokens; a tokenizer.json alone gives its vocabulary and casing.
-
-    `lowercase` (the --lowercase/--cased flag) decides where the folder does not: it overrides a bare
-    vocab.txt's config with a warning, and is ignored (with a warning) when the folder has a tokenizer.json.
-    A hub id (`bert-base-uncased`) is read from the Hugging Face cache, or fetched when online.
-    """
-    from bertctl.hub import local_folder
-
-    path = local_folder(path, weights=False)
-    if path.is_dir():
-        json_path, vocab_path = path / "tokenizer.json", path / "vocab.txt"
-        if not json_path.is_file() and not vocab_path.is_file():
-            raise UsageError(f"tokenizer {path} has no tokenizer.json or vocab.txt; give a tokenizer folder or a "
-                             "vocab.txt")
-    elif path.is_file():
-        json_path, vocab_path = (path, None) if path.suffix == ".json" else (None, path)
-    else:
-        raise UsageError(f"tokenizer {path} does not exist; give a tokenizer folder or a vocab.txt")
-    tokenizer_json = _read_tokenizer_json(json_path) if json_path and json_path.is_file() else None
-    if vocab_path is not None and vocab_path.is_file():
-        source, tokens, fallback = vocab_path, read_vocab_file(vocab_path), {}
-        vocab = {t: i for i, t in enumerate(tokens)}
-    else:
-        assert tokenizer_json is not None and json_path is not None
-        source, vocab, fallback = json_path, tokenizer_json["model"]["vocab"], _casing_of(tokenizer_json)
-    config, added = _folder_settings(source.parent, tokenizer_json)
-    file_lower = config.get("do_lower_case", fallback.get("do_lower_case"))
-    if lowercase is not None and file_lower is not None and bool(file_lower) != lowercase:
-        where = source.parent / "tokenizer_config.json" if "do_lower_case" in config else source
-        if tokenizer_json is not None:
-            log.warning("warning: %s fixes the casing (do_lower_case=%s); the %s flag is ignored", where,
-                        bool(file_lower), "--lowercase" if lowercase else "--cased")
-        else:
-            log.warning("warning: %s says do_lower_case=%s; using the %s flag instead", where, bool(file_lower),
-                        "--lowercase" if lowercase else "--cased")
-            config["do_lower_case"] = lowercase
-    elif lowercase is not None and file_lower is None:
-        config["do_lower_case"] = lowercase
-    options = _options(config, added, vocab, fallback)
-    if options.basic:
-        _check_casing(list(vocab), options.lowercase, source)
-    return BertTokenizer.from_vocab(vocab, options=options)
-
-
-def _read_tokenizer_json(path: Path) -> dict[str, Any]:
-    """A tokenizer.json, refused unless its model is BERT's WordPiece."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        Tokenizer.from_str(json.dumps(data))  # the same file must load in tokenizers
-    except Exception as exc:  # tokenizers raises a bare Exception for malformed files
-        raise UsageError(f"cannot read tokenizer {path}: {str(exc).splitlines()[0]}") from None
-    model = data.get("model") or {}
-    if model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", CONTINUATION) != CONTINUATION:
-        raise UsageError(f"{path} is not a BERT WordPiece tokenizer (with '##' continuations)")
-    return data
 
 
 def encode_rows(tokenizer: BertTokenizer, texts: Sequence[str], pair: str | None = None) -> list[dict[str, Any]]:

@@ -106,7 +106,7 @@ def test_save_is_atomic_and_refuses_to_overwrite(odd_config, tmp_path):
 
 
 def test_our_pretraining_folder_with_tokenizer_loads_in_transformers(minilm, odd_config, tmp_path):
-    from bertctl.tokenizer import load_tokenizer
+    from bertctl.tokenizer_folder import load_tokenizer
 
     tokenizer = load_tokenizer(minilm)
     model = BertForPreTraining(odd_config.replace(vocab_size=tokenizer.vocab_size))

@@ -13,7 +13,7 @@ from bertctl.cli import app
 from bertctl.config import BertConfig
 from bertctl.hub import is_hub_id, local_folder
 from bertctl.model import BertForMaskedLM
-from bertctl.tokenizer import load_tokenizer
+from bertctl.tokenizer_folder import load_tokenizer
 
 hub_constants = pytest.importorskip("huggingface_hub.constants")
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "ran", "a", "cat", "##s"]

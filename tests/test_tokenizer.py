@@ -14,7 +14,8 @@ import pytest
 
 from bertctl.config import TokenizerTrainConfig
 from bertctl.errors import UsageError
-from bertctl.tokenizer import BertTokenizer, has_tokenizer, load_tokenizer
+from bertctl.tokenizer import BertTokenizer
+from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 from bertctl.tokenizer_train import train_tokenizer
 
 AUSTEN = Path(__file__).resolve().parents[1] / "bertctl" / "resources" / "austen.txt.gz"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bertctl.tokenizer import load_tokenizer
+from bertctl.tokenizer_folder import load_tokenizer
 from tests.conftest import minilm_path
 from tests.test_tokenizer import HARD, PAIRS
 
