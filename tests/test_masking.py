@@ -1,4 +1,5 @@
-"""The one masking function: Google's counts, 80/10/10, specials untouched, whole words, batch = rows."""
+"""The one masking function: Google's counts, 80/10/10, specials untouched, whole words, batch = rows; the
+per-row streams (RowRandom) the dynamic collator draws from."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertctl.data.masking import IGNORE_INDEX, continuation_mask, mask_tokens, mlm_labels
+from bertctl.data.masking import IGNORE_INDEX, RowRandom, continuation_mask, mask_tokens, mlm_labels, row_keys
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 VOCAB = 1000
@@ -48,10 +49,16 @@ def test_specials_never_masked_and_labels_are_the_originals() -> None:
     assert (np.diff(result.positions, axis=1)[result.positions[:, 1:] >= 0] > 0).all()  # sorted per row
 
 
+def make_rng(kind: str, seed: int, rows: int) -> np.random.Generator | RowRandom:
+    """numpy's Generator, or the collator's counter-based streams (one per row)."""
+    return np.random.default_rng(seed) if kind == "generator" else RowRandom(row_keys(seed, 0, np.arange(rows)))
+
+
+@pytest.mark.parametrize("kind", ["generator", "rows"])
 @pytest.mark.parametrize("whole_word", [False, True])
-def test_80_10_10(whole_word: bool) -> None:
+def test_80_10_10(whole_word: bool, kind: str) -> None:
     ids = batch()
-    result = mask_tokens(ids, rng=np.random.default_rng(3), is_continuation=CONTINUES if whole_word else None,
+    result = mask_tokens(ids, rng=make_rng(kind, 3, len(ids)), is_continuation=CONTINUES if whole_word else None,
                          **OPTIONS)
     rows, slots = np.nonzero(result.positions >= 0)
     shown = result.input_ids[rows, result.positions[rows, slots]]
@@ -61,10 +68,11 @@ def test_80_10_10(whole_word: bool) -> None:
     assert abs(as_mask - 0.8) < 0.03 and abs(kept - 0.1) < 0.03 and abs(1 - as_mask - kept - 0.1) < 0.03
 
 
-def test_random_tokens_span_the_whole_vocabulary() -> None:
+@pytest.mark.parametrize("kind", ["generator", "rows"])
+def test_random_tokens_span_the_whole_vocabulary(kind: str) -> None:
     ids = batch()
-    result = mask_tokens(ids, rng=np.random.default_rng(4), **{**OPTIONS, "masked_lm_prob": 1.0,
-                                                               "max_predictions_per_seq": 128})
+    result = mask_tokens(ids, rng=make_rng(kind, 4, len(ids)), **{**OPTIONS, "masked_lm_prob": 1.0,
+                                                                   "max_predictions_per_seq": 128})
     rows, slots = np.nonzero(result.positions >= 0)
     shown = result.input_ids[rows, result.positions[rows, slots]]
     randoms = shown[(shown != MASK) & (shown != result.label_ids[rows, slots])]
@@ -133,3 +141,24 @@ def test_labels_helper() -> None:
 
 def test_continuation_mask() -> None:
     assert continuation_mask(["[PAD]", "the", "##s", "#", "##"]).tolist() == [False, False, True, False, True]
+
+
+def test_a_rows_stream_ignores_its_neighbours_and_the_padding() -> None:
+    """The collator's masks depend on (seed, epoch, row) alone: not on the batch a row lands in, its place
+    there, or the width the batch is padded to; and chosen positions are uniform over a row."""
+    ids = batch(rows=64, width=96)
+    keys = row_keys(0, 3, np.arange(1000, 1064))
+    whole = mask_tokens(ids, rng=RowRandom(keys), **OPTIONS)
+    order = np.random.default_rng(0).permutation(64)[:20]
+    wider = np.pad(ids[order], ((0, 0), (0, 32)), constant_values=PAD)
+    part = mask_tokens(wider, rng=RowRandom(keys[order]), **OPTIONS)
+    assert (part.input_ids[:, :96] == whole.input_ids[order]).all()
+    assert (part.positions == whole.positions[order]).all() and (part.label_ids == whole.label_ids[order]).all()
+    other_epoch = mask_tokens(ids, rng=RowRandom(row_keys(0, 4, np.arange(1000, 1064))), **OPTIONS)
+    assert (other_epoch.positions != whole.positions).any()
+    draws = RowRandom(row_keys(1, 0, np.arange(4000)))
+    assert abs(draws.random((4000, 128)).mean() - 0.5) < 0.002
+    counts = np.bincount(draws.integers(0, 10, (4000, 128)).ravel(), minlength=10)
+    assert counts.min() > 0.97 * counts.mean() and counts.max() < 1.03 * counts.mean()
+    with pytest.raises(ValueError, match="row keys"):
+        draws.random((3, 4))

@@ -1,9 +1,11 @@
 """Batches: which rows every rank reads at every step, and the padding that turns rows into tensors.
 
 Pre-training: the order is a pure function of (seed, samples already seen): epoch e visits the rows in the
-permutation drawn from (seed, e); step s reads global samples [s*B, (s+1)*B), rank r its contiguous share of
-those. So a resumed run, any number of ranks and any number of loader workers read exactly the same data, and
-dynamic masks are drawn per sample from (seed, epoch, row), so they agree as well.
+pseudo-random permutation keyed by (seed, e); step s reads global samples [s*B, (s+1)*B), rank r its
+contiguous share of those. So a resumed run, any number of ranks and any number of loader workers read
+exactly the same data, and dynamic masks are drawn per sample from (seed, epoch, row), so they agree as well.
+The permutation is computed per sample (a Feistel cipher), never stored: O(batch) work and memory per
+micro-batch however many rows the corpus has.
 
 Fine-tuning: an epoch's batches are drawn from (seed, epoch) alone (optionally grouped by length), and each
 global batch is shared out among the ranks in micro-batches, so any number of processes trains on the same
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from bertctl.data.masking import IGNORE_INDEX, mask_tokens, mlm_labels
+from bertctl.data.masking import IGNORE_INDEX, RowRandom, mask_tokens, mix64, mlm_labels, row_keys
 
 GROUP_WINDOW = 50  # length grouping sorts windows of this many batches (random across windows)
 
@@ -45,14 +47,33 @@ class BatchPlan:
         first = step_start + self.rank * per_rank + micro * self.micro_batch
         sample = np.arange(first, first + self.micro_batch)
         epochs = sample // self.rows
-        rows = np.empty_like(sample)
-        for epoch in np.unique(epochs):
-            chosen = epochs == epoch
-            rows[chosen] = self.permutation(int(epoch))[sample[chosen] % self.rows]
-        return epochs, rows
+        return epochs, shuffled_index(sample % self.rows, self.rows, row_keys(self.seed, epochs))
 
-    def permutation(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(self.rows)
+
+_FEISTEL_ROUNDS = 6
+
+
+def shuffled_index(index: np.ndarray, size: int, keys: np.ndarray) -> np.ndarray:
+    """Entry `index` of a pseudo-random permutation of range(size), one permutation per key (`keys` broadcasts
+    against `index`).
+
+    A balanced Feistel network permutes the smallest power-of-two range with an even number of bits that holds
+    `size`; a value that lands outside range(size) is encrypted again until it falls inside (cycle walking),
+    which keeps the result a permutation of range(size). No table is built, so any corpus shuffles in O(batch).
+    """
+    half = np.uint64(max(1, ((size - 1).bit_length() + 1) // 2))
+    low_mask = (np.uint64(1) << half) - np.uint64(1)
+    keys = np.broadcast_to(np.asarray(keys, dtype=np.uint64), np.shape(index))
+    round_keys = [mix64(keys ^ mix64(np.uint64(r + 1))) for r in range(_FEISTEL_ROUNDS)]
+    value = np.asarray(index, dtype=np.uint64).copy()
+    todo = np.arange(value.size)
+    while todo.size:
+        left, right = value[todo] >> half, value[todo] & low_mask
+        for key in round_keys:
+            left, right = right, left ^ (mix64(right ^ key[todo]) & low_mask)
+        value[todo] = (left << half) | right
+        todo = todo[value[todo] >= np.uint64(size)]
+    return value.astype(np.int64)
 
 
 def pad_batch(ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None, pad_id: int,
@@ -84,16 +105,15 @@ class Collator:
         padded = pad_batch(rows["input_ids"], rows["token_type_ids"], self.pad_id, self.pad_to)
         ids = padded["input_ids"]
         width = ids.shape[1]
-        labels = np.full(ids.shape, IGNORE_INDEX, dtype=np.int64)
-        for i, row in enumerate(rows["input_ids"]):
-            if self.masking is None:
-                positions = np.asarray(rows["masked_lm_positions"][i], dtype=np.int64)
-                labels[i] = mlm_labels(positions, np.asarray(rows["masked_lm_ids"][i]), width)
-            else:
-                rng = np.random.default_rng([self.seed, int(epochs[i]), int(row_ids[i]), 1])
-                masked = mask_tokens(ids[i, : len(row)], rng=rng, **self.masking)
-                ids[i, : len(row)] = masked.input_ids
-                labels[i] = mlm_labels(masked.positions, masked.label_ids, width)
+        if self.masking is None:
+            labels = np.full(ids.shape, IGNORE_INDEX, dtype=np.int64)
+            for i, positions in enumerate(rows["masked_lm_positions"]):
+                labels[i] = mlm_labels(np.asarray(positions, dtype=np.int64), np.asarray(rows["masked_lm_ids"][i]),
+                                       width)
+        else:  # every row its own stream, keyed by (seed, epoch, row): independent of batch and padding
+            masked = mask_tokens(ids, rng=RowRandom(row_keys(self.seed, epochs, row_ids)), **self.masking)
+            padded["input_ids"] = masked.input_ids
+            labels = mlm_labels(masked.positions, masked.label_ids, width)
         batch = {name: torch.from_numpy(array) for name, array in padded.items()}
         batch["mlm_labels"] = torch.from_numpy(labels)
         if "next_sentence_label" in rows:

@@ -12,13 +12,16 @@
   vocabulary, one draw per token) with 0.1, and kept with 0.1 - one decision per word.
 
 It works on one row (`(T,)`) or a padded batch (`(B, T)`) at once with numpy, so a collator masks a batch
-with a handful of array operations. Everything random comes from the `numpy.random.Generator` passed in.
+with a handful of array operations. Everything random comes from the `rng` passed in: a
+`numpy.random.Generator`, or `RowRandom`, which gives every row of a batch its own stream keyed by
+(seed, epoch, row), so a row's mask does not depend on the rows beside it or on the batch's padded width.
 
 Typical use in a collator::
 
     opts = masking_options(tokenizer, manifest["masked_lm_prob"], manifest["max_predictions_per_seq"],
                            manifest["whole_word_masking"])   # once
-    masked = mask_tokens(batch_ids, rng=rng, **opts)             # per batch, (B, T) padded with [PAD]
+    rng = RowRandom(row_keys(seed, epochs, row_ids))               # per batch: each row its own stream
+    masked = mask_tokens(batch_ids, rng=rng, **opts)             # (B, T) padded with [PAD]
     labels = mlm_labels(masked.positions, masked.label_ids, batch_ids.shape[1])   # -100 elsewhere
 """
 
@@ -29,8 +32,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["IGNORE_INDEX", "MaskedTokens", "continuation_mask", "mask_tokens", "masking_options",
-           "mlm_labels"]
+__all__ = ["IGNORE_INDEX", "MaskedTokens", "RowRandom", "continuation_mask", "mask_tokens", "masking_options",
+           "mlm_labels", "row_keys"]
 
 IGNORE_INDEX = -100  # label of unmasked positions; the MLM loss ignores it (torch's cross_entropy default)
 MASK_SHARE, RANDOM_SHARE = 0.8, 0.1  # the rest (0.1) keeps the original token
@@ -46,6 +49,53 @@ class MaskedTokens(NamedTuple):
     input_ids: np.ndarray  # the ids after masking ([MASK] / random / kept), same shape and dtype as input
     positions: np.ndarray  # int64 indices of the masked tokens
     label_ids: np.ndarray  # int64 original ids at those positions (what the model must predict)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment
+_ROW_STRIDE = np.uint64(1 << 32)  # counters of one draw: position + call * stride, so the width never matters
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on uint64 arrays: a bijection whose outputs pass BigCrush for counter inputs."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def row_keys(*parts: int | np.ndarray) -> np.ndarray:
+    """One uint64 key per row from (seed, epoch, row ...): integers or arrays, broadcast together."""
+    key = np.zeros((), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for part in parts:
+            key = mix64(key + _GOLDEN + np.asarray(part).astype(np.uint64))
+    return np.atleast_1d(key)
+
+
+class RowRandom:
+    """The draws `mask_tokens` makes (`random`, `integers`), with row i of every `(B, T)` draw taken from its
+    own counter-based stream `keys[i]`: value (call c, position t) is a hash of (key, c, t) alone."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.keys = np.asarray(keys, dtype=np.uint64)
+        self.calls = 0
+
+    def _bits(self, shape: tuple[int, int]) -> np.ndarray:
+        batch, width = shape
+        if batch != len(self.keys):
+            raise ValueError(f"RowRandom: {len(self.keys)} row keys for a draw of {batch} rows")
+        counter = np.arange(width, dtype=np.uint64) + np.uint64(self.calls) * _ROW_STRIDE + np.uint64(1)
+        self.calls += 1
+        with np.errstate(over="ignore"):
+            return mix64(self.keys[:, None] + counter[None, :] * _GOLDEN)
+
+    def random(self, shape: tuple[int, int]) -> np.ndarray:
+        """Floats in [0, 1) with 53 random bits, like Generator.random."""
+        return (self._bits(shape) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+    def integers(self, low: int, high: int, shape: tuple[int, int]) -> np.ndarray:
+        """Integers in [low, high); the modulo's bias is below 2**-40 for any vocabulary."""
+        return low + (self._bits(shape) % np.uint64(high - low)).astype(np.int64)
 
 
 def continuation_mask(vocab: list[str], prefix: str = "##") -> np.ndarray:
@@ -68,8 +118,8 @@ def masking_options(tokenizer: Any, masked_lm_prob: float, max_predictions_per_s
 
 
 def mask_tokens(input_ids: np.ndarray, *, special_ids: Collection[int], pad_id: int, vocab_size: int,
-                mask_id: int, masked_lm_prob: float, max_predictions_per_seq: int, rng: np.random.Generator,
-                is_continuation: np.ndarray | None = None) -> MaskedTokens:
+                mask_id: int, masked_lm_prob: float, max_predictions_per_seq: int,
+                rng: np.random.Generator | RowRandom, is_continuation: np.ndarray | None = None) -> MaskedTokens:
     """Mask one row `(T,)` or a batch `(B, T)` (padded with pad_id); whole words when is_continuation is set.
 
     `special_ids` are never masked and must include pad_id. Accepts numpy arrays (or anything

@@ -1,0 +1,41 @@
+"""Pre-training's data order: a table-free permutation per epoch, the same for any split into ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bertctl.data.batches import BatchPlan, shuffled_index
+from bertctl.data.masking import row_keys
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 16, 17, 1000, 4099])
+def test_shuffled_index_is_a_permutation_that_depends_on_the_key(size: int) -> None:
+    first = shuffled_index(np.arange(size), size, row_keys(0, 0))
+    assert sorted(first.tolist()) == list(range(size))
+    if size >= 16:
+        assert (first != np.arange(size)).mean() > 0.8
+        assert (first != shuffled_index(np.arange(size), size, row_keys(0, 1))).mean() > 0.8  # next epoch
+        assert (first != shuffled_index(np.arange(size), size, row_keys(1, 0))).mean() > 0.8  # other seed
+
+
+def test_shuffled_index_is_uniform_and_handles_huge_corpora() -> None:
+    where_zero = [int(np.flatnonzero(shuffled_index(np.arange(7), 7, row_keys(seed, 0)) == 0)[0])
+                  for seed in range(3500)]
+    counts = np.bincount(where_zero, minlength=7)
+    assert counts.min() > 400 and counts.max() < 600  # 500 expected in each place
+    huge = shuffled_index(np.arange(10**9 - 512, 10**9), 10**9, row_keys(0, 0))  # no 8 GB table
+    assert len(np.unique(huge)) == 512 and huge.min() >= 0 and huge.max() < 10**9
+
+
+def test_every_epoch_visits_every_row_once_whatever_the_ranks() -> None:
+    rows, batch = 37, 8
+    one = BatchPlan(rows, batch, batch, 0, 1, seed=5)
+    seen = np.concatenate([one.samples(step * batch, 0)[1] for step in range(37)])  # 8 epochs, crossing mid-step
+    epochs = np.concatenate([one.samples(step * batch, 0)[0] for step in range(37)])
+    for epoch in range(8):
+        assert sorted(seen[epochs == epoch].tolist()) == list(range(rows))
+    assert (seen[:rows] != seen[rows: 2 * rows]).any()  # each epoch its own order
+    two = [BatchPlan(rows, batch, 2, rank, 2, seed=5) for rank in (0, 1)]
+    split = np.concatenate([two[rank].samples(3 * batch, micro)[1] for rank in (0, 1) for micro in (0, 1)])
+    assert (split == one.samples(3 * batch, 0)[1]).all()
