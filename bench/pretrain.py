@@ -38,9 +38,10 @@ def make_side(side: str, preset: str):
     torch.manual_seed(0)
     if side == "bertctl":
         from bertctl.model import BertForPreTraining
-        from bertctl.training import make_optimizer
+        from bertctl.training import Distributed, make_optimizer, sparse_tied_embedding_grads
 
         model = BertForPreTraining(config).train()
+        sparse_tied_embedding_grads(model, Distributed(), compiled=False)  # as `bertctl pretrain` runs on a CPU
         optimizer = make_optimizer("adamw", model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
 
         def step(b):

@@ -72,6 +72,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                                             "world_size": env.world_size, "precision": precision,
                                             "corpus_manifest": manifest, "resumed_from": str(resume_from or "")})
         training.trim_metrics(run, step)
+    training.sparse_tied_embedding_grads(model, env, cfg.compile)
     train_model = training.wrap_ddp(model, env)
     if cfg.compile:  # after DDP, so the compiler sees its bucket boundaries
         train_model = torch.compile(train_model)

@@ -61,3 +61,33 @@ def test_rng_states_are_kept_per_rank_and_a_new_rank_gets_its_own():
     rank1 = torch.rand(4)
     training_state.set_rng_state(tensors, info, rank=1)
     assert torch.equal(torch.rand(4), rank1) and not torch.equal(rank1, expected)
+
+
+def test_sparse_word_gradients_give_the_dense_gradient_and_only_where_allowed():
+    """Eager one-process pre-training lets the tied embeddings' backward be sparse: the summed gradient is the
+    same dense tensor (so the fused AdamW takes it); DDP, compile and models without an MLM head keep dense."""
+    from bertctl.config import preset
+    from bertctl.model import BertForPreTraining, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(preset("tiny", vocab_size=300)).eval()
+    ids = torch.randint(5, 300, (4, 16))
+    ids[0, -3:] = 0  # [PAD] lookups add nothing to row 0 on either path (the decoder's share stays)
+    labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
+
+    def word_grad() -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        model(ids, mlm_labels=labels, next_sentence_label=torch.zeros(4, dtype=torch.long)).loss.backward()
+        return model.bert.embeddings.word.weight.grad
+
+    dense = word_grad().clone()
+    for env, compiled in ((training.Distributed(world_size=2), False), (training.Distributed(), True)):
+        training.sparse_tied_embedding_grads(model, env, compiled)
+        assert not model.bert.embeddings.word.sparse
+    training.sparse_tied_embedding_grads(model, training.Distributed(), compiled=False)
+    assert model.bert.embeddings.word.sparse
+    summed = word_grad()
+    assert summed.layout == torch.strided and torch.allclose(summed, dense, atol=1e-7)
+    classifier = BertForSequenceClassification(preset("tiny", vocab_size=300))
+    training.sparse_tied_embedding_grads(classifier, training.Distributed(), compiled=False)
+    assert not classifier.bert.embeddings.word.sparse
