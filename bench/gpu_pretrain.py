@@ -17,8 +17,9 @@ FLOPs per trained sequence (forward + backward = 3 x forward, 2 FLOPs per multip
   + 6 * H^2                          pooler
 Embedding look-ups, LayerNorm, softmax and the NSP head are left out (standard MFU accounting); the same
 formula is used for both sides, so transformers' dense MLM logits count as wasted work.
-Every sequence is full length (no padding, so no attention mask and SDPA may pick its flash kernel), as in
-a corpus built with short_seq_prob 0.
+Every sequence is full length by default (no padding, so no attention mask and SDPA may pick its flash kernel),
+as in a corpus built with short_seq_prob 0; `--padded-share 0.2` makes a fifth of the rows shorter, with a mask,
+as in a real corpus (MFU still counts every position).
 """
 
 from __future__ import annotations
@@ -47,14 +48,22 @@ def flops_per_sequence(layers: int, hidden: int) -> float:
             + 6 * masked * (hidden**2 + hidden * VOCAB) + 6 * hidden**2)
 
 
-def make_batch(batch: int, device: torch.device) -> dict[str, torch.Tensor]:
+def make_batch(batch: int, device: torch.device, padded_share: float = 0.0) -> dict[str, torch.Tensor]:
+    """Random full-length rows; with `padded_share` that share of the rows is shorter (8 to SEQ-1 tokens) and the
+    batch carries an attention mask, as batches from a real corpus do (the bundled novels: 19% short rows)."""
     g = torch.Generator(device=device).manual_seed(0)
     ids = torch.randint(5, VOCAB, (batch, SEQ), device=device, generator=g)
-    labels = torch.where(torch.rand(batch, SEQ, device=device, generator=g) < MASKED, ids, -100)
+    lengths = torch.full((batch,), SEQ, device=device)
+    short = round(batch * padded_share)
+    lengths[:short] = torch.randint(8, SEQ, (short,), device=device, generator=g)
+    real = torch.arange(SEQ, device=device) < lengths[:, None]
+    ids = torch.where(real, ids, 0)
+    labels = torch.where((torch.rand(batch, SEQ, device=device, generator=g) < MASKED) & real, ids, -100)
     labels = torch.where((labels >= 0).cumsum(1) <= PREDICTIONS, labels, -100)  # at most P per row
     types = (torch.arange(SEQ, device=device) >= SEQ // 2).long().expand(batch, SEQ)
     nsp = torch.randint(0, 2, (batch,), device=device, generator=g)
-    return {"input_ids": ids, "token_type_ids": types, "mlm_labels": labels, "next_sentence_label": nsp}
+    return {"input_ids": ids, "token_type_ids": types, "mlm_labels": labels, "next_sentence_label": nsp,
+            "attention_mask": real.long() if short else None}
 
 
 def model_config(size: str, dropout: float | None = None) -> BertConfig:
@@ -70,7 +79,6 @@ def bertctl_step(size: str, batch: dict[str, torch.Tensor], device: torch.device
     compiled = torch.compile(model, mode=mode)
     env = training.Distributed(device=device)
     terms = partial(_loss_terms, predictions=PREDICTIONS)
-    batch = {**batch, "attention_mask": None}  # no padding: the loop drops the mask on the host
     return lambda: training.optimizer_step(compiled, [batch], optimizer, terms, _weights, env, "bf16")
 
 
@@ -87,7 +95,8 @@ def transformers_step(size: str, batch: dict[str, torch.Tensor], device: torch.d
     def step() -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16):
             out = compiled(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
-                           labels=batch["mlm_labels"], next_sentence_label=batch["next_sentence_label"])
+                           attention_mask=batch["attention_mask"], labels=batch["mlm_labels"],
+                           next_sentence_label=batch["next_sentence_label"])
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -122,6 +131,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="base,large", help="presets (tiny ... large)")
     parser.add_argument("--batch", type=int, default=None, help="sequences per step (default: 512)")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test")
+    parser.add_argument("--padded-share", type=float, default=0.0,
+                        help="share of shorter rows (with an attention mask), as in a real corpus [0: none]")
     parser.add_argument("--dropout", type=float, default=None, help="both dropout rates (default: 0.1, the paper's)")
     parser.add_argument("--compile-mode", default="default",
                         help="torch.compile mode: default, max-autotune-no-cudagraphs, max-autotune, ...")
@@ -146,7 +157,8 @@ def main() -> None:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
             try:
-                step = make(size, make_batch(size_batch, device), device, args.dropout, args.compile_mode)
+                rows = make_batch(size_batch, device, args.padded_share)
+                step = make(size, rows, device, args.dropout, args.compile_mode)
                 per_second, warm = measure(step, seconds, device)
             except Exception as exc:  # an OOM or compile failure on one side must not hide the others
                 print(f"{size:6} {side:12} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
