@@ -236,7 +236,7 @@ def pretrain(
     adam_eps: Annotated[float | None, typer.Option(help="[1e-6]")] = None,
     clip: Annotated[float | None, typer.Option(help="Max gradient norm, 0 = off [1.0].")] = None,
     precision: Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto].")] = None,
-    compile: Annotated[bool | None, typer.Option("--compile/--no-compile", help="torch.compile.")] = None,
+    compile: Annotated[bool | None, typer.Option("--compile/--no-compile", help="torch.compile [on CUDA].")] = None,
     dropout: Annotated[float | None, typer.Option(help="Hidden and attention dropout [model's, 0.1].")] = None,
     save_every: Annotated[int | None, typer.Option(help="Steps between checkpoints [10000].")] = None,
     keep: Annotated[int | None, typer.Option(help="Step checkpoints kept [3].")] = None,

@@ -275,7 +275,7 @@ class PretrainConfig:
     adam_eps: float = 1e-6
     clip: float = 1.0  # max global gradient norm (0 turns clipping off)
     precision: str = "auto"  # fp32 | bf16 | fp16 | auto (bf16 on CUDA, fp32 on CPU)
-    compile: bool = False  # torch.compile the model (pads every batch to the corpus length)
+    compile: bool | None = None  # torch.compile the model (batches padded to the corpus length); None: on CUDA
     dropout: float | None = None  # sets hidden and attention dropout; None keeps the model config's (0.1)
     save_every: int = 10_000  # steps between checkpoints (0: only the final one)
     keep: int = 3  # step checkpoints kept (oldest removed first)
@@ -328,6 +328,7 @@ class PretrainConfig:
 
 QUICKSTART_PRETRAIN = {  # a few minutes on 2 CPU cores: many small steps beat a few big ones there
     "model_config": "tiny", "steps": 1500, "batch_size": 32, "lr": 2e-3, "warmup_steps": 100, "dropout": 0.0,
+    "compile": False,  # compiling would take longer than this short run
     "save_every": 500, "log_every": 50, "eval_every": 500, "eval_samples": 512,
 }
 

@@ -9,6 +9,7 @@ validation, metrics.jsonl. With no corpus it runs the quick start on the bundled
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from functools import partial
 from pathlib import Path
@@ -54,6 +55,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
     training.enable_fast_math(env.device)
     precision = training.resolve_precision(cfg.precision, env.device)
+    compiled = cfg.compile if cfg.compile is not None else _can_compile(env.device)
     if env.is_main and cfg.warmup() >= cfg.steps:
         logger.warning("warning: the warmup (%d steps) is not shorter than the run (%d steps), so the learning rate "
                     "never reaches --lr %g; pass --warmup-steps or --warmup-fraction", cfg.warmup(), cfg.steps, cfg.lr)
@@ -69,26 +71,26 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     if env.is_main:
         run.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run / "run.json", {"config": config_to_dict(cfg), "model": model.config.to_dict(),
-                                            "world_size": env.world_size, "precision": precision,
+                                            "world_size": env.world_size, "precision": precision, "compile": compiled,
                                             "corpus_manifest": manifest, "resumed_from": str(resume_from or "")})
         training.trim_metrics(run, step)
-    training.sparse_tied_embedding_grads(model, env, cfg.compile)
+    training.sparse_tied_embedding_grads(model, env, compiled)
     train_model = training.wrap_ddp(model, env)
-    if cfg.compile:  # after DDP, so the compiler sees its bucket boundaries
+    if compiled:  # after DDP, so the compiler sees its bucket boundaries
         train_model = torch.compile(train_model)
 
     masking = None
     if manifest["masking"] == "dynamic":
         masking = masking_options(tokenizer, manifest["masked_lm_prob"], manifest["max_predictions_per_seq"],
                                   manifest["whole_word_masking"])
-    collate = Collator(tokenizer.pad_id, masking, cfg.seed, manifest["max_seq_length"] if cfg.compile else None)
+    collate = Collator(tokenizer.pad_id, masking, cfg.seed, manifest["max_seq_length"] if compiled else None)
     plan = BatchPlan(len(corpus["train"]), cfg.batch_size, micro, env.rank, env.world_size, cfg.seed)
     loader = _loader(StepBatches(corpus["train"], plan, collate, samples_seen, cfg.steps - step), cfg, env)
     validation = corpus["validation"] if "validation" in corpus and cfg.eval_every else None
     has_nsp = "next_sentence_label" in corpus["train"].column_names
 
     # Compiled graphs want fixed shapes: the MLM head then reads max_predictions_per_seq slots per row.
-    loss_terms = partial(_loss_terms, predictions=manifest["max_predictions_per_seq"] if cfg.compile else None)
+    loss_terms = partial(_loss_terms, predictions=manifest["max_predictions_per_seq"] if compiled else None)
     log = training.MetricsLog(run, enabled=env.is_main)
     speed = training.Throughput()
     bar = _progress(cfg, step, env)
@@ -268,6 +270,11 @@ def _save(model: nn.Module, folder: Path, tokenizer: BertTokenizer, optimizer: t
         save_model(model, folder, tokenizer, overwrite=overwrite,
                    extra=lambda tmp: training_state.write_training_state(tmp, optimizer, scaler, state, rng))
     training.barrier(env)
+
+
+def _can_compile(device: torch.device) -> bool:
+    """--compile's default: on CUDA, where torch ships Triton (not on Windows builds, say)."""
+    return device.type == "cuda" and importlib.util.find_spec("triton") is not None
 
 
 def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed) -> torch.utils.data.DataLoader:

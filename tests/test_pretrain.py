@@ -77,6 +77,7 @@ def test_loss_falls_and_run_writes_its_files(corpus, tmp_path):
     assert any("val_mlm_loss" in row and "val_nsp_accuracy" in row for row in rows)
     run_config = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run_config["config"]["steps"] == 40 and run_config["model"]["hidden_size"] == 128
+    assert run_config["config"]["compile"] is None and run_config["compile"] is False  # default: on CUDA only
 
 
 def test_resume_mid_epoch_reproduces_the_uninterrupted_run(corpus, tmp_path):
