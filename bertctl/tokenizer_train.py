@@ -37,6 +37,7 @@ from bertctl.tokenizer import (
 )
 
 BATCH_CHARS = 1 << 20  # characters per batch handed to numpy / the trainer (memory stays ~ this)
+COUNT_CHARS = 1 << 16  # characters counted at a time in pass 1 (small buffers: 3x faster than 1M)
 PROVENANCE = "provenance.json"
 _SEPARATORS = {" ", "\u2028", "\u2029"}  # characters the pre-tokenizer splits on: never in a word
 
@@ -108,10 +109,25 @@ def _batches(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadSt
 def count_characters(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadStats) -> dict[str, int]:
     """Pass 1: how often each character occurs after normalisation (lowercasing, accents...)."""
     raw = np.zeros(0x110000, dtype=np.int64)
+
+    def count(texts: list[str]) -> None:
+        text = "\n".join(texts)
+        for start in range(0, len(text), COUNT_CHARS):  # small pieces: buffers the allocator reuses
+            codes = text[start:start + COUNT_CHARS].encode("utf-32-le", "surrogatepass")
+            part = np.bincount(np.frombuffer(codes, dtype=np.uint32))  # up to the highest code point seen
+            raw[:part.size] += part
+
     with _bar(stats, "pass 1/2 characters") as bar:
-        for batch in _batches(sources, cfg, stats, bar):
-            codes = np.frombuffer("\n".join(batch).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-            raw += np.bincount(codes, minlength=raw.size)
+        pending, size = [], 0
+        for text in iter_texts(sources, cfg.text_column, stats, blocks=True):  # line breaks count as spaces
+            pending.append(text)
+            size += len(text)
+            if size >= COUNT_CHARS:
+                count(pending)
+                pending, size = [], 0
+                bar.update(stats.bytes_read - bar.n)
+        count(pending)
+        bar.update(stats.bytes_read - bar.n)
     raw[0xD800:0xE000] = 0  # lone surrogates (not UTF-8 text) cannot reach Rust; the readers replace them
     clean = normalizer(cfg.lowercase, cfg.strip_accents)
     counts: dict[str, int] = {}
