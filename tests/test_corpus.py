@@ -292,3 +292,18 @@ def test_bad_flags_and_unreadable_corpora(data) -> None:
         load_corpus(data["root"] / "missing")
     with pytest.raises(UsageError, match="not a bertctl corpus"):
         load_corpus(data["tok"])
+
+
+def test_shard_schema_is_the_one_datasets_writes():
+    """Shards are written with a schema built by pyarrow alone (no datasets import before the workers
+    start); it must equal, metadata included, what datasets.Features gives for the same columns."""
+    from datasets import Features, List, Value
+
+    from bertctl.data.instances import arrow_schema
+
+    ours = arrow_schema({"input_ids": ["uint16"], "token_type_ids": ["int8"], "next_sentence_label": "int8",
+                         "masked_lm_positions": ["uint16"], "masked_lm_ids": ["int32"]})
+    theirs = Features({"input_ids": List(Value("uint16")), "token_type_ids": List(Value("int8")),
+                       "next_sentence_label": Value("int8"), "masked_lm_positions": List(Value("uint16")),
+                       "masked_lm_ids": List(Value("int32"))}).arrow_schema
+    assert ours.equals(theirs, check_metadata=True)

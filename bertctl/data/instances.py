@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 import math
 import os
 import threading
@@ -266,22 +267,38 @@ class ShardSettings:
 
 def shard_settings(cfg: CorpusConfig, tokenizer: Any, folder: Path) -> ShardSettings:
     """Column types (compact: uint16 ids when the vocabulary allows) and masking options, decided once."""
-    from datasets import Features, List, Value
-
     from bertctl.data.masking import masking_options
 
     id_type = "uint16" if tokenizer.vocab_size <= 65536 else "int32"
-    columns = {"input_ids": List(Value(id_type)), "token_type_ids": List(Value("int8"))}
+    columns = {"input_ids": [id_type], "token_type_ids": ["int8"]}
     if cfg.objective != "mlm":
-        columns["next_sentence_label"] = Value("int8")
+        columns["next_sentence_label"] = "int8"
     masking = None
     if cfg.masking == "static":
-        columns["masked_lm_positions"] = List(Value("uint16"))
-        columns["masked_lm_ids"] = List(Value(id_type))
+        columns["masked_lm_positions"] = ["uint16"]
+        columns["masked_lm_ids"] = [id_type]
         masking = masking_options(tokenizer, cfg.masked_lm_prob, cfg.max_predictions_per_seq,
                                   cfg.whole_word_masking)
-    return ShardSettings(cfg, tokenizer.backend.to_str(), Features(columns).arrow_schema, masking,
+    return ShardSettings(cfg, tokenizer.backend.to_str(), arrow_schema(columns), masking,
                          tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id, str(folder))
+
+
+def arrow_schema(columns: dict[str, str | list[str]]) -> Any:
+    """The Arrow schema `datasets.Features` gives these columns ("int8", or ["int8"] for a list of them),
+    with its feature metadata, built with pyarrow alone: importing datasets first would delay every worker
+    by its import time (tests compare the two)."""
+    import pyarrow as pa
+
+    fields, features = [], {}
+    for name, kind in columns.items():
+        dtype = kind[0] if isinstance(kind, list) else kind
+        value = {"dtype": dtype, "_type": "Value"}
+        arrow = pa.type_for_alias(dtype)
+        if isinstance(kind, list):
+            value, arrow = {"feature": value, "_type": "List"}, pa.list_(arrow)
+        fields.append(pa.field(name, arrow))
+        features[name] = value
+    return pa.schema(fields, metadata={"huggingface": json.dumps({"info": {"features": features}})})
 
 
 class ShardBuilder:
