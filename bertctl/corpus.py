@@ -19,7 +19,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,8 +61,6 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
     partial = _open_partial(out, key)
     settings = shard_settings(cfg, tokenizer, partial / "shards")
     read = ReadStats.for_sources(sources)
-    # Only the final assembly needs datasets (~0.6 s to import): it loads while the workers build the shards.
-    threading.Thread(target=importlib.import_module, args=("datasets",), daemon=True).start()
     try:
         stats = _run_shards(_jobs(cfg, sources, read), settings, _worker_count(cfg.workers),
                             partial / "shards", read.total_bytes)
@@ -222,6 +219,13 @@ def _run_pool(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int, d
 
     context = multiprocessing.get_context("spawn")  # never fork a process that holds tokenizer threads
     pending: deque[tuple[_Progress, Any]] = deque()
+
+    def collect() -> None:
+        # The final assembly needs datasets (~0.6 s to import): the first wait imports it while workers run.
+        importlib.import_module("datasets")
+        progress, future = pending.popleft()
+        finish(progress, future.result())
+
     try:
         with ProcessPoolExecutor(workers, context, initializer=init_worker, initargs=(settings,)) as pool:
             for job in jobs:
@@ -230,11 +234,9 @@ def _run_pool(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int, d
                     continue
                 pending.append((_progress(job), pool.submit(build_shard, job)))
                 while len(pending) > 2 * workers:
-                    progress, future = pending.popleft()
-                    finish(progress, future.result())
+                    collect()
             while pending:
-                progress, future = pending.popleft()
-                finish(progress, future.result())
+                collect()
     except BrokenProcessPool:
         raise BertctlError("corpus build: a worker process died (out of memory?); rerun to resume, "
                            "or use fewer --workers") from None
