@@ -1,0 +1,53 @@
+"""What every bertctl command shares: library errors become one line on stderr and an exit code.
+
+Library code raises `BertctlError`; only the command groups made here turn it into `bertctl: error: ...`
+(exit 1, or 2 for usage errors), with the traceback only under `bertctl --debug`.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from bertctl.errors import BertctlError
+
+_debug = False  # set by the root --debug option
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"bertctl: error: {' '.join(str(message).split())}", err=True)
+    return typer.Exit(code)
+
+
+class Group(TyperGroup):
+    """Turns library errors into one line and an exit code (a traceback only with --debug)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BertctlError as exc:
+            if _debug:
+                traceback.print_exc()
+            raise fail(str(exc), exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise fail("interrupted", 130) from None
+        except Exception as exc:
+            if type(exc).__module__.split(".")[0] in ("click", "typer"):
+                raise  # usage errors and exits, which click reports itself
+            if _debug:
+                traceback.print_exc()
+            raise fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1) from None
+
+
+def command_group(help_text: str) -> typer.Typer:
+    """A sub-command group (`bertctl corpus ...`) whose errors Group reports."""
+    return typer.Typer(cls=Group, help=help_text, no_args_is_help=True, add_completion=False,
+                       pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+def set_debug(on: bool) -> None:
+    global _debug
+    _debug = on

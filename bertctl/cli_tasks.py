@@ -1,0 +1,190 @@
+"""The fine-tuning command groups: `bertctl finetune`, `evaluate` and `predict`, for GLUE and own tables.
+
+Thin typer wrappers like the rest of the CLI: heavy modules are imported inside the command bodies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bertctl.cli_base import command_group
+from bertctl.errors import UsageError
+
+finetune_app = command_group("Fine-tune a model on GLUE or on your own labelled data.")
+evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set or a labelled table.")
+predict_app = command_group("Write predictions: GLUE submission files, or one row per row of a table.")
+
+# Options of `finetune glue` and `finetune classify`; None falls through to the --config file, then to
+# FinetuneConfig's defaults (shown in brackets).
+_FtModel = Annotated[Path | None, typer.Option("--model", "-m", help="Any model folder bertctl reads "
+                                               "(pre-training run, transformers folder, bare encoder).")]
+_FtOut = Annotated[Path | None, typer.Option("--out", "-o", help="Run folder: best model, eval_results.json, "
+                                             "run.json, metrics.jsonl.")]
+_FtSeeds = Annotated[str | None, typer.Option(help="Comma-separated seeds, one run each: 1,2,3,4,5 [42].")]
+_FtMaxLen = Annotated[int | None, typer.Option(help="Tokens per example, longer ones cut [128].")]
+_FtBatch = Annotated[int | None, typer.Option(help="Examples per optimizer step [32].")]
+_FtMicro = Annotated[int | None, typer.Option(help="Examples per forward pass (gradient accumulation) "
+                                              "[batch size].")]
+_FtEvalBatch = Annotated[int | None, typer.Option(help="Examples per forward pass when scoring [128].")]
+_FtLr = Annotated[float | None, typer.Option(help="Peak learning rate [2e-5].")]
+_FtEpochs = Annotated[int | None, typer.Option(help="Passes over the training data [3].")]
+_FtWarmup = Annotated[float | None, typer.Option(help="Share of steps in linear warmup [0.1].")]
+_FtSchedule = Annotated[str | None, typer.Option(help="linear|cosine|constant [linear].")]
+_FtDecay = Annotated[float | None, typer.Option(help="AdamW weight decay [0.01].")]
+_FtFloat = Annotated[float | None, typer.Option(help="[0.9, 0.999, 1e-6]")]
+_FtClip = Annotated[float | None, typer.Option(help="Max gradient norm, 0 = off [1.0].")]
+_FtDropout = Annotated[float | None, typer.Option(help="Hidden, attention and classifier dropout [0.1].")]
+_FtGroup = Annotated[bool | None, typer.Option("--group-by-length/--no-group-by-length",
+                                               help="Batch examples of similar length together [off].")]
+_FtPrecision = Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto: bf16 on CUDA].")]
+_FtDevice = Annotated[str | None, typer.Option(help="cpu|cuda [cuda when available].")]
+_FtLogEvery = Annotated[int | None, typer.Option(help="Steps between metrics.jsonl rows [50].")]
+_FtSaveEvery = Annotated[int | None, typer.Option(help="Steps between resumable checkpoints; 0: only on "
+                                                  "SIGINT/SIGTERM [0].")]
+_FtResume = Annotated[bool | None, typer.Option("--resume/--no-resume", help="Continue the unfinished run of "
+                                                "--out from its newest checkpoint.")]
+_FtOverwrite = Annotated[bool | None, typer.Option("--overwrite/--no-overwrite", help="Replace --out (and an "
+                                                   "unfinished run of it).")]
+_FtConfig = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields (flags win).")]
+
+
+def _finetune_config(flags: dict[str, Any]) -> Any:
+    from bertctl.config import FinetuneConfig, build_config, read_config_file
+
+    flags = dict(flags)
+    config = flags.pop("config")
+    for name, cast in (("seeds", int), ("text_columns", str), ("label_names", str)):
+        if flags.get(name) is not None:
+            flags[name] = _split_list(flags[name], name, cast)
+    return build_config(FinetuneConfig, read_config_file(config) if config else {}, **flags)
+
+
+def _split_list(text: str, name: str, cast: type) -> tuple:
+    try:
+        return tuple(cast(item.strip()) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise UsageError(f"--{name.replace('_', '-')} {text!r}: give comma-separated whole numbers") from None
+
+
+@finetune_app.command("glue")
+def finetune_glue(
+    task: Annotated[str, typer.Argument(help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, or all.")],
+    data: Annotated[str | None, typer.Option(help="GLUE download folder (CoLA/, SST-2/, ...) or nyu-mll/glue.")
+                    ] = None,
+    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
+    batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
+    lr: _FtLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
+    weight_decay: _FtDecay = None, adam_beta1: _FtFloat = None, adam_beta2: _FtFloat = None,
+    adam_eps: _FtFloat = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
+    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
+    save_every: _FtSaveEvery = None, resume: _FtResume = None, overwrite: _FtOverwrite = None,
+    config: _FtConfig = None,
+) -> None:
+    """Fine-tune on a GLUE task (best dev epoch kept in --out); `all` runs every task into OUT/<task>."""
+    cfg = _finetune_config(locals())
+    from bertctl.finetune import finetune_glue as run_finetune_glue
+
+    run_finetune_glue(cfg)
+
+
+@finetune_app.command("classify")
+def finetune_classify(
+    train: Annotated[Path | None, typer.Option(help="Training file: .csv, .tsv, .jsonl or .parquet.")] = None,
+    validation: Annotated[Path | None, typer.Option(help="File scored after each epoch (best kept).")] = None,
+    text_columns: Annotated[str | None, typer.Option(help="Text column, or two comma-separated (a pair).")
+                            ] = None,
+    label_column: Annotated[str | None, typer.Option(help="Label column [label].")] = None,
+    problem: Annotated[str | None, typer.Option(help="auto|classification|regression [auto].")] = None,
+    label_names: Annotated[str | None, typer.Option(help="Comma-separated class names in head order "
+                                                    "[sorted training labels].")] = None,
+    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
+    batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
+    lr: _FtLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
+    weight_decay: _FtDecay = None, adam_beta1: _FtFloat = None, adam_beta2: _FtFloat = None,
+    adam_eps: _FtFloat = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
+    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
+    save_every: _FtSaveEvery = None, resume: _FtResume = None, overwrite: _FtOverwrite = None,
+    config: _FtConfig = None,
+) -> None:
+    """Fine-tune on your own labelled table (classification or regression)."""
+    cfg = _finetune_config(locals())
+    from bertctl.finetune import finetune_classify as run_finetune_classify
+
+    run_finetune_classify(cfg)
+
+
+# Options of `evaluate` and `predict`; by default the fine-tuning run's settings (its run.json).
+_EvModel = Annotated[Path, typer.Option("--model", "-m", help="Fine-tuned model folder (multi-seed run: best seed).")]
+_EvGlueData = Annotated[str, typer.Option("--data", help="GLUE download folder or nyu-mll/glue.")]
+_EvTable = Annotated[Path, typer.Option(help="A .csv, .tsv, .jsonl or .parquet file with a header (or keys).")]
+_EvColumns = Annotated[str | None, typer.Option(help="Text column, or two comma-separated [the run's].")]
+_EvJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+_EvBatch = Annotated[int | None, typer.Option(help="Examples per forward pass [the run's, 128].")]
+_EvMaxLen = Annotated[int | None, typer.Option(help="Tokens per example [the run's, 128].")]
+_EvPrecision = Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [the run's on the same kind of "
+                                                  "device, else auto].")]
+
+
+@evaluate_app.command("glue")
+def evaluate_glue(
+    task: Annotated[str, typer.Argument(help="A GLUE task: cola, sst2, ..., mnli (matched and mismatched).")],
+    model: _EvModel, data: _EvGlueData,
+    split: Annotated[str, typer.Option(help="dev (MNLI: dev_matched and dev_mismatched), or one split.")] = "dev",
+    as_json: _EvJson = False, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
+    device: _FtDevice = None, precision: _EvPrecision = None,
+) -> None:
+    """Score a fine-tuned model on a GLUE task's dev set: the numbers of its eval_results.json."""
+    from bertctl.evaluate import evaluate_glue as run_evaluate
+    from bertctl.evaluate import print_results
+
+    results = run_evaluate(task, model, data, split, batch_size, max_seq_length, device, precision)
+    print_results(task, results, as_json=as_json)
+
+
+@evaluate_app.command("classify")
+def evaluate_classify(
+    model: _EvModel, data: _EvTable, text_columns: _EvColumns = None,
+    label_column: Annotated[str | None, typer.Option(help="Label column [the run's].")] = None,
+    as_json: _EvJson = False, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
+    device: _FtDevice = None, precision: _EvPrecision = None,
+) -> None:
+    """Score a `finetune classify` model on a labelled table, with the metrics the run reported."""
+    from bertctl.evaluate import evaluate_classify as run_evaluate
+    from bertctl.evaluate import print_classify_results
+
+    columns = _split_list(text_columns, "text_columns", str) if text_columns else None
+    metrics = run_evaluate(model, data, columns, label_column, batch_size, max_seq_length, device, precision)
+    print_classify_results(data, metrics, as_json=as_json)
+
+
+@predict_app.command("glue")
+def predict_glue(
+    task: Annotated[str, typer.Argument(help="A GLUE task (ax: with an MNLI model), or all.")],
+    model: Annotated[Path, typer.Option("--model", "-m", help="Model fine-tuned on the task; for all, the "
+                                        "`finetune glue all` folder.")],
+    data: _EvGlueData, out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the submission files.")],
+    batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, device: _FtDevice = None,
+    precision: _EvPrecision = None,
+) -> None:
+    """Write test-set predictions as GLUE submission files (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)."""
+    from bertctl.predict import predict_glue as run_predict
+
+    for path in run_predict(task, model, data, out, batch_size, max_seq_length, device, precision):
+        typer.echo(str(path))
+
+
+@predict_app.command("classify")
+def predict_classify(
+    model: _EvModel, data: _EvTable,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Predictions file, .csv or .jsonl [.csv].")],
+    text_columns: _EvColumns = None, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
+    device: _FtDevice = None, precision: _EvPrecision = None,
+) -> None:
+    """Predict every row of a table with a `finetune classify` model: id, label, class probabilities."""
+    from bertctl.predict import predict_classify as run_predict
+
+    columns = _split_list(text_columns, "text_columns", str) if text_columns else None
+    typer.echo(str(run_predict(model, data, out, columns, batch_size, max_seq_length, device, precision)))
