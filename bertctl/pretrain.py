@@ -78,6 +78,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     train_model = training.wrap_ddp(model, env)
     if compiled:  # after DDP, so the compiler sees its bucket boundaries
         train_model = torch.compile(train_model)
+        if env.is_main:
+            print("pretrain: torch.compile: the first steps compile the model (a minute or two); --no-compile skips it")
 
     masking = None
     if manifest["masking"] == "dynamic":
