@@ -50,8 +50,8 @@ class WrappedRows:
         return self.table[[i % len(self.table) for i in ids]]
 
 
-def bertctl_batches(table, corpus: Path, batch: int, rows: int | None = None) -> Callable[[int], object]:
-    _, manifest = load_corpus(corpus)
+def bertctl_batches(table, manifest: dict, corpus: Path, batch: int, rows: int | None = None
+                    ) -> Callable[[int], object]:
     tokenizer = corpus_tokenizer(corpus)
     masking = masking_options(tokenizer, manifest["masked_lm_prob"], manifest["max_predictions_per_seq"],
                               manifest["whole_word_masking"])
@@ -100,10 +100,11 @@ def main() -> None:
         train_tokenizer(TokenizerTrainConfig(inputs=(str(TEXT),), out=root / "tok", vocab_size=8000))
         build_corpus(CorpusConfig(inputs=(str(TEXT),), tokenizer=root / "tok", out=root / "corpus",
                                   max_seq_length=args.seq, masking="dynamic", workers=1))
-        table = load_corpus(root / "corpus")[0]["train"]
-        sides = {"bertctl": bertctl_batches(table, root / "corpus", args.batch),
+        dataset, manifest = load_corpus(root / "corpus")
+        table = dataset["train"]
+        sides = {"bertctl": bertctl_batches(table, manifest, root / "corpus", args.batch),
                  "transformers": transformers_batches(table, root / "corpus", args.batch),
-                 "bertctl, huge corpus": bertctl_batches(table, root / "corpus", args.batch, rows=10**9)}
+                 "bertctl, huge corpus": bertctl_batches(table, manifest, root / "corpus", args.batch, rows=10**9)}
         print(f"seq {args.seq}, dynamic masking, batch {args.batch}, {len(table)} rows, 1 thread")
         print(f"{'side':22} {'seq/s':>9} {'ms/batch':>9}")
         rates = {}
