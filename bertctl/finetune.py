@@ -31,7 +31,7 @@ from bertctl import __version__, training, training_state
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint, save_model
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.data.batches import rank_micro_batches, train_batches
-from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
+from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, match_labels, read_split
 from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
@@ -423,13 +423,35 @@ def _finish_seed(cfg: FinetuneConfig, model: nn.Module, prep: Prepared, progress
 def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
     model = build_model(prep.ckpt, "BertForSequenceClassification", num_labels=prep.task.num_labels,
                         classifier_dropout=cfg.dropout)
+    fresh = set(model.fresh_heads)
+    reordered = "classifier" not in fresh and _align_classifier(model, prep.ckpt, prep.task, cfg.model, announce)
     if announce:
-        fresh = set(model.fresh_heads)
         what = (f"a new classifier head ({prep.task.num_labels} output(s))" if "classifier" in fresh
-                else "its own classifier head")
+                else "its own classifier head" + (", its outputs reordered to the labels by name" if reordered else ""))
         pooler = "; the pooler is new too" if "pooler" in fresh else ""
         say(f"{prep.task.name}: fine-tuning {cfg.model} with {what}{pooler}")
     return model
+
+
+def _align_classifier(model: nn.Module, ckpt: Checkpoint, task: Any, name: str, announce: bool) -> bool:
+    """A kept head whose id2label names the task's classes in another order (an MNLI model from the hub:
+    contradiction, entailment, neutral) has its rows permuted into the task's order, so it goes on predicting
+    what it predicted; saved, the model then names the task's classes. Returns whether it moved anything."""
+    if task.is_regression or not ckpt.labels:
+        return False
+    found = match_labels(task, ckpt.labels)
+    if found is None:
+        if announce:
+            say(f"warning: {name} has the labels {', '.join(ckpt.labels)}, which are not the data's "
+                 f"{', '.join(task.label_names)}; its classifier head is kept, output i taken as the data's class i")
+        return False
+    order = [found.index(k) for k in range(task.num_labels)]  # the model's output for each task class
+    if order == sorted(order):
+        return False
+    with torch.no_grad():
+        model.classifier.weight.copy_(model.classifier.weight[order])
+        model.classifier.bias.copy_(model.classifier.bias[order])
+    return True
 
 
 # --- losses ------------------------------------------------------------------------------------------

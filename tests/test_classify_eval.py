@@ -163,6 +163,32 @@ def test_a_model_without_run_json_uses_its_id2label(pair_run, tmp_path):
         evaluate_classify(run, dev)
 
 
+def test_finetuning_a_head_that_orders_its_labels_otherwise_keeps_its_predictions(pair_run, tmp_path, capfd):
+    """The same classifier with id2label {0: yes, 1: no} and its rows swapped, fine-tuned further with a
+    negligible learning rate on the data's labels (no, yes), must go on predicting what it predicted."""
+    from safetensors.torch import load_file, save_file
+
+    run, dev = pair_run
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    for item in run.iterdir():
+        if item.is_file() and item.name not in ("run.json", "model.safetensors", "config.json"):
+            (swapped / item.name).write_bytes(item.read_bytes())
+    weights = load_file(run / "model.safetensors")
+    weights.update({k: weights[k].flip(0).contiguous() for k in ("classifier.weight", "classifier.bias")})
+    save_file(weights, swapped / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((run / "config.json").read_text())
+    config.update(id2label={"0": "yes", "1": "no"}, label2id={"yes": 0, "no": 1})
+    (swapped / "config.json").write_text(json.dumps(config))
+    before = evaluate_classify(run, dev)
+    again = finetune_classify(FinetuneConfig(model=swapped, train=dev, out=tmp_path / "again", epochs=1,
+                                             **PAIR, **{**FAST, "lr": 1e-9}))
+    assert "its outputs reordered to the labels by name" in capfd.readouterr().err
+    assert json.loads((again / "config.json").read_text())["id2label"] == {"0": "no", "1": "yes"}
+    after = evaluate_classify(again, dev)
+    assert after["accuracy"] == before["accuracy"] >= 0.8
+
+
 @pytest.mark.parametrize(("command", "extra", "edit", "code", "expected"), [
     ("evaluate", [], lambda p: p.write_text("premise,y\na,yes\n"), 2, "bad.csv:1: no column 'answer'"),
     ("evaluate", ["--label-column", "z"], None, 2, "bad.csv:1: no column 'z'"),
