@@ -19,7 +19,8 @@ from bertctl.cli_tasks import evaluate_app, finetune_app, predict_app
 from bertctl.config import PretrainConfig
 from bertctl.errors import UsageError
 
-app = typer.Typer(cls=Group, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+app = typer.Typer(cls=Group, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
                   help="BERT end to end: tokenizer, corpus, pretrain, finetune, evaluate, predict, fill.")
 tokenizer_app = command_group("Train a WordPiece tokenizer and inspect how it encodes text.")
 corpus_app = command_group("Build pre-training instances (Arrow datasets) and inspect them.")
@@ -101,6 +102,7 @@ def tokenizer_encode(
         all_texts = [line.rstrip("\n") for line in sys.stdin]
     if not all_texts:
         raise UsageError("tokenizer encode: give TEXT arguments (or lines on stdin)")
+    _require_utf8([*all_texts, *([pair] if pair is not None else [])])
     for row in encode_rows(load_tokenizer(tokenizer, lowercase=lowercase), all_texts, pair):
         typer.echo(json.dumps(row, ensure_ascii=False) if as_json else format_row(row))
 
@@ -258,6 +260,7 @@ def fill(
         all_texts = read_texts(Path("-"))
     if not all_texts:
         raise UsageError("fill: give a text with [MASK] as an argument, or --file F (one text a line)")
+    _require_utf8(all_texts)
     if model == QUICKSTART_MODEL and not model.exists():
         raise UsageError(f"fill: no --model given, and the quick start's {model} is not there yet; run "
                          "`bertctl pretrain` first, or pass --model FOLDER (or a hub id such as bert-base-uncased)")
@@ -288,6 +291,17 @@ def info(
     from bertctl.info import print_info
 
     print_info(run_info(model), as_json=as_json)
+
+
+def _require_utf8(texts: list[str]) -> None:
+    """Bytes that are not UTF-8 reach Python as lone surrogates (arguments, stdin under a C locale), which the
+    tokenizer cannot take."""
+    for number, text in enumerate(texts, 1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"text {number} is not valid UTF-8 ({text.encode('utf-8', 'replace')[:40]!r}); "
+                             "convert it to UTF-8 first") from None
 
 
 def main() -> None:

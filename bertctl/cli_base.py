@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 from bertctl.errors import BertctlError
 
 _debug = False  # set by the root --debug option
+ClickUsageError = typer.BadParameter.__mro__[1]  # click's UsageError, wherever typer takes click from
 
 
 def fail(message: str, code: int) -> typer.Exit:
@@ -22,12 +23,29 @@ def fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _usage(exc: Any) -> Exception:
+    """click's own usage errors (a bad flag value, an unknown option or command) in the same one line; a
+    group run with no arguments still shows its help."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        return exc
+    where = exc.ctx.command_path if exc.ctx else "bertctl"
+    return fail(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
+
+
 class Group(TyperGroup):
     """Turns library errors into one line and an exit code (a traceback only with --debug)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except ClickUsageError as exc:
+            raise _usage(exc) from None
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except ClickUsageError as exc:
+            raise _usage(exc) from None
         except BertctlError as exc:
             if _debug:
                 traceback.print_exc()

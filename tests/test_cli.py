@@ -37,8 +37,36 @@ def test_user_mistakes_give_one_line_and_exit_2(args):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(("args", "named"), [
+    (["pretrain", "--steps", "abc"], "'--steps'"), (["fill", "--top-k", "0", "a [MASK]"], "'--top-k'"),
+    (["nosuch"], "'nosuch'"), (["--nope"], "--nope"), (["finetune", "glue"], "'task'"),
+    (["corpus", "inspect", "a", "b"], "(b)"),
+])
+def test_clicks_own_usage_errors_are_one_line_too(args, named):
+    result = CliRunner().invoke(app, args)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and named in lines[0], result.output
+    assert lines[0].startswith("bertctl: error: ") and "--help'" in lines[0]
+
+
+def test_a_group_without_a_command_shows_its_help():
+    for args in ([], ["finetune"]):
+        result = CliRunner().invoke(app, args)
+        assert "Usage: " in result.output and "Commands" in result.output and result.exit_code in (0, 2)
+
+
 def test_fill_without_a_model_points_to_the_quick_start(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["fill", "my dog is [MASK]."])
     assert result.exit_code == 2
     assert "run `bertctl pretrain` first" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_text_that_is_not_utf8_is_refused_in_one_line(tmp_path):
+    from bertctl.tokenizer import BertTokenizer
+
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "caf"]).save(tmp_path / "tok")
+    for args in (["caf\udce9"], ["ok", "--pair", "caf\udce9"]):
+        result = CliRunner().invoke(app, ["tokenizer", "encode", "-t", str(tmp_path / "tok"), *args])
+        assert result.exit_code == 2 and "is not valid UTF-8" in result.stderr, result.output
+    assert CliRunner().invoke(app, ["tokenizer", "encode", "-t", str(tmp_path / "tok"), "café"]).exit_code == 0
