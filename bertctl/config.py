@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, fields
@@ -55,6 +58,9 @@ class BertConfig:
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UsageError(f"model config: {name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            if not 0.0 <= getattr(self, name) < math.inf:
+                raise UsageError(f"model config: {name} must be a finite number, 0 or more, got {getattr(self, name)}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise UsageError(f"model config: pad_token_id {self.pad_token_id} is outside the vocabulary")
 
@@ -72,8 +78,8 @@ class BertConfig:
         refusal = _unsupported(values)
         if refusal:
             raise UsageError(f"model config: {refusal}")
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
+        hints = _field_types(cls)
+        return cls(**{k: _typed(f"model config: {k}", hints[k], v) for k, v in values.items() if k in hints})
 
     def replace(self, **changes: Any) -> BertConfig:
         return dataclasses.replace(self, **changes)
@@ -89,8 +95,6 @@ def _unsupported(values: dict[str, Any]) -> str | None:
             return f"{key}=true is not BERT's encoder; use an encoder checkpoint"
     if values.get("pruned_heads"):
         return "pruned_heads is not supported (attention heads were removed); use an unpruned checkpoint"
-    if not isinstance(values.get("hidden_act", "gelu"), str):
-        return f"hidden_act {values['hidden_act']!r} must be an activation name"
     return None
 
 
@@ -126,16 +130,18 @@ def model_config(name_or_path: str, **overrides: Any) -> BertConfig:
     if not path.is_file():
         raise UsageError(f"--model-config: {name_or_path!r} is neither a preset ({', '.join(PRESETS)}) "
                          "nor an existing config.json")
-    values = read_config_file(path)
+    values = read_config_file(path, "--model-config")
     return BertConfig.from_dict({**values, **overrides})
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    """A JSON or YAML mapping; the error names the file."""
+def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
+    """A JSON or YAML mapping; the error names the flag that gave the file, and the file."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"--config: cannot read {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{flag}: {path} is not UTF-8 text; give a YAML or JSON file") from None
     try:
         if Path(path).suffix in (".yaml", ".yml"):
             import yaml
@@ -144,48 +150,103 @@ def read_config_file(path: Path) -> dict[str, Any]:
         else:
             values = json.loads(text)
     except Exception as exc:  # yaml and json raise different types; both mean a malformed file
-        raise UsageError(f"--config: {path} is not valid {Path(path).suffix.lstrip('.') or 'json'}: "
+        raise UsageError(f"{flag}: {path} is not valid {Path(path).suffix.lstrip('.') or 'json'}: "
                          f"{str(exc).splitlines()[0]}") from None
     if not isinstance(values, dict):
-        raise UsageError(f"--config: {path} must hold a mapping of field names to values")
+        raise UsageError(f"{flag}: {path} must hold a mapping of field names to values")
     return values
 
 
 T = TypeVar("T")
 
 
-def _coerce(cls: type, name: str, hint: Any, value: Any) -> Any:
-    """Turn file/flag values into the field's declared type (JSON has no Path or tuple)."""
+def _field_types(cls: type) -> dict[str, Any]:
+    """Each field's type hint: what build_config and BertConfig.from_dict check values against."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls)}
+
+
+_KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", Path: "a path"}
+
+
+def _expected(hint: Any) -> str:
+    """What a field of type `hint` holds, in the words of an error message."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return f"{_expected(inner)} (or null)"
+    if typing.get_origin(hint) is tuple:
+        return f"a list of {_expected(typing.get_args(hint)[0]).removeprefix('a ')}s"
+    return _KINDS[hint]
+
+
+def _coerce(hint: Any, value: Any) -> Any:
+    """`value` as the field type `hint` (only X, X | None and tuple[X, ...] occur): JSON/YAML have no Path or
+    tuple and may write 8.0 for 8 or 0 for 0.0. Raises ValueError for any other type, so that a wrong one stops
+    here and not as a TypeError deep in a run; its text, if any, says how to write the number."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None:
-            return None
-        hint = args[0] if len(args) == 1 else hint
-        origin = typing.get_origin(hint)
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return None if value is None else _coerce(inner, value)
+    if origin is tuple:  # a lone value is a list of one (a lone string must not become its characters)
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        return tuple(_coerce(typing.get_args(hint)[0], item) for item in items)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
+        return value
+    if hint is int and number and (isinstance(value, int) or value.is_integer()):
+        return int(value)
+    if hint is float and number:
+        return float(value)
+    if hint is Path and isinstance(value, (str, Path)):
+        return Path(value)
+    raise ValueError(_yaml_number(value) if hint in (int, float) else "")
+
+
+def _yaml_number(value: Any) -> str:
+    """PyYAML reads 1e-3 (no dot) as text: say how to write it so that it is read as a number."""
+    match = re.fullmatch(r"([-+]?\d+)([eE][-+]?\d+)", value) if isinstance(value, str) else None
+    return f"YAML reads {value} as text: write {match[1]}.0{match[2]}" if match else ""
+
+
+def _typed(label: str, hint: Any, value: Any) -> Any:
+    """`value` coerced to `hint`, or a one-line UsageError that starts with `label` (the flag or file key)."""
     try:
-        if hint is Path and value is not None:
-            return Path(value)
-        if hint is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if origin is tuple and isinstance(value, (list, tuple)):
-            return tuple(value)
-    except TypeError:
-        pass
-    return value
+        return _coerce(hint, value)
+    except (ValueError, OverflowError) as exc:
+        shown = "null" if value is None else reprlib.repr(value)
+        note = f" ({exc})" if str(exc) else ""
+        raise UsageError(f"{label} must be {_expected(hint)}, got {shown}{note}") from None
 
 
 def build_config(cls: type[T], file_values: dict[str, Any] | None = None, **flags: Any) -> T:
-    """Defaults <- config file <- flags (flags left as None fall through). Unknown keys are refused."""
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in fields(cls)}
+    """Defaults <- config file <- flags (flags left as None fall through). Unknown keys and wrong types are
+    refused, file values under the key the user wrote."""
+    hints = _field_types(cls)
     values = dict(file_values or {})
-    unknown = sorted(set(values) - names)
+    unknown = sorted(set(values) - set(hints))
     if unknown:
         raise UsageError(f"--config: unknown field(s) {', '.join(unknown)} for {cls.__name__}; "
-                         f"known: {', '.join(sorted(names))}")
-    values.update({k: v for k, v in flags.items() if v is not None})
-    return cls(**{k: _coerce(cls, k, hints[k], v) for k, v in values.items()})
+                         f"known: {', '.join(sorted(hints))}")
+    typed = {k: _typed(f"--config: {k}", hints[k], v) for k, v in values.items()}
+    typed.update({k: _typed(f"--{k.replace('_', '-')}", hints[k], v) for k, v in flags.items() if v is not None})
+    return cls(**typed)
+
+
+def _require(cfg: Any, name: str, ok: bool, wanted: str) -> None:
+    """One flag's range check; written as `low <= x < high`, NaN (which compares False) fails it too."""
+    if not ok:
+        raise UsageError(f"--{name.replace('_', '-')} must be {wanted}, got {getattr(cfg, name)}")
+
+
+def _check_optimizer(cfg: PretrainConfig | FinetuneConfig) -> None:
+    """Learning rate and AdamW settings of both training configs: torch refuses a bad beta or eps only when
+    training starts, and takes NaN/inf learning rates, decays and clips (a run that saves NaN weights)."""
+    for name in ("lr", "adam_eps"):
+        _require(cfg, name, 0.0 < getattr(cfg, name) < math.inf, "a finite number above 0")
+    for name in ("weight_decay", "clip"):
+        _require(cfg, name, 0.0 <= getattr(cfg, name) < math.inf, "a finite number, 0 or more")
+    for name in ("adam_beta1", "adam_beta2"):
+        _require(cfg, name, 0.0 <= getattr(cfg, name) < 1.0, "in [0, 1)")
 
 
 def config_to_dict(obj: Any) -> dict[str, Any]:
@@ -237,8 +298,8 @@ class CorpusConfig:
         if self.masking not in MASKING_MODES:
             raise UsageError(f"--masking {self.masking!r}: choose one of {', '.join(MASKING_MODES)}")
         if not 5 <= self.max_seq_length <= 65535:
-            raise UsageError(f"--max-seq-length {self.max_seq_length}: must be at least 5 "
-                             "([CLS] A [SEP] B [SEP])")
+            raise UsageError(f"--max-seq-length {self.max_seq_length}: must be from 5 ([CLS] A [SEP] B [SEP]) "
+                             "to 65535")
         for name, low in (("dupe_factor", 1), ("max_predictions_per_seq", 1), ("workers", 0)):
             if getattr(self, name) < low:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(self, name)}")
@@ -248,8 +309,7 @@ class CorpusConfig:
             raise UsageError(f"--masked-lm-prob must be in (0, 1], got {self.masked_lm_prob}")
         if not 0.0 <= self.validation_fraction < 1.0:
             raise UsageError(f"--validation-fraction must be in [0, 1), got {self.validation_fraction}")
-        if self.shard_size_mb <= 0:
-            raise UsageError(f"--shard-size-mb must be positive, got {self.shard_size_mb}")
+        _require(self, "shard_size_mb", 0.0 < self.shard_size_mb < math.inf, "a finite number above 0")
 
 
 @dataclass(frozen=True)
@@ -300,8 +360,7 @@ class PretrainConfig:
             raise UsageError(f"--micro-batch-size must be at least 1, got {self.micro_batch_size}")
         if self.warmup_fraction is not None and not 0.0 <= self.warmup_fraction <= 1.0:
             raise UsageError(f"--warmup-fraction must be in [0, 1], got {self.warmup_fraction}")
-        if self.lr <= 0:
-            raise UsageError(f"--lr must be positive, got {self.lr}")
+        _check_optimizer(self)
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise UsageError(f"--dropout must be in [0, 1), got {self.dropout}")
         choices = {"schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "lamb"),
@@ -385,8 +444,7 @@ class FinetuneConfig:
                                                   self.batch_size % self.micro_batch_size):
             raise UsageError(f"--micro-batch-size {self.micro_batch_size} must divide --batch-size "
                              f"{self.batch_size}")
-        if self.lr <= 0:
-            raise UsageError(f"--lr must be positive, got {self.lr}")
+        _check_optimizer(self)
         if not 0.0 <= self.warmup_fraction <= 1.0:
             raise UsageError(f"--warmup-fraction must be in [0, 1], got {self.warmup_fraction}")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:

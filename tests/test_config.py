@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import json
+import math
+import typing
+from dataclasses import fields
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from bertctl.config import PRESETS, BertConfig, PretrainConfig, build_config, model_config, preset, read_config_file
+from bertctl.config import (
+    PRESETS,
+    BertConfig,
+    CorpusConfig,
+    FinetuneConfig,
+    PretrainConfig,
+    TokenizerTrainConfig,
+    build_config,
+    config_to_dict,
+    model_config,
+    preset,
+    read_config_file,
+)
 from bertctl.errors import UsageError
 
 
@@ -131,3 +148,171 @@ def test_unknown_config_keys_are_refused(tmp_path):
     path.write_text(json.dumps({"stepz": 5}))
     with pytest.raises(UsageError, match="unknown field.*stepz"):
         build_config(PretrainConfig, read_config_file(path))
+
+
+@pytest.mark.parametrize(("cls", "text", "message"), [
+    (CorpusConfig, "max_seq_length: big", "--config: max_seq_length must be a whole number, got 'big'"),
+    (PretrainConfig, "steps: two", "--config: steps must be a whole number, got 'two'"),
+    (PretrainConfig, 'lr: "1e-3"', "--config: lr must be a number, got '1e-3' (YAML reads 1e-3 as text: write 1.0e-3)"),
+    (FinetuneConfig, "lr: 2e-5", "--config: lr must be a number, got '2e-5' (YAML reads 2e-5 as text: write 2.0e-5)"),
+    (PretrainConfig, 'batch_size: "8"', "--config: batch_size must be a whole number, got '8'"),
+    (TokenizerTrainConfig, "vocab_size: 300.5", "--config: vocab_size must be a whole number, got 300.5"),
+    (CorpusConfig, "max_seq_length: 64.7", "--config: max_seq_length must be a whole number, got 64.7"),
+    (PretrainConfig, "lr: true", "--config: lr must be a number, got True"),
+    (PretrainConfig, "steps: false", "--config: steps must be a whole number, got False"),
+    (PretrainConfig, "seed: null", "--config: seed must be a whole number, got null"),
+    (PretrainConfig, "micro_batch_size: x", "--config: micro_batch_size must be a whole number (or null), got 'x'"),
+    (CorpusConfig, 'lowercase: "no"', "--config: lowercase must be true or false (or null), got 'no'"),
+    (TokenizerTrainConfig, "lowercase: maybe", "--config: lowercase must be true or false, got 'maybe'"),
+    (PretrainConfig, "model_config: 5", "--config: model_config must be a string, got 5"),
+    (PretrainConfig, "out: [a, b]", "--config: out must be a path, got ['a', 'b']"),
+    (CorpusConfig, "inputs: {a: 1}", "--config: inputs must be a list of strings, got {'a': 1}"),
+    (FinetuneConfig, "seeds: [1, x]", "--config: seeds must be a list of whole numbers, got [1, 'x']"),
+    (FinetuneConfig, "label_names: [0, 1]", "--config: label_names must be a list of strings (or null)"),
+])
+def test_config_file_values_of_the_wrong_type_are_refused_in_one_line(tmp_path, cls, text, message):
+    path = tmp_path / "run.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(UsageError) as error:
+        build_config(cls, read_config_file(path))
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_config_file_values_take_their_fields_type(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("batch_size: 8.0\nlr: 1\nweight_decay: 0\nout: runs/x\nseeds: 7\ntext_columns: [a, b]\n"
+                    "dropout: null\n")
+    cfg = build_config(FinetuneConfig, read_config_file(path))
+    assert (cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.out, cfg.seeds, cfg.text_columns, cfg.dropout) == (
+        8, 1.0, 0.0, Path("runs/x"), (7,), ("a", "b"), None)
+    assert type(cfg.batch_size) is int and type(cfg.lr) is float and type(cfg.weight_decay) is float
+
+
+def test_a_lone_string_for_a_list_field_is_one_item_not_its_characters(tmp_path):
+    path = tmp_path / "corpus.yaml"
+    path.write_text("inputs: /data/file.txt\n")
+    assert build_config(CorpusConfig, read_config_file(path)).inputs == ("/data/file.txt",)
+
+
+def test_flags_of_the_wrong_type_name_the_flag():
+    with pytest.raises(UsageError, match="^--batch-size must be a whole number, got '8'$"):
+        build_config(PretrainConfig, {}, batch_size="8")
+
+
+@pytest.mark.parametrize("cfg", [
+    CorpusConfig(inputs=("a.txt",), tokenizer=Path("tok"), out=Path("c"), lowercase=True, shard_size_mb=0.5),
+    PretrainConfig(corpus=Path("c"), micro_batch_size=16, warmup_fraction=0.1, compile=False, dropout=0.0),
+    FinetuneConfig(model=Path("m"), task="sst2", text_columns=("a", "b"), label_names=("neg", "pos"), seeds=(1, 2)),
+    TokenizerTrainConfig(inputs=("a.txt", "b.txt"), out=Path("tok"), strip_accents=False),
+])
+def test_every_config_survives_its_json_record(cfg):
+    """run.json / provenance.json hold config_to_dict's view: reading it back gives the same config."""
+    record = json.loads(json.dumps(config_to_dict(cfg)))
+    assert build_config(type(cfg), record) == cfg
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"hidden_size": "big"}, "model config: hidden_size must be a whole number, got 'big'"),
+    ({"vocab_size": 300.5}, "model config: vocab_size must be a whole number, got 300.5"),
+    ({"hidden_dropout_prob": "0.1"}, "model config: hidden_dropout_prob must be a number, got '0.1'"),
+    ({"pad_token_id": "0"}, "model config: pad_token_id must be a whole number (or null), got '0'"),
+    ({"num_hidden_layers": None}, "model config: num_hidden_layers must be a whole number, got null"),
+    ({"hidden_act": 5}, "model config: hidden_act must be a string, got 5"),
+    ({"layer_norm_eps": math.nan}, "model config: layer_norm_eps must be a finite numbe"),
+    ({"initializer_range": -0.02}, "model config: initializer_range must be a finite number"),
+])
+def test_model_configs_of_the_wrong_type_are_refused_in_one_line(changes, message):
+    with pytest.raises(UsageError) as error:
+        BertConfig.from_dict({**BERT_BASE_UNCASED, **changes})
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_transformers_style_numbers_and_nulls_still_load():
+    config = BertConfig.from_dict({**BERT_BASE_UNCASED, "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0,
+                                   "initializer_range": 0.02, "layer_norm_eps": 1e-12, "pad_token_id": None,
+                                   "hidden_size": 768.0})
+    assert (config.hidden_dropout_prob, config.pad_token_id, config.hidden_size) == (0.0, None, 768)
+    assert type(config.hidden_dropout_prob) is float and type(config.hidden_size) is int
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_load_by_name_and_through_config_json(tmp_path, name):
+    (tmp_path / "config.json").write_text(json.dumps(preset(name).to_dict()))
+    assert model_config(name) == preset(name) == model_config(str(tmp_path))
+
+
+def test_a_model_config_json_with_json_nan_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({**BERT_BASE_UNCASED, "layer_norm_eps": math.nan}))
+    with pytest.raises(UsageError, match="layer_norm_eps must be a finite number, 0 or more, got nan"):
+        model_config(str(tmp_path))
+
+
+def test_a_binary_config_file_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    with pytest.raises(UsageError, match=r"^--config: .*run.yaml is not UTF-8 text; give a YAML or JSON file$"):
+        read_config_file(path)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"{not json", "is not valid json"), (b"\xff\xfe\x00", "is not UTF-8 text"), (b"[1, 2]", "must hold a mapping"),
+])
+def test_model_config_file_errors_name_the_model_config_flag(tmp_path, content, message):
+    (tmp_path / "config.json").write_bytes(content)
+    with pytest.raises(UsageError, match=f"^--model-config: .*config.json {message}"):
+        model_config(str(tmp_path))
+
+
+TRAINING_CONFIGS = [PretrainConfig, FinetuneConfig]
+BAD_OPTIMIZER_SETTINGS = [
+    ("lr", 0.0), ("lr", -1e-4), ("lr", math.nan), ("lr", math.inf),
+    ("adam_beta1", 1.5), ("adam_beta1", 1.0), ("adam_beta1", -0.1), ("adam_beta1", math.nan), ("adam_beta2", 1.0),
+    ("adam_eps", -1.0), ("adam_eps", 0.0), ("adam_eps", math.nan), ("adam_eps", math.inf),
+    ("weight_decay", -1.0), ("weight_decay", math.nan), ("weight_decay", math.inf),
+    ("clip", -1.0), ("clip", math.nan), ("clip", math.inf),
+]
+
+
+@pytest.mark.parametrize("cls", TRAINING_CONFIGS)
+@pytest.mark.parametrize(("name", "value"), BAD_OPTIMIZER_SETTINGS)
+def test_optimizer_settings_torch_would_refuse_or_turn_into_nan_weights_are_refused(cls, name, value):
+    with pytest.raises(UsageError, match=f"^--{name.replace('_', '-')} must be .*, got {value}$"):
+        cls(**{name: value})
+
+
+@pytest.mark.parametrize("cls", TRAINING_CONFIGS)
+def test_optimizer_settings_at_their_bounds_are_accepted(cls):
+    cfg = cls(adam_beta1=0.0, adam_beta2=0.0, weight_decay=0.0, clip=0.0, lr=1e-9, adam_eps=1e-30)
+    assert cfg.clip == 0.0
+
+
+FLOAT_FIELDS = [(cls, f.name) for cls in (BertConfig, CorpusConfig, PretrainConfig, FinetuneConfig)
+                for f in fields(cls) if float in (typing.get_type_hints(cls)[f.name], *typing.get_args(
+                    typing.get_type_hints(cls)[f.name]))]
+
+
+@pytest.mark.parametrize(("cls", "name"), FLOAT_FIELDS, ids=[f"{c.__name__}.{n}" for c, n in FLOAT_FIELDS])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_no_float_field_takes_nan_or_infinity(cls, name, value):
+    with pytest.raises(UsageError, match=name.replace("_", "[-_]")):
+        cls(**{name: value})
+
+
+@pytest.mark.parametrize("length", [4, 65536, 100000])
+def test_corpus_max_seq_length_error_gives_the_range(length):
+    with pytest.raises(UsageError, match=r"must be from 5 \(\[CLS\] A \[SEP\] B \[SEP\]\) to 65535"):
+        CorpusConfig(max_seq_length=length)
+
+
+@pytest.mark.parametrize(("args", "text", "message"), [
+    (["pretrain"], "steps: two\n", "--config: steps must be a whole number, got 'two'"),
+    (["pretrain"], "adam_beta1: 1.5\n", "--adam-beta1 must be in [0, 1), got 1.5"),
+    (["pretrain", "--lr", "nan"], "steps: 2\n", "--lr must be a finite number above 0, got nan"),
+    (["corpus", "build"], 'lowercase: "no"\n', "--config: lowercase must be true or false (or null), got 'no'"),
+])
+def test_bad_config_values_reach_the_user_as_one_line_and_exit_2(tmp_path, args, text, message):
+    from bertctl.cli import app
+
+    (tmp_path / "bad.yaml").write_text(text)
+    result = CliRunner().invoke(app, [*args, "--config", str(tmp_path / "bad.yaml")])
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [f"bertctl: error: {message}"], result.output
