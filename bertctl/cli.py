@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from bertctl import __version__
-from bertctl.cli_base import Group, command_group, set_debug
+from bertctl.cli_base import Group, command_group, set_debug, show_warnings
 from bertctl.cli_tasks import evaluate_app, finetune_app, predict_app
 from bertctl.config import PretrainConfig
 from bertctl.errors import UsageError
@@ -44,6 +44,7 @@ def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
 ) -> None:
     set_debug(debug)
+    show_warnings()
 
 
 # --- tokenizer ---------------------------------------------------------------------------------------
@@ -151,10 +152,12 @@ def corpus_build(
     from bertctl.corpus import build_corpus
 
     cfg = build_config(CorpusConfig, read_config_file(config) if config else {}, **flags)
-    counts = build_corpus(cfg)["counts"]
+    manifest = build_corpus(cfg)
+    counts = manifest["counts"]
     held = f", {counts['validation']['instances']} validation" if counts["validation"].get("instances") else ""
+    skipped = f"; skipped {len(manifest['skipped'])} unreadable input(s)" if manifest["skipped"] else ""
     typer.echo(f"wrote {cfg.out}: {counts['train']['instances']} training instances{held} from "
-               f"{counts['train']['documents'] + counts['validation'].get('documents', 0)} documents; "
+               f"{counts['train']['documents'] + counts['validation'].get('documents', 0)} documents{skipped}; "
                f"see 'bertctl corpus inspect {cfg.out}'")
 
 
@@ -224,6 +227,12 @@ def pretrain(
     from bertctl.pretrain import pretrain as run_pretrain
 
     file_values = read_config_file(config) if config else {}
+    given = {k for k, v in flags.items() if v is not None} | set(file_values)
+    for first, second in (("warmup_steps", "warmup_fraction"), ("init_from", "model_config")):
+        if {first, second} <= given:
+            raise UsageError(f"--{first.replace('_', '-')} and --{second.replace('_', '-')} exclude each other "
+                             f"({'--init-from fixes the model' if first == 'init_from' else 'give one'}); "
+                             "drop one of them")
     if flags["corpus"] is None and "corpus" not in file_values:
         file_values = {**QUICKSTART_PRETRAIN, **file_values}
     run_pretrain(build_config(PretrainConfig, file_values, **flags))

@@ -6,6 +6,8 @@ Library code raises `BertctlError`; only the command groups made here turn it in
 
 from __future__ import annotations
 
+import logging
+import sys
 import traceback
 from typing import Any
 
@@ -69,3 +71,19 @@ def command_group(help_text: str) -> typer.Typer:
 def set_debug(on: bool) -> None:
     global _debug
     _debug = on
+
+
+class _AboveTheBar(logging.Handler):
+    """Warnings go through tqdm, so each lands on a line of its own above a running progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(self.format(record), file=sys.stderr)
+
+
+def show_warnings() -> None:
+    """bertctl's warnings on stderr (once per process, however many commands a test runs)."""
+    logger = logging.getLogger("bertctl")
+    if not any(isinstance(h, _AboveTheBar) for h in logger.handlers):
+        logger.addHandler(_AboveTheBar(logging.WARNING))

@@ -182,7 +182,7 @@ def _expected(hint: Any) -> str:
 def _coerce(hint: Any, value: Any) -> Any:
     """`value` as the field type `hint` (only X, X | None and tuple[X, ...] occur): JSON/YAML have no Path or
     tuple and may write 8.0 for 8 or 0 for 0.0. Raises ValueError for any other type, so that a wrong one stops
-    here and not as a TypeError deep in a run; its text, if any, says how to write the number."""
+    here and not as a TypeError deep in a run."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -195,27 +195,23 @@ def _coerce(hint: Any, value: Any) -> Any:
         return value
     if hint is int and number and (isinstance(value, int) or value.is_integer()):
         return int(value)
-    if hint is float and number:
+    if hint is float and (number or (isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value))):
         return float(value)
     if hint is Path and isinstance(value, (str, Path)):
         return Path(value)
-    raise ValueError(_yaml_number(value) if hint in (int, float) else "")
+    raise ValueError
 
 
-def _yaml_number(value: Any) -> str:
-    """PyYAML reads 1e-3 (no dot) as text: say how to write it so that it is read as a number."""
-    match = re.fullmatch(r"([-+]?\d+)([eE][-+]?\d+)", value) if isinstance(value, str) else None
-    return f"YAML reads {value} as text: write {match[1]}.0{match[2]}" if match else ""
+_YAML_TEXT_FLOAT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")  # `lr: 1e-4`, a number PyYAML reads as text
 
 
 def _typed(label: str, hint: Any, value: Any) -> Any:
     """`value` coerced to `hint`, or a one-line UsageError that starts with `label` (the flag or file key)."""
     try:
         return _coerce(hint, value)
-    except (ValueError, OverflowError) as exc:
+    except (ValueError, OverflowError):
         shown = "null" if value is None else reprlib.repr(value)
-        note = f" ({exc})" if str(exc) else ""
-        raise UsageError(f"{label} must be {_expected(hint)}, got {shown}{note}") from None
+        raise UsageError(f"{label} must be {_expected(hint)}, got {shown}") from None
 
 
 def build_config(cls: type[T], file_values: dict[str, Any] | None = None, **flags: Any) -> T:

@@ -78,7 +78,7 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
         "special_ids": {"pad": tokenizer.pad_id, "unk": tokenizer.unk_id, "cls": tokenizer.cls_id,
                         "sep": tokenizer.sep_id, "mask": tokenizer.mask_id},
         "splits": [s for s in SPLITS if counts[s]["instances"]], "counts": counts,
-        "inputs": inputs, "config": params,
+        "inputs": inputs, "skipped": [{"source": s, "reason": why} for s, why in read.skipped], "config": params,
     }
     _assemble(partial, settings.schema, stats, manifest["splits"], key)
     tokenizer.save(partial / "corpus" / "tokenizer")
@@ -335,6 +335,8 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
     import datasets
 
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} is a file, not a corpus folder; give the folder 'bertctl corpus build' wrote")
     if not path.is_dir():
         partial = path.with_name(path.name + PARTIAL_SUFFIX)
         hint = (f"{partial} holds an interrupted build: rerun the same 'bertctl corpus build' to finish it"

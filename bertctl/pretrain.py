@@ -101,7 +101,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     bad_in_row = 0
     final = run / "final"
     batches = iter(loader)
-    with training.GracefulStop() as stop:
+    with training.GracefulStop() as stop, bar:
         while step < cfg.steps:
             host_batches = [next(batches) for _ in range(accum)]
             tokens = sum(int(b["attention_mask"].sum()) for b in host_batches) * env.world_size
@@ -114,8 +114,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
             step += 1
             samples_seen += cfg.batch_size
             speed.add(tokens)
-            if bar is not None:
-                bar.update(1)
+            bar.update(1)
             stopping = training.any_rank(stop.requested, env)
             logging = step % cfg.log_every == 0 or step == cfg.steps
             saving = step < cfg.steps and (stopping or (cfg.save_every and step % cfg.save_every == 0))
@@ -130,8 +129,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                 row = _log_row(step, window, lr, speed, has_nsp, bad_total)
                 log.write(row)
                 window = []
-                if bar is not None:
-                    bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
+                bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
             if evaluating:
                 log.write({"step": step, **evaluate_pretraining(model, validation, collate, micro, cfg, env)})
             if saving:
@@ -144,8 +142,6 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         if step >= cfg.steps:
             _save(model, final, tokenizer, optimizer, scaler,
                   {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total}, env, overwrite=True)
-    if bar is not None:
-        bar.close()
     log.close()
     where = final if step >= cfg.steps else training_state.step_folder(run, step)
     if env.is_main:
@@ -167,8 +163,8 @@ def _resume_point(cfg: PretrainConfig, run: Path) -> Path | None:
 
 def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:
     """--tokenizer, else --init-from's, else the corpus's own; it must be the one the corpus was built with."""
-    candidates = [cfg.tokenizer, cfg.init_from, Path(cfg.corpus) / "tokenizer"]
-    source = next((c for c in candidates if c is not None and has_tokenizer(c)), None)
+    candidates = [cfg.init_from, Path(cfg.corpus) / "tokenizer"]
+    source = cfg.tokenizer or next((c for c in candidates if c is not None and has_tokenizer(c)), None)
     if source is None:
         raise UsageError(f"no tokenizer found: pass --tokenizer (the one {cfg.corpus} was built with)")
     tokenizer = load_tokenizer(source)
@@ -287,8 +283,8 @@ def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed
 
 
 def _progress(cfg: PretrainConfig, step: int, env: training.Distributed) -> Any:
-    if not env.is_main:
-        return None
+    """The bar (silent on other ranks); used as a context, so an error line never lands on its last line."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=cfg.steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True)
+    return tqdm(total=cfg.steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True,
+                disable=not env.is_main)

@@ -193,7 +193,10 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     options = _options(config, added, vocab, fallback)
     if options.basic:
         _check_casing(list(vocab), options.lowercase, source)
-    return BertTokenizer.from_vocab(vocab, options=options)
+    try:
+        return BertTokenizer.from_vocab(vocab, options=options)
+    except UsageError as exc:
+        raise UsageError(f"tokenizer {source}: {exc}") from None
 
 
 def _read_tokenizer_json(path: Path) -> dict[str, Any]:

@@ -292,6 +292,20 @@ def test_bad_flags_and_unreadable_corpora(data) -> None:
         load_corpus(data["root"] / "missing")
     with pytest.raises(UsageError, match="not a bertctl corpus"):
         load_corpus(data["tok"])
+    with pytest.raises(UsageError, match="is a file, not a corpus folder"):
+        load_corpus(data["small"])
+
+
+def test_an_unreadable_input_is_skipped_and_reported(data) -> None:
+    garbage = data["root"] / "garbage.bin"
+    garbage.write_bytes(bytes(range(256)) * 4)
+    out = data["root"] / "with-garbage"
+    result = CliRunner().invoke(app, ["corpus", "build", str(data["small"]), str(garbage), "--tokenizer",
+                                      str(data["tok"]), "--out", str(out), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "warning: skipped" in result.stderr and "skipped 1 unreadable input(s)" in result.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [entry["source"] for entry in manifest["skipped"]] == [str(garbage)]
 
 
 def test_shard_schema_is_the_one_datasets_writes():

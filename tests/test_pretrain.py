@@ -119,6 +119,8 @@ def test_final_checkpoint_serves_fill_and_transformers(corpus, tmp_path):
     (["--corpus", "/no/such/corpus"], "does not exist"),
     (["--tokenizer", "OTHER"], "not the one corpus"),
     (["--precision", "fp8"], "--precision"),
+    (["--tokenizer", "/no/such/tok"], "/no/such/tok does not exist"),
+    (["--warmup-fraction", "0.1", "--warmup-steps", "3"], "exclude each other"),
 ])
 def test_refusals_are_one_line(corpus, tmp_path, flags, message):
     other = tmp_path / "other"
@@ -130,6 +132,26 @@ def test_refusals_are_one_line(corpus, tmp_path, flags, message):
     assert result.exit_code == 2, result.output
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run" / "final").exists()
+
+
+def test_init_from_starts_phase_two_from_the_weights_with_a_fresh_optimizer(corpus, tmp_path):
+    from safetensors.torch import load_file
+
+    from bertctl.corpus import build_corpus
+    from bertctl.pretrain import pretrain
+
+    first = pretrain(small_run(corpus, tmp_path / "p1", steps=4, save_every=0))
+    _write_text(tmp_path / "docs.txt", documents=20, seed=3)
+    longer = tmp_path / "corpus48"
+    build_corpus(CorpusConfig(inputs=(str(tmp_path / "docs.txt"),), tokenizer=first, max_seq_length=48, out=longer,
+                              workers=1))
+    second = pretrain(small_run(longer, tmp_path / "p2", init_from=first, steps=2, lr=1e-12, warmup_steps=0,
+                                save_every=0))
+    before, after = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    assert before.keys() == after.keys()
+    assert max(float((before[k] - after[k]).abs().max()) for k in before) < 1e-8
+    assert json.loads((second / "trainer_state.json").read_text())["step"] == 2  # a new count, not 6
+    assert json.loads((tmp_path / "p2" / "run.json").read_text())["corpus_manifest"]["max_seq_length"] == 48
 
 
 def _cli(corpus: Path, out: Path, *extra: str) -> list[str]:
