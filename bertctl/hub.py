@@ -8,8 +8,12 @@ pytorch_model.bin), not the TensorFlow, Flax, ONNX or Core ML copies hub reposit
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 from bertctl.errors import UsageError
 
@@ -50,3 +54,18 @@ def local_folder(name: str | Path, weights: bool = True) -> Path:
         what = "model" if weights else "tokenizer"
         raise UsageError(f"{what} {name}: no such folder here, and the hub repository {name} could not be "
                          f"loaded ({reason}); give a local {what} folder, or go online once to cache it") from None
+
+
+def use_cache_when_offline() -> None:
+    """With no route to the hub, `datasets` retries for about 25 s (printing each retry) before it gives up or
+    turns to its cache; when the hub's host does not even resolve, say offline at once, which reads the cache
+    directly. An explicit HF_HUB_OFFLINE is left alone."""
+    if "HF_HUB_OFFLINE" in os.environ:
+        return
+    try:
+        socket.getaddrinfo(urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname, 443)
+    except (OSError, UnicodeError):
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        for module in ("huggingface_hub.constants", "datasets.config"):  # these read it when first imported
+            if module in sys.modules:
+                sys.modules[module].HF_HUB_OFFLINE = True

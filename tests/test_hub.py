@@ -58,3 +58,27 @@ def test_an_uncached_hub_id_offline_is_one_line_exit_2(offline_cache):
     assert result.exit_code == 2
     assert "someone/not-there" in result.stderr and "local model folder" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("resolves", [True, False])
+def test_datasets_are_told_offline_only_when_the_hub_does_not_resolve(monkeypatch, resolves):
+    import os
+    import socket
+    import sys
+
+    from bertctl.hub import use_cache_when_offline
+
+    def lookup(host, port):
+        if not resolves:
+            raise socket.gaierror(-2, "Name or service not known")
+        return [("resolved",)]
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    if "datasets.config" in sys.modules:
+        monkeypatch.setattr(sys.modules["datasets.config"], "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    use_cache_when_offline()
+    assert (os.environ.get("HF_HUB_OFFLINE") == "1") is (not resolves)
+    assert hub_constants.HF_HUB_OFFLINE is (not resolves)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

@@ -374,6 +374,9 @@ def match_labels(task: GlueTask, names: Sequence[str]) -> list[int] | None:
 
 def _read_hub(task: GlueTask, entry: SplitFile, name: str) -> Examples:
     source = f"{name} ({task.hub_config}, {entry.hub_split})"
+    from bertctl.hub import use_cache_when_offline
+
+    use_cache_when_offline()
     try:
         import datasets
 

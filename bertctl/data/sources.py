@@ -302,6 +302,9 @@ def _parquet_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[st
 
 def _dataset_rows(name: str, text_column: str, stats: ReadStats) -> Iterator[str]:
     """A dataset from the hub (or its local cache), streamed; bytes_read counts the text's UTF-8 bytes."""
+    from bertctl.hub import use_cache_when_offline
+
+    use_cache_when_offline()
     import datasets
 
     path, _, config = name.partition(":")
