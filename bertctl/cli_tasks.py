@@ -126,6 +126,7 @@ _EvBatch = Annotated[int | None, typer.Option(help="Examples per forward pass [t
 _EvMaxLen = Annotated[int | None, typer.Option(help="Tokens per example [the run's, 128].")]
 _EvPrecision = Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [the run's on the same kind of "
                                                   "device, else auto].")]
+_EvOverwrite = Annotated[bool, typer.Option("--overwrite", help="Replace existing output files.")]
 
 
 @evaluate_app.command("glue")
@@ -167,12 +168,12 @@ def predict_glue(
                                         "`finetune glue all` folder.")],
     data: _EvGlueData, out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the submission files.")],
     batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, device: _FtDevice = None,
-    precision: _EvPrecision = None,
+    precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
 ) -> None:
     """Write test-set predictions as GLUE submission files (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)."""
     from bertctl.predict import predict_glue as run_predict
 
-    for path in run_predict(task, model, data, out, batch_size, max_seq_length, device, precision):
+    for path in run_predict(task, model, data, out, batch_size, max_seq_length, device, precision, overwrite):
         typer.echo(str(path))
 
 
@@ -181,10 +182,10 @@ def predict_classify(
     model: _EvModel, data: _EvTable,
     out: Annotated[Path, typer.Option("--out", "-o", help="Predictions file, .csv or .jsonl [.csv].")],
     text_columns: _EvColumns = None, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
-    device: _FtDevice = None, precision: _EvPrecision = None,
+    device: _FtDevice = None, precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
 ) -> None:
     """Predict every row of a table with a `finetune classify` model: id, label, class probabilities."""
     from bertctl.predict import predict_classify as run_predict
 
     columns = _split_list(text_columns, "text_columns", str) if text_columns else None
-    typer.echo(str(run_predict(model, data, out, columns, batch_size, max_seq_length, device, precision)))
+    typer.echo(str(run_predict(model, data, out, columns, batch_size, max_seq_length, device, precision, overwrite)))

@@ -6,16 +6,14 @@ from pathlib import Path
 
 from bertctl.checkpoint import build_model, heads_present, model_tokenizer, read_checkpoint, save_model
 from bertctl.errors import UsageError
+from bertctl.files import check_new_out
 from bertctl.model import architecture_name
 
 
 def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str:
     """Keep every head the source has; write safetensors with transformers' names and the tokenizer."""
-    source, out = Path(source), Path(out)
-    if out.exists() and not overwrite:
-        raise UsageError(f"--out {out} already exists (pass --overwrite to replace it)")
-    if out.resolve() == source.resolve():
-        raise UsageError("--out must differ from the source folder")
+    source, out = Path(source), check_new_out(out, overwrite=overwrite)
+    _check_apart(source, out)
     ckpt = read_checkpoint(source)
     # bert-base-uncased's config says BertForMaskedLM but its file has the NSP head too: keep both
     model = build_model(ckpt, "BertForPreTraining" if {"mlm", "nsp"} <= ckpt.parts else None)
@@ -25,3 +23,15 @@ def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str
                overwrite=overwrite)
     heads = ", ".join(heads_present(ckpt)) or "encoder only"
     return f"wrote {out} ({architecture_name(model)}: {heads}; tokenizer: {'yes' if tokenizer else 'none'})"
+
+
+def _check_apart(source: Path, out: Path) -> None:
+    """OUT inside the source would plant a model folder in it; the source inside OUT would be deleted when
+    --overwrite replaces OUT."""
+    source_at, out_at = source.resolve(), out.resolve()
+    if out_at.is_relative_to(source_at):
+        where = "is" if out_at == source_at else "is inside"
+        raise UsageError(f"--out {out} {where} the source folder {source}; choose a path outside it")
+    if source_at.is_relative_to(out_at):
+        raise UsageError(f"--out {out} holds the source folder {source}, which replacing it would delete; "
+                         "choose a path outside it")

@@ -31,6 +31,7 @@ from bertctl.training import pick_device
 
 DEFAULT_MAX_SEQ_LENGTH = 128
 DEFAULT_EVAL_BATCH_SIZE = 128
+MIN_SEQ_LENGTH = 3  # [CLS], one token, [SEP]
 
 
 @dataclass(frozen=True)
@@ -229,17 +230,34 @@ def read_run_record(folder: Path) -> dict[str, Any]:
 def open_scorer(path: Path | str, task: GlueTask | TabularTask, max_seq_length: int | None, batch_size: int | None,
                 ckpt: Checkpoint | None = None) -> Scorer:
     """The model in `path` (a multi-seed run: its best seed) for `task`; max_seq_length and batch size are
-    the flags, else the fine-tuning run's (its run.json), else the defaults."""
+    the flags, else the fine-tuning run's (its run.json), else the defaults (no longer than the model's
+    positions)."""
+    check_scoring_flags(max_seq_length, batch_size)
     folder = resolve_model_folder(path)
     model, tokenizer, _, order = load_classifier(folder, task, ckpt)
     record = read_run_record(folder)
     saved = record.get("config", {})
-    max_len = max_seq_length or saved.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH
-    if max_len > model.config.max_position_embeddings:
-        raise UsageError(f"--max-seq-length {max_len}: the model takes at most "
-                         f"{model.config.max_position_embeddings} tokens")
-    batch_size = batch_size or saved.get("eval_batch_size") or DEFAULT_EVAL_BATCH_SIZE
+    positions = model.config.max_position_embeddings
+    max_len = _setting(max_seq_length, saved.get("max_seq_length"), min(DEFAULT_MAX_SEQ_LENGTH, positions))
+    if max_len > positions:
+        raise UsageError(f"--max-seq-length {max_len}: the model takes at most {positions} tokens")
+    batch_size = _setting(batch_size, saved.get("eval_batch_size"), DEFAULT_EVAL_BATCH_SIZE)
     return Scorer(model, tokenizer, max_len, batch_size, order, record.get("precision"), record.get("device"))
+
+
+def _setting(flag: int | None, saved: int | None, default: int) -> int:
+    """The flag, else the run's, else the default: a flag's 0 is refused, never read as unset."""
+    return flag if flag is not None else saved or default
+
+
+def check_scoring_flags(max_seq_length: int | None, batch_size: int | None) -> None:
+    """Refuse what no forward pass can use: a batch below 1 runs no batch at all, so every score (and every
+    prediction) would be silently empty; None means the run's setting."""
+    if batch_size is not None and batch_size < 1:
+        raise UsageError(f"--batch-size {batch_size}: give 1 or more examples per forward pass")
+    if max_seq_length is not None and max_seq_length < MIN_SEQ_LENGTH:
+        raise UsageError(f"--max-seq-length {max_seq_length}: give at least {MIN_SEQ_LENGTH} "
+                         "([CLS], a token and [SEP])")
 
 
 def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, split: str = "dev",

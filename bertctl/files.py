@@ -1,7 +1,9 @@
 """Atomic writes: a file or folder appears complete or not at all, with the user's usual permissions.
 
 Every output of bertctl (model folders, tokenizers, corpora, run files, submission files) goes through
-here: write beside the target under a hidden temporary name, then rename.
+here: write beside the target under a hidden temporary name, then rename. Commands check their outputs with
+`check_out` / `check_new_out` before any work, so a long run never fails at the end for want of a place to
+save; `make_folder` still turns a path blocked by a file into one line if something slips through.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bertctl.errors import UsageError
+
 
 def _umask() -> int:
     mask = os.umask(0o022)
@@ -22,10 +26,54 @@ def _umask() -> int:
     return mask
 
 
+def file_above(path: Path | str) -> Path | None:
+    """The nearest existing parent of `path` when it is a file: nothing can be created below it."""
+    for parent in Path(path).parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def check_out(path: Path | str, flag: str = "--out", folder: bool = True) -> Path:
+    """Refuse an output that can never be written, before any work: one below a file, a file where a folder
+    goes, a folder where a file goes. Whether it may already exist is the command's call (--overwrite,
+    --resume)."""
+    path = Path(path)
+    blocker = file_above(path)
+    if blocker is not None:
+        raise UsageError(f"{flag} {path}: its parent {blocker} is a file, not a folder; choose another path")
+    if folder and path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {path} is a file, not a folder; choose another path")
+    if not folder and path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder, not a file; give a file name")
+    return path
+
+
+def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False, folder: bool = True) -> Path:
+    """`check_out`, and an existing output is refused unless --overwrite (every command replaces only
+    what the user said it may)."""
+    path = check_out(path, flag, folder)
+    if path.exists() and not overwrite:
+        raise UsageError(f"{flag} {path} already exists; pass --overwrite to replace it")
+    return path
+
+
+def make_folder(folder: Path | str) -> Path:
+    """mkdir -p with a one-line error naming the file in the way, not `[Errno 17] File exists`."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = folder if folder.exists() else file_above(folder)
+        reason = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror
+        raise UsageError(f"cannot create the folder {folder}: {reason}; choose another path") from None
+    return folder
+
+
 def write_text_atomic(path: Path | str, text: str) -> None:
     """Write through a temp file and rename, so a reader never sees half a file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
@@ -44,7 +92,7 @@ def write_json_atomic(path: Path | str, data: Any) -> None:
 def temp_folder_beside(target: Path | str, tag: str = "tmp") -> Path:
     """A hidden, empty folder next to `target` (same file system, so the final rename is atomic)."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(target.parent)
     return Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}-", dir=target.parent))
 
 

@@ -30,7 +30,7 @@ from bertctl import training, training_state
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.errors import UsageError
 from bertctl.evaluate import seeds_markdown
-from bertctl.files import building_folder, write_json_atomic, write_text_atomic
+from bertctl.files import building_folder, check_new_out, write_json_atomic, write_text_atomic
 
 RESUMABLE_CHANGES = ("resume", "overwrite", "save_every", "device", "log_every")  # may differ on --resume
 LOG_FILES = ("run.json", "metrics.jsonl", "tensorboard")  # a seed's logs, copied into its model folder
@@ -43,7 +43,7 @@ def check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Pat
     --resume or --overwrite, a resume with other settings. Read-only, and every rank has decided before any
     rank writes."""
     work = out.parent / f".{out.name}.work"
-    _claim(out, cfg.overwrite)
+    check_new_out(out, overwrite=cfg.overwrite)  # replaced only at the end, with --overwrite
     saved = work / "run.json"
     if cfg.resume and saved.is_file():
         _same_settings(cfg, json.loads(saved.read_text(encoding="utf-8"))["config"], work)
@@ -54,14 +54,6 @@ def check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Pat
                          "--overwrite to start again")
     training.barrier(env)
     return work
-
-
-def _claim(out: Path, overwrite: bool) -> None:
-    """Refuse an existing OUT before any work (it is replaced only at the end, with --overwrite)."""
-    if out.exists() and not overwrite:
-        raise UsageError(f"--out {out} already exists (pass --overwrite to replace it)")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; give a folder")
 
 
 def _same_settings(cfg: FinetuneConfig, saved: dict[str, Any], work: Path) -> None:

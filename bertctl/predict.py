@@ -3,7 +3,9 @@
 One task writes its file(s) (MNLI: MNLI-m.tsv and MNLI-mm.tsv; ax: AX.tsv from an MNLI model). `all` takes
 the folder `bertctl finetune glue all` wrote and writes the eleven files of a full submission. Every test
 file is read and predicted before the first submission file is written, so bad input writes nothing.
-`classify` predicts every row of a csv/tsv/jsonl/parquet file with a `finetune classify` model.
+`classify` predicts every row of a csv/tsv/jsonl/parquet file with a `finetune classify` model. Like every
+command, neither replaces an existing output without `overwrite` (glue: the submission files it would write,
+so one folder can collect the tasks one by one).
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ import torch
 
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
 from bertctl.data.tabular import read_examples
+from bertctl.errors import UsageError
 from bertctl.evaluate import Scorer, encode_examples, open_classify_run, open_scorer, predict_logits, to_predictions
-from bertctl.submission import prediction_path, write_predictions, write_submission
+from bertctl.files import check_new_out, check_out
+from bertctl.submission import prediction_path, submission_name, write_predictions, write_submission
 from bertctl.training import pick_device
 
 
 def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out: Path | str,
                  batch_size: int | None = None, max_seq_length: int | None = None, device: str | None = None,
-                 precision: str | None = None) -> list[Path]:
+                 precision: str | None = None, overwrite: bool = False) -> list[Path]:
     """Write the task's submission file(s) into `out`; returns their paths.
 
     `model` is a model fine-tuned on the task (ax: on mnli); with task `all`, the folder holding one run per
@@ -33,10 +37,21 @@ def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out:
         jobs = [(t, Path(model) / (t.predicted_by or t.name)) for t in TASKS.values()]
     else:
         jobs = [(get_task(task), Path(model))]
+    _check_submission_out(out, [t for t, _ in jobs], overwrite)
     predictions = []
     for glue_task, folder in jobs:
         predictions += _predict_task(glue_task, folder, data, batch_size, max_seq_length, device, precision)
     return [write_submission(t, split, ids, values, out) for t, split, ids, values in predictions]
+
+
+def _check_submission_out(out: Path | str, tasks: list[GlueTask], overwrite: bool) -> None:
+    """Before any work: OUT must be a folder (or nothing yet), and the files it would get must be new."""
+    folder = check_out(out)
+    names = [submission_name(task, split) for task in tasks for split in task.eval_splits("test")]
+    taken = [name for name in names if (folder / name).exists()]
+    if taken and not overwrite:
+        raise UsageError(f"--out {folder} already holds {', '.join(taken)}; pass --overwrite to replace "
+                         f"{'it' if len(taken) == 1 else 'them'}")
 
 
 def _predict_task(task: GlueTask, model: Path, data: str | Path, batch_size: int | None,
@@ -63,14 +78,16 @@ def _task_logits(scorer: Scorer, examples: Examples, device: torch.device, preci
 
 def predict_classify(model: Path | str, data: str | Path, out: str | Path, text_columns: Sequence[str] | None = None,
                      batch_size: int | None = None, max_seq_length: int | None = None, device: str | None = None,
-                     precision: str | None = None) -> Path:
+                     precision: str | None = None, overwrite: bool = False) -> Path:
     """Predict every row of a csv/tsv/jsonl/parquet file with a `finetune classify` model; returns the file.
 
     `out` is written as .csv (also when it has no extension) or .jsonl, once every row is predicted: the
     row's id (the file's `id`/`idx` column, else its position from 0), the label (regression: the score)
-    and each class's probability, in the file's order. Labels in the file are not needed.
+    and each class's probability, in the file's order. Labels in the file are not needed. An existing file
+    is replaced only with `overwrite`.
     """
-    path = prediction_path(out, data)
+    check_out(out, folder=False)  # a folder would otherwise become FOLDER.csv beside it
+    path = check_new_out(prediction_path(out, data), overwrite=overwrite, folder=False)
     run = open_classify_run(model, text_columns, None, max_seq_length, batch_size)
     examples, id_name = read_examples(data, run.text_columns)
     run_on = pick_device(device)

@@ -26,7 +26,7 @@ from bertctl import __version__
 from bertctl.config import TokenizerTrainConfig, config_to_dict
 from bertctl.data.sources import ReadStats, Source, expand_inputs, iter_texts
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import building_folder, write_json_atomic
+from bertctl.files import building_folder, check_new_out, write_json_atomic
 from bertctl.tokenizer import (
     CONTINUATION,
     SPECIAL_TOKENS,
@@ -44,7 +44,7 @@ _SEPARATORS = {" ", "\u2028", "\u2029"}  # characters the pre-tokenizer splits o
 
 def train_tokenizer(cfg: TokenizerTrainConfig) -> dict[str, Any]:
     """Train, save into cfg.out, and return the provenance record written next to the vocabulary."""
-    out = _check_out(Path(cfg.out or ""), cfg.overwrite)
+    out = check_new_out(cfg.out or "", overwrite=cfg.overwrite)
     sources = expand_inputs(cfg.inputs)
     stats = ReadStats.for_sources(sources)
     counts = count_characters(sources, cfg, stats)
@@ -71,14 +71,6 @@ def train_tokenizer(cfg: TokenizerTrainConfig) -> dict[str, Any]:
     }
     _write_folder(out, tokenizer, record, cfg.overwrite)
     return record
-
-
-def _check_out(out: Path, overwrite: bool) -> Path:
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} exists and is not a folder; choose another path")
-    if out.exists() and not overwrite:
-        raise UsageError(f"--out {out} already exists; pass --overwrite to replace it")
-    return out
 
 
 def _bar(stats: ReadStats, desc: str) -> Any:
@@ -193,4 +185,4 @@ def _write_folder(out: Path, tokenizer: BertTokenizer, record: dict[str, Any], o
     with building_folder(out, "partial") as tmp:
         tokenizer.save(tmp)
         write_json_atomic(tmp / PROVENANCE, record)
-        _check_out(out, overwrite)
+        check_new_out(out, overwrite=overwrite)  # nothing took its place while training

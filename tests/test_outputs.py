@@ -1,0 +1,194 @@
+"""Outputs and scoring flags a command can never use are refused in one line (exit 2) before any work:
+--out below a file or a file where a folder goes, an existing output without --overwrite, a convert into its
+own source, --batch-size / --max-seq-length below what a forward pass needs."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+from glue_fixtures import write_glue_data
+from typer.testing import CliRunner
+
+from bertctl.checkpoint import save_model
+from bertctl.cli import app
+from bertctl.config import BertConfig
+from bertctl.errors import UsageError
+from bertctl.files import check_new_out, check_out, make_folder, write_text_atomic
+from bertctl.model import BertForMaskedLM, BertForSequenceClassification
+from bertctl.tokenizer import BertTokenizer
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "day", "was", "good", "bad"]
+LABELS = ["negative", "positive"]  # SST-2's names on the hub, so one model serves glue and classify
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _cli(*args: str | Path):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _refused(result, *expected: str) -> None:
+    """Exit 2 with one line holding every expected piece, and no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("bertctl: error: ") and all(e in lines[0] for e in expected), lines[0]
+
+
+def _config() -> BertConfig:
+    return BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=32, max_position_embeddings=32)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """A tiny encoder and a tiny (untrained) two-class classifier, with a table and SST-2 data."""
+    root = tmp_path_factory.mktemp("outputs")
+    torch.manual_seed(0)
+    tokenizer = BertTokenizer.from_vocab(VOCAB)
+    encoder = save_model(BertForMaskedLM(_config()), root / "encoder", tokenizer)
+    classifier = save_model(BertForSequenceClassification(_config(), num_labels=2), root / "classifier", tokenizer,
+                            labels=LABELS)
+    table = root / "table.csv"
+    with open(table, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([("text", "label"), *[(f"the day was {w}", lab) for w, lab in
+                                                           [("good", "positive"), ("bad", "negative")] * 4]])
+    (root / "text.txt").write_text("the day was good.\nthe day was bad.\n" * 20, encoding="utf-8")
+    glue = write_glue_data(root / "glue", tasks=("sst2",), n_train=4, n_dev=4, n_test=4)
+    return {"encoder": encoder, "classifier": classifier, "table": table, "text": root / "text.txt", "glue": glue}
+
+
+def _commands(m: dict[str, Path], out: Path) -> dict[str, list]:
+    """Every command that writes --out, as it would run here."""
+    return {
+        "convert": ["convert", m["encoder"], "--out", out],
+        "tokenizer": ["tokenizer", "train", m["text"], "--out", out, "--vocab-size", 40],
+        "finetune": ["finetune", "classify", "--train", m["table"], "-m", m["encoder"], "--text-columns", "text",
+                     "--device", "cpu", "--epochs", 1, "--batch-size", 4, "--out", out],
+        "predict classify": ["predict", "classify", "-m", m["classifier"], "--data", m["table"],
+                             "--text-columns", "text", "--out", out],
+        "predict glue": ["predict", "glue", "sst2", "-m", m["classifier"], "--data", m["glue"], "--out", out],
+    }
+
+
+# --- --out below a file, or a file where a folder goes ------------------------------------------------
+
+@pytest.mark.parametrize("command", ["convert", "tokenizer", "finetune", "predict classify", "predict glue"])
+@pytest.mark.parametrize("below", ["x", "a/b/p.csv"])
+def test_an_out_below_a_file_is_refused_naming_out_and_the_file(models, tmp_path, command, below):
+    blocker = tmp_path / "empty.txt"
+    blocker.write_text("")
+    _refused(_cli(*_commands(models, blocker / below)[command]), f"--out {blocker / below}",
+             f"its parent {blocker} is a file")
+    assert [p.name for p in tmp_path.iterdir()] == ["empty.txt"] and blocker.read_text() == ""
+
+
+@pytest.mark.parametrize("command", ["convert", "tokenizer", "finetune", "predict glue"])
+def test_a_file_where_a_folder_goes_is_refused_even_with_overwrite(models, tmp_path, command):
+    blocker = tmp_path / "empty.txt"
+    blocker.write_text("mine")
+    args = _commands(models, blocker)[command]
+    for extra in ([], ["--overwrite"]):
+        _refused(_cli(*args, *extra), f"--out {blocker} is a file, not a folder")
+    assert [p.name for p in tmp_path.iterdir()] == ["empty.txt"] and blocker.read_text() == "mine"
+
+
+def test_the_checkers_before_any_work(tmp_path):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(UsageError, match="^--corpus-out .*deep/er: its parent .*file is a file, not a folder;"):
+        check_out(tmp_path / "file" / "deep" / "er", "--corpus-out")
+    with pytest.raises(UsageError, match="is a folder, not a file"):
+        check_out(tmp_path / "dir", folder=False)
+    with pytest.raises(UsageError, match="already exists; pass --overwrite"):
+        check_new_out(tmp_path / "dir")
+    assert check_new_out(tmp_path / "dir", overwrite=True) == tmp_path / "dir"
+    assert check_out(tmp_path / "new" / "er") == tmp_path / "new" / "er"  # folders to come are fine
+    assert check_out(tmp_path / "file", folder=False) == tmp_path / "file"
+
+
+def test_writes_below_a_file_fail_in_one_line_not_errno(tmp_path):
+    """What a command forgot to check still gives one line naming the file in the way."""
+    (tmp_path / "file").write_text("")
+    for write in (lambda: make_folder(tmp_path / "file" / "x"), lambda: make_folder(tmp_path / "file"),
+                  lambda: write_text_atomic(tmp_path / "file" / "x" / "y.json", "{}")):
+        with pytest.raises(UsageError, match=f"cannot create the folder .*: {tmp_path / 'file'} is a file") as info:
+            write()
+        assert "Errno" not in str(info.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+# --- an existing output --------------------------------------------------------------------------------
+
+def test_predict_classify_keeps_an_existing_file_unless_overwrite(models, tmp_path):
+    out = tmp_path / "pred.csv"
+    args = _commands(models, out)["predict classify"]
+    first = _cli(*args)
+    assert first.exit_code == 0, first.output
+    out.write_text("mine")
+    _refused(_cli(*args), f"--out {out} already exists; pass --overwrite")
+    assert out.read_text() == "mine"
+    assert _cli(*args, "--overwrite").exit_code == 0 and out.read_text().startswith("index,prediction,")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pred.csv"]  # no temp file left
+
+
+def test_predict_classify_refuses_a_folder_instead_of_writing_beside_it(models, tmp_path):
+    (tmp_path / "preds").mkdir()
+    _refused(_cli(*_commands(models, tmp_path / "preds")["predict classify"]), f"--out {tmp_path / 'preds'} is a "
+             "folder, not a file")
+    assert not (tmp_path / "preds.csv").exists() and not any((tmp_path / "preds").iterdir())
+
+
+def test_predict_glue_keeps_existing_submission_files_unless_overwrite(models, tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "CoLA.tsv").write_text("another task's")  # one folder collects the tasks one by one
+    args = _commands(models, sub)["predict glue"]
+    assert _cli(*args).exit_code == 0 and (sub / "SST-2.tsv").is_file()
+    (sub / "SST-2.tsv").write_text("mine")
+    _refused(_cli(*args), f"--out {sub} already holds SST-2.tsv; pass --overwrite")
+    assert (sub / "SST-2.tsv").read_text() == "mine"
+    assert _cli(*args, "--overwrite").exit_code == 0
+    assert (sub / "SST-2.tsv").read_text().startswith("index\tprediction\n")
+    assert (sub / "CoLA.tsv").read_text() == "another task's"
+
+
+# --- convert and its source ---------------------------------------------------------------------------
+
+def test_convert_refuses_an_out_inside_or_holding_its_source(models, tmp_path):
+    source = tmp_path / "runs" / "model"
+    assert _cli("convert", models["encoder"], "--out", source).exit_code == 0
+    before = sorted(p.name for p in source.iterdir())
+    for out, extra, expected in [(source / "sub", [], "is inside the source folder"),
+                                 (source, ["--overwrite"], "is the source folder"),
+                                 (tmp_path / "runs", ["--overwrite"], "holds the source folder")]:
+        _refused(_cli("convert", source, "--out", out, *extra), f"--out {out} {expected}")
+    assert sorted(p.name for p in source.iterdir()) == before
+
+
+# --- scoring flags --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("flag", "value", "expected"), [
+    ("--batch-size", 0, "give 1 or more"), ("--batch-size", -4, "give 1 or more"),
+    ("--max-seq-length", 0, "give at least 3"), ("--max-seq-length", 2, "give at least 3"),
+    ("--max-seq-length", -5, "give at least 3"), ("--max-seq-length", 33, "the model takes at most 32 tokens"),
+])
+@pytest.mark.parametrize("command", ["evaluate classify", "evaluate glue", "predict classify", "predict glue"])
+def test_scoring_flags_no_forward_pass_can_use_are_refused(models, tmp_path, command, flag, value, expected):
+    verb, kind = command.split()
+    if verb == "predict":
+        args = _commands(models, tmp_path / "out.csv")[command]
+    elif kind == "classify":
+        args = ["evaluate", "classify", "-m", models["classifier"], "--data", models["table"], "--text-columns", "text"]
+    else:
+        args = ["evaluate", "glue", "sst2", "-m", models["classifier"], "--data", models["glue"]]
+    _refused(_cli(*args, flag, value), f"{flag} {value}: {expected}")
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_smallest_scoring_flags_still_score(models):
+    result = _cli("evaluate", "classify", "-m", models["classifier"], "--data", models["table"], "--text-columns",
+                  "text", "--batch-size", 1, "--max-seq-length", 3, "--json")
+    assert result.exit_code == 0 and '"accuracy"' in result.stdout, result.output
