@@ -38,7 +38,7 @@ from bertctl.data.instances import (
     shard_settings,
 )
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import replace_folder, write_json_atomic
+from bertctl.files import check_new_out, make_folder, replace_folder, write_json_atomic
 
 FORMAT = "bertctl-corpus"
 FORMAT_VERSION = 1
@@ -97,10 +97,7 @@ def _check_required(cfg: CorpusConfig) -> Path:
                          "(train one with 'bertctl tokenizer train')")
     if cfg.out is None:
         raise UsageError("corpus build: --out DIR is required")
-    out = Path(cfg.out)
-    if out.exists() and not cfg.overwrite:
-        raise UsageError(f"--out {out} exists; pass --overwrite to replace it")
-    return out
+    return check_new_out(cfg.out, overwrite=cfg.overwrite)
 
 
 def _check_length(max_seq_length: int, tokenizer_path: Path) -> None:
@@ -254,7 +251,7 @@ def _open_partial(out: Path, key: str) -> Path:
         same = False
     if partial.exists() and not same:
         _remove(partial)
-    (partial / "shards").mkdir(parents=True, exist_ok=True)
+    make_folder(partial / "shards")
     for leftover in (partial / "shards").glob("*.tmp"):
         leftover.unlink()
     write_json_atomic(partial / "build.json", {"key": key})

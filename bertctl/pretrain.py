@@ -24,7 +24,7 @@ from bertctl.config import BertConfig, PretrainConfig, config_to_dict, model_con
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import UsageError
-from bertctl.files import write_json_atomic
+from bertctl.files import check_out, make_folder, write_json_atomic
 from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
 from bertctl.tokenizer import BertTokenizer
 from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
@@ -44,6 +44,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
 def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     from bertctl.corpus import load_corpus
 
+    check_out(cfg.out)
     if cfg.corpus is None:
         from bertctl.quickstart import prepare_quickstart
 
@@ -69,7 +70,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         record = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
         step, samples_seen, bad_total = record["step"], record["samples_seen"], record.get("bad_steps", 0)
     if env.is_main:
-        run.mkdir(parents=True, exist_ok=True)
+        make_folder(run)
         write_json_atomic(run / "run.json", {"config": config_to_dict(cfg), "model": model.config.to_dict(),
                                             "world_size": env.world_size, "precision": precision, "compile": compiled,
                                             "corpus_manifest": manifest, "resumed_from": str(resume_from or "")})

@@ -70,12 +70,15 @@ def _commands(m: dict[str, Path], out: Path) -> dict[str, list]:
         "predict classify": ["predict", "classify", "-m", m["classifier"], "--data", m["table"],
                              "--text-columns", "text", "--out", out],
         "predict glue": ["predict", "glue", "sst2", "-m", m["classifier"], "--data", m["glue"], "--out", out],
+        "corpus": ["corpus", "build", m["text"], "--tokenizer", m["encoder"], "--workers", 1, "--out", out],
+        "pretrain": ["pretrain", "--steps", 1, "--out", out],  # the quick start: refused before it starts
     }
 
 
 # --- --out below a file, or a file where a folder goes ------------------------------------------------
 
-@pytest.mark.parametrize("command", ["convert", "tokenizer", "finetune", "predict classify", "predict glue"])
+@pytest.mark.parametrize("command", ["convert", "tokenizer", "finetune", "predict classify", "predict glue", "corpus",
+                                     "pretrain"])
 @pytest.mark.parametrize("below", ["x", "a/b/p.csv"])
 def test_an_out_below_a_file_is_refused_naming_out_and_the_file(models, tmp_path, command, below):
     blocker = tmp_path / "empty.txt"
@@ -85,7 +88,7 @@ def test_an_out_below_a_file_is_refused_naming_out_and_the_file(models, tmp_path
     assert [p.name for p in tmp_path.iterdir()] == ["empty.txt"] and blocker.read_text() == ""
 
 
-@pytest.mark.parametrize("command", ["convert", "tokenizer", "finetune", "predict glue"])
+@pytest.mark.parametrize("command", ["convert", "tokenizer", "finetune", "predict glue", "corpus"])
 def test_a_file_where_a_folder_goes_is_refused_even_with_overwrite(models, tmp_path, command):
     blocker = tmp_path / "empty.txt"
     blocker.write_text("mine")
