@@ -214,6 +214,9 @@ def _run_pool(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int, d
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # what spawn itself checks
+        raise UsageError("corpus build started in a worker process that was re-running your script; "
+                         "put the call under `if __name__ == \"__main__\":`")
     context = multiprocessing.get_context("spawn")  # never fork a process that holds tokenizer threads
     pending: deque[tuple[_Progress, Any]] = deque()
 
@@ -224,19 +227,19 @@ def _run_pool(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int, d
         finish(progress, future.result())
 
     try:
-        with ProcessPoolExecutor(workers, context, initializer=init_worker, initargs=(settings,)) as pool:
+        with ProcessPoolExecutor(workers, context, initializer=init_worker) as pool:
             for job in jobs:
                 if job.index in done:
                     finish(_progress(job), done[job.index])
                     continue
-                pending.append((_progress(job), pool.submit(build_shard, job)))
+                pending.append((_progress(job), pool.submit(build_shard, job, settings)))
                 while len(pending) > 2 * workers:
                     collect()
             while pending:
                 collect()
-    except BrokenProcessPool:
-        raise BertctlError("corpus build: a worker process died (out of memory?); rerun to resume, "
-                           "or use fewer --workers") from None
+    except (BrokenProcessPool, BrokenPipeError):  # a worker died, or died starting (the pipe to it broke)
+        raise BertctlError("corpus build: a worker process died (out of memory? a script that builds outside "
+                           "`if __name__ == \"__main__\":`?); rerun to resume, or use fewer --workers") from None
     finally:
         for _, future in pending:
             future.cancel()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -321,3 +323,18 @@ def test_shard_schema_is_the_one_datasets_writes():
                        "next_sentence_label": Value("int8"), "masked_lm_positions": List(Value("uint16")),
                        "masked_lm_ids": List(Value("int32"))}).arrow_schema
     assert ours.equals(theirs, check_metadata=True)
+
+
+def test_a_script_that_builds_without_the_main_guard_fails_instead_of_hanging(data, tmp_path) -> None:
+    """Spawned workers re-run the caller's script; one that builds at top level used to deadlock the parent
+    (its >64 KB start-up payload never read). A vocabulary of 8,000 entries makes the tokenizer that large."""
+    vocab = [*VOCAB, *(f"filler{i}" for i in range(8000))]
+    BertTokenizer.from_vocab(vocab).save(tmp_path / "tok")
+    script = tmp_path / "build.py"
+    script.write_text("from pathlib import Path\nimport bertctl\n"
+                      f"bertctl.build_corpus(bertctl.CorpusConfig(inputs=({str(data['small'])!r},), "
+                      f"tokenizer=Path({str(tmp_path / 'tok')!r}), out=Path({str(tmp_path / 'c')!r}), workers=2))\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path)
+    assert result.returncode == 1
+    assert 'if __name__ == "__main__":' in result.stderr.strip().splitlines()[-1]

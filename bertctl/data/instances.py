@@ -419,11 +419,9 @@ def packed_stats(packed: Packed, mask_id: int) -> dict[str, int]:
 _BUILDER: ShardBuilder | None = None
 
 
-def init_worker(settings: ShardSettings) -> None:
-    """Set up a worker process: its builder, no tokenizer threads, and an exit when the parent dies."""
-    global _BUILDER
+def init_worker() -> None:
+    """Set up a worker process: no tokenizer threads, and an exit when the parent dies."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
-    _BUILDER = ShardBuilder(settings)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
 
 
@@ -434,6 +432,11 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(1)
 
 
-def build_shard(job: ShardJob) -> dict[str, dict[str, int]]:
-    assert _BUILDER is not None
+def build_shard(job: ShardJob, settings: ShardSettings) -> dict[str, dict[str, int]]:
+    """One shard in a worker. The settings (the tokenizer's JSON: hundreds of KB) travel with every job, not
+    as start-up arguments: a start-up payload beyond a pipe's 64 KB blocks the parent for ever when the new
+    process dies first, as it does when a script starts a build outside `if __name__ == "__main__":`."""
+    global _BUILDER
+    if _BUILDER is None:  # a pool's processes serve a single build
+        _BUILDER = ShardBuilder(settings)
     return _BUILDER.build(job)
