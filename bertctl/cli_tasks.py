@@ -34,7 +34,9 @@ _FtEpochs = Annotated[int | None, typer.Option(help="Passes over the training da
 _FtWarmup = Annotated[float | None, typer.Option(help="Share of steps in linear warmup [0.1].")]
 _FtSchedule = Annotated[str | None, typer.Option(help="linear|cosine|constant [linear].")]
 _FtDecay = Annotated[float | None, typer.Option(help="AdamW weight decay [0.01].")]
-_FtFloat = Annotated[float | None, typer.Option(help="[0.9, 0.999, 1e-6]")]
+_FtBeta1 = Annotated[float | None, typer.Option(help="AdamW beta1 [0.9].")]
+_FtBeta2 = Annotated[float | None, typer.Option(help="AdamW beta2 [0.999].")]
+_FtEps = Annotated[float | None, typer.Option(help="AdamW epsilon [1e-6].")]
 _FtClip = Annotated[float | None, typer.Option(help="Max gradient norm, 0 = off [1.0].")]
 _FtDropout = Annotated[float | None, typer.Option(help="Hidden, attention and classifier dropout [0.1].")]
 _FtGroup = Annotated[bool | None, typer.Option("--group-by-length/--no-group-by-length",
@@ -77,8 +79,8 @@ def finetune_glue(
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
     batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
     lr: _FtLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
-    weight_decay: _FtDecay = None, adam_beta1: _FtFloat = None, adam_beta2: _FtFloat = None,
-    adam_eps: _FtFloat = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
+    weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
+    adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
     precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
     save_every: _FtSaveEvery = None, resume: _FtResume = None, overwrite: _FtOverwrite = None,
     config: _FtConfig = None,
@@ -103,8 +105,8 @@ def finetune_classify(
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
     batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
     lr: _FtLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
-    weight_decay: _FtDecay = None, adam_beta1: _FtFloat = None, adam_beta2: _FtFloat = None,
-    adam_eps: _FtFloat = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
+    weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
+    adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
     precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
     save_every: _FtSaveEvery = None, resume: _FtResume = None, overwrite: _FtOverwrite = None,
     config: _FtConfig = None,
