@@ -252,9 +252,24 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise BertctlError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
+    _check_embedding_shapes(folder, config, raw, state)
     parts = frozenset(p for p in map(_part, state) if p is not None)
     return Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
                       untied)
+
+
+def _check_embedding_shapes(folder: Path, config: BertConfig, raw: dict[str, Any],
+                            state: dict[str, Tensor]) -> None:
+    """A config.json that lacks vocab_size or hidden_size gets BERT-base's defaults; say so here, where the file
+    is at fault, rather than later as a tokenizer that does not fit the model."""
+    for key, fields in (("bert.embeddings.word.weight", ("vocab_size", "hidden_size")),
+                        ("bert.embeddings.position.weight", ("max_position_embeddings", "hidden_size"))):
+        expected = tuple(getattr(config, f) for f in fields)
+        if key in state and tuple(state[key].shape) != expected:
+            said = ", ".join(f"{f} {getattr(config, f)}" + ("" if f in raw else " (not set: the default)")
+                             for f in fields)
+            raise UsageError(f"{folder / 'config.json'} says {said}, but the weights hold "
+                             f"{tuple(state[key].shape)} {key.split('.')[2]} embeddings; fix config.json")
 
 
 def _untied_decoder(weights: dict[str, Tensor]) -> bool:

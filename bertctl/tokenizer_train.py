@@ -16,6 +16,7 @@ pieces in the order learned, then `[unusedN]` if the corpus ran out of pairs see
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,10 @@ def train_tokenizer(cfg: TokenizerTrainConfig) -> dict[str, Any]:
                          f"give at least {len(fixed)} or lower --limit-alphabet")
     tokens = learn_vocab(sources, cfg, fixed, stats)
     learned = len(tokens) - len(fixed)
+    if cfg.vocab_size - len(tokens) > cfg.vocab_size // 2:
+        logging.getLogger(__name__).warning(
+            "warning: the text gave %d pieces, so %d of the %d entries are [unused] placeholders; give more text "
+            "or a smaller --vocab-size", learned, cfg.vocab_size - len(tokens), cfg.vocab_size)
     tokens = pad_vocab(tokens, cfg.vocab_size)
     tokenizer = BertTokenizer.from_vocab(tokens, cfg.lowercase, cfg.strip_accents)
     record = {

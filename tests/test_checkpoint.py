@@ -80,6 +80,19 @@ def test_unexpected_and_missing_parameters_are_named(odd_config, tmp_path):
         load_model(tmp_path / "hf")
 
 
+@pytest.mark.parametrize(("key", "said"), [
+    ("vocab_size", "vocab_size 30522 (not set: the default)"),
+    ("max_position_embeddings", "max_position_embeddings 512 (not set: the default)"),
+])
+def test_a_config_missing_a_shape_field_is_blamed_not_the_tokenizer(odd_config, tmp_path, key, said):
+    hf_pretraining_folder(odd_config, tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    del config[key]
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
+    assert result.exit_code == 2 and said in result.stderr and "fix config.json" in result.stderr
+
+
 def test_absent_head_is_created_fresh_and_unused_heads_are_dropped(odd_config, tmp_path):
     hf_pretraining_folder(odd_config, tmp_path / "hf")
     model = load_model(tmp_path / "hf", "BertForSequenceClassification", num_labels=3)
