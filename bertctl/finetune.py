@@ -129,7 +129,7 @@ def _launch(cfg: FinetuneConfig, body: Callable[..., None]) -> Path | None:
                 raise
         return out
     finally:
-        training.cleanup_distributed()
+        training.cleanup_distributed(env)
 
 
 def _require(cfg: FinetuneConfig, *names: str) -> None:

@@ -12,6 +12,8 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -56,16 +58,36 @@ def local_folder(name: str | Path, weights: bool = True) -> Path:
                          f"loaded ({reason}); give a local {what} folder, or go online once to cache it") from None
 
 
-def use_cache_when_offline() -> None:
+_OFFLINE_FLAGS = ("huggingface_hub.constants", "datasets.config")  # modules that read HF_HUB_OFFLINE on import
+
+
+@contextmanager
+def offline_when_unreachable() -> Iterator[None]:
     """With no route to the hub, `datasets` retries for about 25 s (printing each retry) before it gives up or
-    turns to its cache; when the hub's host does not even resolve, say offline at once, which reads the cache
-    directly. An explicit HF_HUB_OFFLINE is left alone."""
-    if "HF_HUB_OFFLINE" in os.environ:
+    turns to its cache; when the hub's host does not even resolve, it is told it is offline for the block,
+    which reads the cache directly. An explicit HF_HUB_OFFLINE is left alone, and the process's own setting
+    comes back afterwards."""
+    if "HF_HUB_OFFLINE" in os.environ or _hub_resolves():
+        yield
         return
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    _set_offline_flags(True)
+    try:
+        yield
+    finally:
+        del os.environ["HF_HUB_OFFLINE"]
+        _set_offline_flags(False)  # what these modules read from an environment without it
+
+
+def _hub_resolves() -> bool:
     try:
         socket.getaddrinfo(urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname, 443)
     except (OSError, UnicodeError):
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        for module in ("huggingface_hub.constants", "datasets.config"):  # these read it when first imported
-            if module in sys.modules:
-                sys.modules[module].HF_HUB_OFFLINE = True
+        return False
+    return True
+
+
+def _set_offline_flags(value: bool) -> None:
+    for module in _OFFLINE_FLAGS:
+        if module in sys.modules:
+            sys.modules[module].HF_HUB_OFFLINE = value

@@ -38,7 +38,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
     try:
         return _pretrain(cfg, env)
     finally:
-        training.cleanup_distributed()
+        training.cleanup_distributed(env)
 
 
 def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:

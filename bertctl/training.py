@@ -155,6 +155,7 @@ class Distributed:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     control: Any = None  # a gloo group for host-side flags (stop requests), so they never wait on the GPU
+    owned: tuple[Any, ...] = ()  # process groups this run created, and so closes: never a caller's own
 
     @property
     def is_main(self) -> bool:
@@ -169,12 +170,15 @@ def setup_distributed(device: str | None = None) -> Distributed:
     if chosen.type == "cuda":
         chosen = torch.device("cuda", local if world > 1 else (chosen.index or 0))
         torch.cuda.set_device(chosen)
-    control = None
+    control, owned = None, []
     if world > 1:
         if not dist.is_initialized():
             dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo", device_id=_device_id(chosen))
+            owned.append(dist.group.WORLD)
         control = dist.new_group(backend="gloo") if chosen.type == "cuda" else dist.group.WORLD
-    return Distributed(rank, world, local, chosen, control)
+        if control is not dist.group.WORLD:
+            owned.insert(0, control)
+    return Distributed(rank, world, local, chosen, control, tuple(owned))
 
 
 def _device_id(device: torch.device) -> torch.device | None:
@@ -220,9 +224,10 @@ def all_reduce_sum(value: Tensor, env: Distributed) -> Tensor:
     return value
 
 
-def cleanup_distributed() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def cleanup_distributed(env: Distributed) -> None:
+    """Close the groups setup_distributed opened (the default one last); a group the caller had stays open."""
+    for group in env.owned:
+        dist.destroy_process_group(None if group is dist.group.WORLD else group)
 
 
 # --- one optimizer step --------------------------------------------------------------------------------

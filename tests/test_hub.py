@@ -61,12 +61,11 @@ def test_an_uncached_hub_id_offline_is_one_line_exit_2(offline_cache):
 
 
 @pytest.mark.parametrize("resolves", [True, False])
-def test_datasets_are_told_offline_only_when_the_hub_does_not_resolve(monkeypatch, resolves):
+def test_datasets_are_told_offline_only_when_the_hub_does_not_resolve_and_only_meanwhile(monkeypatch, resolves):
     import os
     import socket
-    import sys
 
-    from bertctl.hub import use_cache_when_offline
+    from bertctl.hub import offline_when_unreachable
 
     def lookup(host, port):
         if not resolves:
@@ -75,10 +74,8 @@ def test_datasets_are_told_offline_only_when_the_hub_does_not_resolve(monkeypatc
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
-    if "datasets.config" in sys.modules:
-        monkeypatch.setattr(sys.modules["datasets.config"], "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(socket, "getaddrinfo", lookup)
-    use_cache_when_offline()
-    assert (os.environ.get("HF_HUB_OFFLINE") == "1") is (not resolves)
-    assert hub_constants.HF_HUB_OFFLINE is (not resolves)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with offline_when_unreachable():
+        assert (os.environ.get("HF_HUB_OFFLINE") == "1") is (not resolves)
+        assert hub_constants.HF_HUB_OFFLINE is (not resolves)
+    assert "HF_HUB_OFFLINE" not in os.environ and hub_constants.HF_HUB_OFFLINE is False

@@ -91,3 +91,16 @@ def test_sparse_word_gradients_give_the_dense_gradient_and_only_where_allowed():
     classifier = BertForSequenceClassification(preset("tiny", vocab_size=300))
     training.sparse_tied_embedding_grads(classifier, training.Distributed(), compiled=False)
     assert not classifier.bert.embeddings.word.sparse
+
+
+def test_a_process_group_the_caller_opened_stays_open(tmp_path, monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        env = training.setup_distributed("cpu")
+        training.cleanup_distributed(env)
+        assert dist.is_initialized() and env.owned == ()
+    finally:
+        dist.destroy_process_group()

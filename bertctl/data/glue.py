@@ -374,13 +374,13 @@ def match_labels(task: GlueTask, names: Sequence[str]) -> list[int] | None:
 
 def _read_hub(task: GlueTask, entry: SplitFile, name: str) -> Examples:
     source = f"{name} ({task.hub_config}, {entry.hub_split})"
-    from bertctl.hub import use_cache_when_offline
+    from bertctl.hub import offline_when_unreachable
 
-    use_cache_when_offline()
     try:
         import datasets
 
-        table = datasets.load_dataset(name, task.hub_config, split=entry.hub_split)
+        with offline_when_unreachable():
+            table = datasets.load_dataset(name, task.hub_config, split=entry.hub_split)
     except Exception as exc:  # offline, not cached, no such config: all mean "cannot load it"
         raise UsageError(f"--data {name}: not a local folder, and loading {source} from the hub failed: "
                          f"{_first_line(exc)}") from None

@@ -302,24 +302,24 @@ def _parquet_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[st
 
 def _dataset_rows(name: str, text_column: str, stats: ReadStats) -> Iterator[str]:
     """A dataset from the hub (or its local cache), streamed; bytes_read counts the text's UTF-8 bytes."""
-    from bertctl.hub import use_cache_when_offline
-
-    use_cache_when_offline()
     import datasets
 
+    from bertctl.hub import offline_when_unreachable
+
     path, _, config = name.partition(":")
-    try:
-        rows = datasets.load_dataset(path, config or None, split="train", streaming=True)
-        iterator = iter(rows)
-        first = next(iterator, None)
-    except Exception as exc:  # datasets raises many types (offline, not found, no such config)
-        raise UsageError(f"{name!r} is not a local file and datasets cannot load it: "
-                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    if first is None:
-        return
-    yield from _dataset_text(first, text_column, name, stats)
-    for row in iterator:
-        yield from _dataset_text(row, text_column, name, stats)
+    with offline_when_unreachable():  # streaming reads while it iterates
+        try:
+            rows = datasets.load_dataset(path, config or None, split="train", streaming=True)
+            iterator = iter(rows)
+            first = next(iterator, None)
+        except Exception as exc:  # datasets raises many types (offline, not found, no such config)
+            raise UsageError(f"{name!r} is not a local file and datasets cannot load it: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        if first is None:
+            return
+        yield from _dataset_text(first, text_column, name, stats)
+        for row in iterator:
+            yield from _dataset_text(row, text_column, name, stats)
 
 
 def _dataset_text(row: dict[str, Any], text_column: str, name: str, stats: ReadStats) -> Iterator[str]:
