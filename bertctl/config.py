@@ -6,6 +6,7 @@ Precedence for every run config: dataclass defaults -> preset -> `--config` file
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -44,6 +45,7 @@ class BertConfig:
     pad_token_id: int | None = 0  # the embedding row kept at zero gradient; None in some hub configs
 
     def __post_init__(self) -> None:
+        _take_types(self)
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             if getattr(self, name) < 1:
@@ -160,6 +162,7 @@ def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
 T = TypeVar("T")
 
 
+@functools.cache
 def _field_types(cls: type) -> dict[str, Any]:
     """Each field's type hint: what build_config and BertConfig.from_dict check values against."""
     hints = typing.get_type_hints(cls)
@@ -212,6 +215,16 @@ def _typed(label: str, hint: Any, value: Any) -> Any:
     except (ValueError, OverflowError):
         shown = "null" if value is None else reprlib.repr(value)
         raise UsageError(f"{label} must be {_expected(hint)}, got {shown}") from None
+
+
+def _take_types(cfg: Any) -> None:
+    """Built directly from Python, a config gets what a --config file gets: 8.0 becomes 8, a lone string for a
+    list one item, and a wrong type one line naming the field instead of a TypeError later."""
+    for name, hint in _field_types(type(cfg)).items():
+        value = getattr(cfg, name)
+        typed = _typed(f"{type(cfg).__name__}.{name}", hint, value)
+        if typed is not value:
+            object.__setattr__(cfg, name, typed)
 
 
 def build_config(cls: type[T], file_values: dict[str, Any] | None = None, **flags: Any) -> T:
@@ -289,6 +302,7 @@ class CorpusConfig:
     overwrite: bool = False  # replace an existing output folder
 
     def __post_init__(self) -> None:
+        _take_types(self)
         if self.objective not in CORPUS_OBJECTIVES:
             raise UsageError(f"--objective {self.objective!r}: choose one of {', '.join(CORPUS_OBJECTIVES)}")
         if self.masking not in MASKING_MODES:
@@ -345,6 +359,7 @@ class PretrainConfig:
     max_bad_steps: int = 5  # consecutive NaN/inf losses before the run stops
 
     def __post_init__(self) -> None:
+        _take_types(self)
         positive = ("steps", "batch_size", "log_every", "max_bad_steps", "eval_samples")
         for name in positive:
             if getattr(self, name) < 1:
@@ -429,6 +444,7 @@ class FinetuneConfig:
     overwrite: bool = False  # replace an existing --out (and an unfinished run of it)
 
     def __post_init__(self) -> None:
+        _take_types(self)
         if self.save_every < 0:
             raise UsageError(f"--save-every must be 0 or more, got {self.save_every}")
         for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "log_every"):
@@ -476,6 +492,7 @@ class TokenizerTrainConfig:
     overwrite: bool = False  # replace an existing output folder
 
     def __post_init__(self) -> None:
+        _take_types(self)
         if not self.inputs:
             raise UsageError("tokenizer train: give INPUTS (text files, folders, globs or a dataset name)")
         if self.out is None:

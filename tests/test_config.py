@@ -323,3 +323,23 @@ def test_bad_config_values_reach_the_user_as_one_line_and_exit_2(tmp_path, args,
     (tmp_path / "bad.yaml").write_text(text)
     result = CliRunner().invoke(app, [*args, "--config", str(tmp_path / "bad.yaml")])
     assert result.exit_code == 2 and result.stderr.strip().splitlines() == [f"bertctl: error: {message}"], result.output
+
+
+@pytest.mark.parametrize(("cls", "values", "message"), [
+    (PretrainConfig, {"steps": "10"}, "PretrainConfig.steps must be a whole number, got '10'"),
+    (PretrainConfig, {"compile": "yes"}, "PretrainConfig.compile must be true or false (or null), got 'yes'"),
+    (PretrainConfig, {"out": None}, "PretrainConfig.out must be a path, got null"),
+    (FinetuneConfig, {"seeds": None}, "FinetuneConfig.seeds must be a list of whole numbers, got null"),
+    (BertConfig, {"hidden_size": "x"}, "BertConfig.hidden_size must be a whole number, got 'x'"),
+])
+def test_configs_built_in_python_check_types_in_one_line(cls, values, message):
+    with pytest.raises(UsageError) as error:
+        cls(**values)
+    assert str(error.value) == message
+
+
+def test_configs_built_in_python_take_their_fields_types():
+    assert TokenizerTrainConfig(inputs="novels.txt", out="tok").inputs == ("novels.txt",)
+    assert FinetuneConfig(text_columns="review", seeds=7, batch_size=8.0).text_columns == ("review",)
+    cfg = PretrainConfig(out="runs/x", lr=1)
+    assert cfg.out == Path("runs/x") and type(cfg.lr) is float
