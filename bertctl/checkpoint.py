@@ -60,6 +60,7 @@ _QKV = ("query", "key", "value")
 # config.json entries a downstream user relies on beyond BertConfig, labels and problem_type (written by save_model
 # when given): the classifier's dropout, the task name, and the tokenizer class AutoTokenizer picks.
 KEPT_CONFIG_KEYS = ("classifier_dropout", "finetuning_task", "tokenizer_class", "task_specific_params")
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # transformers'
 # Buffers some versions saved (position_ids; token_type_ids, all zeros) carry no weights.
 _DROPPED = re.compile(r"(^|\.)(position_ids|embeddings\.token_type_ids)$")
 _DECODER_WEIGHT = "cls.predictions.decoder.weight"  # tied to the word embeddings: checked, then dropped
@@ -372,11 +373,13 @@ def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: s
     num_labels = getattr(model, "num_labels", None)
     if num_labels is not None:
         labels = labels or [f"LABEL_{i}" for i in range(num_labels)]
-        if len(labels) != num_labels:
-            raise UsageError(f"{len(labels)} label names for a head with {num_labels} outputs")
+        if isinstance(labels, str) or len(labels) != num_labels or len(set(labels)) != len(labels):
+            raise UsageError(f"labels {labels!r}: give {num_labels} different names, one per output of the head")
         data["id2label"] = {str(i): label for i, label in enumerate(labels)}
         data["label2id"] = {label: i for i, label in enumerate(labels)}
     if problem_type:
+        if problem_type not in PROBLEM_TYPES:
+            raise UsageError(f"problem_type {problem_type!r}: choose one of {', '.join(PROBLEM_TYPES)}")
         data["problem_type"] = problem_type
     data["torch_dtype"] = "float32"
     data["bertctl"] = {"format_version": FORMAT_VERSION, "version": __version__, "heads": parts}
@@ -423,9 +426,13 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spec
 
 
 def _write_tokenizer(tokenizer: Any, folder: Path) -> None:
+    from bertctl.tokenizer_folder import has_tokenizer
+
     if tokenizer is None:
         return
     if isinstance(tokenizer, (str, Path)):
+        if not has_tokenizer(tokenizer):
+            raise UsageError(f"tokenizer {tokenizer} has no tokenizer.json or vocab.txt; give a tokenizer folder")
         for name in TOKENIZER_FILES:
             if (Path(tokenizer) / name).is_file():
                 shutil.copyfile(Path(tokenizer) / name, folder / name)

@@ -71,6 +71,7 @@ class BertConfig:
         return self.hidden_size // self.num_attention_heads
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as config.json holds them (transformers' names)."""
         return dataclasses.asdict(self)
 
     @classmethod
@@ -84,6 +85,7 @@ class BertConfig:
         return cls(**{k: _typed(f"model config: {k}", hints[k], v) for k, v in values.items() if k in hints})
 
     def replace(self, **changes: Any) -> BertConfig:
+        """A copy with some fields changed, checked like a new config."""
         return dataclasses.replace(self, **changes)
 
 
@@ -381,6 +383,7 @@ class PretrainConfig:
                 raise UsageError(f"--{name} {getattr(self, name)!r}: choose one of {', '.join(allowed)}")
 
     def warmup(self) -> int:
+        """Warmup steps: --warmup-fraction of --steps when given, else --warmup-steps."""
         if self.warmup_fraction is not None:
             return round(self.warmup_fraction * self.steps)
         return self.warmup_steps

@@ -8,6 +8,7 @@ longest example (dynamic padding), and predictions in the examples' order.
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,7 @@ from torch import Tensor, nn
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.data.batches import pad_batch
-from bertctl.data.glue import Examples, GlueTask, get_task, match_labels, read_split
+from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, match_labels, read_split
 from bertctl.data.tabular import TabularTask, classify_task, read_examples
 from bertctl.errors import UsageError
 from bertctl.metrics import compute_task_metrics
@@ -176,6 +177,10 @@ def load_classifier(path: Path | str, task: GlueTask | TabularTask,
     the folder's checkpoint, when already read."""
     folder = resolve_model_folder(path)
     ckpt = ckpt or read_classifier(folder, f"glue {task.name}")
+    trained_on = ckpt.raw_config.get("finetuning_task")
+    if isinstance(task, GlueTask) and trained_on in TASKS and trained_on not in (task.name, task.predicted_by):
+        logging.getLogger(__name__).warning("warning: %s was fine-tuned on %s, not %s; scoring it anyway",
+                                            folder, trained_on, task.name)
     tokenizer = model_tokenizer(ckpt)
     model = build_model(ckpt, "BertForSequenceClassification")
     return model, tokenizer, ckpt, label_order(ckpt, model.num_labels, task, folder)

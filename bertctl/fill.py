@@ -71,6 +71,10 @@ def fill(
     """Predict every [MASK] of every text; the MLM head runs only at the masked positions."""
     if top_k < 1:
         raise UsageError(f"--top-k must be at least 1, got {top_k}")
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
+    if isinstance(texts, str):
+        raise UsageError("fill: give a list of texts, not one string")
     mlm, tokenizer = load_mlm(model)
     run_on = pick_device(device)
     mlm.to(run_on)

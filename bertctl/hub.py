@@ -39,6 +39,8 @@ def local_folder(name: str | Path, weights: bool = True) -> Path:
 
     `weights=False` fetches only the config and tokenizer files (for `--tokenizer bert-base-uncased`).
     """
+    if name is None or str(name) == "":
+        raise UsageError(f"no {'model' if weights else 'tokenizer'} given: pass a folder or a hub id")
     if not is_hub_id(name):
         return Path(name)
     try:

@@ -217,9 +217,11 @@ class BertTokenizer:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
     def token_to_id(self, token: str) -> int | None:
+        """The id of a vocabulary or added token; None for a string that is not one."""
         return self.backend.token_to_id(token)
 
     def id_to_token(self, token_id: int) -> str:
+        """The token of an id; an id outside the vocabulary is a one-line error, not None."""
         token = self.backend.id_to_token(token_id)
         if token is None:
             raise BertctlError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
@@ -254,6 +256,7 @@ class BertTokenizer:
         return [self.id_to_token(i) for i in range(self.vocab_size)]
 
     def encode(self, text: str, pair: str | None = None, add_special_tokens: bool = True) -> Encoding:
+        """`[CLS] text [SEP]` (and `pair [SEP]`, segment 1) as a tokenizers Encoding: .ids, .tokens, .type_ids."""
         return self.backend.encode(text, pair, add_special_tokens=add_special_tokens)
 
     def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None,

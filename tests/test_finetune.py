@@ -100,6 +100,14 @@ def test_evaluate_reproduces_eval_results_exactly(sst2_run, glue):
     assert json.loads(shown.stdout) == {"task": "sst2", "dev": results["dev"]}
 
 
+def test_scoring_with_a_model_tuned_on_another_task_is_warned_about(sst2_run, glue, caplog):
+    evaluate_glue("cola", sst2_run, glue)
+    assert "was fine-tuned on sst2, not cola" in caplog.text
+    caplog.clear()
+    evaluate_glue("sst2", sst2_run, glue)
+    assert "fine-tuned on" not in caplog.text
+
+
 def test_transformers_loads_the_run_as_a_sequence_classifier(sst2_run):
     transformers = pytest.importorskip("transformers")
     from bertctl.checkpoint import load_model
