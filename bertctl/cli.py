@@ -208,7 +208,7 @@ def pretrain(
     compile: Annotated[bool | None, typer.Option("--compile/--no-compile", help="torch.compile [on CUDA].")] = None,
     dropout: Annotated[float | None, typer.Option(help="Hidden and attention dropout [model's, 0.1].")] = None,
     save_every: Annotated[int | None, typer.Option(help="Steps between checkpoints [10000].")] = None,
-    keep: Annotated[int | None, typer.Option(help="Step checkpoints kept [3].")] = None,
+    keep: Annotated[int | None, typer.Option(help="Newest step checkpoints kept, 0 = all [3].")] = None,
     log_every: Annotated[int | None, typer.Option(help="Steps between metrics rows [100].")] = None,
     eval_every: Annotated[int | None, typer.Option(help="Steps between validation passes [10000].")] = None,
     eval_samples: Annotated[int | None, typer.Option(help="Validation sequences per pass [10000].")] = None,
@@ -227,11 +227,15 @@ def pretrain(
     from bertctl.pretrain import pretrain as run_pretrain
 
     file_values = read_config_file(config) if config else {}
-    given = {k for k, v in flags.items() if v is not None} | set(file_values)
-    for first, second in (("warmup_steps", "warmup_fraction"), ("init_from", "model_config")):
-        if {first, second} <= given:
-            raise UsageError(f"--{first.replace('_', '-')} and --{second.replace('_', '-')} exclude each other "
-                             f"({'--init-from fixes the model' if first == 'init_from' else 'give one'}); "
+    flagged = {k for k, v in flags.items() if v is not None}
+    for pair in (("warmup_steps", "warmup_fraction"), ("init_from", "model_config")):
+        for flag, other in (pair, pair[::-1]):
+            if flag in flagged and other not in flagged:
+                file_values.pop(other, None)  # a flag wins over the file's side of the pair too
+        if set(pair) <= flagged | set(file_values):
+            first, second = (f"--{name.replace('_', '-')}" for name in pair)
+            raise UsageError(f"{first} and {second} exclude each other "
+                             f"({'--init-from fixes the model' if first == '--init-from' else 'give one'}); "
                              "drop one of them")
     if flags["corpus"] is None and "corpus" not in file_values:
         file_values = {**QUICKSTART_PRETRAIN, **file_values}

@@ -350,7 +350,7 @@ class PretrainConfig:
     compile: bool | None = None  # torch.compile the model (batches padded to the corpus length); None: on CUDA
     dropout: float | None = None  # sets hidden and attention dropout; None keeps the model config's (0.1)
     save_every: int = 10_000  # steps between checkpoints (0: only the final one)
-    keep: int = 3  # step checkpoints kept (oldest removed first)
+    keep: int = 3  # step checkpoints kept (oldest removed first); 0 keeps them all
     log_every: int = 100  # steps between metrics.jsonl rows
     eval_every: int = 10_000  # steps between validation passes (0: never)
     eval_samples: int = 10_000  # validation sequences per pass (at most)

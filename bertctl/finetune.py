@@ -300,11 +300,13 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     if checkpoint is not None:
         model.load_state_dict(read_checkpoint(checkpoint).state)
         progress = Progress.from_record(training_state.read_training_state(checkpoint, optimizer, scaler, env.rank))
+    carried = 0.0  # seconds a resumed seed had already trained
     if env.is_main:
-        open_seed(work, checkpoint, progress.step, _run_record(cfg, prep, model, seed, precision, env, total, warmup))
+        carried = open_seed(work, checkpoint, progress.step,
+                            _run_record(cfg, prep, model, seed, precision, env, total, warmup))
     train_model = training.wrap_ddp(model, env)
     log = training.MetricsLog(work, enabled=env.is_main)
-    speed = training.Throughput()
+    speed = training.Throughput(carried)
     bar = _progress(total, progress.step, f"{task.name} seed {seed}", env.is_main)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device
     anchored = progress.best["epoch"]  # the best epoch the newest checkpoint refers to (its folder is kept)

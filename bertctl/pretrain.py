@@ -69,12 +69,14 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     if resume_from is not None:
         record = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
         step, samples_seen, bad_total = record["step"], record["samples_seen"], record.get("bad_steps", 0)
+    carried = 0.0  # seconds the run had already trained (resumed), so `elapsed` goes on from there
     if env.is_main:
         make_folder(run)
         write_json_atomic(run / "run.json", {"config": config_to_dict(cfg), "model": model.config.to_dict(),
                                             "world_size": env.world_size, "precision": precision, "compile": compiled,
-                                            "corpus_manifest": manifest, "resumed_from": str(resume_from or "")})
-        training.trim_metrics(run, step)
+                                            "warmup_steps": cfg.warmup(), "corpus_manifest": manifest,
+                                            "resumed_from": str(resume_from or "")})
+        carried = training.trim_metrics(run, step)
     training.sparse_tied_embedding_grads(model, env, compiled)
     train_model = training.wrap_ddp(model, env)
     if compiled:  # after DDP, so the compiler sees its bucket boundaries
@@ -95,7 +97,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     # Compiled graphs want fixed shapes: the MLM head then reads max_predictions_per_seq slots per row.
     loss_terms = partial(_loss_terms, predictions=manifest["max_predictions_per_seq"] if compiled else None)
     log = training.MetricsLog(run, enabled=env.is_main)
-    speed = training.Throughput()
+    speed = training.Throughput(carried)
     bar = _progress(cfg, step, env)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device
     window: list[training.StepResult] = []  # read steps since the last metrics row

@@ -391,22 +391,25 @@ class MetricsLog:
             self._board.close()
 
 
-def trim_metrics(run: Path, step: int) -> None:
+def trim_metrics(run: Path, step: int) -> float:
     """On resume, drop metrics.jsonl rows logged after the checkpoint we continue from (they are logged
-    again), so the file holds each step once."""
+    again), so the file holds each step once. Returns the kept rows' last `elapsed`, where the clock goes on."""
     path = run / "metrics.jsonl"
     if not path.is_file():
-        return
-    rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    kept = [line for line in rows if json.loads(line)["step"] <= step]
-    path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+        return 0.0
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kept = [(line, row) for line in lines if (row := json.loads(line))["step"] <= step]
+    path.write_text("".join(f"{line}\n" for line, _ in kept), encoding="utf-8")
+    return max((row["elapsed"] for _, row in kept if "elapsed" in row), default=0.0)
 
 
 class Throughput:
-    """Tokens per second over the last logging window."""
+    """Tokens per second over the last logging window, and the run's clock (`elapsed`: what a resumed run
+    had already spent, plus its own time)."""
 
-    def __init__(self) -> None:
-        self.start = self.window = time.perf_counter()
+    def __init__(self, elapsed: float = 0.0) -> None:
+        self.window = time.perf_counter()
+        self.start = self.window - elapsed
         self.tokens = 0
 
     def add(self, tokens: int) -> None:

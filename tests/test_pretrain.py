@@ -87,10 +87,15 @@ def test_resume_mid_epoch_reproduces_the_uninterrupted_run(corpus, tmp_path):
     shutil.copytree(tmp_path / "full", tmp_path / "resumed")
     for name in ("final", "step-000008"):  # as if killed between step 5 and step 8
         shutil.rmtree(tmp_path / "resumed" / name)
+    metrics = tmp_path / "resumed" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    metrics.write_text("".join(json.dumps({**r, "elapsed": 1000.0 + r["step"]}) + "\n" for r in rows))
     pretrain(small_run(corpus, tmp_path / "resumed", resume=True))
     full, resumed = losses(tmp_path / "full"), losses(tmp_path / "resumed")
     assert sorted(resumed) == list(range(1, 13))
     assert max(abs(full[s] - resumed[s]) for s in range(5, 13)) < 1e-5
+    clock = [json.loads(line)["elapsed"] for line in metrics.read_text().splitlines()]
+    assert clock[4] > 1004.0 and clock == sorted(clock)  # the resumed run's clock goes on from step 4's
 
 
 def test_second_run_without_resume_is_refused(corpus, tmp_path):
@@ -152,6 +157,15 @@ def test_init_from_starts_phase_two_from_the_weights_with_a_fresh_optimizer(corp
     assert max(float((before[k] - after[k]).abs().max()) for k in before) < 1e-8
     assert json.loads((second / "trainer_state.json").read_text())["step"] == 2  # a new count, not 6
     assert json.loads((tmp_path / "p2" / "run.json").read_text())["corpus_manifest"]["max_seq_length"] == 48
+
+
+def test_a_warmup_flag_replaces_the_config_files_other_warmup(corpus, tmp_path):
+    (tmp_path / "run.yaml").write_text("warmup_steps: 1\nsteps: 4\nbatch_size: 8\n")
+    result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
+                                      "--model-config", "tiny", "--config", str(tmp_path / "run.yaml"),
+                                      "--warmup-fraction", "0.5", "--num-workers", "0", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["warmup_steps"] == 2
 
 
 def _cli(corpus: Path, out: Path, *extra: str) -> list[str]:
