@@ -198,6 +198,8 @@ def _coerce(hint: Any, value: Any) -> Any:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
         return value
+    if hint is str and isinstance(value, Path):  # a folder or file named by a str field (--data, --model-config)
+        return str(value)
     if hint is int and number and (isinstance(value, int) or value.is_integer()):
         return int(value)
     if hint is float and (number or (isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value))):

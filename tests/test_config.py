@@ -341,5 +341,6 @@ def test_configs_built_in_python_check_types_in_one_line(cls, values, message):
 def test_configs_built_in_python_take_their_fields_types():
     assert TokenizerTrainConfig(inputs="novels.txt", out="tok").inputs == ("novels.txt",)
     assert FinetuneConfig(text_columns="review", seeds=7, batch_size=8.0).text_columns == ("review",)
-    cfg = PretrainConfig(out="runs/x", lr=1)
-    assert cfg.out == Path("runs/x") and type(cfg.lr) is float
+    cfg = PretrainConfig(out="runs/x", lr=1, model_config=Path("my/config.json"))
+    assert cfg.out == Path("runs/x") and type(cfg.lr) is float and cfg.model_config == "my/config.json"
+    assert FinetuneConfig(data=Path("glue_data")).data == "glue_data"
