@@ -92,6 +92,17 @@ def pre_tokenizer(chinese_chars: bool = True, whole: Sequence[str] = ()) -> pre_
     return pre_tokenizers.Split(Regex(piece), behavior="removed", invert=True)
 
 
+def encodable_pre_tokenizer(alphabet: Sequence[str]) -> pre_tokenizers.PreTokenizer:
+    """`pre_tokenizer()` for training, keeping only the pieces encoding can cut: a word with a character
+    outside `alphabet`, or longer than 100 characters, is one [UNK] when encoded (Google's rule), and the
+    trainer would otherwise drop the odd character and learn pieces of text that never occurs ("aqb" teaching
+    "ab"). One regex, as fast as the plain one."""
+    chars = "".join(f"\\x{{{ord(c):X}}}" for c in alphabet)
+    inner = f"[^{_SPLIT}{_CHINESE}{_PUNCT}]"
+    word = f"(?<!{inner})[[{chars}]&&{inner}]{{1,{MAX_WORD_CHARS}}}(?!{inner})"
+    return pre_tokenizers.Split(Regex(f"{word}|[[{chars}]&&[{_CHINESE}{_PUNCT}]]"), behavior="removed", invert=True)
+
+
 @functools.cache
 def _python_whitespace() -> str:
     """str.split()'s separators as a regex class body: all the splitting do_basic_tokenize=False does."""

@@ -33,6 +33,7 @@ from bertctl.tokenizer import (
     SPECIAL_TOKENS,
     UNK,
     BertTokenizer,
+    encodable_pre_tokenizer,
     normalizer,
     pre_tokenizer,
 )
@@ -156,8 +157,8 @@ def learn_vocab(sources: Sequence[Source], cfg: TokenizerTrainConfig, fixed: Seq
 
     backend = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix=CONTINUATION))
     backend.normalizer = normalizer(cfg.lowercase, cfg.strip_accents)
-    backend.pre_tokenizer = pre_tokenizer()
     alphabet = [t for t in fixed[len(SPECIAL_TOKENS):] if not t.startswith(CONTINUATION)]
+    backend.pre_tokenizer = encodable_pre_tokenizer(alphabet)
     trainer = trainers.WordPieceTrainer(
         vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, show_progress=False,
         special_tokens=list(fixed), initial_alphabet=alphabet, limit_alphabet=len(alphabet),

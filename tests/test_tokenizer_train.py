@@ -133,3 +133,19 @@ def test_encode_prints_tokens_ids_and_segments(corpus: Path, tmp_path: Path) -> 
     assert plain.exit_code == 0 and "[CLS]" in plain.output and "segments" in plain.output
     missing = run("tokenizer", "encode", "-t", tmp_path / "nowhere", "x")
     assert missing.exit_code == 2 and "nowhere does not exist" in missing.output
+
+
+def test_words_that_encode_as_unk_teach_no_pieces(tmp_path: Path) -> None:
+    """A word with a character left out of the alphabet, or longer than 100 characters, encodes as [UNK]; the
+    trainer must not learn from it ("aqb" would otherwise teach "ab", text that never occurs)."""
+    (tmp_path / "gap.txt").write_text(("aaaa bbbb " * 10 + "aqb " * 100 + "\n") * 2)
+    (tmp_path / "long.txt").write_text(("hello world " * 5 + "qwertyuiop" * 11 + " \n") * 50)
+    for name, size, limit in (("gap", "20", "2"), ("long", "200", "1000")):
+        result = CliRunner().invoke(app, ["tokenizer", "train", str(tmp_path / f"{name}.txt"), "--out",
+                                          str(tmp_path / name), "--vocab-size", size, "--limit-alphabet", limit])
+        assert result.exit_code == 0, result.output
+    gap = (tmp_path / "gap" / "vocab.txt").read_text().split()
+    assert gap[5:7] == ["a", "b"] and "aaaa" in gap and not [t for t in gap if "ab" in t]
+    learned = (tmp_path / "long" / "vocab.txt").read_text().split()
+    pieces = [t.removeprefix("##") for t in learned if not t.startswith("[") and len(t.removeprefix("##")) > 1]
+    assert "hello" in pieces and all(piece in ("hello", "world") or piece in "hello world" for piece in pieces)
