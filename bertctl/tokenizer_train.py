@@ -39,6 +39,7 @@ from bertctl.tokenizer import (
 )
 
 BATCH_CHARS = 1 << 20  # characters per batch handed to numpy / the trainer (memory stays ~ this)
+LINE_CHARS = 1 << 16  # longer lines reach the trainer in pieces cut at spaces (its memory grows with a text)
 COUNT_CHARS = 1 << 16  # characters counted at a time in pass 1 (small buffers: 3x faster than 1M)
 PROVENANCE = "provenance.json"
 _SEPARATORS = {" ", "\u2028", "\u2029"}  # characters the pre-tokenizer splits on: never in a word
@@ -92,16 +93,29 @@ def _batches(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadSt
     batch: list[str] = []
     size = 0
     stats.bytes_read = stats.files_read = 0  # pass 2 reads only what pass 1 could (skips stay recorded)
-    for text in iter_texts(sources, cfg.text_column, stats):
-        batch.append(text)
-        size += len(text)
-        if size >= BATCH_CHARS:
-            yield batch
-            bar.update(stats.bytes_read - bar.n)
-            batch, size = [], 0
+    for line in iter_texts(sources, cfg.text_column, stats):
+        for text in _cut_at_spaces(line):
+            batch.append(text)
+            size += len(text)
+            if size >= BATCH_CHARS:
+                yield batch
+                bar.update(stats.bytes_read - bar.n)
+                batch, size = [], 0
     if batch:
         yield batch
     bar.update(stats.bytes_read - bar.n)
+
+
+def _cut_at_spaces(text: str) -> Iterator[str]:
+    """A long line in pieces of at most LINE_CHARS, cut at spaces (the words stay whole): the trainer holds
+    ~80 bytes per character of a text at once, so one 10 MB line took 0.8 GB."""
+    start = 0
+    while len(text) - start > LINE_CHARS:
+        cut = text.rfind(" ", start + 1, start + LINE_CHARS)
+        end = cut if cut > start else start + LINE_CHARS  # no space at all: a word far over 100 characters
+        yield text[start:end]
+        start = end
+    yield text[start:] if start else text
 
 
 def count_characters(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadStats) -> dict[str, int]:

@@ -149,3 +149,19 @@ def test_words_that_encode_as_unk_teach_no_pieces(tmp_path: Path) -> None:
     learned = (tmp_path / "long" / "vocab.txt").read_text().split()
     pieces = [t.removeprefix("##") for t in learned if not t.startswith("[") and len(t.removeprefix("##")) > 1]
     assert "hello" in pieces and all(piece in ("hello", "world") or piece in "hello world" for piece in pieces)
+
+
+def test_a_very_long_line_trains_in_pieces_with_its_words_whole(tmp_path: Path) -> None:
+    """A one-line file reaches the trainer cut at spaces (its memory grows with a text): same vocabulary as
+    the same words on many lines."""
+    from bertctl.tokenizer_train import LINE_CHARS, _cut_at_spaces
+
+    words = [("abcde"[i % 5] + "fghij"[i % 7 % 5] + "klm"[i % 3]) * (1 + i % 3) for i in range(60_000)]
+    (tmp_path / "one.txt").write_text(" ".join(words) + "\n")
+    (tmp_path / "many.txt").write_text("\n".join(" ".join(words[i:i + 50]) for i in range(0, len(words), 50)))
+    pieces = list(_cut_at_spaces(" ".join(words)))
+    assert len(pieces) > 3 and max(map(len, pieces)) <= LINE_CHARS and " ".join(pieces).split() == words
+    for name in ("one", "many"):
+        assert run("tokenizer", "train", tmp_path / f"{name}.txt", "--out", tmp_path / name,
+                   "--vocab-size", "300").exit_code == 0
+    assert vocab_lines(tmp_path / "one") == vocab_lines(tmp_path / "many")
