@@ -428,7 +428,7 @@ class FinetuneConfig:
     max_seq_length: int = 128  # tokens per example, [CLS]/[SEP] included; longer texts are truncated
     batch_size: int = 32  # examples per optimizer step
     micro_batch_size: int | None = None  # examples per forward pass (gradient accumulation); None: batch_size
-    eval_batch_size: int = 128  # examples per forward pass when scoring (never changes a metric)
+    eval_batch_size: int = 128  # examples per forward pass when scoring (metrics move by float rounding only)
     lr: float = 2e-5  # peak learning rate (the paper picks from 5e-5, 3e-5, 2e-5 per task)
     epochs: int = 3  # passes over the training data
     warmup_fraction: float = 0.1  # share of the optimizer steps spent in linear warmup

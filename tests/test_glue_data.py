@@ -274,8 +274,10 @@ def test_table_mistakes_are_one_line_usage_errors(tmp_path):
             load_labelled_data(*args)
     one_class = tmp_path / "one.tsv"
     one_class.write_text("text\tlabel\nx\t1\ny\t1\n", encoding="utf-8")
-    with pytest.raises(UsageError, match="fewer than two classes"):
+    with pytest.raises(UsageError, match="one.tsv: label column 'label' has fewer than two classes"):
         load_labelled_data(one_class, None, ["text"], "label")
+    with pytest.raises(UsageError, match=r"^--label-names has fewer than two classes \(no\)"):
+        load_labelled_data(good, None, ["text"], "label", "auto", ["no"])
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"text": "x", "label": 1}\n{"text": "y", \n', encoding="utf-8")
     with pytest.raises(UsageError, match=r"broken.jsonl:2: not valid JSON"):

@@ -286,8 +286,9 @@ def load_labelled_data(train: str | Path, validation: str | Path | None, text_co
     if len(set(names)) != len(names):
         raise UsageError(f"--label-names: {','.join(names)} repeats a name")
     if not regression and len(names) < 2:
-        raise UsageError(f"{train}: label column {label_column!r} has fewer than two classes "
-                         f"({', '.join(names) or 'none'}); classification needs at least two")
+        where = "--label-names" if label_names else f"{train}: label column {label_column!r}"
+        raise UsageError(f"{where} has fewer than two classes ({', '.join(names) or 'none'}); classification "
+                         "needs at least two")
     train_examples = _to_examples(train_table, names, label_column)
     dev = _to_examples(read_table(validation, text_columns, label_column), names, label_column) if validation else None
     return classify_task(names, train_examples, dev)
