@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import json
 import math
+import numbers
 import re
 import reprlib
 import types
@@ -195,12 +196,12 @@ def _coerce(hint: Any, value: Any) -> Any:
     if origin is tuple:  # a lone value is a list of one (a lone string must not become its characters)
         items = value if isinstance(value, (list, tuple)) else (value,)
         return tuple(_coerce(typing.get_args(hint)[0], item) for item in items)
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
     if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
         return value
     if hint is str and isinstance(value, Path):  # a folder or file named by a str field (--data, --model-config)
         return str(value)
-    if hint is int and number and (isinstance(value, int) or value.is_integer()):
+    if hint is int and number and (isinstance(value, numbers.Integral) or float(value).is_integer()):
         return int(value)
     if hint is float and (number or (isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value))):
         return float(value)

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.data.batches import pad_batch
-from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, match_labels, read_split
+from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import TabularTask, classify_task, read_examples
 from bertctl.errors import UsageError
 from bertctl.metrics import compute_task_metrics
@@ -33,6 +33,7 @@ from bertctl.training import pick_device
 DEFAULT_MAX_SEQ_LENGTH = 128
 DEFAULT_EVAL_BATCH_SIZE = 128
 MIN_SEQ_LENGTH = 3  # [CLS], one token, [SEP]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -179,8 +180,7 @@ def load_classifier(path: Path | str, task: GlueTask | TabularTask,
     ckpt = ckpt or read_classifier(folder, f"glue {task.name}")
     trained_on = ckpt.raw_config.get("finetuning_task")
     if isinstance(task, GlueTask) and trained_on in TASKS and trained_on not in (task.name, task.predicted_by):
-        logging.getLogger(__name__).warning("warning: %s was fine-tuned on %s, not %s; scoring it anyway",
-                                            folder, trained_on, task.name)
+        log.warning("warning: %s was fine-tuned on %s, not %s; scoring it anyway", folder, trained_on, task.name)
     tokenizer = model_tokenizer(ckpt)
     model = build_model(ckpt, "BertForSequenceClassification")
     return model, tokenizer, ckpt, label_order(ckpt, model.num_labels, task, folder)
@@ -195,13 +195,12 @@ def label_order(ckpt: Checkpoint, num_labels: int, task: GlueTask | TabularTask,
     names = ckpt.labels or []
     if task.is_regression or not names:
         return None
-    found = match_labels(task, names)
-    if found is None:
+    order = outputs_by_class(task, names)
+    if order is None:
         spelled = ", ".join(task.label_names) + (f" (or {', '.join(task.hub_label_names)})"
                                                  if task.hub_label_names != task.label_names else "")
         raise UsageError(f"{folder} has the labels {', '.join(names)}, which do not match {task.name}'s "
                          f"{spelled}; give a model fine-tuned on {task.name}")
-    order = [found.index(k) for k in range(task.num_labels)]  # the model's output for each task class
     return None if order == list(range(task.num_labels)) else order
 
 

@@ -16,6 +16,7 @@ metrics.jsonl) is put in place by one rename at the end, when the work folder is
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from bertctl import __version__, training, training_state
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint, save_model
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.data.batches import rank_micro_batches, train_batches
-from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, match_labels, read_split
+from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
@@ -63,6 +64,7 @@ from bertctl.finetune_work import (
 )
 from bertctl.tokenizer import BertTokenizer
 
+log = logging.getLogger(__name__)
 MAX_BAD_STEPS = 5  # consecutive NaN/inf losses before a run stops
 
 
@@ -441,13 +443,13 @@ def _align_classifier(model: nn.Module, ckpt: Checkpoint, task: Any, name: str, 
     what it predicted; saved, the model then names the task's classes. Returns whether it moved anything."""
     if task.is_regression or not ckpt.labels:
         return False
-    found = match_labels(task, ckpt.labels)
-    if found is None:
+    order = outputs_by_class(task, ckpt.labels)
+    if order is None:
         if announce:
-            say(f"warning: {name} has the labels {', '.join(ckpt.labels)}, which are not the data's "
-                 f"{', '.join(task.label_names)}; its classifier head is kept, output i taken as the data's class i")
+            log.warning("warning: %s has the labels %s, which are not the data's %s; its classifier head is kept, "
+                        "output i taken as the data's class i", name, ", ".join(ckpt.labels),
+                        ", ".join(task.label_names))
         return False
-    order = [found.index(k) for k in range(task.num_labels)]  # the model's output for each task class
     if order == sorted(order):
         return False
     with torch.no_grad():

@@ -8,6 +8,7 @@ pytorch_model.bin), not the TensorFlow, Flax, ONNX or Core ML copies hub reposit
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -67,29 +68,31 @@ _OFFLINE_FLAGS = ("huggingface_hub.constants", "datasets.config")  # modules tha
 def offline_when_unreachable() -> Iterator[None]:
     """With no route to the hub, `datasets` retries for about 25 s (printing each retry) before it gives up or
     turns to its cache; when the hub's host does not even resolve, it is told it is offline for the block,
-    which reads the cache directly. An explicit HF_HUB_OFFLINE is left alone, and the process's own setting
-    comes back afterwards."""
-    if "HF_HUB_OFFLINE" in os.environ or _hub_resolves():
+    which reads the cache directly. An explicit HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is left alone, and the
+    flags come back as they were afterwards."""
+    if {"HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"} & set(os.environ) or _hub_resolves():
         yield
         return
+    saved = {name: sys.modules[name].HF_HUB_OFFLINE for name in _OFFLINE_FLAGS if name in sys.modules}
     os.environ["HF_HUB_OFFLINE"] = "1"
-    _set_offline_flags(True)
+    for name in _OFFLINE_FLAGS:
+        if name in sys.modules:
+            sys.modules[name].HF_HUB_OFFLINE = True
     try:
         yield
     finally:
         del os.environ["HF_HUB_OFFLINE"]
-        _set_offline_flags(False)  # what these modules read from an environment without it
+        for name in _OFFLINE_FLAGS:  # a module first imported inside the block read the variable as set
+            if name in sys.modules:
+                sys.modules[name].HF_HUB_OFFLINE = saved.get(name, False)
 
 
+@functools.cache
 def _hub_resolves() -> bool:
+    """Whether the hub's host name resolves (asked once a process: a dead DNS can take seconds to answer)."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     try:
-        socket.getaddrinfo(urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname, 443)
+        socket.getaddrinfo(urlparse(endpoint).hostname or endpoint, 443)
     except (OSError, UnicodeError):
         return False
     return True
-
-
-def _set_offline_flags(value: bool) -> None:
-    for module in _OFFLINE_FLAGS:
-        if module in sys.modules:
-            sys.modules[module].HF_HUB_OFFLINE = value

@@ -42,6 +42,7 @@ BATCH_CHARS = 1 << 20  # characters per batch handed to numpy / the trainer (mem
 LINE_CHARS = 1 << 16  # longer lines reach the trainer in pieces cut at spaces (its memory grows with a text)
 COUNT_CHARS = 1 << 16  # characters counted at a time in pass 1 (small buffers: 3x faster than 1M)
 PROVENANCE = "provenance.json"
+log = logging.getLogger(__name__)
 _SEPARATORS = {" ", "\u2028", "\u2029"}  # characters the pre-tokenizer splits on: never in a word
 
 
@@ -63,7 +64,7 @@ def train_tokenizer(cfg: TokenizerTrainConfig) -> dict[str, Any]:
     tokens = learn_vocab(sources, cfg, fixed, stats)
     learned = len(tokens) - len(fixed)
     if cfg.vocab_size - len(tokens) > cfg.vocab_size // 2:
-        logging.getLogger(__name__).warning(
+        log.warning(
             "warning: the text gave %d pieces, so %d of the %d entries are [unused] placeholders; give more text "
             "or a smaller --vocab-size", learned, cfg.vocab_size - len(tokens), cfg.vocab_size)
     tokens = pad_vocab(tokens, cfg.vocab_size)
@@ -94,7 +95,7 @@ def _batches(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadSt
     size = 0
     stats.bytes_read = stats.files_read = 0  # pass 2 reads only what pass 1 could (skips stay recorded)
     for line in iter_texts(sources, cfg.text_column, stats):
-        for text in _cut_at_spaces(line):
+        for text in _cut_at_spaces(line) if len(line) > LINE_CHARS else (line,):
             batch.append(text)
             size += len(text)
             if size >= BATCH_CHARS:
@@ -111,7 +112,7 @@ def _cut_at_spaces(text: str) -> Iterator[str]:
     ~80 bytes per character of a text at once, so one 10 MB line took 0.8 GB."""
     start = 0
     while len(text) - start > LINE_CHARS:
-        cut = text.rfind(" ", start + 1, start + LINE_CHARS)
+        cut = max(text.rfind(space, start + 1, start + LINE_CHARS) for space in " \t")
         end = cut if cut > start else start + LINE_CHARS  # no space at all: a word far over 100 characters
         yield text[start:end]
         start = end

@@ -65,7 +65,7 @@ def test_datasets_are_told_offline_only_when_the_hub_does_not_resolve_and_only_m
     import os
     import socket
 
-    from bertctl.hub import offline_when_unreachable
+    from bertctl.hub import _hub_resolves, offline_when_unreachable
 
     def lookup(host, port):
         if not resolves:
@@ -75,7 +75,13 @@ def test_datasets_are_told_offline_only_when_the_hub_does_not_resolve_and_only_m
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    _hub_resolves.cache_clear()  # asked once a process
     with offline_when_unreachable():
         assert (os.environ.get("HF_HUB_OFFLINE") == "1") is (not resolves)
         assert hub_constants.HF_HUB_OFFLINE is (not resolves)
     assert "HF_HUB_OFFLINE" not in os.environ and hub_constants.HF_HUB_OFFLINE is False
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)  # the process's own setting comes back
+    with offline_when_unreachable():
+        pass
+    assert hub_constants.HF_HUB_OFFLINE is True
+    _hub_resolves.cache_clear()

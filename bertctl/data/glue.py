@@ -372,6 +372,13 @@ def match_labels(task: GlueTask, names: Sequence[str]) -> list[int] | None:
     return order  # type: ignore[return-value]
 
 
+def outputs_by_class(task: GlueTask, names: Sequence[str]) -> list[int] | None:
+    """For each of the task's classes, the output of a model whose id2label is `names` (matched as
+    `match_labels` does); None when the names are not the task's classes."""
+    found = match_labels(task, names)
+    return None if found is None else [found.index(k) for k in range(task.num_labels)]
+
+
 def _read_hub(task: GlueTask, entry: SplitFile, name: str) -> Examples:
     source = f"{name} ({task.hub_config}, {entry.hub_split})"
     from bertctl.hub import offline_when_unreachable

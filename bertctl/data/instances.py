@@ -40,7 +40,7 @@ import numpy as np
 from bertctl.config import CORPUS_OBJECTIVES as OBJECTIVES
 from bertctl.config import CorpusConfig
 from bertctl.data.sentences import split_sentences
-from bertctl.files import write_json_atomic
+from bertctl.files import write_json_atomic, write_text_atomic
 
 __all__ = ["OBJECTIVES", "SPLITS", "Document", "Instances", "Packed", "ShardBuilder", "ShardJob",
            "ShardSettings", "build_shard", "document_instances", "init_worker", "mask_packed", "pack",
@@ -252,10 +252,10 @@ class ShardJob:
 
 @dataclass(frozen=True)
 class ShardSettings:
-    """Everything a worker needs (picklable: spawned processes receive it once)."""
+    """Everything a worker needs (small and picklable: it travels with every job; the tokenizer is a file)."""
 
     cfg: CorpusConfig
-    tokenizer_json: str  # the exact tokenizers pipeline of the main process
+    tokenizer_file: str  # the exact tokenizers pipeline of the main process, saved once beside the shards
     schema: Any  # pyarrow schema with datasets' feature metadata
     masking: dict[str, Any] | None  # mask_tokens options for static masking
     cls_id: int
@@ -279,7 +279,9 @@ def shard_settings(cfg: CorpusConfig, tokenizer: Any, folder: Path) -> ShardSett
         columns["masked_lm_ids"] = [id_type]
         masking = masking_options(tokenizer, cfg.masked_lm_prob, cfg.max_predictions_per_seq,
                                   cfg.whole_word_masking)
-    return ShardSettings(cfg, tokenizer.backend.to_str(), arrow_schema(columns), masking,
+    pipeline = Path(folder).parent / "worker-tokenizer.json"
+    write_text_atomic(pipeline, tokenizer.backend.to_str())
+    return ShardSettings(cfg, str(pipeline), arrow_schema(columns), masking,
                          tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id, str(folder))
 
 
@@ -308,7 +310,7 @@ class ShardBuilder:
         from tokenizers import Tokenizer
 
         self.s = settings
-        self.backend = Tokenizer.from_str(settings.tokenizer_json)
+        self.backend = Tokenizer.from_file(settings.tokenizer_file)
         self.backend.encode_special_tokens = True  # "[SEP]" in the text is text, as in Google's tokenizer
 
     def build(self, job: ShardJob) -> dict[str, dict[str, int]]:
@@ -433,9 +435,9 @@ def _exit_with_parent(parent: int) -> None:
 
 
 def build_shard(job: ShardJob, settings: ShardSettings) -> dict[str, dict[str, int]]:
-    """One shard in a worker. The settings (the tokenizer's JSON: hundreds of KB) travel with every job, not
-    as start-up arguments: a start-up payload beyond a pipe's 64 KB blocks the parent for ever when the new
-    process dies first, as it does when a script starts a build outside `if __name__ == "__main__":`."""
+    """One shard in a worker. The settings travel with every job, not as start-up arguments: a start-up
+    payload beyond a pipe's 64 KB (static whole-word masking's vocabulary-sized array can reach it) blocks the
+    parent for ever when the new process dies first, as when a script builds outside the __main__ guard."""
     global _BUILDER
     if _BUILDER is None:  # a pool's processes serve a single build
         _BUILDER = ShardBuilder(settings)
