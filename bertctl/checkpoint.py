@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from bertctl import __version__
 from bertctl.config import BertConfig
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import building_folder, write_json_atomic
+from bertctl.files import building_folder, check_new_out, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name
 
@@ -408,9 +408,7 @@ def save_model(
 
     model = getattr(model, "module", model)  # unwrap DDP
     model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
-    target = Path(folder)
-    if target.exists() and not overwrite:
-        raise UsageError(f"{target} already exists (pass --overwrite to replace it)")
+    target = check_new_out(folder, overwrite=overwrite)
     with building_folder(target) as tmp:
         bare = architecture_name(model) == "BertModel"
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}

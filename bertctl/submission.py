@@ -21,7 +21,7 @@ from typing import Any
 
 from bertctl.data.glue import GlueTask, get_task
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import write_text_atomic
+from bertctl.files import check_out, write_text_atomic
 
 
 def submission_name(task: str | GlueTask, split: str = "test") -> str:
@@ -64,11 +64,7 @@ def write_submission(task: str | GlueTask, split: str, ids: Sequence[str], predi
         raise BertctlError(f"{name}: {len(predictions)} predictions for {len(ids)} test examples")
     lines = ["index\tprediction\n"]
     lines += [f"{index}\t{format_prediction(task, value)}\n" for index, value in zip(ids, predictions, strict=True)]
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: is a file, not a folder")
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / name
+    path = check_out(out_dir) / name
     write_text_atomic(path, "".join(lines))
     return path
 

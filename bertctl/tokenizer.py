@@ -29,7 +29,7 @@ from tokenizers import (
 )
 
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import write_text_atomic
+from bertctl.files import make_folder, write_text_atomic
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0-4 in every vocabulary bertctl trains
@@ -322,7 +322,7 @@ class BertTokenizer:
     def save(self, folder: Path | str) -> None:
         """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json into folder."""
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
         base = self.backend.get_vocab_size(with_added_tokens=False)  # vocab.txt; added tokens go in the config
         write_text_atomic(folder / "vocab.txt", "".join(f"{self.id_to_token(i)}\n" for i in range(base)))
         write_text_atomic(folder / "tokenizer.json", self.backend.to_str(pretty=True) + "\n")
