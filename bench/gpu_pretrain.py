@@ -71,10 +71,23 @@ def model_config(size: str, dropout: float | None = None) -> BertConfig:
     return preset(size, vocab_size=VOCAB, **rates)
 
 
+class Bf16OutputNorm(torch.nn.LayerNorm):
+    """Experiment (`--norm-out bf16`): LayerNorm statistics in fp32 as autocast computes them, output rounded to
+    bf16, so the residual stream between layers is bf16 (Megatron's default) instead of autocast's fp32 and the
+    fused add + LayerNorm kernels move about half the bytes. Not what `pretrain` does: measure before adopting."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x).to(torch.bfloat16)
+
+
 def bertctl_step(size: str, batch: dict[str, torch.Tensor], device: torch.device, dropout: float | None = None,
-                 mode: str = "default") -> Callable[[], None]:
+                 mode: str = "default", norm_out: str = "fp32") -> Callable[[], None]:
     torch.manual_seed(0)
     model = BertForPreTraining(model_config(size, dropout)).to(device).train()
+    if norm_out == "bf16":
+        for module in model.modules():
+            if type(module) is torch.nn.LayerNorm:
+                module.__class__ = Bf16OutputNorm
     optimizer = training.make_optimizer("adamw", model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
     compiled = torch.compile(model, mode=mode)
     env = training.Distributed(device=device)
@@ -136,16 +149,19 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=None, help="both dropout rates (default: 0.1, the paper's)")
     parser.add_argument("--compile-mode", default="default",
                         help="torch.compile mode: default, max-autotune-no-cudagraphs, max-autotune, ...")
+    parser.add_argument("--norm-out", choices=["fp32", "bf16"], default="fp32",
+                        help="bertctl's LayerNorm outputs: fp32 (autocast's; what pretrain does) or bf16 (experiment)")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     dropout = 0.1 if args.dropout is None else args.dropout
     print(f"{name}  torch {torch.__version__}  seq {SEQ}  bf16  compile mode {args.compile_mode}  dropout {dropout}",
-          f" MFU vs {PEAK_TFLOPS:.0f} TFLOP/s")
+          f" padded share {args.padded_share}  norm out {args.norm_out}  MFU vs {PEAK_TFLOPS:.0f} TFLOP/s")
     print(f"{'model':6} {'side':12} {'batch':>5} {'seq/s':>9} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>9}",
           f"{'warm s':>7}")
-    sides = [("bertctl", bertctl_step, args.seconds), ("transformers", transformers_step, args.transformers_seconds)]
+    sides = [("bertctl", partial(bertctl_step, norm_out=args.norm_out), args.seconds),
+             ("transformers", transformers_step, args.transformers_seconds)]
     for size in args.sizes.split(","):
         rates = {}
         config = model_config(size)
