@@ -26,7 +26,7 @@ from bertctl.config import BertConfig
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import building_folder, check_new_out, write_json_atomic
 from bertctl.hub import local_folder
-from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name
+from bertctl.model import ARCHITECTURES, Bert, BertTaskModel, architecture_name
 
 FORMAT_VERSION = 1
 # transformers' order of preference when a folder holds several (hub repos often have both formats)
@@ -68,6 +68,11 @@ _DECODER_BIAS = "cls.predictions.decoder.bias"  # older files: the same tensor a
 # Which head (or optional encoder part) a parameter of ours belongs to.
 _PART_OF = [("bert.pooler.", "pooler"), ("mlm.", "mlm"), ("nsp.", "nsp"), ("qa_outputs.", "question_answering"),
             ("classifier.", "classifier")]
+# The config.json fields that give an encoder weight its shape (our names, within `bert.`); others: hidden_size.
+_SHAPE_FIELDS = [(r"embeddings\.word\.", ("vocab_size", "hidden_size")),
+                 (r"embeddings\.position\.", ("max_position_embeddings", "hidden_size")),
+                 (r"embeddings\.token_type\.", ("type_vocab_size", "hidden_size")),
+                 (r"layers\.\d+\.ffn_", ("intermediate_size", "hidden_size"))]
 
 
 def to_transformers_names(state: dict[str, Tensor], bare: bool = False) -> dict[str, Tensor]:
@@ -253,24 +258,28 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise BertctlError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
-    _check_embedding_shapes(folder, config, raw, state)
+    _check_shapes(folder, config, raw, state)
     parts = frozenset(p for p in map(_part, state) if p is not None)
     return Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
                       untied)
 
 
-def _check_embedding_shapes(folder: Path, config: BertConfig, raw: dict[str, Any],
-                            state: dict[str, Tensor]) -> None:
-    """A config.json that lacks vocab_size or hidden_size gets BERT-base's defaults; say so here, where the file
-    is at fault, rather than later as a tokenizer that does not fit the model."""
-    for key, fields in (("bert.embeddings.word.weight", ("vocab_size", "hidden_size")),
-                        ("bert.embeddings.position.weight", ("max_position_embeddings", "hidden_size"))):
-        expected = tuple(getattr(config, f) for f in fields)
-        if key in state and tuple(state[key].shape) != expected:
-            said = ", ".join(f"{f} {getattr(config, f)}" + ("" if f in raw else " (not set: the default)")
-                             for f in fields)
-            raise UsageError(f"{folder / 'config.json'} says {said}, but the weights hold "
-                             f"{tuple(state[key].shape)} {key.split('.')[2]} embeddings; fix config.json")
+def _check_shapes(folder: Path, config: BertConfig, raw: dict[str, Any], state: dict[str, Tensor]) -> None:
+    """Every encoder weight must have the shape config.json gives it (build_model relies on it). A config.json
+    that lacks vocab_size, hidden_size ... gets BERT-base's defaults; say so here, where the file is at fault,
+    rather than later as a tokenizer that does not fit the model or a weight that does not load."""
+    with torch.device("meta"):  # shapes only, no memory
+        expected = Bert(config, add_pooler=False).state_dict()
+    for key, target in expected.items():  # embeddings first: a wrong hidden_size is blamed there
+        found = state.get(f"bert.{key}")
+        if found is None or found.shape == target.shape:
+            continue
+        name, stored = next(iter(to_transformers_names({f"bert.{key}": found}).items()))  # as the file has it
+        shaped_by = next((f for pattern, f in _SHAPE_FIELDS if re.match(pattern, key)), ("hidden_size",))
+        said = ", ".join(f"{f} {getattr(config, f)}" + ("" if f in raw else " (not set: the default)")
+                         for f in shaped_by)
+        raise UsageError(f"{folder / 'config.json'} says {said}, but the weights hold {name} of shape "
+                         f"{tuple(stored.shape)}; fix config.json")
 
 
 def _untied_decoder(weights: dict[str, Tensor]) -> bool:
@@ -338,15 +347,12 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
     for key, target in expected.items():
         part = _part(key)
         source = ckpt.state.get(key)
-        if source is not None and source.shape == target.shape and (part is None or part not in fresh):
-            state[key] = source
-        elif part is not None and (part not in ckpt.parts or source is not None):
+        if part is not None and (part not in ckpt.parts or (source is not None and source.shape != target.shape)):
             fresh.add(part)  # absent from the checkpoint, or a classifier with another number of labels
         elif source is None:
             raise BertctlError(f"{ckpt.path}: missing parameter {to_transformers_name(key)} for {name}")
         else:
-            raise BertctlError(f"{ckpt.path}: {to_transformers_name(key)} has shape {tuple(source.shape)}, "
-                               f"the config says {tuple(target.shape)}")
+            state[key] = source  # an encoder weight: read_checkpoint checked its shape against the config
     for key, target in expected.items():  # a fresh head keeps its initialisation as a whole
         state[key] = target if _part(key) in fresh else state[key]
     model.load_state_dict(state, strict=True)

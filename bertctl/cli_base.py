@@ -25,12 +25,14 @@ def fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _usage(exc: Any) -> Exception:
+def _usage(exc: Any, ctx: Any) -> Exception:
     """click's own usage errors (a bad flag value, an unknown option or command) in the same one line; a
-    group run with no arguments still shows its help."""
+    group run with no arguments still shows its help. The hint names the command that was given the bad
+    arguments: click leaves `exc.ctx` unset for an option without its value, and then `ctx`, the group that
+    caught the error, says which of its commands it was invoking (none yet: the group's own arguments)."""
     if type(exc).__name__ == "NoArgsIsHelpError":
         return exc
-    where = exc.ctx.command_path if exc.ctx else "bertctl"
+    where = exc.ctx.command_path if exc.ctx else " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand)))
     return fail(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
 
 
@@ -41,13 +43,13 @@ class Group(TyperGroup):
         try:
             return super().parse_args(ctx, args)
         except ClickUsageError as exc:
-            raise _usage(exc) from None
+            raise _usage(exc, ctx) from None
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except ClickUsageError as exc:
-            raise _usage(exc) from None
+            raise _usage(exc, ctx) from None
         except BertctlError as exc:
             if _debug:
                 traceback.print_exc()

@@ -1,23 +1,19 @@
 """Frozen configuration dataclasses and model presets; torch-free so the CLI stays fast.
 
 Precedence for every run config: dataclass defaults -> preset -> `--config` file -> command-line flags.
+Each config first gives its fields their types (`bertctl.config_types`), then checks their values.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
-import numbers
-import re
-import reprlib
-import types
-import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bertctl.config_types import field_types, fields_named, take_types
 from bertctl.errors import UsageError
 
 # transformers' ACT2FN names bertctl computes exactly as transformers does (bertctl.model._ACTIVATIONS);
@@ -46,7 +42,7 @@ class BertConfig:
     pad_token_id: int | None = 0  # the embedding row kept at zero gradient; None in some hub configs
 
     def __post_init__(self) -> None:
-        _take_types(self)
+        take_types(self)
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             if getattr(self, name) < 1:
@@ -82,8 +78,9 @@ class BertConfig:
         refusal = _unsupported(values)
         if refusal:
             raise UsageError(f"model config: {refusal}")
-        hints = _field_types(cls)
-        return cls(**{k: _typed(f"model config: {k}", hints[k], v) for k, v in values.items() if k in hints})
+        known = field_types(cls)
+        with fields_named(lambda name: f"model config: {name}"):
+            return cls(**{k: v for k, v in values.items() if k in known})
 
     def replace(self, **changes: Any) -> BertConfig:
         """A copy with some fields changed, checked like a new config."""
@@ -165,85 +162,18 @@ def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
 T = TypeVar("T")
 
 
-@functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
-    """Each field's type hint: what build_config and BertConfig.from_dict check values against."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in fields(cls)}
-
-
-_KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", Path: "a path"}
-
-
-def _expected(hint: Any) -> str:
-    """What a field of type `hint` holds, in the words of an error message."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return f"{_expected(inner)} (or null)"
-    if typing.get_origin(hint) is tuple:
-        return f"a list of {_expected(typing.get_args(hint)[0]).removeprefix('a ')}s"
-    return _KINDS[hint]
-
-
-def _coerce(hint: Any, value: Any) -> Any:
-    """`value` as the field type `hint` (only X, X | None and tuple[X, ...] occur): JSON/YAML have no Path or
-    tuple and may write 8.0 for 8 or 0 for 0.0. Raises ValueError for any other type, so that a wrong one stops
-    here and not as a TypeError deep in a run."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return None if value is None else _coerce(inner, value)
-    if origin is tuple:  # a lone value is a list of one (a lone string must not become its characters)
-        items = value if isinstance(value, (list, tuple)) else (value,)
-        return tuple(_coerce(typing.get_args(hint)[0], item) for item in items)
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
-    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
-        return value
-    if hint is str and isinstance(value, Path):  # a folder or file named by a str field (--data, --model-config)
-        return str(value)
-    if hint is int and number and (isinstance(value, numbers.Integral) or float(value).is_integer()):
-        return int(value)
-    if hint is float and (number or (isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value))):
-        return float(value)
-    if hint is Path and isinstance(value, (str, Path)):
-        return Path(value)
-    raise ValueError
-
-
-_YAML_TEXT_FLOAT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")  # `lr: 1e-4`, a number PyYAML reads as text
-
-
-def _typed(label: str, hint: Any, value: Any) -> Any:
-    """`value` coerced to `hint`, or a one-line UsageError that starts with `label` (the flag or file key)."""
-    try:
-        return _coerce(hint, value)
-    except (ValueError, OverflowError):
-        shown = "null" if value is None else reprlib.repr(value)
-        raise UsageError(f"{label} must be {_expected(hint)}, got {shown}") from None
-
-
-def _take_types(cfg: Any) -> None:
-    """Built directly from Python, a config gets what a --config file gets: 8.0 becomes 8, a lone string for a
-    list one item, and a wrong type one line naming the field instead of a TypeError later."""
-    for name, hint in _field_types(type(cfg)).items():
-        value = getattr(cfg, name)
-        typed = _typed(f"{type(cfg).__name__}.{name}", hint, value)
-        if typed is not value:
-            object.__setattr__(cfg, name, typed)
-
-
 def build_config(cls: type[T], file_values: dict[str, Any] | None = None, **flags: Any) -> T:
-    """Defaults <- config file <- flags (flags left as None fall through). Unknown keys and wrong types are
-    refused, file values under the key the user wrote."""
-    hints = _field_types(cls)
+    """Defaults <- config file <- flags (flags left as None fall through). Unknown keys are refused here; a
+    wrong type by the config itself, named as the user gave it (the flag, or the file's key)."""
+    known = field_types(cls)
     values = dict(file_values or {})
-    unknown = sorted(set(values) - set(hints))
+    unknown = sorted(set(values) - set(known))
     if unknown:
         raise UsageError(f"--config: unknown field(s) {', '.join(unknown)} for {cls.__name__}; "
-                         f"known: {', '.join(sorted(hints))}")
-    typed = {k: _typed(f"--config: {k}", hints[k], v) for k, v in values.items()}
-    typed.update({k: _typed(f"--{k.replace('_', '-')}", hints[k], v) for k, v in flags.items() if v is not None})
-    return cls(**typed)
+                         f"known: {', '.join(sorted(known))}")
+    given = {k: v for k, v in flags.items() if v is not None}
+    with fields_named(lambda name: f"--{name.replace('_', '-')}" if name in given else f"--config: {name}"):
+        return cls(**{**values, **given})
 
 
 def _require(cfg: Any, name: str, ok: bool, wanted: str) -> None:
@@ -307,7 +237,7 @@ class CorpusConfig:
     overwrite: bool = False  # replace an existing output folder
 
     def __post_init__(self) -> None:
-        _take_types(self)
+        take_types(self)
         if self.objective not in CORPUS_OBJECTIVES:
             raise UsageError(f"--objective {self.objective!r}: choose one of {', '.join(CORPUS_OBJECTIVES)}")
         if self.masking not in MASKING_MODES:
@@ -364,7 +294,7 @@ class PretrainConfig:
     max_bad_steps: int = 5  # consecutive NaN/inf losses before the run stops
 
     def __post_init__(self) -> None:
-        _take_types(self)
+        take_types(self)
         positive = ("steps", "batch_size", "log_every", "max_bad_steps", "eval_samples")
         for name in positive:
             if getattr(self, name) < 1:
@@ -450,7 +380,7 @@ class FinetuneConfig:
     overwrite: bool = False  # replace an existing --out (and an unfinished run of it)
 
     def __post_init__(self) -> None:
-        _take_types(self)
+        take_types(self)
         if self.save_every < 0:
             raise UsageError(f"--save-every must be 0 or more, got {self.save_every}")
         for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "log_every"):
@@ -498,7 +428,7 @@ class TokenizerTrainConfig:
     overwrite: bool = False  # replace an existing output folder
 
     def __post_init__(self) -> None:
-        _take_types(self)
+        take_types(self)
         if not self.inputs:
             raise UsageError("tokenizer train: give INPUTS (text files, folders, globs or a dataset name)")
         if self.out is None:

@@ -3,7 +3,8 @@
 Every output of bertctl (model folders, tokenizers, corpora, run files, submission files) goes through
 here: write beside the target under a hidden temporary name, then rename. Commands check their outputs with
 `check_out` / `check_new_out` before any work, so a long run never fails at the end for want of a place to
-save; `make_folder` still turns a path blocked by a file into one line if something slips through.
+save; `make_folder` still turns a path blocked by a file into one line naming the flag if something slips
+through.
 """
 
 from __future__ import annotations
@@ -58,15 +59,16 @@ def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False
     return path
 
 
-def make_folder(folder: Path | str) -> Path:
-    """mkdir -p with a one-line error naming the file in the way, not `[Errno 17] File exists`."""
+def make_folder(folder: Path | str, flag: str = "--out") -> Path:
+    """mkdir -p with a one-line error naming the flag that gave the path and the file in the way, not
+    `[Errno 17] File exists`."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         blocker = folder if folder.exists() else file_above(folder)
         reason = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror
-        raise UsageError(f"cannot create the folder {folder}: {reason}; choose another path") from None
+        raise UsageError(f"{flag}: cannot create the folder {folder}: {reason}; choose another path") from None
     return folder
 
 

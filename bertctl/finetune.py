@@ -10,8 +10,9 @@ torchrun DDP (NCCL or gloo; the global batch and the dev scores do not depend on
 and exact resume (`--save-every`, always on SIGINT/SIGTERM; finished seeds are not trained again).
 
 Outputs appear only complete: a run lives in a hidden work folder beside OUT (logs, checkpoints, best-epoch
-models, finished seeds; see `finetune_work`), and OUT (model, tokenizer, eval_results.json, run.json,
-metrics.jsonl) is put in place by one rename at the end, when the work folder is removed.
+models, finished seeds; see `finetune_work`, and `finetune_seed` for what one seed saves there), and OUT
+(model, tokenizer, eval_results.json, run.json, metrics.jsonl) is put in place by one rename at the end, when
+the work folder is removed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import logging
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import __version__, training, training_state
-from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint, save_model
+from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.data.batches import rank_micro_batches, train_batches
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
@@ -41,23 +42,19 @@ from bertctl.evaluate import (
     encode_examples,
     glue_markdown,
     glue_table,
-    main_score,
     predict_command,
     score,
     summarize,
 )
 from bertctl.files import write_json_atomic, write_text_atomic
+from bertctl.finetune_seed import Prepared, Progress, finish_seed, keep_if_best, save_checkpoint
 from bertctl.finetune_work import (
-    add_logs_and_results,
-    best_folder,
     check_work,
     collect,
     discard_unless_resumable,
-    drop_checkpoints,
     finished_results,
     open_seed,
     open_work,
-    prune_best,
     publish,
     say,
     seed_folder,
@@ -113,11 +110,12 @@ def _launch(cfg: FinetuneConfig, body: Callable[..., None]) -> Path | None:
     and what a failed run leaves (its work folder only when there is something to resume)."""
     env = training.setup_distributed(cfg.device)
     try:
+        precision = training.resolve_precision(cfg.precision, env.device)  # before anything is said or read
         out = Path(cfg.out)
         work = check_work(cfg, out, env)
         if cfg.batch_size < env.world_size:
             raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")
-        base = load_base(cfg)
+        base = load_base(cfg, precision)
         with training.GracefulStop() as stop:
             try:
                 body(base, work, env, stop)
@@ -201,17 +199,6 @@ def _check_layout(tasks: list[GlueTask], data: str) -> None:
 
 # --- one task, one or several seeds ------------------------------------------------------------------
 
-@dataclass
-class Prepared:
-    """What every seed of a task shares: the checkpoint read and the data encoded once."""
-
-    task: Any  # a GlueTask or a TabularTask: name, label_names, metrics, main_metric, is_regression
-    ckpt: Checkpoint
-    tokenizer: BertTokenizer
-    train: Features
-    dev: dict[str, Features]
-
-
 def run_task(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: dict[str, Examples],
              work: Path, env: training.Distributed, stop: training.GracefulStop) -> dict[str, Any]:
     """Train every seed not finished yet, each in work/seed-N/ until its model folder is work/seed-N/done;
@@ -226,13 +213,16 @@ def run_task(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
 
 @dataclass
 class Base:
-    """The model folder fine-tuning starts from, read (and checked) once before any data."""
+    """The model folder fine-tuning starts from, read (and checked) once before any data, and the precision
+    every task of the run trains in."""
 
     ckpt: Checkpoint
     tokenizer: BertTokenizer
+    precision: str  # fp32 | bf16 | fp16, resolved for the run's device
 
 
-def load_base(cfg: FinetuneConfig) -> Base:
+def load_base(cfg: FinetuneConfig, precision: str) -> Base:
+    """The starting model, read and checked once: a folder that cannot serve fails before any data is read."""
     model = Path(cfg.model)
     ckpt = read_checkpoint(model)
     tokenizer = model_tokenizer(ckpt)
@@ -242,7 +232,7 @@ def load_base(cfg: FinetuneConfig) -> Base:
     if cfg.dropout is not None:
         ckpt.config = ckpt.config.replace(hidden_dropout_prob=cfg.dropout,
                                           attention_probs_dropout_prob=cfg.dropout)
-    return Base(ckpt, tokenizer)
+    return Base(ckpt, tokenizer, precision)
 
 
 def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: dict[str, Examples],
@@ -255,26 +245,7 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
         if feats.truncated and env.is_main:
             say(f"{task.name} {split}: {feats.truncated} of {len(feats)} examples cut to "
                 f"{cfg.max_seq_length} tokens")
-    return Prepared(task, ckpt, tokenizer, features, dev_features)
-
-
-@dataclass
-class Progress:
-    """Where a seed's run stands, besides weights, optimizer and RNGs: what a checkpoint records."""
-
-    step: int = 0  # optimizer steps done; the epoch and the batch within it follow from it
-    best: dict[str, Any] = field(default_factory=lambda: {"epoch": 0})  # best dev epoch so far: epoch, step, scores
-    window: list[training.StepResult] = field(default_factory=list)  # steps read since the last metrics row
-    bad_in_row: int = 0  # NaN/inf steps in a row
-
-    def record(self) -> dict[str, Any]:
-        return {"step": self.step, "best": self.best, "window": [asdict(r) for r in self.window],
-                "bad_in_row": self.bad_in_row}
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Progress:
-        return cls(record["step"], record["best"], [training.StepResult(**r) for r in record["window"]],
-                   record["bad_in_row"])
+    return Prepared(task, ckpt, tokenizer, features, dev_features, base.precision)
 
 
 def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env: training.Distributed,
@@ -283,13 +254,12 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     model folder; returns its eval_results."""
     if training.any_rank(stop.requested, env):
         raise _Stopped(f"stopped before {prep.task.name} seed {seed}")
-    task, device, pad_id = prep.task, env.device, prep.tokenizer.pad_id
+    task, device, pad_id, precision = prep.task, env.device, prep.tokenizer.pad_id, prep.precision
     training_state.seed_everything(seed)
     model = _model(cfg, prep, announce=seed == cfg.seeds[0] and env.is_main).to(device)
     if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
         training_state.seed_everything(seed + env.rank)
     training.enable_fast_math(device)
-    precision = training.resolve_precision(cfg.precision, device)
     optimizer = training.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
                                         (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
@@ -339,7 +309,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                     progress.window = []
                     bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}")
                 if saving:
-                    anchored = _checkpoint(model, prep, optimizer, scaler, progress, work, env)
+                    anchored = save_checkpoint(model, prep, optimizer, scaler, progress, work, env)
                     if stopping:
                         raise _Stopped(f"stopped at step {progress.step} of {total} ({task.name} seed {seed})")
             if prep.dev:
@@ -347,17 +317,17 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                 log.write({"step": progress.step, "epoch": epoch, **_flat(scores)})
                 if env.is_main:
                     bar.write(f"{task.name} seed {seed} epoch {epoch}: {_show(_flat(scores))}", file=sys.stderr)
-                _keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)
+                keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)
             stopping = training.any_rank(stop.requested, env)  # an epoch's last step saves after its evaluation
             if progress.step < total and (stopping or _save_due(cfg, progress.step)):
                 _read_steps(pending, progress)
-                anchored = _checkpoint(model, prep, optimizer, scaler, progress, work, env)
+                anchored = save_checkpoint(model, prep, optimizer, scaler, progress, work, env)
                 if stopping:
                     raise _Stopped(f"stopped after epoch {epoch} of {cfg.epochs} ({task.name} seed {seed})")
     finally:
         bar.close()
         log.close()
-    return _finish_seed(cfg, model, prep, progress, seed, work, env)
+    return finish_seed(cfg, model, prep, progress, seed, work, env)
 
 
 def _save_due(cfg: FinetuneConfig, step: int) -> bool:
@@ -369,59 +339,6 @@ def _read_steps(pending: list[training.PendingStep], progress: Progress) -> None
     results, progress.bad_in_row = training.read_window(pending, progress.step, progress.bad_in_row, MAX_BAD_STEPS,
                                                         "lower --lr or use --precision fp32/bf16")
     progress.window += results
-
-
-def _save_folder(model: nn.Module, folder: Path, prep: Prepared, env: training.Distributed,
-                 extra: Callable[[Path], None] | None = None) -> None:
-    """The task's classifier as a model folder (rank 0 writes it; every rank waits until it is complete)."""
-    task = prep.task
-    if env.is_main:
-        save_model(model, folder, prep.tokenizer, labels=list(task.label_names) or None, overwrite=True,
-                   problem_type="regression" if task.is_regression else "single_label_classification",
-                   config_extra={**prep.ckpt.kept_config, "finetuning_task": task.name}, extra=extra)
-    training.barrier(env)
-
-
-def _checkpoint(model: nn.Module, prep: Prepared, optimizer: torch.optim.Optimizer, scaler: Any,
-                progress: Progress, work: Path, env: training.Distributed) -> int:
-    """A resumable step folder; older ones, and best-epoch folders it does not refer to, are removed.
-    Returns the best epoch it refers to."""
-    rng = training_state.rng_state(env)  # every rank's generators (a collective)
-    _save_folder(model, training_state.step_folder(work, progress.step), prep, env,
-                 extra=lambda tmp: training_state.write_training_state(tmp, optimizer, scaler, progress.record(), rng))
-    if env.is_main:
-        training_state.prune_checkpoints(work, 1)
-        prune_best(work, {progress.best["epoch"]})
-    return progress.best["epoch"]
-
-
-def _keep_if_best(model: nn.Module, prep: Prepared, epoch: int, scores: dict[str, dict[str, float]],
-                  progress: Progress, work: Path, env: training.Distributed, anchored: int) -> None:
-    """A better dev epoch is saved in work/best-EEE/, on disk rather than in memory so a resume keeps it;
-    the best epoch the newest checkpoint refers to stays until a newer checkpoint replaces it."""
-    best = progress.best
-    if best["epoch"] and main_score(prep.task, scores) <= main_score(prep.task, best["scores"]):
-        return
-    progress.best = {"epoch": epoch, "step": progress.step, "scores": scores}
-    _save_folder(model, best_folder(work, epoch), prep, env)
-    if env.is_main:
-        prune_best(work, {epoch, anchored})
-
-
-def _finish_seed(cfg: FinetuneConfig, model: nn.Module, prep: Prepared, progress: Progress, seed: int,
-                 work: Path, env: training.Distributed) -> dict[str, Any]:
-    """work/done: the best epoch's model (the last one without dev data) with the seed's logs and
-    eval_results.json; the seed's checkpoints go."""
-    best, task = progress.best, prep.task
-    results = {"task": task.name, **best.get("scores", {}), "main_metric": task.main_metric,
-               "best_epoch": best["epoch"] or cfg.epochs, "best_step": best.get("step", progress.step),
-               "seed": seed}
-    if env.is_main and best["epoch"]:
-        model.load_state_dict(read_checkpoint(best_folder(work, best["epoch"])).state)
-    _save_folder(model, work / "done", prep, env, extra=lambda tmp: add_logs_and_results(tmp, work, results))
-    if env.is_main:
-        drop_checkpoints(work)
-    return results
 
 
 def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:

@@ -83,6 +83,7 @@ def test_unexpected_and_missing_parameters_are_named(odd_config, tmp_path):
 @pytest.mark.parametrize(("key", "said"), [
     ("vocab_size", "vocab_size 30522 (not set: the default)"),
     ("max_position_embeddings", "max_position_embeddings 512 (not set: the default)"),
+    ("intermediate_size", "intermediate_size 3072 (not set: the default), hidden_size 48"),
 ])
 def test_a_config_missing_a_shape_field_is_blamed_not_the_tokenizer(odd_config, tmp_path, key, said):
     hf_pretraining_folder(odd_config, tmp_path / "hf")

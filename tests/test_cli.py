@@ -49,6 +49,17 @@ def test_clicks_own_usage_errors_are_one_line_too(args, named):
     assert lines[0].startswith("bertctl: error: ") and "--help'" in lines[0]
 
 
+@pytest.mark.parametrize(("args", "where"), [
+    (["fill", "--top-k"], "bertctl fill"), (["pretrain", "--steps"], "bertctl pretrain"),
+    (["finetune", "glue", "--lr"], "bertctl finetune glue"), (["finetune", "--nope"], "bertctl finetune"),
+])
+def test_usage_errors_point_to_the_help_of_the_command_that_got_them(args, where):
+    """click gives no context for an option without its value; the hint still names the sub-command."""
+    result = CliRunner().invoke(app, args, prog_name="bertctl")
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].endswith(f"(see '{where} --help')"), result.output
+
+
 def test_a_group_without_a_command_shows_its_help():
     for args in ([], ["finetune"]):
         result = CliRunner().invoke(app, args)

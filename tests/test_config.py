@@ -204,6 +204,13 @@ def test_a_lone_string_for_a_list_field_is_one_item_not_its_characters(tmp_path)
 def test_flags_of_the_wrong_type_name_the_flag():
     with pytest.raises(UsageError, match="^--batch-size must be a whole number, got '8'$"):
         build_config(PretrainConfig, {}, batch_size="8")
+    with pytest.raises(UsageError, match="^--batch-size must be a whole number, got '8'$"):  # the flag's value
+        build_config(PretrainConfig, {"batch_size": 4}, batch_size="8")
+
+
+def test_types_are_checked_once_on_the_value_in_force():
+    """The config checks its fields' types itself; a file value a flag replaces is never used, nor refused."""
+    assert build_config(PretrainConfig, {"steps": "two", "lr": "fast"}, steps=5, lr=1).steps == 5
 
 
 @pytest.mark.parametrize("cfg", [

@@ -314,6 +314,16 @@ def test_bad_input_is_one_line_and_writes_nothing(encoder, broken_glue, tmp_path
     assert not out.exists() and (not out.parent.exists() or not list(out.parent.iterdir()))
 
 
+def test_fp16_on_a_cpu_is_refused_before_the_run_says_anything(encoder, small_glue, tmp_path):
+    out = tmp_path / "runs" / "out"
+    result = _cli("finetune", "glue", "rte", "--model", encoder, "--data", small_glue, "--out", out,
+                  "--max-seq-length", "32", "--precision", "fp16", "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        "bertctl: error: --precision fp16 needs a CUDA device; use bf16 or fp32 on the CPU"]  # no "fine-tuning" line
+    assert not out.parent.exists() or not list(out.parent.iterdir())
+
+
 def test_a_model_whose_vocabulary_differs_from_its_tokenizer_is_refused(small_glue, tmp_path):
     model = _encoder(tmp_path / "odd", vocab_size=len(VOCAB) + 3)
     result = _cli("finetune", "glue", "rte", "--model", model, "--data", small_glue, "--out", tmp_path / "out")

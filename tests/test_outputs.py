@@ -113,13 +113,16 @@ def test_the_checkers_before_any_work(tmp_path):
 
 
 def test_writes_below_a_file_fail_in_one_line_not_errno(tmp_path):
-    """What a command forgot to check still gives one line naming the file in the way."""
+    """What a command forgot to check still gives one line naming the flag and the file in the way."""
     (tmp_path / "file").write_text("")
     for write in (lambda: make_folder(tmp_path / "file" / "x"), lambda: make_folder(tmp_path / "file"),
                   lambda: write_text_atomic(tmp_path / "file" / "x" / "y.json", "{}")):
-        with pytest.raises(UsageError, match=f"cannot create the folder .*: {tmp_path / 'file'} is a file") as info:
+        blocked = f"^--out: cannot create the folder .*: {tmp_path / 'file'} is a file"  # --out: the default flag
+        with pytest.raises(UsageError, match=blocked) as info:
             write()
         assert "Errno" not in str(info.value)
+    with pytest.raises(UsageError, match="^--corpus-out: cannot create the folder"):  # the flag, as check_out has it
+        make_folder(tmp_path / "file" / "x", "--corpus-out")
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
 
 

@@ -1,0 +1,104 @@
+"""A config field's value as the field's type; torch-free like bertctl.config, which uses it.
+
+`PretrainConfig(steps=8.0)`, `steps: 8.0` in a `--config` file and `--steps 8` must give the same config, and
+a wrong type must stop at once in one line rather than as a TypeError deep in a run. The config dataclasses
+call `take_types` first thing in `__post_init__`: the one place types are checked. Code that builds a config
+from values the user gave under other names (flags, `--config` keys, config.json) wraps the call in
+`fields_named`, so the error names the field as the user wrote it.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+import re
+import reprlib
+import types
+import typing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from bertctl.errors import UsageError
+
+
+class FieldTypeError(UsageError):
+    """A config field given a value of another type; `field` and `problem` let `fields_named` say it again
+    under the name the user gave the field."""
+
+    def __init__(self, owner: str, field: str, problem: str) -> None:
+        super().__init__(f"{owner}.{field} {problem}")
+        self.field = field
+        self.problem = problem
+
+
+@contextmanager
+def fields_named(label: Callable[[str], str]) -> Iterator[None]:
+    """Within the block, a config's type error names its field as `label(field)` (a flag, a file key)."""
+    try:
+        yield
+    except FieldTypeError as exc:
+        raise UsageError(f"{label(exc.field)} {exc.problem}") from None
+
+
+@functools.cache
+def field_types(cls: type) -> dict[str, Any]:
+    """Each field's type hint (`from __future__ import annotations` leaves them as strings on the fields)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls)}
+
+
+def take_types(cfg: Any) -> None:
+    """Give every field of the (frozen) dataclass `cfg` its type: 8.0 becomes 8, a lone string for a list one
+    item; any other type is a FieldTypeError naming the field."""
+    for name, hint in field_types(type(cfg)).items():
+        value = getattr(cfg, name)
+        try:
+            typed = _coerce(hint, value)
+        except (ValueError, OverflowError):
+            shown = "null" if value is None else reprlib.repr(value)
+            raise FieldTypeError(type(cfg).__name__, name, f"must be {_expected(hint)}, got {shown}") from None
+        if typed is not value:
+            object.__setattr__(cfg, name, typed)
+
+
+_KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", Path: "a path"}
+
+
+def _expected(hint: Any) -> str:
+    """What a field of type `hint` holds, in the words of an error message."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return f"{_expected(inner)} (or null)"
+    if typing.get_origin(hint) is tuple:
+        return f"a list of {_expected(typing.get_args(hint)[0]).removeprefix('a ')}s"
+    return _KINDS[hint]
+
+
+def _coerce(hint: Any, value: Any) -> Any:
+    """`value` as the field type `hint` (only X, X | None and tuple[X, ...] occur): JSON/YAML have no Path or
+    tuple and may write 8.0 for 8 or 0 for 0.0. Raises ValueError for any other type."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return None if value is None else _coerce(inner, value)
+    if origin is tuple:  # a lone value is a list of one (a lone string must not become its characters)
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        return tuple(_coerce(typing.get_args(hint)[0], item) for item in items)
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
+    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
+        return value
+    if hint is str and isinstance(value, Path):  # a folder or file named by a str field (--data, --model-config)
+        return str(value)
+    if hint is int and number and (isinstance(value, numbers.Integral) or float(value).is_integer()):
+        return int(value)
+    if hint is float and (number or (isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value))):
+        return float(value)
+    if hint is Path and isinstance(value, (str, Path)):
+        return Path(value)
+    raise ValueError
+
+
+_YAML_TEXT_FLOAT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")  # `lr: 1e-4`, a number PyYAML reads as text

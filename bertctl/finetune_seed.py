@@ -1,0 +1,106 @@
+"""One seed of a fine-tuning task: what it shares with the task's other seeds, where its run stands, and the
+folders it leaves in its work folder (see `finetune_work`): resumable checkpoints, the best dev epoch so far and
+done/, the finished seed. The training loop in `finetune` calls these; every rank calls them, rank 0 writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertctl import training, training_state
+from bertctl.checkpoint import Checkpoint, read_checkpoint, save_model
+from bertctl.config import FinetuneConfig
+from bertctl.evaluate import Features, main_score
+from bertctl.finetune_work import add_logs_and_results, best_folder, drop_checkpoints, prune_best
+from bertctl.tokenizer import BertTokenizer
+
+
+@dataclass
+class Prepared:
+    """What every seed of a task shares: the checkpoint read and the data encoded once, and the precision the
+    run was checked for before it started."""
+
+    task: Any  # a GlueTask or a TabularTask: name, label_names, metrics, main_metric, is_regression
+    ckpt: Checkpoint
+    tokenizer: BertTokenizer
+    train: Features
+    dev: dict[str, Features]
+    precision: str  # fp32 | bf16 | fp16, resolved for the run's device
+
+
+@dataclass
+class Progress:
+    """Where a seed's run stands, besides weights, optimizer and RNGs: what a checkpoint records."""
+
+    step: int = 0  # optimizer steps done; the epoch and the batch within it follow from it
+    best: dict[str, Any] = field(default_factory=lambda: {"epoch": 0})  # best dev epoch so far: epoch, step, scores
+    window: list[training.StepResult] = field(default_factory=list)  # steps read since the last metrics row
+    bad_in_row: int = 0  # NaN/inf steps in a row
+
+    def record(self) -> dict[str, Any]:
+        return {"step": self.step, "best": self.best, "window": [asdict(r) for r in self.window],
+                "bad_in_row": self.bad_in_row}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Progress:
+        return cls(record["step"], record["best"], [training.StepResult(**r) for r in record["window"]],
+                   record["bad_in_row"])
+
+
+def _save_folder(model: nn.Module, folder: Path, prep: Prepared, env: training.Distributed,
+                 extra: Callable[[Path], None] | None = None) -> None:
+    """The task's classifier as a model folder (rank 0 writes it; every rank waits until it is complete)."""
+    task = prep.task
+    if env.is_main:
+        save_model(model, folder, prep.tokenizer, labels=list(task.label_names) or None, overwrite=True,
+                   problem_type="regression" if task.is_regression else "single_label_classification",
+                   config_extra={**prep.ckpt.kept_config, "finetuning_task": task.name}, extra=extra)
+    training.barrier(env)
+
+
+def save_checkpoint(model: nn.Module, prep: Prepared, optimizer: torch.optim.Optimizer, scaler: Any,
+                    progress: Progress, work: Path, env: training.Distributed) -> int:
+    """A resumable step folder; older ones, and best-epoch folders it does not refer to, are removed.
+    Returns the best epoch it refers to."""
+    rng = training_state.rng_state(env)  # every rank's generators (a collective)
+    _save_folder(model, training_state.step_folder(work, progress.step), prep, env,
+                 extra=lambda tmp: training_state.write_training_state(tmp, optimizer, scaler, progress.record(), rng))
+    if env.is_main:
+        training_state.prune_checkpoints(work, 1)
+        prune_best(work, {progress.best["epoch"]})
+    return progress.best["epoch"]
+
+
+def keep_if_best(model: nn.Module, prep: Prepared, epoch: int, scores: dict[str, dict[str, float]],
+                 progress: Progress, work: Path, env: training.Distributed, anchored: int) -> None:
+    """A better dev epoch is saved in work/best-EEE/, on disk rather than in memory so a resume keeps it;
+    the best epoch the newest checkpoint refers to stays until a newer checkpoint replaces it."""
+    best = progress.best
+    if best["epoch"] and main_score(prep.task, scores) <= main_score(prep.task, best["scores"]):
+        return
+    progress.best = {"epoch": epoch, "step": progress.step, "scores": scores}
+    _save_folder(model, best_folder(work, epoch), prep, env)
+    if env.is_main:
+        prune_best(work, {epoch, anchored})
+
+
+def finish_seed(cfg: FinetuneConfig, model: nn.Module, prep: Prepared, progress: Progress, seed: int,
+                work: Path, env: training.Distributed) -> dict[str, Any]:
+    """work/done: the best epoch's model (the last one without dev data) with the seed's logs and
+    eval_results.json; the seed's checkpoints go."""
+    best, task = progress.best, prep.task
+    results = {"task": task.name, **best.get("scores", {}), "main_metric": task.main_metric,
+               "best_epoch": best["epoch"] or cfg.epochs, "best_step": best.get("step", progress.step),
+               "seed": seed}
+    if env.is_main and best["epoch"]:
+        model.load_state_dict(read_checkpoint(best_folder(work, best["epoch"])).state)
+    _save_folder(model, work / "done", prep, env, extra=lambda tmp: add_logs_and_results(tmp, work, results))
+    if env.is_main:
+        drop_checkpoints(work)
+    return results
