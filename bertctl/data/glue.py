@@ -15,14 +15,12 @@ A local folder may also be a copy of the hub dataset: a clone of the nyu-mll/glu
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bertctl.errors import BertctlError, UsageError
 
@@ -219,18 +217,22 @@ def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:
         raise UsageError(f"--data {data}: is a file; give the GLUE folder (with {task.folder}/ inside) "
                          "or a hub dataset id such as nyu-mll/glue")
     if HUB_ID.fullmatch(str(data)):
-        return _read_hub(task, entry, str(data))
+        from bertctl.data.glue_copies import read_hub  # glue_copies builds on this module's types
+
+        return read_hub(task, entry, str(data))
     raise UsageError(f"--data {data}: no such folder; give the GLUE download folder (CoLA/, SST-2/, ...) "
                      "or a hub dataset id such as nyu-mll/glue")
 
 
 def _read_folder(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
     """Parquet shards of a hub clone come first: on a case-insensitive disk `cola/` is also `CoLA/`."""
+    from bertctl.data.glue_copies import read_parquet, read_saved  # glue_copies builds on this module's types
+
     config = root / task.hub_config
     if any(config.glob("*.parquet")) or any(config.glob("*/*.parquet")):
-        return _read_parquet(task, entry, config)
+        return read_parquet(task, entry, config)
     if (config / "dataset_dict.json").is_file():
-        return _read_saved(task, entry, config)
+        return read_saved(task, entry, config)
     return _read_local(task, entry, root)
 
 
@@ -345,11 +347,6 @@ def parse_label(task: GlueTask, raw: str, where: str) -> int | float:
                          f"({task.name})") from None
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _norm(name: str) -> str:
     return re.sub(r"[\s-]+", "_", name.strip().lower())
 
@@ -377,130 +374,3 @@ def outputs_by_class(task: GlueTask, names: Sequence[str]) -> list[int] | None:
     `match_labels` does); None when the names are not the task's classes."""
     found = match_labels(task, names)
     return None if found is None else [found.index(k) for k in range(task.num_labels)]
-
-
-def _read_hub(task: GlueTask, entry: SplitFile, name: str) -> Examples:
-    source = f"{name} ({task.hub_config}, {entry.hub_split})"
-    from bertctl.hub import offline_when_unreachable
-
-    try:
-        import datasets
-
-        with offline_when_unreachable():
-            table = datasets.load_dataset(name, task.hub_config, split=entry.hub_split)
-    except Exception as exc:  # offline, not cached, no such config: all mean "cannot load it"
-        raise UsageError(f"--data {name}: not a local folder, and loading {source} from the hub failed: "
-                         f"{_first_line(exc)}") from None
-    return _dataset_examples(task, entry, table, source)
-
-
-def _read_saved(task: GlueTask, entry: SplitFile, folder: Path) -> Examples:
-    """A `DatasetDict.save_to_disk` folder of one task (`glue-saved/mnli/`), split names as on the hub."""
-    import datasets
-
-    source = f"{folder} ({entry.hub_split})"
-    try:
-        saved = datasets.load_from_disk(str(folder))
-    except Exception as exc:  # a damaged or foreign folder
-        raise UsageError(f"{folder}: cannot load the saved dataset: {_first_line(exc)}") from None
-    if entry.hub_split not in saved:
-        raise UsageError(f"{folder}: no split {entry.hub_split} (found: {', '.join(saved)}); "
-                         f"{task.name} {entry.split} is read from it")
-    return _dataset_examples(task, entry, saved[entry.hub_split], source)
-
-
-def _dataset_examples(task: GlueTask, entry: SplitFile, table: Any, source: str) -> Examples:
-    """Examples from a `datasets.Dataset` laid out as nyu-mll/glue (texts, `label`, `idx`)."""
-    wanted = _hub_columns(task, entry, table.column_names, source)
-    names = tuple(getattr(table.features.get("label"), "names", None) or ())
-    return _hub_examples(task, entry, table.select_columns(wanted).to_dict(), names, source)
-
-
-def _read_parquet(task: GlueTask, entry: SplitFile, config: Path) -> Examples:
-    """A clone of the hub repository: `<config>/<split>-00000-of-00001.parquet` (or the parquet-converter's
-    `<config>/<split>/0000.parquet`), read with pyarrow; label names from the files or the README's dataset_info."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    files = sorted(config.glob(f"{entry.hub_split}-*.parquet")) or sorted(config.glob(f"{entry.hub_split}/*.parquet"))
-    if not files:
-        found = sorted({p.name.split("-")[0] for p in config.glob("*.parquet")} | {p.parent.name for p in
-                                                                                    config.glob("*/*.parquet")})
-        raise UsageError(f"{config}: no {entry.hub_split}-*.parquet for {task.name} {entry.split} "
-                         f"(found splits: {', '.join(found)})")
-    try:
-        table = pa.concat_tables([pq.read_table(f) for f in files])
-    except (OSError, pa.ArrowException) as exc:
-        raise UsageError(f"{files[0]}: cannot read it as parquet: {_first_line(exc)}") from None
-    source = str(files[0]) if len(files) == 1 else f"{config}/{entry.hub_split}-*.parquet"
-    wanted = _hub_columns(task, entry, table.column_names, source)
-    names = _parquet_label_names(table.schema) or _readme_label_names(config.parent, task.hub_config)
-    return _hub_examples(task, entry, table.select(wanted).to_pydict(), names, source)
-
-
-def _parquet_label_names(schema: Any) -> tuple[str, ...]:
-    """ClassLabel names that `datasets` stores in a parquet file's schema metadata."""
-    raw = (getattr(schema, "metadata", None) or {}).get(b"huggingface")
-    try:
-        label = json.loads(raw)["info"]["features"]["label"] if raw else {}
-    except (ValueError, KeyError, TypeError):
-        return ()
-    return tuple(label.get("names") or ()) if isinstance(label, dict) else ()
-
-
-def _readme_label_names(root: Path, config: str) -> tuple[str, ...]:
-    """ClassLabel names from the dataset card's YAML header (`dataset_info:` of the config), if there is one."""
-    readme = root / "README.md"
-    if not readme.is_file():
-        return ()
-    import yaml
-
-    text = readme.read_text(encoding="utf-8")
-    parts = text.split("---", 2) if text.startswith("---") else []
-    try:
-        card = yaml.safe_load(parts[1]) if len(parts) == 3 else {}
-    except yaml.YAMLError:
-        return ()
-    infos = card.get("dataset_info", []) if isinstance(card, dict) else []
-    for info in infos if isinstance(infos, list) else [infos]:
-        if isinstance(info, dict) and info.get("config_name", "default") == config:
-            for feature in info.get("features", []):
-                if feature.get("name") == "label" and isinstance(feature.get("dtype"), dict):
-                    names = feature["dtype"].get("class_label", {}).get("names", {})
-                    return tuple(names[k] for k in sorted(names, key=int))
-    return ()
-
-
-def _hub_columns(task: GlueTask, entry: SplitFile, found: Sequence[str], source: str) -> list[str]:
-    wanted = [*task.hub_text, "idx"] + (["label"] if entry.label is not None else [])
-    missing = [c for c in wanted if c not in found]
-    if missing:
-        raise BertctlError(f"{source}: no column(s) {', '.join(missing)} (found: {', '.join(found)})")
-    return wanted
-
-
-def _hub_examples(task: GlueTask, entry: SplitFile, columns: dict[str, list], names: tuple[str, ...],
-                  source: str) -> Examples:
-    """Integer labels mean the hub's ClassLabel names; they are mapped by name when the names are given."""
-    labels = None
-    if entry.label is not None:
-        order = list(range(task.num_labels))
-        if names and not task.is_regression:
-            found = match_labels(task, names)
-            if found is None:
-                raise BertctlError(f"{source}: label names {', '.join(names)} are not {task.name}'s "
-                                   f"({', '.join(task.hub_label_names)}); cannot map them to its labels")
-            order = found
-        labels = [_hub_label(task, value, order, source, row) for row, value in enumerate(columns["label"])]
-    text_b = columns[task.hub_text[1]] if task.is_pair else None
-    return Examples(columns[task.hub_text[0]], text_b, labels, [str(i) for i in columns["idx"]], source)
-
-
-def _hub_label(task: GlueTask, value: int | float, order: list[int], source: str, row: int) -> int | float:
-    if task.is_regression:  # float32 on the hub: its shortest repr is the file's decimal (3.867, not 3.86700010)
-        import numpy as np
-
-        return parse_label(task, str(np.float32(value)) if value is not None else "", f"{source} row {row}")
-    if not isinstance(value, int) or not 0 <= value < task.num_labels:
-        raise UsageError(f"{source} row {row}: label {value!r} is not a class index 0..{task.num_labels - 1}")
-    return order[value]
