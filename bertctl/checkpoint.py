@@ -131,10 +131,8 @@ def from_transformers_names(state: dict[str, Tensor]) -> tuple[dict[str, Tensor]
         except KeyError:
             unknown.append(key)
     for (layer, kind), parts in qkv.items():
-        if set(parts) != set(_QKV):
-            unknown += [f"encoder.layer.{layer}.attention.self.{n}.{kind}" for n in parts]
-            continue
-        out[f"bert.layers.{layer}.qkv.{kind}"] = torch.cat([parts[n] for n in _QKV], dim=0)
+        if set(parts) == set(_QKV):  # else the fused projection is missing: read_checkpoint names what is
+            out[f"bert.layers.{layer}.qkv.{kind}"] = torch.cat([parts[n] for n in _QKV], dim=0)
     return out, unknown
 
 
@@ -185,19 +183,20 @@ class Checkpoint:
         return {k: self.raw_config[k] for k in KEPT_CONFIG_KEYS if self.raw_config.get(k) is not None}
 
 
-def _read_weights(folder: Path) -> dict[str, Tensor]:
-    """The first weights file in transformers' order of preference; an index names the shards to read."""
+def _read_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
+    """The first weights file in transformers' order of preference (and its path); an index names the shards
+    to read."""
     for name in WEIGHTS_FILES:
         path = folder / name
         if not path.is_file():
             continue
         if not name.endswith(".index.json"):
-            return _read_weights_file(path)
+            return _read_weights_file(path), path
         try:
             shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
         except (OSError, ValueError, KeyError, AttributeError) as exc:
             raise BertctlError(f"cannot read the shard index {path}: {exc}") from None
-        return {k: v for shard in shards for k, v in _read_weights_file(folder / shard).items()}
+        return {k: v for shard in shards for k, v in _read_weights_file(folder / shard).items()}, path
     raise UsageError(_foreign_weights_message(folder) or
                      f"{folder}: no weights found (expected {' or '.join(WEIGHTS_FILES)})")
 
@@ -235,8 +234,8 @@ def _read_weights_file(path: Path) -> dict[str, Tensor]:
 def read_checkpoint(path: Path | str) -> Checkpoint:
     """Read a bertctl or transformers model folder (config.json + weights), or a hub id's cached snapshot."""
     folder = local_folder(path)
-    if not folder.exists():
-        raise UsageError(f"model folder {folder} does not exist")
+    if not folder.exists():  # named as given: Path("./x") would print as x, which reads like a hub id
+        raise UsageError(f"model folder {path} does not exist")
     if not (folder / "config.json").is_file():
         raise UsageError(_foreign_weights_message(folder) or f"{folder} is not a model folder: no config.json (give "
                          "a folder written by bertctl or transformers' save_pretrained)")
@@ -249,7 +248,7 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     if raw.get("model_type", "bert") != "bert":  # configs older than transformers 2.x have no model_type
         raise UsageError(f"{folder}: model_type {raw.get('model_type')!r} is not BERT")
     config = BertConfig.from_dict(raw)
-    weights = _read_weights(folder)
+    weights, weights_file = _read_weights(folder)
     untied = _untied_decoder(weights)
     stored = sorted({str(t.dtype).removeprefix("torch.") for t in weights.values() if t.is_floating_point()})
     # fp16/bf16 files are upcast: bertctl's weights are fp32 (mixed precision is the recipes' business)
@@ -258,28 +257,50 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise BertctlError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
-    _check_shapes(folder, config, raw, state)
+    _check_encoder(folder, weights_file, set(weights), config, raw, state)
     parts = frozenset(p for p in map(_part, state) if p is not None)
     return Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
                       untied)
 
 
-def _check_shapes(folder: Path, config: BertConfig, raw: dict[str, Any], state: dict[str, Tensor]) -> None:
-    """Every encoder weight must have the shape config.json gives it (build_model relies on it). A config.json
-    that lacks vocab_size, hidden_size ... gets BERT-base's defaults; say so here, where the file is at fault,
-    rather than later as a tokenizer that does not fit the model or a weight that does not load."""
+def _check_encoder(folder: Path, weights_file: Path, in_file: set[str], config: BertConfig, raw: dict[str, Any],
+                   state: dict[str, Tensor]) -> None:
+    """Every encoder weight must be there (the pooler and the heads are optional), with the shape config.json
+    gives it: build_model relies on it. A config.json that lacks vocab_size, hidden_size ... gets BERT-base's
+    defaults; say so here, where the file is at fault, rather than later as a tokenizer that does not fit the
+    model or a weight that does not load. `in_file`: the file's own names, to name what is missing as it would."""
     with torch.device("meta"):  # shapes only, no memory
         expected = Bert(config, add_pooler=False).state_dict()
+    _check_layer_count(folder, config, raw, state)
+    bare = not any(name.startswith("bert.") for name in in_file)  # a BertModel file: names without the prefix
+    missing = [name for key, target in expected.items() if f"bert.{key}" not in state
+               for name in to_transformers_names({f"bert.{key}": target}, bare=bare)
+               if name not in in_file]  # of Q, K and V, only the absent ones
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise BertctlError(f"{weights_file}: missing encoder parameter{'s' * (len(missing) > 1)} {shown} (is the "
+                           "file complete? re-download or re-save it)")
     for key, target in expected.items():  # embeddings first: a wrong hidden_size is blamed there
-        found = state.get(f"bert.{key}")
-        if found is None or found.shape == target.shape:
+        found = state[f"bert.{key}"]
+        if found.shape == target.shape:
             continue
-        name, stored = next(iter(to_transformers_names({f"bert.{key}": found}).items()))  # as the file has it
+        name, stored = next(iter(to_transformers_names({f"bert.{key}": found}, bare=bare).items()))
         shaped_by = next((f for pattern, f in _SHAPE_FIELDS if re.match(pattern, key)), ("hidden_size",))
         said = ", ".join(f"{f} {getattr(config, f)}" + ("" if f in raw else " (not set: the default)")
                          for f in shaped_by)
         raise UsageError(f"{folder / 'config.json'} says {said}, but the weights hold {name} of shape "
                          f"{tuple(stored.shape)}; fix config.json")
+
+
+def _check_layer_count(folder: Path, config: BertConfig, raw: dict[str, Any], state: dict[str, Tensor]) -> None:
+    """Layers in the weights beyond config.json's num_hidden_layers would be dropped unread, too few would be
+    reported as missing parameters: either way the config is at fault."""
+    held = {int(m.group(1)) for key in state if (m := re.match(r"bert\.layers\.(\d+)\.", key))}
+    count = config.num_hidden_layers
+    if held and (max(held) >= count or (len(held) < count and held == set(range(len(held))))):
+        unset = "" if "num_hidden_layers" in raw else " (not set: the default)"
+        raise UsageError(f"{folder / 'config.json'} says num_hidden_layers {count}{unset}, but the weights hold "
+                         f"{max(held) + 1} layers; fix config.json")
 
 
 def _untied_decoder(weights: dict[str, Tensor]) -> bool:
@@ -445,7 +466,10 @@ def _write_tokenizer(tokenizer: Any, folder: Path) -> None:
 
 
 def model_tokenizer(ckpt: Checkpoint, required: bool = True) -> Any:
-    """The tokenizer saved in a model folder, refused when its size differs from the embedding rows.
+    """The tokenizer saved in a model folder, refused when it has more tokens than the model has embedding rows
+    (its last ids would index out of range). More rows than tokens is fine: checkpoints often pad the matrix to a
+    multiple of 8 or 64 (30528 rows for bert-base's 30522 tokens); the spare rows are never an input and only
+    take part in the MLM softmax, as in transformers.
 
     Without tokenizer files: None, or (required) a one-line error saying what to copy where.
     """
@@ -457,7 +481,7 @@ def model_tokenizer(ckpt: Checkpoint, required: bool = True) -> Any:
         raise UsageError(f"{ckpt.path} has no tokenizer (tokenizer.json or vocab.txt); copy the tokenizer the "
                          "model was trained with into it")
     tokenizer = load_tokenizer(ckpt.path)
-    if tokenizer.vocab_size != ckpt.config.vocab_size:
-        raise BertctlError(f"{ckpt.path}: the tokenizer has {tokenizer.vocab_size} tokens but the model has "
+    if tokenizer.vocab_size > ckpt.config.vocab_size:
+        raise BertctlError(f"{ckpt.path}: the tokenizer has {tokenizer.vocab_size} tokens but the model has only "
                            f"{ckpt.config.vocab_size} embedding rows; use the tokenizer the model was trained with")
     return tokenizer

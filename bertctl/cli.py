@@ -15,9 +15,10 @@ import typer
 
 from bertctl import __version__
 from bertctl.cli_base import Group, command_group, set_debug, show_warnings
-from bertctl.cli_tasks import evaluate_app, finetune_app, predict_app
+from bertctl.cli_tasks import as_paths, evaluate_app, finetune_app, predict_app
 from bertctl.config import PretrainConfig
 from bertctl.errors import UsageError
+from bertctl.hub import path_as_given
 
 app = typer.Typer(cls=Group, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
@@ -83,8 +84,8 @@ def tokenizer_train(
 
 @tokenizer_app.command("encode")
 def tokenizer_encode(
-    tokenizer: Annotated[Path, typer.Option("--tokenizer", "-t", help="Tokenizer or model folder, or a "
-                                            "vocab.txt.", show_default=False)],
+    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="Tokenizer or model folder, a vocab.txt, "
+                                           "or a hub id.", show_default=False)],
     texts: Annotated[list[str] | None, typer.Argument(help="Texts to encode (none: one a line from stdin).",
                                                       show_default=False)] = None,
     pair: Annotated[str | None, typer.Option("--pair", help="Second segment (B) for every text.")] = None,
@@ -104,7 +105,8 @@ def tokenizer_encode(
     if not all_texts:
         raise UsageError("tokenizer encode: give TEXT arguments (or lines on stdin)")
     _require_utf8([*all_texts, *([pair] if pair is not None else [])])
-    for row in encode_rows(load_tokenizer(tokenizer, lowercase=lowercase), all_texts, pair):
+    for row in encode_rows(load_tokenizer(path_as_given(tokenizer, "tokenizer"), lowercase=lowercase), all_texts,
+                           pair):
         typer.echo(json.dumps(row, ensure_ascii=False) if as_json else format_row(row))
 
 
@@ -115,8 +117,8 @@ def corpus_build(
     inputs: Annotated[list[str] | None, typer.Argument(help="Text files (.gz/.bz2/.xz too), folders, globs, "
                                                        ".jsonl/.json/.csv/.parquet files or a dataset name.",
                                                        show_default=False)] = None,
-    tokenizer: Annotated[Path | None, typer.Option("--tokenizer", "-t", help="Tokenizer or model folder, "
-                                                   "or a vocab.txt.", show_default=False)] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", "-t", help="Tokenizer or model folder, "
+                                                  "a vocab.txt, or a hub id.", show_default=False)] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output corpus folder.")] = None,
     max_seq_length: Annotated[int | None, typer.Option(help="Tokens per instance [128].")] = None,
     objective: Annotated[str | None, typer.Option(help="mlm+nsp|mlm|mlm+sop [mlm+nsp].")] = None,
@@ -151,7 +153,7 @@ def corpus_build(
     from bertctl.config import CorpusConfig, build_config, read_config_file
     from bertctl.corpus import build_corpus
 
-    cfg = build_config(CorpusConfig, read_config_file(config) if config else {}, **flags)
+    cfg = build_config(CorpusConfig, as_paths(read_config_file(config)) if config else {}, **as_paths(flags))
     manifest = build_corpus(cfg)
     counts = manifest["counts"]
     held = f", {counts['validation']['instances']} validation" if counts["validation"].get("instances") else ""
@@ -187,9 +189,9 @@ def pretrain(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder [runs/quickstart].")] = None,
     model_config: Annotated[str | None, typer.Option(help="tiny|mini|small|medium|base|large or a "
                                                      "config.json [base; quick start: tiny].")] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer folder [the corpus's].")] = None,
-    init_from: Annotated[Path | None, typer.Option(help="Start from this model's weights "
-                                                   "(e.g. phase 2 at 512), fresh optimizer.")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder or hub id [the corpus's].")] = None,
+    init_from: Annotated[str | None, typer.Option(help="Start from this model's weights, a folder or hub id "
+                                                  "(e.g. phase 2 at 512), fresh optimizer.")] = None,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps [1000000].")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Global batch in sequences [256].")] = None,
     micro_batch_size: Annotated[int | None, typer.Option(help="Sequences per forward pass and "
@@ -222,11 +224,11 @@ def pretrain(
                                                 "(flags win).")] = None,
 ) -> None:
     """Pre-train BERT with MLM (+NSP/SOP); no arguments runs the quick start on bundled text."""
-    flags = {k: v for k, v in locals().items() if k != "config"}
+    flags = as_paths({k: v for k, v in locals().items() if k != "config"})
     from bertctl.config import QUICKSTART_PRETRAIN, PretrainConfig, build_config, read_config_file
     from bertctl.pretrain import pretrain as run_pretrain
 
-    file_values = read_config_file(config) if config else {}
+    file_values = as_paths(read_config_file(config)) if config else {}
     flagged = {k for k, v in flags.items() if v is not None}
     for pair in (("warmup_steps", "warmup_fraction"), ("init_from", "model_config")):
         for flag, other in (pair, pair[::-1]):
@@ -250,8 +252,8 @@ QUICKSTART_MODEL = PretrainConfig.out / "final"  # where `bertctl pretrain` with
 @app.command("fill")
 def fill(
     texts: Annotated[list[str] | None, typer.Argument(help="Texts with one or more [MASK] tokens.")] = None,
-    model: Annotated[Path, typer.Option("--model", "-m", help="Model folder with an MLM head, or a hub id "
-                                        "(bert-base-uncased).")] = QUICKSTART_MODEL,
+    model: Annotated[str, typer.Option("--model", "-m", help="Model folder with an MLM head, or a hub id "
+                                       "(bert-base-uncased).")] = str(QUICKSTART_MODEL),
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="Predictions per [MASK].")] = 5,
     file: Annotated[Path | None, typer.Option("--file", "-f", help="Read texts from this file, one a line "
                                               "('-' for stdin).")] = None,
@@ -274,7 +276,7 @@ def fill(
     if not all_texts:
         raise UsageError("fill: give a text with [MASK] as an argument, or --file F (one text a line)")
     _require_utf8(all_texts)
-    if model == QUICKSTART_MODEL and not model.exists():
+    if Path(model) == QUICKSTART_MODEL and not QUICKSTART_MODEL.exists():
         raise UsageError(f"fill: no --model given, and the quick start's {model} is not there yet; run "
                          "`bertctl pretrain` first, or pass --model FOLDER (or a hub id such as bert-base-uncased)")
     results = run_fill(all_texts, model, top_k=top_k, batch_size=batch_size, truncate=truncate, device=device)
@@ -283,7 +285,8 @@ def fill(
 
 @app.command("convert")
 def convert(
-    source: Annotated[Path, typer.Argument(help="Any model folder bertctl reads (bertctl or transformers).")],
+    source: Annotated[str, typer.Argument(help="Any model folder bertctl reads (bertctl or transformers), or a "
+                                          "hub id.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the canonical bertctl folder.")],
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace OUT if it exists.")] = False,
 ) -> None:
@@ -296,7 +299,7 @@ def convert(
 
 @app.command("info")
 def info(
-    model: Annotated[Path, typer.Argument(help="A model folder.")],
+    model: Annotated[str, typer.Argument(help="A model folder, or a hub id.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Config, parameter count, heads, vocabulary and tokenizer of a model folder."""

@@ -12,14 +12,27 @@ import typer
 
 from bertctl.cli_base import command_group
 from bertctl.errors import UsageError
+from bertctl.hub import path_as_given
 
 finetune_app = command_group("Fine-tune a model on GLUE or on your own labelled data.")
 evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set or a labelled table.")
 predict_app = command_group("Write predictions: GLUE submission files, or one row per row of a table.")
 
+# Options naming a model or tokenizer are typed str, not Path: Path("./x") and Path("x/") are `x`, which reads
+# like a hub id, so the name is checked while it is still spelt as given (hub.path_as_given).
+_LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer": "tokenizer"}
+
+
+def as_paths(values: dict[str, Any]) -> dict[str, Any]:
+    """Flags or --config file values, their model and tokenizer names made Paths: one written like a path
+    (`./x`, `x/`) that is not there is refused, never looked up on the hub."""
+    return {k: path_as_given(v, _LOCAL_NAMES[k]) if k in _LOCAL_NAMES and isinstance(v, str) else v
+            for k, v in values.items()}
+
+
 # Options of `finetune glue` and `finetune classify`; None falls through to the --config file, then to
 # FinetuneConfig's defaults (shown in brackets).
-_FtModel = Annotated[Path | None, typer.Option("--model", "-m", help="Any model folder bertctl reads "
+_FtModel = Annotated[str | None, typer.Option("--model", "-m", help="Any model folder bertctl reads "
                                                "(pre-training run, transformers folder, bare encoder).")]
 _FtOut = Annotated[Path | None, typer.Option("--out", "-o", help="Run folder: best model, eval_results.json, "
                                              "run.json, metrics.jsonl.")]
@@ -56,12 +69,12 @@ _FtConfig = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file
 def _finetune_config(flags: dict[str, Any]) -> Any:
     from bertctl.config import FinetuneConfig, build_config, read_config_file
 
-    flags = dict(flags)
+    flags = as_paths(flags)
     config = flags.pop("config")
     for name, cast in (("seeds", int), ("text_columns", str), ("label_names", str)):
         if flags.get(name) is not None:
             flags[name] = _split_list(flags[name], name, cast)
-    return build_config(FinetuneConfig, read_config_file(config) if config else {}, **flags)
+    return build_config(FinetuneConfig, as_paths(read_config_file(config)) if config else {}, **flags)
 
 
 def _split_list(text: str, name: str, cast: type) -> tuple:
@@ -119,7 +132,7 @@ def finetune_classify(
 
 
 # Options of `evaluate` and `predict`; by default the fine-tuning run's settings (its run.json).
-_EvModel = Annotated[Path, typer.Option("--model", "-m", help="Fine-tuned model folder (multi-seed run: best seed).")]
+_EvModel = Annotated[str, typer.Option("--model", "-m", help="Fine-tuned model folder (multi-seed run: best seed).")]
 _EvGlueData = Annotated[str, typer.Option("--data", help="GLUE download folder or nyu-mll/glue.")]
 _EvTable = Annotated[Path, typer.Option(help="A .csv, .tsv, .jsonl or .parquet file with a header (or keys).")]
 _EvColumns = Annotated[str | None, typer.Option(help="Text column, or two comma-separated [the run's].")]
@@ -143,7 +156,8 @@ def evaluate_glue(
     from bertctl.evaluate import evaluate_glue as run_evaluate
     from bertctl.evaluate import print_results
 
-    results = run_evaluate(task, model, data, split, batch_size, max_seq_length, device, precision)
+    folder = path_as_given(model)
+    results = run_evaluate(task, folder, data, split, batch_size, max_seq_length, device, precision)
     print_results(task, results, as_json=as_json)
 
 
@@ -159,15 +173,16 @@ def evaluate_classify(
     from bertctl.evaluate import print_classify_results
 
     columns = _split_list(text_columns, "text_columns", str) if text_columns else None
-    metrics = run_evaluate(model, data, columns, label_column, batch_size, max_seq_length, device, precision)
+    folder = path_as_given(model)
+    metrics = run_evaluate(folder, data, columns, label_column, batch_size, max_seq_length, device, precision)
     print_classify_results(data, metrics, as_json=as_json)
 
 
 @predict_app.command("glue")
 def predict_glue(
     task: Annotated[str, typer.Argument(help="A GLUE task (ax: with an MNLI model), or all.")],
-    model: Annotated[Path, typer.Option("--model", "-m", help="Model fine-tuned on the task; for all, the "
-                                        "`finetune glue all` folder.")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Model fine-tuned on the task; for all, the "
+                                       "`finetune glue all` folder.")],
     data: _EvGlueData, out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the submission files.")],
     batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, device: _FtDevice = None,
     precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
@@ -175,7 +190,8 @@ def predict_glue(
     """Write test-set predictions as GLUE submission files (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)."""
     from bertctl.predict import predict_glue as run_predict
 
-    for path in run_predict(task, model, data, out, batch_size, max_seq_length, device, precision, overwrite):
+    folder = path_as_given(model)
+    for path in run_predict(task, folder, data, out, batch_size, max_seq_length, device, precision, overwrite):
         typer.echo(str(path))
 
 
@@ -190,4 +206,5 @@ def predict_classify(
     from bertctl.predict import predict_classify as run_predict
 
     columns = _split_list(text_columns, "text_columns", str) if text_columns else None
-    typer.echo(str(run_predict(model, data, out, columns, batch_size, max_seq_length, device, precision, overwrite)))
+    folder = path_as_given(model)
+    typer.echo(str(run_predict(folder, data, out, columns, batch_size, max_seq_length, device, precision, overwrite)))

@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 from bertctl.config_types import field_types, fields_named, take_types
 from bertctl.errors import UsageError
 
-# transformers' ACT2FN names bertctl computes exactly as transformers does (bertctl.model._ACTIVATIONS);
-# the ones with parameters or other costs (prelu, xielu, laplace ...) are refused.
+# Every parameter-free name of transformers' ACT2FN (5.24), computed exactly as transformers does
+# (bertctl.model._ACTIVATIONS); the ones with trained parameters (prelu, xielu) are refused.
 ACTIVATIONS = ("gelu", "gelu_python", "gelu_new", "gelu_accurate", "gelu_pytorch_tanh", "gelu_python_tanh",
-               "gelu_fast", "gelu_10", "quick_gelu", "relu", "relu6", "leaky_relu", "silu", "swish", "mish", "tanh",
-               "sigmoid", "linear")
+               "gelu_fast", "gelu_10", "quick_gelu", "relu", "relu6", "relu2", "leaky_relu", "silu", "swish", "mish",
+               "hardswish", "laplace", "sqrtsoftplus", "tanh", "sigmoid", "linear")
 
 
 @dataclass(frozen=True)

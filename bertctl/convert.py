@@ -12,9 +12,9 @@ from bertctl.model import architecture_name
 
 def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str:
     """Keep every head the source has; write safetensors with transformers' names and the tokenizer."""
-    source, out = Path(source), check_new_out(out, overwrite=overwrite)
-    _check_apart(source, out)
-    ckpt = read_checkpoint(source)
+    out = check_new_out(out, overwrite=overwrite)
+    _check_apart(Path(source), out)
+    ckpt = read_checkpoint(source)  # the name as given: Path("./x") would read like the hub id x
     # bert-base-uncased's config says BertForMaskedLM but its file has the NSP head too: keep both
     model = build_model(ckpt, "BertForPreTraining" if {"mlm", "nsp"} <= ckpt.parts else None)
     tokenizer = model_tokenizer(ckpt, required=False)

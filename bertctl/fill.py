@@ -19,9 +19,9 @@ from bertctl.training import pick_device, to_device
 
 @dataclass(frozen=True)
 class Prediction:
-    token: str
+    token: str  # "" for a row beyond the tokenizer (a padded embedding matrix), as transformers' pipeline shows it
     token_id: int
-    score: float  # softmax probability over the whole vocabulary
+    score: float  # softmax probability over every embedding row (the vocabulary, and padding rows if any)
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def fill(
     mlm, tokenizer = load_mlm(model)
     run_on = pick_device(device)
     mlm.to(run_on)
-    top_k = min(top_k, tokenizer.vocab_size)
+    top_k = min(top_k, mlm.config.vocab_size)  # rows, not tokens: a padded matrix's spare rows compete too
     rows = _encode(texts, tokenizer, mlm.config.max_position_embeddings, truncate)
     results = []
     for start in range(0, len(rows), batch_size):
@@ -92,11 +92,17 @@ def fill(
         cursor = 0
         for offset, row in enumerate(chunk):
             count = row.count(tokenizer.mask_id)
-            per_mask = [[Prediction(tokenizer.id_to_token(t), t, s) for t, s in zip(best[j], scores[j], strict=True)]
+            per_mask = [[Prediction(_token(tokenizer, t), t, s) for t, s in zip(best[j], scores[j], strict=True)]
                         for j in range(cursor, cursor + count)]
             cursor += count
             results.append(FillResult(texts[start + offset], per_mask, _filled(row, per_mask, tokenizer)))
     return results
+
+
+def _token(tokenizer: BertTokenizer, token_id: int) -> str:
+    """The vocabulary entry; "" for an id past the tokenizer, which is what transformers' fill-mask pipeline
+    shows (its token_str is tokenizer.decode([id])) and what our decode gives for it in the filled text."""
+    return tokenizer.id_to_token(token_id) if token_id < tokenizer.vocab_size else ""
 
 
 def _filled(row: list[int], predictions: list[list[Prediction]], tokenizer: BertTokenizer) -> str:

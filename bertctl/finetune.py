@@ -165,6 +165,7 @@ def _glue_all(cfg: FinetuneConfig, base: Base, work: Path, env: training.Distrib
     OUT/results.{md,json}."""
     tasks = [task for task in TASKS.values() if not task.predicted_by]
     _check_layout(tasks, cfg.data)
+    _read_ahead(_unfinished(cfg, tasks, work), cfg.data)
     open_work(cfg, work, env)
     summaries, sizes = {}, {}
     for task in tasks:
@@ -187,7 +188,7 @@ def _glue_all(cfg: FinetuneConfig, base: Base, work: Path, env: training.Distrib
 
 
 def _check_layout(tasks: list[GlueTask], data: str) -> None:
-    """In a local download, every train/dev file must be there before the first task starts."""
+    """In a local download, every train/dev file must be there (all missing ones named in one line)."""
     root = Path(data)
     if not root.is_dir():
         return  # a hub id: each task is loaded (or refused) when it starts
@@ -195,6 +196,30 @@ def _check_layout(tasks: list[GlueTask], data: str) -> None:
                if not f.split.startswith("test") and not (root / t.folder / f.file).is_file()]
     if missing:
         raise UsageError(f"--data {root}: finetune glue all needs every task; missing {', '.join(missing)}")
+
+
+def _unfinished(cfg: FinetuneConfig, tasks: list[GlueTask], work: Path) -> list[GlueTask]:
+    """The tasks this run will train: every one, or on a resume those with a seed not done yet."""
+    if not (cfg.resume and (work / "run.json").is_file()):  # else open_work starts the work folder afresh
+        return tasks
+    return [task for task in tasks
+            if any(finished_results(seed_folder(work / task.name, seed)) is None for seed in cfg.seeds)]
+
+
+def _read_ahead(tasks: list[GlueTask], data: str) -> None:
+    """Read every train and dev split of `tasks` as their runs will, one split at a time and dropped again
+    (MNLI's and QQP's train sets hold 390k and 360k rows), so that a bad row in the last task's file stops the
+    run before the first task trains, with the message the task would give. Warnings about quirks of the files
+    are left to the task's own read, so they are said once."""
+    quirks = logging.getLogger("bertctl.data.glue")
+    level = quirks.level
+    quirks.setLevel(logging.ERROR)
+    try:
+        for task in tasks:
+            for split in ("train", *task.eval_splits("dev")):
+                read_split(task, split, data)
+    finally:
+        quirks.setLevel(level)
 
 
 # --- one task, one or several seeds ------------------------------------------------------------------

@@ -30,9 +30,25 @@ _WEIGHTS = (["model.safetensors", "model.safetensors.index.json", "model-*-of-*.
 def is_hub_id(name: str | Path) -> bool:
     """True for a name that can only mean a hub repository: no such path here, and not written like a path."""
     text = str(name)
-    if Path(text).exists() or text.startswith((".", "/", "~")) or text.endswith("/"):
+    if Path(text).exists() or written_like_path(text):
         return False
     return HUB_MODEL_ID.fullmatch(text) is not None
+
+
+def written_like_path(text: str) -> bool:
+    """`./x`, `/x`, `~/x`, `x/`: a name meant as a local path. Only the text says so: Path("./x") and
+    Path("x/") are both `x`, which reads like a hub id."""
+    return text.startswith((".", "/", "~")) or text.endswith("/")
+
+
+def path_as_given(name: str | None, what: str = "model folder") -> Path | None:
+    """A command-line model or tokenizer name as the Path the recipes take, refusing a name written like a path
+    that is not there while its spelling still says it is one (as a Path it would be looked up on the hub)."""
+    if name is None:
+        return None
+    if written_like_path(name) and not Path(name).exists():
+        raise UsageError(f"{what} {name} does not exist")
+    return Path(name)
 
 
 def local_folder(name: str | Path, weights: bool = True) -> Path:

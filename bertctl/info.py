@@ -13,7 +13,7 @@ from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 def info(model: Path | str) -> dict[str, Any]:
     """Config, parameter count, heads, vocabulary and tokenizer of a model folder."""
     ckpt = read_checkpoint(model)
-    folder = Path(model)
+    folder = ckpt.path  # a hub id's cached snapshot, where its tokenizer files are
     tokenizer: dict[str, Any] | None = None
     if has_tokenizer(folder):
         loaded = load_tokenizer(folder)
@@ -22,7 +22,7 @@ def info(model: Path | str) -> dict[str, Any]:
                      "sha256": loaded.sha256()}
     bertctl_block = ckpt.raw_config.get("bertctl")
     return {
-        "path": str(folder),
+        "path": str(model),
         "format": f"bertctl v{bertctl_block['format_version']}" if bertctl_block else "transformers",
         "architecture": ckpt.architecture,
         "heads": heads_present(ckpt),

@@ -36,6 +36,10 @@ _ACTIVATIONS = {  # transformers' ACT2FN names, each computed with the same form
     "tanh": torch.tanh,
     "sigmoid": torch.sigmoid,
     "linear": lambda x: x,
+    "hardswish": F.hardswish,
+    "laplace": lambda x: 0.5 * (1.0 + torch.erf((x - 0.707107).div(0.282095 * math.sqrt(2.0)))),  # mu, sigma: theirs
+    "relu2": lambda x: torch.square(F.relu(x)),
+    "sqrtsoftplus": lambda x: F.softplus(x).sqrt(),
 }
 
 

@@ -116,12 +116,14 @@ _CLEAN_UP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (
 
 @dataclass(frozen=True)
 class Added:
-    """A token matched whole in the raw text before any other step, as transformers matches added tokens."""
+    """A token matched whole before the pre-tokenizer and WordPiece, as tokenizers matches transformers' added
+    tokens: in the raw text, or, when `normalized`, in the text after clean-up, casing and accent stripping."""
 
     content: str
     id: int
     special: bool = False  # decode(skip_special_tokens=True) leaves it out
     single_word: bool = False  # only between non-word characters (tokenizers' rule; see docs/tokenizer.md)
+    normalized: bool = False  # in the normalized text ("<ENT>" is "<ent>" when uncased): add_tokens' default
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,8 @@ def _add_tokens(backend: Tokenizer, vocab: dict[str, int], options: TokenizerOpt
         if token in vocab and not fixed:  # kept in its case between whitespace: approximated by single_word
             tokens.setdefault(token, Added(token, vocab[token], single_word=True))
     for token in sorted(tokens.values(), key=lambda t: t.id):
-        new = AddedToken(token.content, single_word=token.single_word, normalized=False, special=token.special)
+        new = AddedToken(token.content, single_word=token.single_word, normalized=token.normalized,
+                         special=token.special)
         (backend.add_special_tokens if token.special else backend.add_tokens)([new])
         if backend.token_to_id(token.content) != token.id:
             raise UsageError(f"added token {token.content!r} has id {token.id}, but added tokens must follow the "
@@ -307,7 +310,7 @@ class BertTokenizer:
     def config(self) -> dict[str, Any]:
         """tokenizer_config.json: what transformers' BertTokenizer needs to rebuild the same pipeline."""
         o = self.options
-        decoder = {str(t.id): {"content": t.content, "lstrip": False, "normalized": False, "rstrip": False,
+        decoder = {str(t.id): {"content": t.content, "lstrip": False, "normalized": t.normalized, "rstrip": False,
                                "single_word": t.single_word, "special": t.special} for t in self.added_tokens()}
         limit = {} if o.model_max_length is None else {"model_max_length": o.model_max_length}
         return {"tokenizer_class": "BertTokenizer", "do_lower_case": o.lowercase, "strip_accents": o.strip_accents,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +68,11 @@ def _token_text(value: Any) -> str | None:
 
 
 def _added(value: Any, index: int, special: bool = False) -> Added:
+    """An added token from its saved dict; a missing "normalized" is `not special`, as in transformers'
+    AddedToken (tokenizer.json always has it)."""
     if isinstance(value, dict):
         special, single_word = bool(value.get("special", False)), bool(value.get("single_word", False))
-        return Added(_token_text(value) or "", index, special, single_word)
+        return Added(_token_text(value) or "", index, special, single_word, bool(value.get("normalized", not special)))
     return Added(str(value), index, special)
 
 
@@ -83,19 +86,34 @@ def _extras(config: dict[str, Any]) -> list[str]:
 def _folder_settings(folder: Path, tokenizer_json: dict[str, Any] | None) -> tuple[dict[str, Any], dict[int, Added]]:
     """tokenizer_config.json and the added tokens by id, merged with the legacy files as from_pretrained does:
     added_tokens_decoder when the config has one, else special_tokens_map.json (it wins), added_tokens.json
-    and tokenizer.json's added_tokens."""
+    and tokenizer.json's added_tokens. Each token keeps its saved "normalized" flag, as AutoTokenizer does."""
     config = _read_json(folder / "tokenizer_config.json")
     if "added_tokens_decoder" in config:
-        decoder = config["added_tokens_decoder"] or {}
-        return config, {int(i): _added(t, int(i)) for i, t in decoder.items()}
-    for key, value in _read_json(folder / "special_tokens_map.json").items():
+        added = {int(i): _added(t, int(i)) for i, t in (config["added_tokens_decoder"] or {}).items()}
+    else:
+        added = _legacy_added(folder, config, tokenizer_json)
+    if config.get("tokenizer_class") == "BertTokenizerLegacy":  # AutoTokenizer loads transformers 5's pure-Python
+        added = {i: replace(t, normalized=False) for i, t in added.items()}  # class: it matches in the raw text
+    return config, added
+
+
+def _legacy_added(folder: Path, config: dict[str, Any], tokenizer_json: dict[str, Any] | None) -> dict[int, Added]:
+    """special_tokens_map.json merged into config, then added_tokens.json and tokenizer.json's added_tokens.
+
+    added_tokens.json's entries are normalized unless special, as transformers 5 flags them; it counts the
+    named tokens and extra_special_tokens (or the config's additional_special_tokens) as special, but not
+    special_tokens_map.json's additional_special_tokens, so those are normalized (and special here)."""
+    special_map = _read_json(folder / "special_tokens_map.json")
+    flagged = set(_extras(config)) | set(_extras({"extra_special_tokens": special_map.get("extra_special_tokens")}))
+    for key, value in special_map.items():
         config[key] = [*(config.get(key) or []), *value] if key.endswith("special_tokens") else value
-    specials = {_token_text(config.get(f"{role}_token")) for role in ROLES} | set(_extras(config))
-    added = {int(i): Added(t, int(i), t in specials)
+    named = {_token_text(config.get(f"{role}_token")) for role in ROLES}
+    specials = named | set(_extras(config))
+    added = {int(i): Added(t, int(i), t in specials, normalized=t not in flagged | named)
              for t, i in _read_json(folder / "added_tokens.json").items()}
     for token in (tokenizer_json or {}).get("added_tokens") or []:
         added[int(token["id"])] = _added(token, int(token["id"]))
-    return config, added
+    return added
 
 
 def _options(config: dict[str, Any], added: dict[int, Added], vocab: dict[str, int],

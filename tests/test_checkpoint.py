@@ -76,8 +76,53 @@ def test_unexpected_and_missing_parameters_are_named(odd_config, tmp_path):
     del state["bert.encoder.layer.0.attention.self.rotary.weight"]
     del state["bert.encoder.layer.1.output.dense.weight"]
     save_file(state, path, metadata={"format": "pt"})
-    with pytest.raises(Exception, match=r"missing parameter bert\.encoder\.layer\.1\.output\.dense\.weight"):
+    with pytest.raises(Exception, match=r"missing encoder parameter bert\.encoder\.layer\.1\.output\.dense\.weight"):
         load_model(tmp_path / "hf")
+
+
+@pytest.mark.parametrize(("dropped", "named"), [
+    (["bert.encoder.layer.1.output.dense.weight"], "parameter bert.encoder.layer.1.output.dense.weight ("),
+    (["bert.encoder.layer.2.attention.self.key.bias"], "parameter bert.encoder.layer.2.attention.self.key.bias ("),
+    (["bert.embeddings.LayerNorm.weight", "bert.encoder.layer.0.attention.self.query.weight",
+      "bert.encoder.layer.0.attention.self.value.weight"], "parameters bert.embeddings.LayerNorm.weight, "
+     "bert.encoder.layer.0.attention.self.query.weight, bert.encoder.layer.0.attention.self.value.weight ("),
+])
+def test_info_refuses_a_missing_encoder_parameter_naming_file_and_name(odd_config, tmp_path, dropped, named):
+    """Strict already when reading, so `info` (which builds no model) refuses it like fill and convert do."""
+    hf_pretraining_folder(odd_config, tmp_path / "hf")
+    path = tmp_path / "hf" / "model.safetensors"
+    state = load_file(path)
+    save_file({k: t for k, t in state.items() if k not in dropped}, path, metadata={"format": "pt"})
+    result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip() == f"bertctl: error: {path}: missing encoder {named}is the file complete? " \
+        "re-download or re-save it)"
+
+
+def test_optional_parts_may_be_absent_from_an_encoder_file(odd_config, tmp_path):
+    """Pooler, heads and the position_ids/token_type_ids buffers are optional; a bare file is named bare."""
+    torch.manual_seed(1)
+    transformers.BertModel(transformers.BertConfig(**odd_config.to_dict())).save_pretrained(tmp_path / "bare")
+    path = tmp_path / "bare" / "model.safetensors"
+    state = load_file(path)
+    save_file({k: t for k, t in state.items() if not k.startswith("pooler.")}, path, metadata={"format": "pt"})
+    assert read_checkpoint(tmp_path / "bare").parts == frozenset()
+    del state["encoder.layer.2.output.LayerNorm.bias"]
+    save_file(state, path, metadata={"format": "pt"})
+    with pytest.raises(Exception, match=r"model\.safetensors: missing encoder parameter "
+                                        r"encoder\.layer\.2\.output\.LayerNorm\.bias \("):
+        read_checkpoint(tmp_path / "bare")
+
+
+@pytest.mark.parametrize("layers", [2, 4])
+def test_a_config_with_another_layer_count_is_blamed(odd_config, tmp_path, layers):
+    """Too few layers in config.json would drop the rest unread; too many would look like a truncated file."""
+    hf_pretraining_folder(odd_config, tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+    result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
+    assert result.exit_code == 2
+    assert f"says num_hidden_layers {layers}, but the weights hold 3 layers; fix config.json" in result.stderr
 
 
 @pytest.mark.parametrize(("key", "said"), [

@@ -18,7 +18,8 @@ import bertctl
 from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
-from bertctl.evaluate import evaluate_classify
+from bertctl.data.glue import Examples
+from bertctl.evaluate import encode_examples, evaluate_classify
 from bertctl.finetune import finetune_classify
 from bertctl.model import BertForMaskedLM
 from bertctl.predict import predict_classify
@@ -124,6 +125,35 @@ def test_predict_needs_no_labels_and_keeps_the_files_ids(pair_run, tmp_path):
     assert [r["idx"] for r in rows] == ["q0", "q1", "q2"] and all(r["prediction"] in ("no", "yes") for r in rows)
 
 
+def test_a_row_of_empty_fields_gets_its_prediction_row_and_an_empty_line_none(pair_run, tmp_path):
+    """`index` lines up with the rows of the file as csv.DictReader and pandas count them; an empty text is
+    predicted from [CLS] [SEP] (pairs: [CLS] [SEP] [SEP])."""
+    run, _ = pair_run
+    files = {"blank.csv": 'premise,answer\na b,yes\n\n,\n"",""\n   ,\nc d,no\n',
+             "blank.tsv": "premise\tanswer\na b\tyes\n\n\t\n   \t\nc d\tno\n",
+             "blank.jsonl": '{"premise": "a b", "answer": "yes"}\n\n{"premise": "", "answer": ""}\n  \n'
+                            '{"premise": "c d", "answer": "no"}\n',
+             "clean.csv": "premise,answer\na b,yes\nc d,no\n"}
+    predicted = {}
+    for name, content in files.items():
+        (tmp_path / name).write_text(content, encoding="utf-8")
+        result = _cli("predict", "classify", "--model", run, "--data", tmp_path / name, "--out",
+                      tmp_path / f"{name}.pred.csv")
+        assert result.exit_code == 0, result.output
+        with open(tmp_path / f"{name}.pred.csv", newline="", encoding="utf-8") as handle:
+            predicted[name] = [(r["index"], r["prediction"], r["prob_yes"]) for r in csv.DictReader(handle)]
+    assert [len(rows) for rows in predicted.values()] == [5, 4, 3, 2]
+    for rows in predicted.values():
+        assert [r[0] for r in rows] == [str(i) for i in range(len(rows))]
+        assert [r[1:] for r in (rows[0], rows[-1])] == [r[1:] for r in predicted["clean.csv"]]
+    empty = {r[1:] for rows in predicted.values() for r in rows[1:-1]}
+    assert len(empty) == 1  # every row of empty (or blank) texts is the same input
+    tokenizer = BertTokenizer.from_vocab(VOCAB)
+    features = encode_examples(tokenizer, Examples(["", "   "], ["", "\t"], None, ["0", "1"], "rows"), 32)
+    cls, sep = tokenizer.cls_id, tokenizer.sep_id
+    assert [ids.tolist() for ids in features.input_ids] == [[cls, sep, sep]] * 2
+
+
 def test_a_multi_seed_run_is_scored_with_its_best_seed(encoder, pair_run, tmp_path):
     _, dev = pair_run
     out = finetune_classify(FinetuneConfig(model=encoder, train=dev, validation=dev, out=tmp_path / "seeds", epochs=1,
@@ -194,6 +224,8 @@ def test_finetuning_a_head_that_orders_its_labels_otherwise_keeps_its_prediction
     ("evaluate", ["--label-column", "z"], None, 2, "bad.csv:1: no column 'z'"),
     ("evaluate", [], lambda p: p.write_text("premise,answer,y\na,b,yes\nc,d,maybe\n"), 2,
      "bad.csv:3: label 'maybe' is not one of no, yes"),
+    ("evaluate", [], lambda p: p.write_text("premise,answer,y\na,b,yes\n\n,,\n"), 2,
+     "bad.csv:4: label column 'y' is empty"),
     ("evaluate", [], lambda p: p.unlink(), 2, "bad.csv: no such file"),
     ("predict", [], lambda p: p.write_text("premise,y\na,yes\n"), 2, "bad.csv:1: no column 'answer'"),
     ("predict", [], lambda p: p.unlink(), 2, "bad.csv: no such file"),

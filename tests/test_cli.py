@@ -81,3 +81,53 @@ def test_text_that_is_not_utf8_is_refused_in_one_line(tmp_path):
         result = CliRunner().invoke(app, ["tokenizer", "encode", "-t", str(tmp_path / "tok"), *args])
         assert result.exit_code == 2 and "is not valid UTF-8" in result.stderr, result.output
     assert CliRunner().invoke(app, ["tokenizer", "encode", "-t", str(tmp_path / "tok"), "café"]).exit_code == 0
+
+
+MODEL_ARGS = [
+    ["fill", "--model", "{}", "a [MASK]"], ["info", "{}"], ["convert", "{}", "--out", "out"],
+    ["finetune", "classify", "--model", "{}", "--train", "t.csv", "--out", "run"],
+    ["finetune", "glue", "sst2", "--model", "{}", "--data", "glue", "--out", "run"],
+    ["evaluate", "classify", "--model", "{}", "--data", "t.csv"],
+    ["evaluate", "glue", "sst2", "--model", "{}", "--data", "glue"],
+    ["predict", "classify", "--model", "{}", "--data", "t.csv", "--out", "p.csv"],
+    ["predict", "glue", "sst2", "--model", "{}", "--data", "glue", "--out", "sub"],
+    ["pretrain", "--init-from", "{}", "--corpus", "corpus"],
+]
+TOKENIZER_ARGS = [
+    ["tokenizer", "encode", "--tokenizer", "{}", "hello"],
+    ["corpus", "build", "t.txt", "--tokenizer", "{}", "--out", "corpus"],
+    ["pretrain", "--tokenizer", "{}", "--corpus", "corpus"],
+]
+
+
+@pytest.fixture
+def no_hub(tmp_path, monkeypatch):
+    """Fails a test that looks anything up on the hub or the network; runs in an empty folder."""
+    import socket
+
+    import huggingface_hub
+
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: calls.append(a) or str(tmp_path))
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: calls.append(a) or [])
+    monkeypatch.chdir(tmp_path)
+    yield calls
+    assert calls == [], "a name written like a path was looked up on the hub"
+
+
+@pytest.mark.parametrize("name", ["./nope", "nope/"])
+@pytest.mark.parametrize(("args", "what"), [(a, "model folder") for a in MODEL_ARGS] +
+                         [(a, "tokenizer") for a in TOKENIZER_ARGS])
+def test_a_name_written_like_a_path_is_a_local_folder_never_a_hub_id(no_hub, args, what, name):
+    """Typed as a Path, `./nope` and `nope/` would reach the hub lookup as `nope`, a valid hub id."""
+    result = CliRunner().invoke(app, [arg.format(name) for arg in args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"bertctl: error: {what} {name} does not exist"
+
+
+def test_a_config_file_model_written_like_a_path_is_a_local_folder_too(no_hub):
+    from pathlib import Path
+
+    Path("run.yaml").write_text("model: ./nope\ntrain: t.csv\n")
+    result = CliRunner().invoke(app, ["finetune", "classify", "--config", "run.yaml", "--out", "run"])
+    assert result.exit_code == 2 and result.stderr.strip() == "bertctl: error: model folder ./nope does not exist"

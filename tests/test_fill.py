@@ -88,6 +88,62 @@ def test_fill_refusals(mlm_folder, args, message):
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+PADDED_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "the", "a", "dog", "cat", "sat", "ran", "on",
+                "mat", "is", "my", "red", "and", "loud", "##ly", "##s", "happy", "it"]
+PADDING_ROWS = 8  # a matrix padded to a multiple of 8, as NVIDIA's and other checkpoints have (30528 for 30522)
+
+
+@pytest.fixture(scope="module")
+def padded_folder(tmp_path_factory):
+    """A transformers BertForMaskedLM with more embedding rows than its tokenizer has tokens; the spare rows get
+    logits high enough to take part in every top-k."""
+    from bertctl.tokenizer import BertTokenizer
+
+    folder = tmp_path_factory.mktemp("padded")
+    cfg = transformers.BertConfig(vocab_size=len(PADDED_VOCAB) + PADDING_ROWS, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=64, max_position_embeddings=24)
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(cfg).eval()
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight.mul_(8.0)
+        model.cls.predictions.bias.normal_(0, 2.0)
+        model.cls.predictions.bias[len(PADDED_VOCAB):] += 4.0
+    model.save_pretrained(folder)
+    BertTokenizer.from_vocab(PADDED_VOCAB).save(folder)
+    return folder
+
+
+def test_fill_on_a_padded_vocabulary_matches_transformers_pipeline(padded_folder):
+    """Softmax and top-k over every row, spare rows included, shown as the pipeline shows them (token_str is
+    tokenizer.decode([id]), which is "" for an id past the tokenizer)."""
+    pipe = transformers.pipeline("fill-mask", model=str(padded_folder), tokenizer=str(padded_folder))
+    rows = len(PADDED_VOCAB) + PADDING_ROWS
+    texts = ["my dog is [MASK].", "the [MASK] sat on the [MASK] loudly", "[MASK]"]
+    results = fill(texts, padded_folder, top_k=rows + 5, batch_size=2)  # more than there are rows: every row
+    spare = 0
+    for text, result in zip(texts, results, strict=True):
+        expected = pipe(text, top_k=rows)
+        expected = [expected] if isinstance(expected[0], dict) else expected  # one list per mask
+        assert len(result.predictions) == len(expected)
+        for got, want in zip(result.predictions, expected, strict=True):
+            assert [p.token_id for p in got] == [w["token"] for w in want]
+            assert [p.token for p in got] == [w["token_str"] for w in want]
+            assert max(abs(p.score - w["score"]) for p, w in zip(got, want, strict=True)) < 1e-6
+            spare += sum(p.token_id >= len(PADDED_VOCAB) for p in got[:5])
+    assert spare > 0  # the spare rows did compete for the first places
+
+
+def test_a_tokenizer_larger_than_the_embedding_matrix_is_refused(padded_folder, tmp_path):
+    from bertctl.tokenizer import BertTokenizer
+
+    folder = tmp_path / "small"
+    shutil.copytree(padded_folder, folder)
+    BertTokenizer.from_vocab([*PADDED_VOCAB, *(f"w{i}" for i in range(PADDING_ROWS + 1))]).save(folder)
+    result = CliRunner().invoke(app, ["fill", "--model", str(folder), "a [MASK]"])
+    assert result.exit_code == 1 and f"has {len(PADDED_VOCAB) + PADDING_ROWS + 1} tokens but the model has only " \
+        f"{len(PADDED_VOCAB) + PADDING_ROWS} embedding rows" in result.stderr
+
+
 def test_fill_truncate_keeps_early_masks(mlm_folder):
     [result] = fill(["[MASK] " + "word " * 40], mlm_folder, top_k=2, truncate=True)
     assert len(result.predictions) == 1

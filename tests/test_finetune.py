@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import statistics
 from pathlib import Path
 
@@ -13,11 +14,12 @@ import torch
 from glue_fixtures import FILLER, KEYWORDS_3, write_glue_data
 from typer.testing import CliRunner
 
+from bertctl import finetune
 from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.batches import train_batches
-from bertctl.data.glue import TASKS, get_task
+from bertctl.data.glue import TASKS, get_task, read_split
 from bertctl.evaluate import Features, collate, evaluate_glue, truncate_pair
 from bertctl.finetune import finetune_classify, finetune_glue
 from bertctl.model import BertForMaskedLM
@@ -314,6 +316,42 @@ def test_bad_input_is_one_line_and_writes_nothing(encoder, broken_glue, tmp_path
     assert not out.exists() and (not out.parent.exists() or not list(out.parent.iterdir()))
 
 
+def test_glue_all_reads_every_tasks_data_before_the_first_task_trains(encoder, tmp_path):
+    """A bad label in the last task's dev file stops `glue all` before CoLA trains, not after eight tasks."""
+    root = write_glue_data(tmp_path / "glue", n_train=8, n_dev=4, n_test=2)
+    dev = (root / "WNLI" / "dev.tsv").read_text().splitlines()
+    dev[1] = "\t".join([*dev[1].split("\t")[:-1], "maybe"])
+    (root / "WNLI" / "dev.tsv").write_text("\n".join(dev) + "\n")
+    out = tmp_path / "runs" / "glue"
+    result = _cli("finetune", "glue", "all", "--model", encoder, "--data", root, "--out", out, "--epochs", "1",
+                  "--max-seq-length", "32")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"bertctl: error: {root}/WNLI/dev.tsv:2: label 'maybe' is not one of 0, 1 (wnli)"]
+    assert "fine-tuning" not in result.stderr and not (tmp_path / "runs").exists()
+
+
+def test_a_resumed_glue_all_reads_only_the_tasks_it_has_left(tmp_path, caplog):
+    work = tmp_path / ".glue.work"
+    for task, seed in [("cola", 1), ("cola", 2), ("sst2", 1)]:  # cola is done; sst2 has seed 2 left
+        (work / task / f"seed-{seed}" / "done").mkdir(parents=True)
+        (work / task / f"seed-{seed}" / "done" / "eval_results.json").write_text("{}")
+    tasks = [TASKS["cola"], TASKS["sst2"], TASKS["mrpc"]]
+    resumed = FinetuneConfig(resume=True, seeds=(1, 2))
+    assert finetune._unfinished(resumed, tasks, work) == tasks  # no run.json: the run starts afresh
+    (work / "run.json").write_text("{}")
+    assert finetune._unfinished(resumed, tasks, work) == tasks[1:]
+    assert finetune._unfinished(FinetuneConfig(seeds=(1, 2)), tasks, work) == tasks
+    root = write_glue_data(tmp_path / "glue", tasks=("qqp",), n_train=200, n_dev=4, n_test=2)
+    lines = (root / "QQP" / "train.tsv").read_text().splitlines()
+    (root / "QQP" / "train.tsv").write_text("\n".join([*lines[:3], "900\tWas Muhammad", *lines[3:]]) + "\n")
+    with caplog.at_level(logging.WARNING):
+        finetune._read_ahead([TASKS["qqp"]], str(root))
+        assert not caplog.text  # the quirk is warned about once, when the task reads its data
+        read_split("qqp", "train", root)
+    assert "QQP/train.tsv: 1 of 201 rows do not have 6 fields" in caplog.text
+
+
 def test_fp16_on_a_cpu_is_refused_before_the_run_says_anything(encoder, small_glue, tmp_path):
     out = tmp_path / "runs" / "out"
     result = _cli("finetune", "glue", "rte", "--model", encoder, "--data", small_glue, "--out", out,
@@ -324,11 +362,13 @@ def test_fp16_on_a_cpu_is_refused_before_the_run_says_anything(encoder, small_gl
     assert not out.parent.exists() or not list(out.parent.iterdir())
 
 
-def test_a_model_whose_vocabulary_differs_from_its_tokenizer_is_refused(small_glue, tmp_path):
-    model = _encoder(tmp_path / "odd", vocab_size=len(VOCAB) + 3)
-    result = _cli("finetune", "glue", "rte", "--model", model, "--data", small_glue, "--out", tmp_path / "out")
-    assert result.exit_code == 1
-    assert f"the tokenizer has {len(VOCAB)} tokens but the model has {len(VOCAB) + 3}" in result.stderr
+def test_a_model_with_fewer_embedding_rows_than_its_tokenizer_has_tokens_is_refused(small_glue, tmp_path):
+    model = _encoder(tmp_path / "odd", vocab_size=len(VOCAB) - 3)  # its last token ids would be out of range
+    result = _cli("finetune", "glue", "rte", "--model", model, "--data", small_glue, "--out", tmp_path / "out",
+                  "--max-seq-length", "32")
+    assert result.exit_code == 1, result.output
+    assert f"the tokenizer has {len(VOCAB)} tokens but the model has" in result.stderr
+    assert f"{len(VOCAB) - 3} embedding rows" in result.stderr
     assert not (tmp_path / "out").exists()
 
 

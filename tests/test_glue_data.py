@@ -10,7 +10,7 @@ import pytest
 from glue_fixtures import ALL_TASKS, LABELS, PAIR_TASKS, rule_label, write_glue_data
 
 from bertctl.data.glue import TASKS, get_task, read_split
-from bertctl.data.tabular import load_labelled_data
+from bertctl.data.tabular import load_labelled_data, read_examples
 from bertctl.errors import BertctlError, UsageError
 from bertctl.metrics import METRICS
 from bertctl.submission import submission_name, write_submission
@@ -240,6 +240,51 @@ def test_csv_quoting_spans_lines_and_errors_name_the_starting_line(tmp_path):
     dev.write_text("text,label\nok,pos\ntoo,many,fields\n", encoding="utf-8")
     with pytest.raises(UsageError, match=r"dev.csv:3: expected 2 comma-separated fields, found 3"):
         load_labelled_data(train, dev, ["text"], "label")
+
+
+# Only an empty line is no row, as csv.DictReader, pandas and `datasets` read csv (`""`, `,` and tabs are rows
+# there too; Python's csv module also keeps a line of spaces, which it writes for a text of spaces). In .jsonl
+# a blank line is no row (nor is it for `datasets` or pandas); `{"text": ""}` is one.
+ROWS_OF_EMPTY_FIELDS = {
+    "csv": ('text,other\na,x\n\n,\n"",""\n   ,\nb,y\n', ["a", "", "", "   ", "b"]),
+    "one.csv": ('text\na\n\n""\n   \nb\n', ["a", "", "   ", "b"]),
+    "tsv": ("text\tother\na\tx\n\n\t\n   \t \nb\ty\n", ["a", "", "   ", "b"]),
+    "jsonl": ('{"text": "a"}\n\n{"text": ""}\n  \n{"text": "b"}\n', ["a", "", "b"]),
+}
+
+
+@pytest.mark.parametrize("kind", list(ROWS_OF_EMPTY_FIELDS))
+def test_a_row_of_empty_fields_is_a_row_and_an_empty_line_is_not(tmp_path, kind):
+    content, texts = ROWS_OF_EMPTY_FIELDS[kind]
+    path = tmp_path / f"new.{kind.split('.')[-1]}"
+    path.write_text(content, encoding="utf-8")
+    examples, id_name = read_examples(path, ["text"])
+    assert examples.text_a == texts and examples.ids == [str(i) for i in range(len(texts))] and id_name == "index"
+
+
+@pytest.mark.parametrize(("kind", "content", "error"), [
+    ("csv", "text,y\na,no\n,yes\n\nb,no\n,\n", "6: label column 'y' is empty"),
+    ("csv", 'text,y\na,no\n,yes\n\nb,no\n""\n', "6: expected 2 comma-separated fields, found 1"),
+    ("tsv", "text\ty\na\tno\n\tyes\n\nb\tno\n\t\n", "6: label column 'y' is empty"),
+    ("tsv", "text\ty\na\tno\n\tyes\n\nb\tno\n   \n", "6: expected 2 tab-separated fields, found 1"),
+    ("jsonl", '{"text": "a", "y": "no"}\n{"text": "", "y": "yes"}\n\n{"text": "b", "y": "no"}\n{"text": "", "y": ""}\n',
+     "5: label column 'y' is empty"),
+    ("jsonl", '{"text": "a", "y": "no"}\n{"text": "", "y": "yes"}\n\n{"text": "b", "y": "no"}\n{"text": ""}\n',
+     "5: no column 'y'"),
+])
+def test_a_labelled_empty_text_is_an_example_and_an_empty_label_is_refused(tmp_path, kind, content, error):
+    train = tmp_path / f"train.{kind}"
+    good, bad = content.rsplit("\n", 2)[0] + "\n", content
+    train.write_text(good, encoding="utf-8")
+    task = load_labelled_data(train, None, ["text"], "y")
+    assert task.train.text_a == ["a", "", "b"] and task.train.labels == [0, 1, 0]
+    dev = tmp_path / f"dev.{kind}"
+    dev.write_text(bad, encoding="utf-8")
+    for files in [(dev, None), (train, dev)]:  # the training file, and the validation file
+        with pytest.raises(UsageError, match=f"^{dev}:{error}"):
+            load_labelled_data(*files, ["text"], "y")
+    with pytest.raises(UsageError, match=f"^{dev}:{error}"):
+        read_examples(dev, ["text"], "y", ["no", "yes"])  # evaluate classify
 
 
 def test_regression_is_detected_or_forced_and_checked(tmp_path):

@@ -80,6 +80,30 @@ def test_rows_without_an_index_column_keep_their_row_number_as_on_the_hub(glue):
     assert len(examples) == 200 and examples.ids[:4] == ["0", "1", "3", "4"]  # row 2 was the broken one
 
 
+def test_only_an_empty_line_is_not_a_row_as_for_the_datasets_glue_builder(glue, caplog):
+    """Its csv.DictReader skips an empty line without counting it, and counts a line of spaces (a row with one
+    field: skipped with the other broken rows) and a line of tabs (a row of empty fields: its label is bad)."""
+    train = glue / "SST-2" / "train.tsv"
+    _insert(train, 3, "", "   ")
+    with caplog.at_level(logging.WARNING):
+        examples = read_split("sst2", "train", glue)
+    assert len(examples) == 200 and examples.ids[:4] == ["0", "1", "3", "4"]  # the line of spaces is row 2
+    assert "SST-2/train.tsv: 1 of 201 rows do not have 2 fields (first: line 5); 1 skipped" in caplog.text
+    _insert(glue / "RTE" / "dev.tsv", 2, "\t\t\t")
+    with pytest.raises(UsageError, match=r"RTE/dev.tsv:3: label '' is not one of entailment, not_entailment"):
+        read_split("rte", "dev", glue)
+    _insert(glue / "STS-B" / "dev.tsv", 1, "\t" * 9)
+    with pytest.raises(UsageError, match=r"STS-B/dev.tsv:2: score '' is not a finite number"):
+        read_split("stsb", "dev", glue)
+    test = glue / "RTE" / "test.tsv"
+    _insert(test, 1, "", "77\t\t")
+    examples = read_split("rte", "test", glue)
+    assert (examples.ids[0], examples.text_a[0], examples.text_b[0], len(examples)) == ("77", "", "", 5)
+    _insert(test, 1, "\t\t")
+    with pytest.raises(UsageError, match=r"RTE/test.tsv:2: column 'index' is empty; a submission names each row"):
+        read_split("rte", "test", glue)
+
+
 def test_many_broken_rows_mean_a_wrong_file(glue):
     path = glue / "QNLI" / "train.tsv"
     _insert(path, 2, *["0\tonly a question"] * 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -85,3 +86,33 @@ def test_datasets_are_told_offline_only_when_the_hub_does_not_resolve_and_only_m
         pass
     assert hub_constants.HF_HUB_OFFLINE is True
     _hub_resolves.cache_clear()
+
+
+def test_the_python_api_keeps_a_name_written_like_a_path_local(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from bertctl.convert import convert
+    from bertctl.errors import UsageError
+    from bertctl.fill import fill
+    from bertctl.info import info
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: pytest.fail("looked up on the hub"))
+    monkeypatch.chdir(tmp_path)
+    for call, name in ((lambda n: fill(["a [MASK]"], n), "./nope"), (info, "nope/"),
+                       (lambda n: convert(n, tmp_path / "out"), "./nope")):
+        with pytest.raises(UsageError, match=f"^model folder {name} does not exist$"):
+            call(name)
+
+
+def test_an_existing_folder_written_like_a_path_is_read(offline_cache, monkeypatch):
+    monkeypatch.chdir(offline_cache.parent)
+    for name in (f"./{offline_cache.name}", f"{offline_cache.name}/"):
+        result = CliRunner().invoke(app, ["fill", "--model", name, "--json", "the [MASK] ran"])
+        assert result.exit_code == 0, result.output
+
+
+def test_info_on_a_hub_id_shows_the_snapshots_tokenizer(offline_cache):
+    result = CliRunner().invoke(app, ["info", "someone/tiny-bert", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["path"] == "someone/tiny-bert" and summary["tokenizer"]["vocab_size"] == len(VOCAB)

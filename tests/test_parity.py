@@ -8,6 +8,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from bertctl.checkpoint import load_model, save_model  # noqa: E402
+from bertctl.config import ACTIVATIONS  # noqa: E402
 
 HEADS = ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
          "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"]
@@ -97,3 +98,32 @@ def test_sparse_mlm_loss_equals_dense_loss(odd_config):
     dense = torch.nn.functional.cross_entropy(dense_logits.view(-1, odd_config.vocab_size), labels.view(-1))
     assert abs(sparse.item() - dense.item()) < 1e-6
     assert abs(fixed.item() - dense.item()) < 1e-6
+
+
+def test_every_parameter_free_transformers_activation_is_accepted():
+    """docs/checkpoints.md promises all of them; prelu and xielu carry trained parameters bertctl does not load."""
+    from transformers.activations import ACT2CLS, ACT2FN
+
+    parameter_free = {name for name in ACT2CLS if not list(ACT2FN[name].parameters())}
+    assert parameter_free - set(ACTIVATIONS) == set()
+    assert set(ACTIVATIONS) <= set(ACT2CLS)
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_every_activation_is_transformers_formula_bit_for_bit(act, odd_config, tmp_path):
+    """The same formula, not merely a close one: max |diff| 0 on the function and on a whole BertModel."""
+    from transformers.activations import ACT2FN
+
+    from bertctl.model import _ACTIVATIONS
+
+    x = torch.linspace(-12.0, 12.0, 20001)
+    assert torch.equal(_ACTIVATIONS[act](x), ACT2FN[act](x))
+    config = odd_config.replace(hidden_act=act)
+    reference = reference_model("BertModel", config)
+    reference.save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf").eval()
+    ids, types, mask = batch(config)
+    with torch.no_grad():
+        expected = outputs("BertModel", reference(input_ids=ids, token_type_ids=types, attention_mask=mask))
+        got = outputs("BertModel", ours(ids, types, mask))
+    assert [(g - e).abs().max().item() for e, g in zip(expected, got, strict=True)] == [0.0, 0.0]

@@ -177,6 +177,74 @@ def test_folder_ids_match_transformers_slow_tokenizer(name: str, vocab: dict[str
     assert compared > 500 and bad == []
 
 
+# Tokens added with transformers' add_tokens ("normalized": true) and text with them in other cases, inside and
+# between words, behind white space and invisible characters the normalizer cleans up; ordinary text otherwise,
+# since transformers 5's AutoTokenizer runs tokenizers' stock BertNormalizer (see docs/tokenizer.md).
+ADDED = ["<ent>", "zzqword", "<NEW>", "Ünïcode_tok", "Jane Austen"]
+ADDED_TEXTS = [
+    "The <ENT> was ZZQWORD, <New>x and zzqwords.", "x<ent>y <ent><Ent>ZzQword prezzqword <new><NEW> <SP> <sp>",
+    "UNICODE_TOK ünïcode_tok Unicode_Tok unïcode_tok", "JANE AUSTEN Jane\u00a0Austen jane\tausten Jane Austen's",
+    "zzq\u00adword <e\u200bnt> Jane\u3000Austen [MASK] <ent>",
+]
+ADDED_LAYOUTS = ["tokenizer.json", "added_tokens_decoder", "added_tokens.json"]
+
+
+def _added_layout(layout: str, folder: Path, tokens: list[str], lowercase: bool) -> Path:
+    """add_tokens then save_pretrained: transformers 5's layout (tokenizer.json), transformers 4's slow one
+    (vocab.txt, tokenizer_config.json's added_tokens_decoder) and transformers 3's (added_tokens.json, and
+    special_tokens_map.json, whose additional_special_tokens transformers 5 leaves normalized there)."""
+    vocab_file, saved = str(write(folder / "src", tokens) / "vocab.txt"), folder / "saved"
+    if layout == "tokenizer.json":
+        fast = transformers.BertTokenizer(vocab_file, do_lower_case=lowercase)
+        fast.add_tokens(ADDED)
+        fast.save_pretrained(str(saved))
+        return saved
+    slow = Slow(vocab_file, do_lower_case=lowercase)
+    slow.add_tokens(ADDED)
+    if layout == "added_tokens.json":
+        slow.add_special_tokens({"additional_special_tokens": ["<sp>"]})
+    slow.save_pretrained(str(saved))
+    config = json.loads((saved / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config.update(tokenizer_class="BertTokenizer", backend=None)  # as transformers 4's BertTokenizer saved it
+    if layout == "added_tokens.json":
+        del config["added_tokens_decoder"]
+        specials = {f"{role}_token": config[f"{role}_token"] for role in ("unk", "sep", "pad", "cls", "mask")}
+        specials["additional_special_tokens"] = config.pop("extra_special_tokens")
+        write(saved, None, special_tokens_map=specials)
+    return write(saved, None, tokenizer_config={k: v for k, v in config.items() if v is not None})
+
+
+@pytest.mark.parametrize("lowercase", [True, False], ids=["uncased", "cased"])
+@pytest.mark.parametrize("layout", ADDED_LAYOUTS)
+def test_normalized_added_tokens_match_auto_tokenizer(layout: str, lowercase: bool, vocab: dict[str, list[str]],
+                                                      tmp_path: Path) -> None:
+    """Added tokens saved "normalized" are matched in the normalized text, as transformers 5's AutoTokenizer
+    (what pipeline and Trainer use) matches them; bertctl's save keeps the flag, so transformers reloads the
+    same ids."""
+    tokens = vocab["uncased" if lowercase else "cased"]
+    folder = _added_layout(layout, tmp_path, tokens, lowercase)
+    auto = transformers.AutoTokenizer.from_pretrained(str(folder))
+    expected = [auto(text)["input_ids"] for text in ADDED_TEXTS]
+    ours = load_tokenizer(folder)
+    assert [e.ids for e in ours.encode_batch(ADDED_TEXTS)] == expected and ours.vocab_size == len(auto)
+    assert sum(i >= len(tokens) for ids in expected for i in ids) >= 10  # the added tokens' ids, 11-25 times
+    ours.save(tmp_path / "copy")
+    again = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "copy"))
+    assert [again(text)["input_ids"] for text in ADDED_TEXTS] == expected
+    assert [e.ids for e in load_tokenizer(tmp_path / "copy").encode_batch(ADDED_TEXTS)] == expected
+
+
+def test_added_token_without_normalized_key_is_normalized(vocab: dict[str, list[str]], tmp_path: Path) -> None:
+    """A hand-written added_tokens_decoder entry without "normalized" is normalized (not being special), as
+    transformers' AddedToken defaults it."""
+    decoder = {str(len(vocab["uncased"])): {"content": "<ent>"}}
+    folder = write(tmp_path, vocab["uncased"], tokenizer_config={"tokenizer_class": "BertTokenizer",
+                                                                 "added_tokens_decoder": decoder})
+    text = "The <ENT> and x<Ent>y"
+    expected = transformers.AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
+    assert load_tokenizer(folder).encode(text).ids == expected and expected.count(len(vocab["uncased"])) == 2
+
+
 def test_tokenizer_json_alone_takes_its_casing(vocab: dict[str, list[str]], tmp_path: Path) -> None:
     """No tokenizer_config.json: the tokenizer.json's BertNormalizer flags decide (cased here)."""
     folder = _fast_v5(tmp_path, vocab)

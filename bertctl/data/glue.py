@@ -237,10 +237,12 @@ def _read_folder(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
 
 
 def read_tsv(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """(line number, fields) per non-blank line: split on tab and on newline only, no quote processing.
+    """(line number, fields) per line that is not empty: split on tab and on newline only, no quote processing.
 
     Only '\\n' ends a line (with an optional '\\r' before it), so U+2028 and the like inside a text stay
-    in it. A leading byte-order mark is dropped (MRPC's header starts with one).
+    in it. A leading byte-order mark is dropped (MRPC's header starts with one). An empty line is no row, as
+    for `csv.DictReader` and pandas; a line of tabs or spaces is one (DictReader, and the `datasets` GLUE
+    builder's row numbers, count it), so a row of empty fields is checked like any other, never dropped.
     """
     try:
         with open(path, "rb") as handle:  # binary lines end at b"\n" only
@@ -252,7 +254,7 @@ def read_tsv(path: Path) -> Iterator[tuple[int, list[str]]]:
                 if number == 1:
                     line = line.removeprefix("\ufeff")
                 line = line.removesuffix("\n").removesuffix("\r")
-                if line.strip():
+                if line:
                     yield number, line.split("\t")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
@@ -310,7 +312,10 @@ def _read_local(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
             text_b.append(fields[at_b])
         if labels is not None:
             labels.append(parse_label(task, fields[at_label], f"{path}:{line}"))
-        ids.append(fields[at_index] if at_index is not None else str(count - 1))  # the hub's idx: the row number
+        row_id = fields[at_index] if at_index is not None else str(count - 1)  # the hub's idx: the row number
+        if entry.submission and not row_id.strip():
+            raise UsageError(f"{path}:{line}: column {entry.index!r} is empty; a submission names each row by it")
+        ids.append(row_id)
     _check_malformed(path, width, needed, malformed, count)
     if not text_a:
         raise UsageError(f"{path}: no examples")

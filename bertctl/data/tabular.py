@@ -6,6 +6,12 @@ is read with pyarrow (installed with `datasets`). The result is the same `Exampl
 inside a `TabularTask` that carries its label names and metrics, so one fine-tuning recipe serves both.
 `read_examples` reads one file for scoring or predicting with a fine-tuned model (labels optional), its
 rows identified by the file's `id`/`idx` column or else their position.
+
+Every line is a row but an empty one, as Python's csv module counts them (pandas and `datasets` also skip a
+line of only spaces, which `csv.writer` writes for a text of spaces): a line of empty or blank fields (`,,`,
+`""`, spaces, tabs) is a row with empty texts, predicted like any other (its text encodes as [CLS] [SEP]), and
+trained on or scored when it has a label; an empty label stops with the file and line, as a wrong one does.
+In a .jsonl file a blank line is no row and `{"text": ""}` is one.
 """
 
 from __future__ import annotations
@@ -92,7 +98,7 @@ def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[st
             start = reader.line_num + 1
             for fields in reader:
                 line, start = start, reader.line_num + 1  # a quoted field may span several lines
-                if not any(f.strip() for f in fields):
+                if not fields:  # an empty line; `""`, `,,` or spaces are a row of empty fields
                     continue
                 if len(fields) != len(header):
                     raise UsageError(f"{path}:{line}: expected {len(header)} comma-separated fields, "
