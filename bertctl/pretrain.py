@@ -25,6 +25,7 @@ from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import UsageError
 from bertctl.files import check_out, make_folder, write_json_atomic
+from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
 from bertctl.tokenizer import BertTokenizer
 from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
@@ -45,13 +46,13 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     from bertctl.corpus import load_corpus
 
     check_out(cfg.out)
+    run = Path(cfg.out)
+    resume_from = _resume_point(cfg, run, env)  # a refusal comes before the quick start builds anything
     if cfg.corpus is None:
         from bertctl.quickstart import prepare_quickstart
 
         cfg = prepare_quickstart(cfg, env)
     corpus, manifest = load_corpus(cfg.corpus)
-    run = Path(cfg.out)
-    resume_from = _resume_point(cfg, run)
     tokenizer = _tokenizer(cfg, manifest)
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
     training.enable_fast_math(env.device)
@@ -65,10 +66,15 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                                         (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(env.device.type) if precision == "fp16" else None
     training_state.seed_everything(cfg.seed + env.rank)
-    step, samples_seen, bad_total = 0, 0, 0
+    step, samples_seen, bad_total, bad_in_row = 0, 0, 0, 0
+    window: list[training.StepResult] = []  # read steps since the last metrics row
     if resume_from is not None:
         record = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
         step, samples_seen, bad_total = record["step"], record["samples_seen"], record.get("bad_steps", 0)
+        # A checkpoint saved inside a --log-every window keeps that window's steps, so the next row is the
+        # uninterrupted run's (older checkpoints have none: that row then averages the resumed steps only).
+        window = [training.StepResult.from_json(r) for r in record.get("log_window", [])]
+        bad_in_row = record.get("bad_in_row", 0)
     carried = 0.0  # seconds the run had already trained (resumed), so `elapsed` goes on from there
     if env.is_main:
         make_folder(run)
@@ -100,11 +106,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     speed = training.Throughput(carried)
     bar = _progress(cfg, step, env)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device
-    window: list[training.StepResult] = []  # read steps since the last metrics row
-    bad_in_row = 0
     final = run / "final"
-    batches = iter(loader)
-    with training.GracefulStop() as stop, bar:
+    with training.GracefulStop() as stop, training.loader_batches(loader) as batches, bar:
         while step < cfg.steps:
             host_batches = [next(batches) for _ in range(accum)]
             tokens = sum(int(b["attention_mask"].sum()) for b in host_batches) * env.world_size
@@ -137,7 +140,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                 log.write({"step": step, **evaluate_pretraining(model, validation, collate, micro, cfg, env)})
             if saving:
                 _save(model, training_state.step_folder(run, step), tokenizer, optimizer, scaler,
-                      {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total}, env)
+                      {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total, "bad_in_row": bad_in_row,
+                       "log_window": [r.to_json() for r in window]}, env)
                 if env.is_main:
                     training_state.prune_checkpoints(run, cfg.keep)
             if stopping:
@@ -152,10 +156,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     return where
 
 
-def _resume_point(cfg: PretrainConfig, run: Path) -> Path | None:
+def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> Path | None:
     latest = training_state.latest_checkpoint(run) if run.exists() else None
     if cfg.resume:
-        if latest is None:
+        if latest is None and env.is_main:
             print(f"--resume: no complete checkpoint in {run} yet; starting from step 0")
         return latest
     if latest is not None:
@@ -165,17 +169,69 @@ def _resume_point(cfg: PretrainConfig, run: Path) -> Path | None:
 
 
 def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:
-    """--tokenizer, else --init-from's, else the corpus's own; it must be the one the corpus was built with."""
-    candidates = [cfg.init_from, Path(cfg.corpus) / "tokenizer"]
-    source = cfg.tokenizer or next((c for c in candidates if c is not None and has_tokenizer(c)), None)
-    if source is None:
+    """--tokenizer, else the corpus's own (CORPUS/tokenizer), else --init-from's.
+
+    Each of them that is there must encode text exactly as the corpus's own does: the same vocabulary (its
+    sha256 in the manifest) and the same settings that decide the ids (casing, accents, ...). A model that
+    learned other ids, or a saved tokenizer that encodes text otherwise than the training data, is refused.
+    A corpus without its own copy (older corpora) has only the sha256 to compare.
+    """
+    own_folder = Path(cfg.corpus) / "tokenizer"
+    own = load_tokenizer(own_folder) if has_tokenizer(own_folder) else None
+    given = [(f"--tokenizer {cfg.tokenizer}", cfg.tokenizer)] if cfg.tokenizer is not None else []
+    if cfg.init_from is not None and has_tokenizer(init := local_folder(cfg.init_from)):
+        given.append((f"--init-from {cfg.init_from}'s tokenizer", init))
+    loaded = [(name, load_tokenizer(path)) for name, path in given]
+    if own is not None:
+        loaded.insert(1 if cfg.tokenizer is not None else 0, (f"corpus {cfg.corpus}'s tokenizer", own))
+    if not loaded:
         raise UsageError(f"no tokenizer found: pass --tokenizer (the one {cfg.corpus} was built with)")
-    tokenizer = load_tokenizer(source)
-    if tokenizer.sha256() != manifest["tokenizer_sha256"]:
-        raise UsageError(f"tokenizer {source} is not the one corpus {cfg.corpus} was built with (sha256 "
-                         f"{tokenizer.sha256()[:12]} vs {manifest['tokenizer_sha256'][:12]}); rebuild the corpus "
-                         "or pass the matching --tokenizer")
-    return tokenizer
+    for name, tokenizer in loaded:
+        if tokenizer.sha256() != manifest["tokenizer_sha256"]:
+            raise UsageError(f"{name} is not the one corpus {cfg.corpus} was built with (sha256 "
+                             f"{tokenizer.sha256()[:12]} vs {manifest['tokenizer_sha256'][:12]}); rebuild the corpus "
+                             "or pass the matching --tokenizer")
+        if own is not None and tokenizer is not own:
+            _refuse_other_encoding(name, tokenizer, own, own_folder)
+    return loaded[0][1]
+
+
+def _refuse_other_encoding(name: str, tokenizer: BertTokenizer, own: BertTokenizer, own_folder: Path) -> None:
+    """One line naming the first setting in which `tokenizer` would give other ids than the corpus's own."""
+    mine, theirs = _id_settings(tokenizer), _id_settings(own)
+    for setting in dict.fromkeys([*mine, *theirs]):
+        a, b = mine.get(setting), theirs.get(setting)
+        if a == b:
+            continue
+        if setting in ("special tokens", "added tokens"):  # the first entry that differs, not the whole list
+            a, b = next(((x, y) for x, y in zip([*a, None], [*b, None], strict=False) if x != y), (a, b))
+        shown = str if setting == "added tokens" else _shown
+        fix = ("leave out --tokenizer (the corpus's own is the default)" if name.startswith("--tokenizer") else
+               "build a corpus with the model's tokenizer (corpus build --tokenizer MODEL)")
+        raise UsageError(f"{name} encodes text otherwise than {own_folder}, which built the corpus: {setting} "
+                         f"{shown(a)} vs {shown(b)}; {fix}")
+
+
+def _id_settings(tokenizer: BertTokenizer) -> dict[str, Any]:
+    """The tokenizer settings besides the vocabulary that change the ids of a text (not decoding's, nor
+    model_max_length), under tokenizer_config.json's names. Without basic tokenization none of casing,
+    accents, CJK splitting or never_split is applied (transformers' rule), so they do not count then."""
+    o = tokenizer.options
+    settings: dict[str, Any] = {"do_basic_tokenize": o.basic}
+    if o.basic:
+        settings.update({"do_lower_case": o.lowercase,
+                         "strip_accents": o.lowercase if o.strip_accents is None else o.strip_accents,
+                         "tokenize_chinese_chars": o.chinese_chars, "never_split": sorted(o.never_split),
+                         "additional_special_tokens": sorted(o.extras)})
+    settings["special tokens"] = list(o.specials)
+    settings["added tokens"] = [f"{t.content!r} (id {t.id}, special {t.special}, single_word {t.single_word}, "
+                                f"normalized {t.normalized})" for t in tokenizer.added_tokens()]  # how each matches
+    return settings
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, Any],
@@ -192,7 +248,7 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
         torch.manual_seed(cfg.seed)
         config: BertConfig = model_config(cfg.model_config, vocab_size=tokenizer.vocab_size, **dropout)
         model = ARCHITECTURES[architecture](config)
-    if model.config.vocab_size != tokenizer.vocab_size:
+    if model.config.vocab_size < tokenizer.vocab_size:  # more rows is fine: a padded vocabulary, as on the hub
         raise UsageError(f"the model has {model.config.vocab_size} embedding rows but the tokenizer has "
                          f"{tokenizer.vocab_size} tokens; use the matching tokenizer")
     if manifest["max_seq_length"] > model.config.max_position_embeddings:
@@ -280,9 +336,11 @@ def _can_compile(device: torch.device) -> bool:
 
 def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed) -> torch.utils.data.DataLoader:
     # Its own generator: drawing worker seeds from the global RNG would shift dropout after a resume.
+    # Workers ignore SIGINT/SIGTERM: a signal to the whole process group is the main process's to handle.
     return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=cfg.num_workers,
                                        pin_memory=env.device.type == "cuda", generator=torch.Generator(),
-                                       prefetch_factor=4 if cfg.num_workers else None)
+                                       prefetch_factor=4 if cfg.num_workers else None,
+                                       worker_init_fn=training.leave_stop_signals_to_the_main_process)
 
 
 def _progress(cfg: PretrainConfig, step: int, env: training.Distributed) -> Any:

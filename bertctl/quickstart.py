@@ -1,7 +1,8 @@
 """The no-argument quick start: bundled novels -> WordPiece tokenizer -> corpus -> a small BERT.
 
 The text is Jane Austen's six novels (public domain; provenance in bertctl/resources/README.md). Tokenizer
-and corpus are built once into RUN/data and reused when the quick start runs again.
+and corpus are built once into RUN/data and reused when the quick start runs again in RUN: with `--resume`
+once RUN holds a checkpoint (a plain rerun is refused then, as for any run folder).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -239,6 +239,24 @@ class StepResult:
     grad_norm: float
     skipped: bool  # True when the loss or gradients were not finite and the update was skipped
 
+    def to_json(self) -> dict[str, Any]:
+        """For a checkpoint's trainer_state.json (non-finite figures as null, which strict JSON readers take)."""
+        return {"loss": finite_or_none(self.loss), "parts": {k: finite_or_none(v) for k, v in self.parts.items()},
+                "grad_norm": finite_or_none(self.grad_norm), "skipped": self.skipped}
+
+    @classmethod
+    def from_json(cls, saved: dict[str, Any]) -> StepResult:
+        def number(value: float | None) -> float:
+            return math.nan if value is None else float(value)
+
+        return cls(number(saved["loss"]), {k: number(v) for k, v in saved["parts"].items()},
+                   number(saved["grad_norm"]), bool(saved["skipped"]))
+
+
+def finite_or_none(value: Any) -> Any:
+    """A float that is NaN or infinite as None (JSON null); anything else as it is."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
 
 @dataclass
 class PendingStep:
@@ -361,6 +379,38 @@ class GracefulStop:
             signal.signal(sig, handler)
 
 
+def leave_stop_signals_to_the_main_process(worker_id: int) -> None:
+    """DataLoader `worker_init_fn`: the worker ignores SIGINT and SIGTERM.
+
+    SLURM, systemd, torchrun's agent and a terminal's Ctrl-C signal the whole process group (or cgroup), so
+    the loader workers get the signal too. Killed by it, a worker makes torch raise "DataLoader worker is killed
+    by signal" in the main process, mid-step, before GracefulStop can save. The main process alone decides:
+    it stops its workers when it is done (`loader_batches`), and they exit by themselves if it dies.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def loader_batches(loader: Iterable[Any]) -> Iterator[Iterator[Any]]:
+    """Iterate `loader` and stop its worker processes however the block ends (done, error, second signal).
+
+    Workers that ignore SIGTERM must not outlive the loop: at interpreter exit torch no longer shuts them down,
+    and multiprocessing would send them SIGTERM and wait for them without a timeout. So they are shut down
+    here (torch's own shutdown, which joins them), and any left alive by an interrupted shutdown get SIGKILL.
+    """
+    batches = iter(loader)
+    try:
+        yield batches
+    finally:
+        try:
+            getattr(batches, "_shutdown_workers", lambda: None)()  # torch's multi-process iterator
+        finally:
+            for worker in getattr(batches, "_workers", ()):
+                if worker.is_alive():
+                    worker.kill()
+
+
 class MetricsLog:
     """metrics.jsonl (one JSON object a line) and TensorBoard events when tensorboard is installed."""
 
@@ -375,9 +425,11 @@ class MetricsLog:
                 self._board = SummaryWriter(str(run / "tensorboard"))
 
     def write(self, row: dict[str, Any]) -> None:
+        """One row; a NaN/inf figure is written as null (bare NaN is not JSON: jq and others refuse the line)."""
         if not self.enabled:
             return
-        self._file.write(json.dumps(row) + "\n")
+        row = {key: finite_or_none(value) for key, value in row.items()}
+        self._file.write(json.dumps(row, allow_nan=False) + "\n")
         self._file.flush()
         if self._board is not None:
             for key, value in row.items():

@@ -98,6 +98,51 @@ def test_resume_mid_epoch_reproduces_the_uninterrupted_run(corpus, tmp_path):
     assert clock[4] > 1004.0 and clock == sorted(clock)  # the resumed run's clock goes on from step 4's
 
 
+def _rows(run: Path) -> dict[int, dict]:
+    """Metrics rows by step, without the timing fields (they differ between any two runs)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [row["step"] for row in rows]
+    assert len(steps) == len(set(steps)), steps  # each step logged once, resumed or not
+    return {row["step"]: {k: v for k, v in row.items() if k not in ("elapsed", "tokens_per_second")} for row in rows}
+
+
+def test_every_metrics_row_after_a_resume_inside_a_log_window_equals_the_uninterrupted_run(corpus, tmp_path,
+                                                                                          monkeypatch):
+    """Checkpoints inside a --log-every window: --save-every 6 then kill -9, and a SIGINT at step 7."""
+    from bertctl import training
+    from bertctl.pretrain import pretrain
+
+    flags = {"log_every": 4, "save_every": 6}
+    pretrain(small_run(corpus, tmp_path / "full", **flags))
+    shutil.copytree(tmp_path / "full", tmp_path / "killed")
+    shutil.rmtree(tmp_path / "killed" / "final")  # killed after step 11: step-000006 is the newest checkpoint
+    pretrain(small_run(corpus, tmp_path / "killed", resume=True, **flags))
+
+    step = training.optimizer_step
+    with monkeypatch.context() as patch:
+        calls = []
+
+        def stepping(*args, **kwargs):  # Ctrl-C during step 7: it is finished, saved, and the run stops
+            calls.append(None)
+            if len(calls) == 7:
+                os.kill(os.getpid(), signal.SIGINT)
+            return step(*args, **kwargs)
+
+        patch.setattr(training, "optimizer_step", stepping)
+        stopped = pretrain(small_run(corpus, tmp_path / "stopped", log_every=4, save_every=0))
+    assert stopped.name == "step-000007"
+    pretrain(small_run(corpus, tmp_path / "stopped", resume=True, log_every=4, save_every=0))
+
+    full = _rows(tmp_path / "full")
+    assert sorted(full) == [4, 8, 12]
+    for name in ("killed", "stopped"):
+        resumed = _rows(tmp_path / name)
+        assert sorted(resumed) == [4, 8, 12]
+        for at, row in full.items():
+            assert resumed[at].keys() == row.keys()
+            assert max(abs(resumed[at][k] - row[k]) for k in row) < 1e-5, (name, at, resumed[at], row)
+
+
 def test_second_run_without_resume_is_refused(corpus, tmp_path):
     from bertctl.pretrain import pretrain
 
@@ -139,6 +184,76 @@ def test_refusals_are_one_line(corpus, tmp_path, flags, message):
     assert not (tmp_path / "run" / "final").exists()
 
 
+def _model_folder(folder: Path, tokenizer: Path, spare_rows: int = 0, **tokenizer_config) -> Path:
+    """A tiny untrained BERT for `tokenizer` (plus spare embedding rows), its tokenizer_config.json edited."""
+    import torch
+
+    from bertctl.checkpoint import save_model
+    from bertctl.config import preset
+    from bertctl.model import BertForPreTraining
+    from bertctl.tokenizer_folder import load_tokenizer
+
+    torch.manual_seed(0)
+    rows = load_tokenizer(tokenizer).vocab_size + spare_rows
+    save_model(BertForPreTraining(preset("tiny", vocab_size=rows)), folder, tokenizer)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, **tokenizer_config}))
+    return folder
+
+
+@pytest.mark.parametrize(("source", "setting", "said"), [
+    ("--init-from", {"do_lower_case": False}, "do_lower_case False vs True"),
+    ("--init-from", {"strip_accents": False}, "strip_accents False vs True"),
+    ("--tokenizer", {"do_lower_case": False}, "do_lower_case False vs True"),
+    ("--tokenizer", {"tokenize_chinese_chars": False}, "tokenize_chinese_chars False vs True"),
+    ("--tokenizer", {"never_split": ["cat"]}, "never_split ['cat'] vs []"),
+])
+def test_a_tokenizer_that_encodes_otherwise_than_the_corpus_is_refused(corpus, tmp_path, source, setting, said):
+    """Same vocabulary (same sha256), other normalisation: the corpus's ids are not the ones it would give."""
+    own = corpus / "tokenizer"
+    other = _model_folder(tmp_path / "other", own, **setting)
+    args = ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--steps", "2",
+            "--num-workers", "0", "--device", "cpu", source, str(other)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and said in line, line
+    assert f"{source} {other}" in line and str(own) in line  # both sources named
+    assert not (tmp_path / "run").exists()
+
+
+def test_init_from_trains_with_the_corpus_tokenizer_on_a_model_with_spare_rows(corpus, tmp_path, monkeypatch):
+    """--init-from's tokenizer may differ from the corpus's in decoding only; the corpus's is used and saved.
+    A model with more embedding rows than tokens (a padded vocabulary) trains, and masking's random
+    replacements stay within the tokenizer's ids."""
+    import importlib
+
+    from bertctl.tokenizer_folder import load_tokenizer
+
+    recipe = importlib.import_module("bertctl.pretrain")  # the module: bertctl.pretrain is also the function
+
+    tokens = load_tokenizer(corpus / "tokenizer").vocab_size
+    padded = _model_folder(tmp_path / "padded", corpus / "tokenizer", spare_rows=8,
+                           clean_up_tokenization_spaces=False)
+    drawn = []
+    masking_options = recipe.masking_options
+    monkeypatch.setattr(recipe, "masking_options", lambda tok, *rest: drawn.append(tok.vocab_size) or
+                        masking_options(tok, *rest))
+    final = recipe.pretrain(small_run(corpus, tmp_path / "run", init_from=padded, steps=2, save_every=0))
+    assert json.loads((final / "config.json").read_text())["vocab_size"] == tokens + 8
+    assert json.loads((final / "tokenizer_config.json").read_text())["clean_up_tokenization_spaces"] is True
+    assert drawn == [tokens]
+
+
+def test_a_corpus_without_its_own_tokenizer_compares_the_vocabulary_only(corpus, tmp_path):
+    bare = tmp_path / "corpus"
+    shutil.copytree(corpus, bare, ignore=shutil.ignore_patterns("tokenizer"))
+    cased = _model_folder(tmp_path / "cased", corpus / "tokenizer", do_lower_case=False)
+    result = CliRunner().invoke(app, _cli(bare, tmp_path / "run", "--steps", "1", "--batch-size", "4",
+                                          "--tokenizer", str(cased)))
+    assert result.exit_code == 0, result.output
+
+
 def test_init_from_starts_phase_two_from_the_weights_with_a_fresh_optimizer(corpus, tmp_path):
     from safetensors.torch import load_file
 
@@ -168,33 +283,87 @@ def test_a_warmup_flag_replaces_the_config_files_other_warmup(corpus, tmp_path):
     assert json.loads((tmp_path / "run" / "run.json").read_text())["warmup_steps"] == 2
 
 
-def _cli(corpus: Path, out: Path, *extra: str) -> list[str]:
+def _cli(corpus: Path, out: Path, *extra: str, workers: int = 0) -> list[str]:
     return ["pretrain", "--corpus", str(corpus), "--out", str(out), "--model-config", "tiny", "--lr", "2e-3",
-            "--warmup-steps", "2", "--log-every", "1", "--eval-every", "0", "--num-workers", "0",
+            "--warmup-steps", "2", "--log-every", "1", "--eval-every", "0", "--num-workers", str(workers),
             "--device", "cpu", "--seed", "7", *extra]
 
 
-def test_sigterm_finishes_the_step_and_saves(corpus, tmp_path):
+def _group_is_gone(group: int) -> bool:
+    """No process of the group is left (a loader worker that outlived the run would still be in it)."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_sigterm_to_the_process_group_saves_and_resume_continues(corpus, tmp_path):
+    """As SLURM, systemd and torchrun stop a job: the signal reaches the loader worker too (--num-workers 1)."""
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "bertctl", *_cli(corpus, run, "--steps", "100000",
-                                "--batch-size", "8", "--save-every", "0")], env=env,
+    command = [sys.executable, "-m", "bertctl", *_cli(corpus, run, "--batch-size", "8", "--save-every", "0",
+                                                      workers=1)]
+    process = subprocess.Popen([*command, "--steps", "100000"], env=env, start_new_session=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not (run / "metrics.jsonl").is_file():
         time.sleep(0.2)
     time.sleep(1.0)
-    process.send_signal(signal.SIGTERM)
+    os.killpg(process.pid, signal.SIGTERM)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
     [checkpoint] = [p for p in run.iterdir() if p.name.startswith("step-")]
-    state = json.loads((checkpoint / "trainer_state.json").read_text())
-    assert state["step"] == max(losses(run)) == int(checkpoint.name.split("-")[1])
-    assert not (run / "final").exists()
+    stopped = json.loads((checkpoint / "trainer_state.json").read_text())["step"]
+    assert stopped == max(losses(run)) == int(checkpoint.name.split("-")[1])
+    assert not (run / "final").exists() and _group_is_gone(process.pid)
+    done = subprocess.run([*command, "--steps", str(stopped + 2), "--resume"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((run / "final" / "trainer_state.json").read_text())["step"] == stopped + 2
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == list(
+        range(1, stopped + 3))
 
 
-def _run_processes(corpus: Path, out: Path, processes: int, *flags: str, port: int = 29500) -> None:
-    """`python -m bertctl pretrain ...` in 1 process, or under torchrun (gloo) in several."""
+SIGNALS_AT_A_STEP = """
+import os, signal, time
+
+from bertctl import training
+from bertctl.cli import main
+
+step, calls = training.optimizer_step, []
+
+
+def stepping(*args, **kwargs):  # before step STOP_AT: SIGNALS SIGTERMs to the whole process group
+    calls.append(None)
+    if len(calls) == int(os.environ["STOP_AT"]):
+        for _ in range(int(os.environ["SIGNALS"])):
+            os.killpg(0, signal.SIGTERM)
+            time.sleep(0.5)  # the handler runs in here
+    return step(*args, **kwargs)
+
+
+training.optimizer_step = stepping
+main()
+"""
+
+
+def test_a_second_sigterm_to_the_group_stops_at_once_and_leaves_no_worker(corpus, tmp_path):
+    (tmp_path / "signals.py").write_text(SIGNALS_AT_A_STEP)
+    run = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, str(tmp_path / "signals.py"),
+                                *_cli(corpus, run, "--steps", "50", "--batch-size", "8", "--save-every", "0",
+                                      workers=1)],
+                               env={**os.environ, "OMP_NUM_THREADS": "1", "STOP_AT": "3", "SIGNALS": "2"},
+                               start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and err.strip().endswith("bertctl: error: interrupted"), err[-2000:]
+    assert not [p for p in run.iterdir() if p.name.startswith("step-")] and not (run / "final").exists()
+    assert _group_is_gone(process.pid)
+
+
+def _run_processes(corpus: Path, out: Path, processes: int, *flags: str, port: int = 29500) -> str:
+    """`python -m bertctl pretrain ...` in 1 process, or under torchrun (gloo) in several; returns stdout."""
     launcher = [sys.executable, "-m", "bertctl"]
     if processes > 1:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
@@ -202,6 +371,7 @@ def _run_processes(corpus: Path, out: Path, processes: int, *flags: str, port: i
     done = subprocess.run([*launcher, *_cli(corpus, out, *flags)], capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
 
 
 DDP_FLAGS = ("--batch-size", "8", "--micro-batch-size", "4", "--dropout", "0")
@@ -209,7 +379,8 @@ DDP_FLAGS = ("--batch-size", "8", "--micro-batch-size", "4", "--dropout", "0")
 
 def test_two_gloo_processes_give_the_losses_of_one(corpus, tmp_path):
     _run_processes(corpus, tmp_path / "one", 1, *DDP_FLAGS, "--steps", "6", "--save-every", "0")
-    _run_processes(corpus, tmp_path / "two", 2, *DDP_FLAGS, "--steps", "6", "--save-every", "0")
+    said = _run_processes(corpus, tmp_path / "two", 2, *DDP_FLAGS, "--steps", "6", "--save-every", "0", "--resume")
+    assert said.count("--resume: no complete checkpoint") == 1  # rank 0 alone says what the run does
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert sorted(a) == sorted(b) == list(range(1, 7))
     assert max(abs(a[s] - b[s]) for s in a) < 1e-4
@@ -228,6 +399,13 @@ def test_quick_start_runs_end_to_end_and_fill_uses_it(tmp_path):
     filled = CliRunner().invoke(app, ["fill", "--model", str(run / "final"), "--json", "she was [MASK] to see him."])
     assert filled.exit_code == 0, filled.output
     assert len(json.loads(filled.stdout)["predictions"][0]) == 5
+    # Run again in the same folder: --resume reuses the data; a plain rerun is refused before building anything.
+    again = CliRunner().invoke(app, ["pretrain", "--out", str(run), "--steps", "3", "--num-workers", "0", "--resume"])
+    assert again.exit_code == 0 and "quick start:" not in again.stdout, again.output
+    assert json.loads((run / "final" / "trainer_state.json").read_text())["step"] == 3
+    shutil.rmtree(run / "data")
+    plain = CliRunner().invoke(app, ["pretrain", "--out", str(run), "--steps", "3", "--num-workers", "0"])
+    assert plain.exit_code == 2 and "--resume" in plain.stderr and not (run / "data").exists()
 
 
 def test_nan_steps_are_skipped_then_the_run_stops_with_one_line(corpus, tmp_path):
@@ -236,8 +414,17 @@ def test_nan_steps_are_skipped_then_the_run_stops_with_one_line(corpus, tmp_path
                                           "--max-bad-steps", "3", "--save-every", "0"))
     assert result.exit_code == 1, result.output
     assert "NaN/inf for 3 steps in a row" in result.stderr
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [strict_json(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["skipped_steps"] for row in rows][-2:] == [1, 2]  # the third bad step stopped the run
+    assert rows[-1]["loss"] is None and rows[-1]["mlm_loss"] is None  # non-finite figures are null
+
+
+def strict_json(line: str) -> dict:
+    """Parse as jq and other strict readers do: NaN and Infinity are not JSON."""
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} in {line}")
+
+    return json.loads(line, parse_constant=refuse)
 
 
 def test_resume_on_two_processes_continues_a_one_process_run(corpus, tmp_path):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import signal
+import time
 
 import pytest
 import torch
@@ -104,3 +108,56 @@ def test_a_process_group_the_caller_opened_stays_open(tmp_path, monkeypatch):
         assert dist.is_initialized() and env.owned == ()
     finally:
         dist.destroy_process_group()
+
+
+class _Pids(torch.utils.data.Dataset):
+    """Item i: the pid of the process that made it (the loader worker)."""
+
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, index: int) -> int:
+        return os.getpid()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_loader_workers_leave_stop_signals_to_the_main_process_and_end_with_the_loop():
+    """SIGINT/SIGTERM sent to the whole process group reach the worker too: it must live on (torch would raise
+    'DataLoader worker is killed' in the main process), and still end with the loop, even an interrupted one."""
+    loader = torch.utils.data.DataLoader(_Pids(), batch_size=None, num_workers=1,
+                                         worker_init_fn=training.leave_stop_signals_to_the_main_process)
+    with training.loader_batches(loader) as batches:
+        worker = int(next(batches))
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
+            os.kill(worker, sig)
+        time.sleep(0.3)
+        assert _alive(worker) and [int(next(batches)) for _ in range(5)] == [worker] * 5
+    assert not _alive(worker)
+    with pytest.raises(KeyboardInterrupt), training.loader_batches(loader) as batches:  # a second Ctrl-C
+        worker = int(next(batches))
+        raise KeyboardInterrupt
+    assert not _alive(worker)
+
+
+def test_metrics_rows_and_saved_steps_write_null_for_non_finite_figures(tmp_path):
+    log = training.MetricsLog(tmp_path)
+    log.write({"step": 3, "loss": math.nan, "grad_norm": math.inf, "lr": 1e-4, "skipped_steps": 1})
+    log.close()
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    row = json.loads((tmp_path / "metrics.jsonl").read_text(), parse_constant=refuse)
+    assert row == {"step": 3, "loss": None, "grad_norm": None, "lr": 1e-4, "skipped_steps": 1}
+    result = training.StepResult(math.nan, {"mlm": -math.inf, "mlm_correct": 0.25}, 2.0, skipped=True)
+    saved = json.loads(json.dumps(result.to_json()), parse_constant=refuse)
+    back = training.StepResult.from_json(saved)
+    assert math.isnan(back.loss) and math.isnan(back.parts["mlm"]) and back.parts["mlm_correct"] == 0.25
+    assert back.grad_norm == 2.0 and back.skipped
