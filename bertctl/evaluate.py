@@ -168,6 +168,9 @@ def read_classifier(folder: Path, finetune: str) -> Checkpoint:
     if "classifier" not in ckpt.parts or ckpt.architecture != "BertForSequenceClassification":
         raise UsageError(f"{folder} has no sequence-classification head (it is a {ckpt.architecture}); "
                          f"fine-tune it first: bertctl finetune {finetune} --model {folder} ...")
+    if ckpt.problem_type == "multi_label_classification":  # one sigmoid per class; bertctl scores one label a row
+        raise UsageError(f"{folder} is a multi-label classifier (problem_type multi_label_classification); "
+                         "evaluate and predict score single-label and regression models only")
     return ckpt
 
 

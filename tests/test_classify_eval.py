@@ -254,3 +254,18 @@ def test_predict_refuses_bad_outputs_and_models_before_writing(pair_run, encoder
         assert result.exit_code == 2 and expected in result.stderr, result.output
     assert not list(tmp_path.iterdir())
     assert "finetune classify" in _cli("evaluate", "classify", "-m", encoder, "--data", dev).stderr
+
+
+def test_a_multi_label_model_is_refused_not_scored_as_single_label(pair_run, tmp_path):
+    run, dev = pair_run
+    multi = tmp_path / "multi"
+    multi.mkdir()
+    for item in run.iterdir():
+        if item.is_file():
+            (multi / item.name).write_bytes(item.read_bytes())
+    config = json.loads((multi / "config.json").read_text())
+    (multi / "config.json").write_text(json.dumps({**config, "problem_type": "multi_label_classification"}))
+    for command, out in (("evaluate", []), ("predict", ["--out", tmp_path / "p.csv"])):
+        result = _cli(command, "classify", "--model", multi, "--data", dev, *out)
+        assert result.exit_code == 2 and "is a multi-label classifier" in result.stderr, result.output
+    assert not (tmp_path / "p.csv").exists()
