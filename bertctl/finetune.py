@@ -207,7 +207,7 @@ def _unfinished(cfg: FinetuneConfig, tasks: list[GlueTask], work: Path) -> list[
 
 
 def _read_ahead(tasks: list[GlueTask], data: str) -> None:
-    """Read every train and dev split of `tasks` as their runs will, one split at a time and dropped again
+    """Read every train and dev split of `tasks` as their runs will, one task at a time and dropped again
     (MNLI's and QQP's train sets hold 390k and 360k rows), so that a bad row in the last task's file stops the
     run before the first task trains, with the message the task would give. Warnings about quirks of the files
     are left to the task's own read, so they are said once."""
@@ -216,8 +216,7 @@ def _read_ahead(tasks: list[GlueTask], data: str) -> None:
     quirks.setLevel(logging.ERROR)
     try:
         for task in tasks:
-            for split in ("train", *task.eval_splits("dev")):
-                read_split(task, split, data)
+            _glue_splits(task, data)
     finally:
         quirks.setLevel(level)
 
@@ -296,7 +295,8 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     progress = Progress()
     if checkpoint is not None:
         model.load_state_dict(read_checkpoint(checkpoint).state)
-        progress = Progress.from_record(training_state.read_training_state(checkpoint, optimizer, scaler, env.rank))
+        saved = training_state.read_training_state(checkpoint, optimizer, scaler, env.rank)
+        progress = Progress.from_record(saved, cfg.log_every)
     carried = 0.0  # seconds a resumed seed had already trained
     if env.is_main:
         carried = open_seed(work, checkpoint, progress.step,

@@ -6,7 +6,7 @@ done/, the finished seed. The training loop in `finetune` calls these; every ran
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +44,12 @@ class Progress:
     bad_in_row: int = 0  # NaN/inf steps in a row
 
     def record(self) -> dict[str, Any]:
-        return {"step": self.step, "best": self.best, "window": [asdict(r) for r in self.window],
+        return {"step": self.step, "best": self.best, "window": [r.to_json() for r in self.window],
                 "bad_in_row": self.bad_in_row}
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Progress:
-        return cls(record["step"], record["best"], [training.StepResult(**r) for r in record["window"]],
+    def from_record(cls, record: dict[str, Any], log_every: int) -> Progress:
+        return cls(record["step"], record["best"], training.resumed_window(record["window"], record["step"], log_every),
                    record["bad_in_row"])
 
 

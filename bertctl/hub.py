@@ -46,9 +46,10 @@ def path_as_given(name: str | None, what: str = "model folder") -> Path | None:
     that is not there while its spelling still says it is one (as a Path it would be looked up on the hub)."""
     if name is None:
         return None
-    if written_like_path(name) and not Path(name).exists():
+    path = Path(name).expanduser()  # `--model=~/x` and `model: ~/x` in a --config file reach us unexpanded
+    if written_like_path(name) and not path.exists():
         raise UsageError(f"{what} {name} does not exist")
-    return Path(name)
+    return path
 
 
 def local_folder(name: str | Path, weights: bool = True) -> Path:
@@ -59,7 +60,7 @@ def local_folder(name: str | Path, weights: bool = True) -> Path:
     if name is None or str(name) == "":
         raise UsageError(f"no {'model' if weights else 'tokenizer'} given: pass a folder or a hub id")
     if not is_hub_id(name):
-        return Path(name)
+        return Path(name).expanduser()
     try:
         from huggingface_hub import snapshot_download
 

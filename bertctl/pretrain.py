@@ -27,7 +27,7 @@ from bertctl.errors import UsageError
 from bertctl.files import check_out, make_folder, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
-from bertctl.tokenizer import BertTokenizer
+from bertctl.tokenizer import BertTokenizer, never_split_in_effect
 from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         step, samples_seen, bad_total = record["step"], record["samples_seen"], record.get("bad_steps", 0)
         # A checkpoint saved inside a --log-every window keeps that window's steps, so the next row is the
         # uninterrupted run's (older checkpoints have none: that row then averages the resumed steps only).
-        window = [training.StepResult.from_json(r) for r in record.get("log_window", [])]
+        window = training.resumed_window(record.get("log_window", []), step, cfg.log_every)
         bad_in_row = record.get("bad_in_row", 0)
     carried = 0.0  # seconds the run had already trained (resumed), so `elapsed` goes on from there
     if env.is_main:
@@ -177,30 +177,36 @@ def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:
     A corpus without its own copy (older corpora) has only the sha256 to compare.
     """
     own_folder = Path(cfg.corpus) / "tokenizer"
-    own = load_tokenizer(own_folder) if has_tokenizer(own_folder) else None
-    given = [(f"--tokenizer {cfg.tokenizer}", cfg.tokenizer)] if cfg.tokenizer is not None else []
+    candidates = [(f"--tokenizer {cfg.tokenizer}", cfg.tokenizer, True)] if cfg.tokenizer is not None else []
+    if has_tokenizer(own_folder):
+        candidates.append((f"corpus {cfg.corpus}'s tokenizer", own_folder, True))
     if cfg.init_from is not None and has_tokenizer(init := local_folder(cfg.init_from)):
-        given.append((f"--init-from {cfg.init_from}'s tokenizer", init))
-    loaded = [(name, load_tokenizer(path)) for name, path in given]
-    if own is not None:
-        loaded.insert(1 if cfg.tokenizer is not None else 0, (f"corpus {cfg.corpus}'s tokenizer", own))
-    if not loaded:
+        # A bare vocab.txt (Google's layout) does not say its casing: only its vocabulary can be compared.
+        candidates.append((f"--init-from {cfg.init_from}'s tokenizer", init, _says_its_settings(init)))
+    if not candidates:
         raise UsageError(f"no tokenizer found: pass --tokenizer (the one {cfg.corpus} was built with)")
-    for name, tokenizer in loaded:
+    loaded = [(name, path, load_tokenizer(path), settled) for name, path, settled in candidates]
+    own = next((tokenizer for _, path, tokenizer, _ in loaded if path == own_folder), None)
+    for name, _, tokenizer, settled in loaded:
         if tokenizer.sha256() != manifest["tokenizer_sha256"]:
             raise UsageError(f"{name} is not the one corpus {cfg.corpus} was built with (sha256 "
                              f"{tokenizer.sha256()[:12]} vs {manifest['tokenizer_sha256'][:12]}); rebuild the corpus "
                              "or pass the matching --tokenizer")
-        if own is not None and tokenizer is not own:
+        if own is not None and settled:
             _refuse_other_encoding(name, tokenizer, own, own_folder)
-    return loaded[0][1]
+    return loaded[0][2]
 
 
-def _refuse_other_encoding(name: str, tokenizer: BertTokenizer, own: BertTokenizer, own_folder: Path) -> None:
-    """One line naming the first setting in which `tokenizer` would give other ids than the corpus's own."""
-    mine, theirs = _id_settings(tokenizer), _id_settings(own)
-    for setting in dict.fromkeys([*mine, *theirs]):
-        a, b = mine.get(setting), theirs.get(setting)
+def _says_its_settings(folder: Path) -> bool:
+    return (folder / "tokenizer_config.json").is_file() or (folder / "tokenizer.json").is_file()
+
+
+def _refuse_other_encoding(name: str, candidate: BertTokenizer, own: BertTokenizer, own_folder: Path) -> None:
+    """Same vocabulary but other ids for some text would make the saved model encode text otherwise than its
+    training data; one line names the first such setting, so the user knows which file to fix."""
+    given, corpus_own = _id_settings(candidate), _id_settings(own)
+    for setting in dict.fromkeys([*given, *corpus_own]):
+        a, b = given.get(setting), corpus_own.get(setting)
         if a == b:
             continue
         if setting in ("special tokens", "added tokens"):  # the first entry that differs, not the whole list
@@ -221,7 +227,8 @@ def _id_settings(tokenizer: BertTokenizer) -> dict[str, Any]:
     if o.basic:
         settings.update({"do_lower_case": o.lowercase,
                          "strip_accents": o.lowercase if o.strip_accents is None else o.strip_accents,
-                         "tokenize_chinese_chars": o.chinese_chars, "never_split": sorted(o.never_split),
+                         "tokenize_chinese_chars": o.chinese_chars,
+                         "never_split": never_split_in_effect(tokenizer.backend, o),
                          "additional_special_tokens": sorted(o.extras)})
     settings["special tokens"] = list(o.specials)
     settings["added tokens"] = [f"{t.content!r} (id {t.id}, special {t.special}, single_word {t.single_word}, "
@@ -230,6 +237,7 @@ def _id_settings(tokenizer: BertTokenizer) -> dict[str, Any]:
 
 
 def _shown(value: Any) -> str:
+    """A setting's value cut to one readable line (never_split lists can be long)."""
     text = repr(value)
     return text if len(text) <= 100 else text[:97] + "..."
 

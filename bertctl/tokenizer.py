@@ -193,6 +193,19 @@ def _whole_words(norm: normalizers.Normalizer, options: TokenizerOptions) -> lis
                                                                     .pre_tokenize_str(w)) == 1]
 
 
+def never_split_in_effect(backend: Tokenizer, options: TokenizerOptions) -> list[str]:
+    """The never_split words that give some text other ids: one the normalizer changes and the vocabulary
+    holds (an added token, `_add_tokens`), or one kept whole (`_whole_words`) that the plain pre-tokenizer
+    would cut. Old configs list the special tokens, or plain words like `cat` that stay whole anyway."""
+    if not options.basic:
+        return []
+    kept_whole = set(_whole_words(backend.normalizer, options))
+    plain = pre_tokenizer(options.chinese_chars)
+    return sorted(word for word in options.never_split if word not in (*options.specials, *options.extras) and (
+        (word in kept_whole and len(plain.pre_tokenize_str(word)) != 1)
+        or (backend.normalizer.normalize_str(word) != word and backend.token_to_id(word) is not None)))
+
+
 class BertTokenizer:
     """A `tokenizers.Tokenizer` (`.backend`) plus the options it was built with, saved in every format."""
 

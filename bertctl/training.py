@@ -253,8 +253,16 @@ class StepResult:
                    number(saved["grad_norm"]), bool(saved["skipped"]))
 
 
+def resumed_window(saved: list[dict[str, Any]], step: int, log_every: int) -> list[StepResult]:
+    """The steps of the open metrics window that a checkpoint saved at `step`, so that the first row after a
+    resume averages what the uninterrupted run's did; when `--log-every` changed, only the steps since the
+    last row the new setting would have written."""
+    since_row = step % log_every
+    return [StepResult.from_json(r) for r in saved[len(saved) - since_row:]] if since_row else []
+
+
 def finite_or_none(value: Any) -> Any:
-    """A float that is NaN or infinite as None (JSON null); anything else as it is."""
+    """NaN/inf as None: strict JSON readers (jq, most languages' parsers) refuse Python's bare NaN."""
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig
-from bertctl.hub import is_hub_id, local_folder
+from bertctl.hub import is_hub_id, local_folder, path_as_given
 from bertctl.model import BertForMaskedLM
 from bertctl.tokenizer_folder import load_tokenizer
 
@@ -116,3 +116,11 @@ def test_info_on_a_hub_id_shows_the_snapshots_tokenizer(offline_cache):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["path"] == "someone/tiny-bert" and summary["tokenizer"]["vocab_size"] == len(VOCAB)
+
+
+def test_a_name_under_an_unexpanded_home_is_the_folder_there(tmp_path, monkeypatch):
+    """`--model=~/x` and `model: ~/x` in a --config file reach bertctl without the shell's expansion."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    assert path_as_given("~/models/m") == tmp_path / "models" / "m"
+    assert local_folder("~/models/m") == tmp_path / "models" / "m"

@@ -206,7 +206,7 @@ def _model_folder(folder: Path, tokenizer: Path, spare_rows: int = 0, **tokenize
     ("--init-from", {"strip_accents": False}, "strip_accents False vs True"),
     ("--tokenizer", {"do_lower_case": False}, "do_lower_case False vs True"),
     ("--tokenizer", {"tokenize_chinese_chars": False}, "tokenize_chinese_chars False vs True"),
-    ("--tokenizer", {"never_split": ["cat"]}, "never_split ['cat'] vs []"),
+    ("--tokenizer", {"never_split": ["c++", "cat"]}, "never_split ['c++'] vs []"),  # `cat` is whole anyway
 ])
 def test_a_tokenizer_that_encodes_otherwise_than_the_corpus_is_refused(corpus, tmp_path, source, setting, said):
     """Same vocabulary (same sha256), other normalisation: the corpus's ids are not the ones it would give."""
@@ -252,6 +252,32 @@ def test_a_corpus_without_its_own_tokenizer_compares_the_vocabulary_only(corpus,
     result = CliRunner().invoke(app, _cli(bare, tmp_path / "run", "--steps", "1", "--batch-size", "4",
                                           "--tokenizer", str(cased)))
     assert result.exit_code == 0, result.output
+
+
+def test_a_tokenizer_whose_settings_differ_only_as_written_is_accepted(corpus, tmp_path):
+    """Old configs list the special tokens (or plain words) in never_split: the ids are the same, so no refusal."""
+    listed = _model_folder(tmp_path / "listed", corpus / "tokenizer",
+                           never_split=["[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]", "cat"])
+    result = CliRunner().invoke(app, _cli(corpus, tmp_path / "run", "--steps", "1", "--batch-size", "4",
+                                          "--tokenizer", str(listed)))
+    assert result.exit_code == 0, result.output
+
+
+def test_init_from_a_bare_vocab_txt_compares_the_vocabulary_only(corpus, tmp_path):
+    """Google's layout (vocab.txt, no tokenizer config) does not say its casing; a cased corpus built from it
+    must still start from it, with the corpus's tokenizer saved."""
+    cased = tmp_path / "corpus"
+    shutil.copytree(corpus, cased)
+    config = cased / "tokenizer" / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "do_lower_case": False}))
+    model = _model_folder(tmp_path / "google", corpus / "tokenizer")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (model / name).unlink()
+    from bertctl.pretrain import pretrain
+
+    final = pretrain(small_run(cased, tmp_path / "run", init_from=model, steps=1, save_every=0))
+    saved = json.loads((final / "tokenizer_config.json").read_text())
+    assert saved["do_lower_case"] is False
 
 
 def test_init_from_starts_phase_two_from_the_weights_with_a_fresh_optimizer(corpus, tmp_path):

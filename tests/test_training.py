@@ -161,3 +161,12 @@ def test_metrics_rows_and_saved_steps_write_null_for_non_finite_figures(tmp_path
     back = training.StepResult.from_json(saved)
     assert math.isnan(back.loss) and math.isnan(back.parts["mlm"]) and back.parts["mlm_correct"] == 0.25
     assert back.grad_norm == 2.0 and back.skipped
+
+
+def test_a_resumed_window_holds_the_steps_since_the_last_row_of_the_new_log_every():
+    """A checkpoint at step 6 saved under --log-every 10 holds steps 1-6; resumed with --log-every 4 the next
+    row (step 8) must average steps 5-8, as an uninterrupted --log-every 4 run's does."""
+    saved = [training.StepResult(float(i), {}, 1.0, False).to_json() for i in range(1, 7)]
+    assert [r.loss for r in training.resumed_window(saved, 6, 10)] == [1, 2, 3, 4, 5, 6]
+    assert [r.loss for r in training.resumed_window(saved, 6, 4)] == [5, 6]
+    assert training.resumed_window(saved, 6, 3) == [] and training.resumed_window([], 6, 4) == []
