@@ -14,8 +14,8 @@ from typing import Annotated
 import typer
 
 from bertctl import __version__
-from bertctl.cli_base import Group, command_group, set_debug, show_warnings
-from bertctl.cli_tasks import as_paths, evaluate_app, finetune_app, predict_app
+from bertctl.cli_base import Group, as_paths, command_group, set_debug, show_warnings
+from bertctl.cli_tasks import evaluate_app, finetune_app, predict_app
 from bertctl.config import PretrainConfig
 from bertctl.errors import UsageError
 from bertctl.hub import path_as_given

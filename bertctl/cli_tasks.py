@@ -10,25 +10,13 @@ from typing import Annotated, Any
 
 import typer
 
-from bertctl.cli_base import command_group
+from bertctl.cli_base import as_paths, command_group
 from bertctl.errors import UsageError
 from bertctl.hub import path_as_given
 
 finetune_app = command_group("Fine-tune a model on GLUE or on your own labelled data.")
 evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set or a labelled table.")
 predict_app = command_group("Write predictions: GLUE submission files, or one row per row of a table.")
-
-# Options naming a model or tokenizer are typed str, not Path: Path("./x") and Path("x/") are `x`, which reads
-# like a hub id, so the name is checked while it is still spelt as given (hub.path_as_given).
-_LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer": "tokenizer"}
-
-
-def as_paths(values: dict[str, Any]) -> dict[str, Any]:
-    """Flags or --config file values, their model and tokenizer names made Paths: one written like a path
-    (`./x`, `x/`) that is not there is refused, never looked up on the hub."""
-    return {k: path_as_given(v, _LOCAL_NAMES[k]) if k in _LOCAL_NAMES and isinstance(v, str) else v
-            for k, v in values.items()}
-
 
 # Options of `finetune glue` and `finetune classify`; None falls through to the --config file, then to
 # FinetuneConfig's defaults (shown in brackets).
