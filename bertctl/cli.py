@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from bertctl import __version__
-from bertctl.cli_base import Group, as_paths, command_group, set_debug, show_warnings
+from bertctl.cli_base import Group, command_group, set_debug, show_warnings
 from bertctl.cli_tasks import evaluate_app, finetune_app, predict_app
 from bertctl.config import PretrainConfig
 from bertctl.errors import UsageError
@@ -153,7 +153,7 @@ def corpus_build(
     from bertctl.config import CorpusConfig, build_config, read_config_file
     from bertctl.corpus import build_corpus
 
-    cfg = build_config(CorpusConfig, as_paths(read_config_file(config)) if config else {}, **as_paths(flags))
+    cfg = build_config(CorpusConfig, read_config_file(config) if config else {}, **flags)
     manifest = build_corpus(cfg)
     counts = manifest["counts"]
     held = f", {counts['validation']['instances']} validation" if counts["validation"].get("instances") else ""
@@ -224,11 +224,11 @@ def pretrain(
                                                 "(flags win).")] = None,
 ) -> None:
     """Pre-train BERT with MLM (+NSP/SOP); no arguments runs the quick start on bundled text."""
-    flags = as_paths({k: v for k, v in locals().items() if k != "config"})
+    flags = {k: v for k, v in locals().items() if k != "config"}
     from bertctl.config import QUICKSTART_PRETRAIN, PretrainConfig, build_config, read_config_file
     from bertctl.pretrain import pretrain as run_pretrain
 
-    file_values = as_paths(read_config_file(config)) if config else {}
+    file_values = read_config_file(config) if config else {}
     flagged = {k for k, v in flags.items() if v is not None}
     for pair in (("warmup_steps", "warmup_fraction"), ("init_from", "model_config")):
         for flag, other in (pair, pair[::-1]):

@@ -16,7 +16,6 @@ import typer
 from typer.core import TyperGroup
 
 from bertctl.errors import BertctlError
-from bertctl.hub import path_as_given
 
 _debug = False  # set by the root --debug option
 ClickUsageError = typer.BadParameter.__mro__[1]  # click's UsageError, wherever typer takes click from
@@ -25,18 +24,6 @@ ClickUsageError = typer.BadParameter.__mro__[1]  # click's UsageError, wherever 
 def fail(message: str, code: int) -> typer.Exit:
     typer.echo(f"bertctl: error: {' '.join(str(message).split())}", err=True)
     return typer.Exit(code)
-
-
-# Options naming a model or tokenizer are typed str, not Path: Path("./x") and Path("x/") are `x`, which reads
-# like a hub id, so the name is checked while it is still spelt as given (hub.path_as_given).
-_LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer": "tokenizer"}
-
-
-def as_paths(values: dict[str, Any]) -> dict[str, Any]:
-    """Flags or --config file values, their model and tokenizer names made Paths: one written like a path
-    (`./x`, `x/`) that is not there is refused, never looked up on the hub."""
-    return {k: path_as_given(v, _LOCAL_NAMES[k]) if k in _LOCAL_NAMES and isinstance(v, str) else v
-            for k, v in values.items()}
 
 
 def _usage(exc: Any, ctx: Any) -> Exception:

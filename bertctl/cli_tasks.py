@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bertctl.cli_base import as_paths, command_group
+from bertctl.cli_base import command_group
 from bertctl.errors import UsageError
 from bertctl.hub import path_as_given
 
@@ -57,12 +57,11 @@ _FtConfig = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file
 def _finetune_config(flags: dict[str, Any]) -> Any:
     from bertctl.config import FinetuneConfig, build_config, read_config_file
 
-    flags = as_paths(flags)
     config = flags.pop("config")
     for name, cast in (("seeds", int), ("text_columns", str), ("label_names", str)):
         if flags.get(name) is not None:
             flags[name] = _split_list(flags[name], name, cast)
-    return build_config(FinetuneConfig, as_paths(read_config_file(config)) if config else {}, **flags)
+    return build_config(FinetuneConfig, read_config_file(config) if config else {}, **flags)
 
 
 def _split_list(text: str, name: str, cast: type) -> tuple:

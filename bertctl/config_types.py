@@ -22,6 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from bertctl.errors import UsageError
+from bertctl.hub import path_as_given
+
+# Fields naming a model or tokenizer, which may be a hub id: Path("./x") and Path("x/") are `x`, which reads like
+# one, so a str is checked while it is still spelt as given (a flag, a --config value, a Python argument).
+_LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer": "tokenizer"}
 
 
 class FieldTypeError(UsageError):
@@ -54,13 +59,15 @@ def take_types(cfg: Any) -> None:
     """Give every field of the (frozen) dataclass `cfg` its type: 8.0 becomes 8, a lone string for a list one
     item; any other type is a FieldTypeError naming the field."""
     for name, hint in field_types(type(cfg)).items():
-        value = getattr(cfg, name)
+        given = value = getattr(cfg, name)
+        if name in _LOCAL_NAMES and isinstance(value, str):
+            value = path_as_given(value, _LOCAL_NAMES[name])
         try:
             typed = _coerce(hint, value)
         except (ValueError, OverflowError):
             shown = "null" if value is None else reprlib.repr(value)
             raise FieldTypeError(type(cfg).__name__, name, f"must be {_expected(hint)}, got {shown}") from None
-        if typed is not value:
+        if typed is not given:
             object.__setattr__(cfg, name, typed)
 
 
@@ -96,8 +103,8 @@ def _coerce(hint: Any, value: Any) -> Any:
         return int(value)
     if hint is float and (number or (isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value))):
         return float(value)
-    if hint is Path and isinstance(value, (str, Path)):
-        return Path(value)
+    if hint is Path and isinstance(value, (str, Path)):  # `out: ~/runs` in a --config file reaches us unexpanded
+        return Path(value).expanduser()
     raise ValueError
 
 

@@ -351,3 +351,27 @@ def test_configs_built_in_python_take_their_fields_types():
     cfg = PretrainConfig(out="runs/x", lr=1, model_config=Path("my/config.json"))
     assert cfg.out == Path("runs/x") and type(cfg.lr) is float and cfg.model_config == "my/config.json"
     assert FinetuneConfig(data=Path("glue_data")).data == "glue_data"
+
+
+@pytest.mark.parametrize(("cls", "field", "what"), [
+    (FinetuneConfig, "model", "model folder"), (PretrainConfig, "init_from", "model folder"),
+    (PretrainConfig, "tokenizer", "tokenizer"), (CorpusConfig, "tokenizer", "tokenizer")])
+@pytest.mark.parametrize("name", ["./nope", "nope/"])
+def test_a_model_or_tokenizer_written_like_a_path_is_checked_before_it_becomes_a_hub_id(
+        tmp_path, monkeypatch, cls, field, what, name):
+    """As a Path, `./nope` is `nope`, which a run would look up on the hub; in Python as on the command line."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=f"^{what} {name} does not exist$"):
+        cls(**{field: name})
+    (tmp_path / "nope").mkdir()
+    assert getattr(cls(**{field: name}), field) == Path("nope")
+
+
+def test_paths_in_configs_expand_the_home_folder(tmp_path, monkeypatch):
+    """`out: ~/runs/x` in a --config file reaches the config unexpanded; no shell is there to expand it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "run.yaml").write_text("out: ~/runs/x\ninit_from: ~/ckpt\n")
+    cfg = build_config(PretrainConfig, read_config_file(tmp_path / "run.yaml"))
+    assert (cfg.out, cfg.init_from) == (tmp_path / "runs" / "x", tmp_path / "ckpt")
+    assert FinetuneConfig(train="~/t.csv").train == tmp_path / "t.csv"
