@@ -1,15 +1,14 @@
 """bertctl: BERT end to end on one model core.
 
 The public Python API is imported lazily so that `import bertctl` (and `bertctl --help`) never pulls in torch.
-Four functions share their module's name (`pretrain`, `fill`, `convert`, `info`): `bertctl.pretrain` is always
-the function; the module is `sys.modules["bertctl.pretrain"]` (or `from bertctl.pretrain import ...`).
+A command whose module bears its name is called through the module, as the CLI calls it:
+`bertctl.pretrain.pretrain(cfg)`, `bertctl.fill.fill(texts, model)`, `bertctl.info.info(model)`,
+`bertctl.convert.convert(src, dst)`.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 __version__ = "0.1.0"
@@ -31,40 +30,27 @@ _LAZY = {
     "build_corpus": "bertctl.corpus",
     "load_corpus": "bertctl.corpus",
     "inspect_corpus": "bertctl.corpus",
-    "pretrain": "bertctl.pretrain",
     "finetune_glue": "bertctl.finetune",
     "finetune_classify": "bertctl.finetune",
     "evaluate_glue": "bertctl.evaluate",
     "evaluate_classify": "bertctl.evaluate",
     "predict_glue": "bertctl.predict",
     "predict_classify": "bertctl.predict",
-    "fill": "bertctl.fill",
-    "convert": "bertctl.convert",
-    "info": "bertctl.info",
 }
 
-__all__ = ["__version__", *_LAZY]
+_COMMAND_MODULES = ("pretrain", "fill", "convert", "info")  # named after their command function
+
+__all__ = ["__version__", *_LAZY, *_COMMAND_MODULES]
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'bertctl' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    if module is not None:
+        return getattr(importlib.import_module(module), name)
+    if name in _COMMAND_MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'bertctl' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
-
-class _Package(types.ModuleType):
-    """Importing the submodule bertctl.pretrain sets the package's `pretrain` to that module, which would hide
-    the function from then on; such a module is not stored, so the name keeps resolving to the function."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _LAZY.get(name) == f"{__name__}.{name}":
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+    return sorted({*globals(), *_LAZY, *_COMMAND_MODULES})

@@ -397,6 +397,9 @@ def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: s
     data: dict[str, Any] = {"architectures": [name], "model_type": "bert", **model.config.to_dict(),
                             "position_embedding_type": "absolute", "classifier_dropout": None}
     data.update({k: v for k, v in (extra or {}).items() if k in KEPT_CONFIG_KEYS})
+    head_dropout = getattr(model, "dropout", None)  # a classification head's, which may differ from the hidden
+    if isinstance(head_dropout, nn.Dropout) and head_dropout.p != model.config.hidden_dropout_prob:
+        data["classifier_dropout"] = head_dropout.p
     num_labels = getattr(model, "num_labels", None)
     if num_labels is not None:
         labels = labels or [f"LABEL_{i}" for i in range(num_labels)]

@@ -1,5 +1,4 @@
-"""What every bertctl command shares: library errors become one line on stderr and an exit code, and model
-and tokenizer names are read as the user spelt them.
+"""What every bertctl command shares: library errors become one line on stderr and an exit code.
 
 Library code raises `BertctlError`; only the command groups made here turn it into `bertctl: error: ...`
 (exit 1, or 2 for usage errors), with the traceback only under `bertctl --debug`.

@@ -45,6 +45,7 @@ _FtGroup = Annotated[bool | None, typer.Option("--group-by-length/--no-group-by-
 _FtPrecision = Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto: bf16 on CUDA].")]
 _FtDevice = Annotated[str | None, typer.Option(help="cpu|cuda [cuda when available].")]
 _FtLogEvery = Annotated[int | None, typer.Option(help="Steps between metrics.jsonl rows [50].")]
+_FtMaxBad = Annotated[int | None, typer.Option(help="NaN/inf steps in a row before stopping [5].")]
 _FtSaveEvery = Annotated[int | None, typer.Option(help="Steps between resumable checkpoints; 0: only on "
                                                   "SIGINT/SIGTERM [0].")]
 _FtResume = Annotated[bool | None, typer.Option("--resume/--no-resume", help="Continue the unfinished run of "
@@ -82,7 +83,8 @@ def finetune_glue(
     weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
     adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
     precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
-    save_every: _FtSaveEvery = None, resume: _FtResume = None, overwrite: _FtOverwrite = None,
+    save_every: _FtSaveEvery = None, max_bad_steps: _FtMaxBad = None, resume: _FtResume = None,
+    overwrite: _FtOverwrite = None,
     config: _FtConfig = None,
 ) -> None:
     """Fine-tune on a GLUE task (best dev epoch kept in --out); `all` runs every task into OUT/<task>."""
@@ -108,7 +110,8 @@ def finetune_classify(
     weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
     adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
     precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
-    save_every: _FtSaveEvery = None, resume: _FtResume = None, overwrite: _FtOverwrite = None,
+    save_every: _FtSaveEvery = None, max_bad_steps: _FtMaxBad = None, resume: _FtResume = None,
+    overwrite: _FtOverwrite = None,
     config: _FtConfig = None,
 ) -> None:
     """Fine-tune on your own labelled table (classification or regression)."""

@@ -63,10 +63,6 @@ class BertConfig:
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise UsageError(f"model config: pad_token_id {self.pad_token_id} is outside the vocabulary")
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
     def to_dict(self) -> dict[str, Any]:
         """The fields as config.json holds them (transformers' names)."""
         return dataclasses.asdict(self)
@@ -191,6 +187,11 @@ def _check_optimizer(cfg: PretrainConfig | FinetuneConfig) -> None:
         _require(cfg, name, 0.0 <= getattr(cfg, name) < math.inf, "a finite number, 0 or more")
     for name in ("adam_beta1", "adam_beta2"):
         _require(cfg, name, 0.0 <= getattr(cfg, name) < 1.0, "in [0, 1)")
+
+
+def warmup_steps(fraction: float, steps: int) -> int:
+    """A warmup fraction in steps, rounded up as transformers' Trainer does (its float product too)."""
+    return math.ceil(fraction * steps)
 
 
 def config_to_dict(obj: Any) -> dict[str, Any]:
@@ -318,7 +319,7 @@ class PretrainConfig:
     def warmup(self) -> int:
         """Warmup steps: --warmup-fraction of --steps when given, else --warmup-steps."""
         if self.warmup_fraction is not None:
-            return round(self.warmup_fraction * self.steps)
+            return warmup_steps(self.warmup_fraction, self.steps)
         return self.warmup_steps
 
     def micro_batches(self, world_size: int) -> tuple[int, int]:
@@ -376,6 +377,7 @@ class FinetuneConfig:
     device: str | None = None  # cpu | cuda (default: cuda when available)
     log_every: int = 50  # optimizer steps between metrics.jsonl rows
     save_every: int = 0  # optimizer steps between resumable checkpoints (0: only on SIGINT/SIGTERM)
+    max_bad_steps: int = 5  # NaN/inf steps in a row before the run stops
     resume: bool = False  # continue the unfinished run of --out from its newest checkpoint
     overwrite: bool = False  # replace an existing --out (and an unfinished run of it)
 
@@ -383,7 +385,7 @@ class FinetuneConfig:
         take_types(self)
         if self.save_every < 0:
             raise UsageError(f"--save-every must be 0 or more, got {self.save_every}")
-        for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "log_every"):
+        for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "log_every", "max_bad_steps"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.max_seq_length < 3:
@@ -405,12 +407,10 @@ class FinetuneConfig:
             if getattr(self, name) not in allowed:
                 raise UsageError(f"--{name} {getattr(self, name)!r}: choose one of {', '.join(allowed)}")
 
-    def micro_batches(self, world_size: int = 1) -> tuple[int, int]:
-        """(examples per forward pass and process, forward passes per process and full optimizer step);
-        without --micro-batch-size a process takes its whole share of the batch at once."""
-        share = -(-self.batch_size // world_size)
-        micro = self.micro_batch_size or share
-        return micro, -(-share // micro)
+    def micro_batch(self, world_size: int = 1) -> int:
+        """Examples per forward pass and process; without --micro-batch-size a process takes its whole share
+        of the batch at once."""
+        return self.micro_batch_size or -(-self.batch_size // world_size)
 
 
 @dataclass(frozen=True)

@@ -434,7 +434,7 @@ def _table_stats(table: Any, manifest: dict[str, Any]) -> dict[str, Any]:
 def _samples(split: Any, manifest: dict[str, Any], tokenizer: Any, num: int) -> list[dict[str, Any]]:
     """The first rows, rendered token by token; masked tokens as <shown|original>.
 
-    A dynamic corpus stores no masks, so its samples are masked here (seed 0) to show what the
+    A dynamic corpus stores no masks, so its samples are masked here (row i with seed i) to show what the
     pre-training collator does.
     """
     from bertctl.data.masking import mask_tokens, masking_options

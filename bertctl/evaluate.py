@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
+from bertctl.config import FinetuneConfig
 from bertctl.data.batches import pad_batch
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import TabularTask, classify_task, read_examples
@@ -30,8 +31,6 @@ from bertctl.metrics import compute_task_metrics
 from bertctl.tokenizer import BertTokenizer
 from bertctl.training import pick_device
 
-DEFAULT_MAX_SEQ_LENGTH = 128
-DEFAULT_EVAL_BATCH_SIZE = 128
 MIN_SEQ_LENGTH = 3  # [CLS], one token, [SEP]
 log = logging.getLogger(__name__)
 
@@ -101,8 +100,10 @@ def eval_order(lengths: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:
 
 
 def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size: int, device: torch.device,
-                   precision: str, env: training.Distributed | None = None) -> np.ndarray:
-    """(N, num_labels) float32 logits in the examples' order.
+                   precision: str, env: training.Distributed | None = None,
+                   label_order: list[int] | None = None) -> np.ndarray:
+    """(N, num_labels) float32 logits in the examples' order; with `label_order` (the model's output for each
+    of the task's classes, for a model trained elsewhere with its classes in another order) in the task's.
 
     Under torchrun (`env`), rank r runs batches r, r + world, ... of exactly the batches one process runs and
     the ranks' logits are summed (each row is non-zero on one rank), so every rank gets the one-process logits.
@@ -113,7 +114,7 @@ def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size
                  device, precision)
     if world > 1:
         torch.distributed.all_reduce(torch.from_numpy(out), group=env.control)  # gloo, on the host
-    return out
+    return out if label_order is None else out[:, label_order]
 
 
 @torch.inference_mode()
@@ -135,15 +136,12 @@ def to_predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
 def score(task: Any, model: nn.Module, features: dict[str, Features], pad_id: int, batch_size: int,
           device: torch.device, precision: str, label_order: list[int] | None = None,
           env: training.Distributed | None = None) -> dict[str, dict[str, float]]:
-    """The task's metrics on every given split: {split: {metric: value}}, the same on every rank of `env`.
-
-    `label_order` lists the model's output for each of the task's classes, for a model trained elsewhere
-    with its classes in another order (see `load_classifier`).
-    """
+    """The task's metrics on every given split: {split: {metric: value}}, the same on every rank of `env`
+    (`label_order`: see `predict_logits` and `load_classifier`)."""
     results = {}
     for split, feats in features.items():
-        logits = predict_logits(model, feats, pad_id, batch_size, device, precision, env)
-        predictions = to_predictions(logits if label_order is None else logits[:, label_order], task.is_regression)
+        logits = predict_logits(model, feats, pad_id, batch_size, device, precision, env, label_order)
+        predictions = to_predictions(logits, task.is_regression)
         results[split] = compute_task_metrics(task, predictions.tolist(), feats.labels.tolist())
     return results
 
@@ -245,10 +243,10 @@ def open_scorer(path: Path | str, task: GlueTask | TabularTask, max_seq_length: 
     record = read_run_record(folder)
     saved = record.get("config", {})
     positions = model.config.max_position_embeddings
-    max_len = _setting(max_seq_length, saved.get("max_seq_length"), min(DEFAULT_MAX_SEQ_LENGTH, positions))
+    max_len = _setting(max_seq_length, saved.get("max_seq_length"), min(FinetuneConfig.max_seq_length, positions))
     if max_len > positions:
         raise UsageError(f"--max-seq-length {max_len}: the model takes at most {positions} tokens")
-    batch_size = _setting(batch_size, saved.get("eval_batch_size"), DEFAULT_EVAL_BATCH_SIZE)
+    batch_size = _setting(batch_size, saved.get("eval_batch_size"), FinetuneConfig.eval_batch_size)
     return Scorer(model, tokenizer, max_len, batch_size, order, record.get("precision"), record.get("device"))
 
 

@@ -12,7 +12,6 @@ import torch
 from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
 from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
-from bertctl.model import IGNORE_INDEX
 from bertctl.tokenizer import BertTokenizer
 from bertctl.training import pick_device, to_device
 
@@ -83,10 +82,10 @@ def fill(
     results = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start: start + batch_size]
-        batch = {k: torch.from_numpy(v) for k, v in pad_batch(chunk, None, tokenizer.pad_id).items()}
-        batch["mlm_labels"] = torch.where(batch["input_ids"] == tokenizer.mask_id, 0, IGNORE_INDEX)  # masks only
-        batch = to_device(batch, run_on)
-        logits = mlm(batch["input_ids"], None, batch.get("attention_mask"), mlm_labels=batch["mlm_labels"]).logits
+        batch = to_device({k: torch.from_numpy(v) for k, v in pad_batch(chunk, None, tokenizer.pad_id).items()},
+                          run_on)
+        hidden, _ = mlm.encode(batch["input_ids"], None, batch.get("attention_mask"))
+        logits = mlm.mlm(hidden[batch["input_ids"] == tokenizer.mask_id])  # (N, V): the head at the masks only
         scores, best = logits.float().softmax(-1).topk(top_k, dim=-1)  # (N, k), rows in text order
         scores, best = scores.cpu().tolist(), best.cpu().tolist()
         cursor = 0

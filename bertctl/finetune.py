@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from bertctl import __version__, training, training_state
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
-from bertctl.config import FinetuneConfig, config_to_dict
+from bertctl.config import FinetuneConfig, config_to_dict, warmup_steps
 from bertctl.data.batches import rank_micro_batches, train_batches
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import load_labelled_data
@@ -62,7 +62,6 @@ from bertctl.finetune_work import (
 from bertctl.tokenizer import BertTokenizer
 
 log = logging.getLogger(__name__)
-MAX_BAD_STEPS = 5  # consecutive NaN/inf losses before a run stops
 
 
 def finetune_glue(cfg: FinetuneConfig) -> Path | None:
@@ -287,10 +286,10 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     optimizer = training.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
                                         (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-    micro, _ = cfg.micro_batches(env.world_size)
+    micro = cfg.micro_batch(env.world_size)
     per_epoch = math.ceil(len(prep.train) / cfg.batch_size)
     total = per_epoch * cfg.epochs
-    warmup = math.ceil(cfg.warmup_fraction * total)
+    warmup = warmup_steps(cfg.warmup_fraction, total)
     checkpoint = training_state.latest_checkpoint(work) if work.is_dir() else None
     progress = Progress()
     if checkpoint is not None:
@@ -304,7 +303,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     train_model = training.wrap_ddp(model, env)
     log = training.MetricsLog(work, enabled=env.is_main)
     speed = training.Throughput(carried)
-    bar = _progress(total, progress.step, f"{task.name} seed {seed}", env.is_main)
+    bar = training.progress_bar(total, progress.step, f"{task.name} seed {seed}", env.is_main)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device
     anchored = progress.best["epoch"]  # the best epoch the newest checkpoint refers to (its folder is kept)
     try:
@@ -323,11 +322,11 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                 bar.update(1)
                 stopping = training.any_rank(stop.requested, env)
                 saving = progress.step % per_epoch != 0 and (stopping or _save_due(cfg, progress.step))
-                logging = progress.step % cfg.log_every == 0 or progress.step == total
-                if not (logging or saving):
+                log_due = progress.step % cfg.log_every == 0 or progress.step == total
+                if not (log_due or saving):
                     continue
-                _read_steps(pending, progress)
-                if logging:
+                _read_steps(pending, progress, cfg.max_bad_steps)
+                if log_due:
                     row = _train_row(progress.step, progress.step / per_epoch, progress.window, lr, speed,
                                      task.is_regression)
                     log.write(row)
@@ -345,7 +344,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                 keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)
             stopping = training.any_rank(stop.requested, env)  # an epoch's last step saves after its evaluation
             if progress.step < total and (stopping or _save_due(cfg, progress.step)):
-                _read_steps(pending, progress)
+                _read_steps(pending, progress, cfg.max_bad_steps)
                 anchored = save_checkpoint(model, prep, optimizer, scaler, progress, work, env)
                 if stopping:
                     raise _Stopped(f"stopped after epoch {epoch} of {cfg.epochs} ({task.name} seed {seed})")
@@ -359,16 +358,16 @@ def _save_due(cfg: FinetuneConfig, step: int) -> bool:
     return bool(cfg.save_every) and step % cfg.save_every == 0
 
 
-def _read_steps(pending: list[training.PendingStep], progress: Progress) -> None:
+def _read_steps(pending: list[training.PendingStep], progress: Progress, limit: int) -> None:
     """Read the queued steps into the metrics window (one device sync); a run of NaN/inf steps stops the run."""
-    results, progress.bad_in_row = training.read_window(pending, progress.step, progress.bad_in_row, MAX_BAD_STEPS,
+    results, progress.bad_in_row = training.read_window(pending, progress.step, progress.bad_in_row, limit,
                                                         "lower --lr or use --precision fp32/bf16")
     progress.window += results
 
 
 def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
-    model = build_model(prep.ckpt, "BertForSequenceClassification", num_labels=prep.task.num_labels,
-                        classifier_dropout=cfg.dropout)
+    dropout = {} if cfg.dropout is None else {"classifier_dropout": cfg.dropout}  # None: the folder's own
+    model = build_model(prep.ckpt, "BertForSequenceClassification", num_labels=prep.task.num_labels, **dropout)
     fresh = set(model.fresh_heads)
     reordered = "classifier" not in fresh and _align_classifier(model, prep.ckpt, prep.task, cfg.model, announce)
     if announce:
@@ -440,13 +439,12 @@ def _run_record(cfg: FinetuneConfig, prep: Prepared, model: nn.Module, seed: int
 
 def _train_row(step: int, epoch: float, window: list[training.StepResult], lr: float,
                speed: training.Throughput, regression: bool) -> dict[str, Any]:
-    good = [r for r in window if not r.skipped] or window
-    row: dict[str, Any] = {"step": step, "epoch": round(epoch, 4),
-                           "loss": sum(r.loss for r in good) / len(good)}
+    means = training.window_means(window)
+    row: dict[str, Any] = {"step": step, "epoch": round(epoch, 4), "loss": means["loss"]}
     if not regression:
-        row["accuracy"] = sum(r.parts["task_correct"] for r in good) / len(good)
-    row.update({"lr": lr, "grad_norm": sum(r.grad_norm for r in good) / len(good),
-                "tokens_per_second": speed.rate(), "elapsed": speed.elapsed()})
+        row["accuracy"] = means["task_correct"]
+    row.update({"lr": lr, "grad_norm": means["grad_norm"], "tokens_per_second": speed.rate(),
+                "elapsed": speed.elapsed()})
     return row
 
 
@@ -458,8 +456,3 @@ def _show(figures: dict[str, float]) -> str:
     return ", ".join(f"{key} {value:.4f}" for key, value in figures.items())
 
 
-def _progress(total: int, initial: int, desc: str, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True, file=sys.stderr,
-                disable=not enabled)

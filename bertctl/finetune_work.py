@@ -32,7 +32,8 @@ from bertctl.errors import UsageError
 from bertctl.evaluate import seeds_markdown
 from bertctl.files import building_folder, check_new_out, write_json_atomic, write_text_atomic
 
-RESUMABLE_CHANGES = ("resume", "overwrite", "save_every", "device", "log_every")  # may differ on --resume
+# settings a --resume may change
+RESUMABLE_CHANGES = ("resume", "overwrite", "save_every", "device", "log_every", "max_bad_steps")
 LOG_FILES = ("run.json", "metrics.jsonl", "tensorboard")  # a seed's logs, copied into its model folder
 
 

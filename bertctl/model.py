@@ -104,8 +104,9 @@ class Bert(nn.Module):
         """Returns the hidden states (B, T, H) and the pooled [CLS] vector (B, H), or None without a pooler."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        mask = None
-        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
+        mask = None  # no mask lets SDPA take its fastest kernel; asking a GPU whether one is needed would sync
+        if attention_mask is not None and (torch.compiler.is_compiling() or attention_mask.device.type != "cpu"
+                                           or not bool(attention_mask.all())):
             mask = attention_mask[:, None, None, :].bool()  # (B, 1, 1, T): True where a key may be attended
         x = self.embeddings(input_ids, token_type_ids)
         for layer in self.layers:
@@ -212,7 +213,8 @@ class BertTaskModel(nn.Module):
             elif isinstance(module, MaskedLMHead):
                 nn.init.zeros_(module.bias)
 
-    def encode(self, input_ids: Tensor, token_type_ids: Tensor | None, attention_mask: Tensor | None):
+    def encode(self, input_ids: Tensor, token_type_ids: Tensor | None,
+               attention_mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
         return self.bert(input_ids, token_type_ids, attention_mask)
 
 
@@ -224,7 +226,8 @@ class BertEncoderModel(BertTaskModel):
         super().__init__(cfg)
         self.init_weights()
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> ModelOutput:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None) -> ModelOutput:
         hidden, pooled = self.encode(input_ids, token_type_ids, attention_mask)
         return ModelOutput(hidden_states=hidden, pooled=pooled)
 
@@ -240,8 +243,9 @@ class BertForPreTraining(BertTaskModel):
         self.nsp = nn.Linear(cfg.hidden_size, 2)
         self.init_weights()
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, mlm_labels=None,
-                next_sentence_label=None, mlm_predictions=None) -> ModelOutput:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                mlm_labels: Tensor | None = None, next_sentence_label: Tensor | None = None,
+                mlm_predictions: int | None = None) -> ModelOutput:
         hidden, pooled = self.encode(input_ids, token_type_ids, attention_mask)
         logits, targets = masked_lm_logits(self.mlm, hidden, mlm_labels, mlm_predictions)
         nsp_logits = self.nsp(pooled)  # (B, 2)
@@ -265,8 +269,8 @@ class BertForMaskedLM(BertTaskModel):
         self.mlm = MaskedLMHead(cfg, self.bert.embeddings.word)
         self.init_weights()
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, mlm_labels=None,
-                mlm_predictions=None) -> ModelOutput:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                mlm_labels: Tensor | None = None, mlm_predictions: int | None = None) -> ModelOutput:
         hidden, _ = self.encode(input_ids, token_type_ids, attention_mask)
         logits, targets = masked_lm_logits(self.mlm, hidden, mlm_labels, mlm_predictions)
         out = ModelOutput(logits=logits, mlm_targets=targets, hidden_states=hidden)
@@ -286,7 +290,8 @@ class BertForSequenceClassification(BertTaskModel):
         self.dropout, self.classifier = _classifier(cfg, num_labels, classifier_dropout)
         self.init_weights()
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> ModelOutput:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                labels: Tensor | None = None) -> ModelOutput:
         _, pooled = self.encode(input_ids, token_type_ids, attention_mask)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
         loss = classification_loss(logits, labels) if labels is not None else None
@@ -305,7 +310,8 @@ class BertForTokenClassification(BertTaskModel):
         self.dropout, self.classifier = _classifier(cfg, num_labels, classifier_dropout)
         self.init_weights()
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> ModelOutput:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                labels: Tensor | None = None) -> ModelOutput:
         hidden, _ = self.encode(input_ids, token_type_ids, attention_mask)
         logits = self.classifier(self.dropout(hidden))  # (B, T, num_labels)
         loss = classification_loss(logits, labels) if labels is not None else None
@@ -318,14 +324,13 @@ class BertForQuestionAnswering(BertTaskModel):
     head_names = ("question_answering",)
     uses_pooler = False
 
-    def __init__(self, cfg: BertConfig, num_labels: int = 2) -> None:
+    def __init__(self, cfg: BertConfig) -> None:
         super().__init__(cfg)
-        self.num_labels = num_labels
-        self.qa_outputs = nn.Linear(cfg.hidden_size, num_labels)
+        self.qa_outputs = nn.Linear(cfg.hidden_size, 2)  # a classifier folder's num_labels must not reach it
         self.init_weights()
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, start_positions=None,
-                end_positions=None) -> ModelOutput:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                start_positions: Tensor | None = None, end_positions: Tensor | None = None) -> ModelOutput:
         hidden, _ = self.encode(input_ids, token_type_ids, attention_mask)
         start, end = self.qa_outputs(hidden).split(1, dim=-1)  # (B, T, 1) each
         start, end = start.squeeze(-1), end.squeeze(-1)
@@ -348,7 +353,8 @@ class BertForMultipleChoice(BertTaskModel):
         self.dropout, self.classifier = _classifier(cfg, 1, classifier_dropout)
         self.init_weights()
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> ModelOutput:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                labels: Tensor | None = None) -> ModelOutput:
         B, C, T = input_ids.shape
 
         def flat(t: Tensor | None) -> Tensor | None:

@@ -72,8 +72,8 @@ def _predict_task(task: GlueTask, model: Path, data: str | Path, batch_size: int
 def _task_logits(scorer: Scorer, examples: Examples, device: torch.device, precision: str) -> np.ndarray:
     """(N, outputs) logits in the examples' order, columns in the task's class order."""
     features = encode_examples(scorer.tokenizer, examples, scorer.max_seq_length)
-    logits = predict_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, device, precision)
-    return logits if scorer.label_order is None else logits[:, scorer.label_order]
+    return predict_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, device, precision,
+                          label_order=scorer.label_order)
 
 
 def predict_classify(model: Path | str, data: str | Path, out: str | Path, text_columns: Sequence[str] | None = None,

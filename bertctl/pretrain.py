@@ -9,6 +9,7 @@ validation, metrics.jsonl. With no corpus it runs the quick start on the bundled
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 from functools import partial
@@ -104,10 +105,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     loss_terms = partial(_loss_terms, predictions=manifest["max_predictions_per_seq"] if compiled else None)
     log = training.MetricsLog(run, enabled=env.is_main)
     speed = training.Throughput(carried)
-    bar = _progress(cfg, step, env)
+    bar = training.progress_bar(cfg.steps, step, "pretrain", env.is_main)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device
     final = run / "final"
-    with training.GracefulStop() as stop, training.loader_batches(loader) as batches, bar:
+    with training.GracefulStop() as stop, training.loader_batches(loader) as batches, bar, contextlib.closing(log):
         while step < cfg.steps:
             host_batches = [next(batches) for _ in range(accum)]
             tokens = sum(int(b["attention_mask"].sum()) for b in host_batches) * env.world_size
@@ -122,16 +123,16 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
             speed.add(tokens)
             bar.update(1)
             stopping = training.any_rank(stop.requested, env)
-            logging = step % cfg.log_every == 0 or step == cfg.steps
+            log_due = step % cfg.log_every == 0 or step == cfg.steps
             saving = step < cfg.steps and (stopping or (cfg.save_every and step % cfg.save_every == 0))
             evaluating = validation is not None and step % cfg.eval_every == 0
-            if not (logging or saving or evaluating):
+            if not (log_due or saving or evaluating):
                 continue
             results, bad_in_row = training.read_window(pending, step, bad_in_row, cfg.max_bad_steps,
                                                        "lower --lr, use --precision fp32/bf16, or check the corpus")
-            bad_total += sum(r.skipped for r in results)
+            bad_total += sum(r.bad for r in results)
             window += results
-            if logging:
+            if log_due:
                 row = _log_row(step, window, lr, speed, has_nsp, bad_total)
                 log.write(row)
                 window = []
@@ -149,7 +150,6 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         if step >= cfg.steps:
             _save(model, final, tokenizer, optimizer, scaler,
                   {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total}, env, overwrite=True)
-    log.close()
     where = final if step >= cfg.steps else training_state.step_folder(run, step)
     if env.is_main:
         print(f"saved {where} (step {step}); try: bertctl fill --model {where} \"the [MASK] was very happy.\"")
@@ -313,18 +313,13 @@ def evaluate_pretraining(model: nn.Module, table: Any, collate: Collator, micro:
 
 def _log_row(step: int, window: list[training.StepResult], lr: float, speed: training.Throughput,
              has_nsp: bool, bad_total: int) -> dict[str, Any]:
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
-
-    good = [r for r in window if not r.skipped] or window
-    row: dict[str, Any] = {"step": step, "loss": mean([r.loss for r in good]),
-                           "mlm_loss": mean([r.parts["mlm"] for r in good]),
-                           "mlm_accuracy": mean([r.parts["mlm_correct"] for r in good])}
+    means = training.window_means(window)
+    row: dict[str, Any] = {"step": step, "loss": means["loss"], "mlm_loss": means["mlm"],
+                           "mlm_accuracy": means["mlm_correct"]}
     if has_nsp:
-        row["nsp_loss"] = mean([r.parts["nsp"] for r in good])
-        row["nsp_accuracy"] = mean([r.parts["nsp_correct"] for r in good])
-    row.update({"lr": lr, "grad_norm": mean([r.grad_norm for r in good]),
-                "tokens_per_second": speed.rate(), "elapsed": speed.elapsed(), "skipped_steps": bad_total})
+        row.update({"nsp_loss": means["nsp"], "nsp_accuracy": means["nsp_correct"]})
+    row.update({"lr": lr, "grad_norm": means["grad_norm"], "tokens_per_second": speed.rate(),
+                "elapsed": speed.elapsed(), "skipped_steps": bad_total})
     return row
 
 
@@ -351,9 +346,3 @@ def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed
                                        worker_init_fn=training.leave_stop_signals_to_the_main_process)
 
 
-def _progress(cfg: PretrainConfig, step: int, env: training.Distributed) -> Any:
-    """The bar (silent on other ranks); used as a context, so an error line never lands on its last line."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=cfg.steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True,
-                disable=not env.is_main)

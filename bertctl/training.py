@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from bertctl.errors import BertctlError, UsageError
+from bertctl.files import write_text_atomic
 
 # --- optimizer --------------------------------------------------------------------------------------
 
@@ -118,7 +119,7 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 
 
 def enable_fast_math(device: torch.device) -> None:
-    """TF32 matmuls and cuDNN autotuning on CUDA; nothing changes on the CPU."""
+    """TF32 matmuls and convolutions on CUDA; nothing changes on the CPU."""
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -238,11 +239,12 @@ class StepResult:
     parts: dict[str, float]  # e.g. mlm_loss, nsp_loss, mlm_accuracy (global)
     grad_norm: float
     skipped: bool  # True when the loss or gradients were not finite and the update was skipped
+    bad: bool  # counts towards --max-bad-steps: skipped, unless fp16's loss scaler skipped a routine overflow
 
     def to_json(self) -> dict[str, Any]:
         """For a checkpoint's trainer_state.json (non-finite figures as null, which strict JSON readers take)."""
         return {"loss": finite_or_none(self.loss), "parts": {k: finite_or_none(v) for k, v in self.parts.items()},
-                "grad_norm": finite_or_none(self.grad_norm), "skipped": self.skipped}
+                "grad_norm": finite_or_none(self.grad_norm), "skipped": self.skipped, "bad": self.bad}
 
     @classmethod
     def from_json(cls, saved: dict[str, Any]) -> StepResult:
@@ -250,7 +252,7 @@ class StepResult:
             return math.nan if value is None else float(value)
 
         return cls(number(saved["loss"]), {k: number(v) for k, v in saved["parts"].items()},
-                   number(saved["grad_norm"]), bool(saved["skipped"]))
+                   number(saved["grad_norm"]), bool(saved["skipped"]), bool(saved.get("bad", saved["skipped"])))
 
 
 def resumed_window(saved: list[dict[str, Any]], step: int, log_every: int) -> list[StepResult]:
@@ -258,7 +260,23 @@ def resumed_window(saved: list[dict[str, Any]], step: int, log_every: int) -> li
     resume averages what the uninterrupted run's did; when `--log-every` changed, only the steps since the
     last row the new setting would have written."""
     since_row = step % log_every
-    return [StepResult.from_json(r) for r in saved[len(saved) - since_row:]] if since_row else []
+    return [StepResult.from_json(r) for r in saved[-since_row:]] if since_row else []
+
+
+def window_means(window: list[StepResult]) -> dict[str, float]:
+    """The loss, each loss part and the gradient norm averaged over a metrics window's steps that updated the
+    model (over all of them when none did)."""
+    good = [r for r in window if not r.skipped] or window
+    figures = [{"loss": r.loss, "grad_norm": r.grad_norm, **r.parts} for r in good]
+    return {name: sum(f[name] for f in figures) / len(figures) for name in figures[0]}
+
+
+def progress_bar(total: int, initial: int, desc: str, enabled: bool) -> Any:
+    """A training loop's step bar (silent when not `enabled`: other ranks); used as a context, so an error
+    line never lands on its last line."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True, disable=not enabled)
 
 
 def finite_or_none(value: Any) -> Any:
@@ -274,7 +292,7 @@ class PendingStep:
     (`resolve_steps`), so the host queues the next steps meanwhile and the GPU never waits on Python.
     """
 
-    names: list[str]  # names of the loss parts in `values`, then "loss", "grad_norm", "finite"
+    names: list[str]  # names of the loss parts in `values`, then "loss", "grad_norm", "finite", "bad"
     values: Tensor  # (len(names),) float32 on the device
 
 
@@ -286,8 +304,9 @@ def resolve_steps(pending: list[PendingStep]) -> list[StepResult]:
     results = []
     for row in torch.stack([p.values for p in pending]).tolist():
         figures = dict(zip(names, row, strict=True))
-        loss, grad_norm, finite = figures.pop("loss"), figures.pop("grad_norm"), figures.pop("finite")
-        results.append(StepResult(loss, figures, grad_norm, skipped=not finite))
+        loss, grad_norm = figures.pop("loss"), figures.pop("grad_norm")
+        results.append(StepResult(loss, figures, grad_norm, skipped=not figures.pop("finite"),
+                                  bad=bool(figures.pop("bad"))))
     return results
 
 
@@ -298,9 +317,10 @@ def read_window(pending: list[PendingStep], step: int, bad_in_row: int, limit: i
     results = resolve_steps(pending)
     pending.clear()
     for at, result in enumerate(results, start=step - len(results) + 1):
-        bad_in_row = bad_in_row + 1 if result.skipped else 0
+        bad_in_row = bad_in_row + 1 if result.bad else 0
         if bad_in_row >= limit:
-            raise BertctlError(f"the loss was NaN/inf for {bad_in_row} steps in a row at step {at}; {hint}")
+            raise BertctlError(f"the loss or its gradients were NaN/inf for {bad_in_row} steps in a row at step "
+                               f"{at}; {hint}")
     return results, bad_in_row
 
 
@@ -349,6 +369,8 @@ def optimizer_step(
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf")).float()
     total = sum(reduced[names.index(name)] for name in units)
     finite = torch.isfinite(total) & torch.isfinite(grad_norm)
+    # fp16's scaler skips a step whose scaled gradients overflowed and lowers its scale: routine, not bad
+    bad = ~torch.isfinite(total) if scaler is not None else ~finite
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()
@@ -359,8 +381,8 @@ def optimizer_step(
     elif bool(finite):  # other optimizers (LAMB) need the answer on the host
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    values = torch.cat([reduced, torch.stack([total, grad_norm, finite.float()])]).detach()
-    return PendingStep([*names, "loss", "grad_norm", "finite"], values)
+    values = torch.cat([reduced, torch.stack([total, grad_norm, finite.float(), bad.float()])]).detach()
+    return PendingStep([*names, "loss", "grad_norm", "finite", "bad"], values)
 
 
 # --- signals, logging ----------------------------------------------------------------------------------
@@ -457,10 +479,19 @@ def trim_metrics(run: Path, step: int) -> float:
     path = run / "metrics.jsonl"
     if not path.is_file():
         return 0.0
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    kept = [(line, row) for line in lines if (row := json.loads(line))["step"] <= step]
-    path.write_text("".join(f"{line}\n" for line, _ in kept), encoding="utf-8")
+    kept = [(line, row) for line in path.read_text(encoding="utf-8").splitlines()
+            if (row := _json_row(line)) is not None and row["step"] <= step]
+    write_text_atomic(path, "".join(f"{line}\n" for line, _ in kept))
     return max((row["elapsed"] for _, row in kept if "elapsed" in row), default=0.0)
+
+
+def _json_row(line: str) -> dict[str, Any] | None:
+    """A metrics row, or None for a blank line or the half-written last line of a killed run."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) and "step" in row else None
 
 
 class Throughput:

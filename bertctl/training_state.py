@@ -1,7 +1,7 @@
 """What a resumable run saves besides its model folder, and where its checkpoints live.
 
 Optimizer moments and every RNG (python, numpy, torch per rank on the CPU and its GPU) in safetensors, the
-step, data position and scalars in JSON: no pickle anywhere. Checkpoints are `RUN/step-NNNNNNN/` folders that
+step, data position and scalars in JSON: no pickle anywhere. Checkpoints are `RUN/step-NNNNNN/` folders that
 are complete once renamed into place, so the newest complete one is what `--resume` continues from.
 """
 
@@ -137,9 +137,7 @@ def read_training_state(folder: Path, optimizer: torch.optim.Optimizer, scaler: 
         record = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
     except Exception as exc:
         raise BertctlError(f"cannot resume from {folder}: {str(exc).splitlines()[0]}") from None
-    device = next(iter(optimizer.param_groups[0]["params"])).device
-    load_optimizer_state(optimizer, {k: v.to(device) if k.split(".")[-1] != "step" else v
-                                     for k, v in tensors.items()}, record["optimizer"])
+    load_optimizer_state(optimizer, tensors, record["optimizer"])  # torch moves the moments to their parameters
     set_rng_state(tensors, record["rng"], rank)
     if scaler is not None and record.get("grad_scaler"):
         scaler.load_state_dict(record["grad_scaler"])
@@ -169,6 +167,6 @@ def latest_checkpoint(run: Path) -> Path | None:
 
 
 def prune_checkpoints(run: Path, keep: int) -> None:
-
+    """Keep the newest `keep` step checkpoints; final/ is not one, so it is never removed."""
     for old in complete_checkpoints(run)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)

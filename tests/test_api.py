@@ -1,5 +1,5 @@
-"""The Python API as a user meets it: names that stay functions, errors that stay one line, global state left
-as it was."""
+"""The Python API as a user meets it: commands called through their modules, errors that stay one line, global
+state left as it was."""
 
 from __future__ import annotations
 
@@ -7,14 +7,16 @@ import subprocess
 import sys
 
 
-def test_functions_named_like_their_modules_stay_functions():
-    code = ("import bertctl, bertctl.fill, bertctl.info, bertctl.convert, bertctl.pretrain, sys\n"
-            "from bertctl import pretrain\n"
+def test_commands_are_called_through_their_modules_as_the_cli_calls_them():
+    """`bertctl.pretrain.pretrain(cfg)` (STYLE.md): with `import bertctl` alone, before and after the module is
+    imported, and without importing torch until a command module is touched."""
+    code = ("import sys, bertctl\n"
             "names = ['pretrain', 'fill', 'info', 'convert']\n"
-            "assert all(callable(getattr(bertctl, n)) and getattr(bertctl, n).__module__ == 'bertctl.' + n "
-            "for n in names), [getattr(bertctl, n) for n in names]\n"
-            "assert callable(pretrain) and type(sys.modules['bertctl.pretrain']).__name__ == 'module'\n"
-            "assert set(names) <= set(dir(bertctl))\n")
+            "assert set(names) <= set(dir(bertctl)) and 'torch' not in sys.modules\n"
+            "assert all(callable(getattr(getattr(bertctl, n), n)) for n in names)\n"
+            "import bertctl.pretrain\n"
+            "from bertctl import fill\n"
+            "assert bertctl.pretrain is sys.modules['bertctl.pretrain'] and callable(fill.fill)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -37,8 +39,8 @@ def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
         (lambda: bertctl.save_model(classifier, tmp_path / "c2", tok, labels="xy"), "give 2 different names"),
         (lambda: bertctl.save_model(classifier, tmp_path / "c3", tmp_path / "nope"), "has no tokenizer.json"),
         (lambda: bertctl.save_model(classifier, tmp_path / "c4", tok, problem_type="x"), "problem_type 'x'"),
-        (lambda: bertctl.fill(["a [MASK]"], mlm, batch_size=0), "--batch-size must be at least 1"),
-        (lambda: bertctl.fill("a [MASK]", mlm), "a list of texts"),
+        (lambda: bertctl.fill.fill(["a [MASK]"], mlm, batch_size=0), "--batch-size must be at least 1"),
+        (lambda: bertctl.fill.fill("a [MASK]", mlm), "a list of texts"),
         (lambda: bertctl.load_model(None), "no model given"),
     ]
     for call, message in calls:

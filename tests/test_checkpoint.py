@@ -146,6 +146,27 @@ def test_absent_head_is_created_fresh_and_unused_heads_are_dropped(odd_config, t
     assert model.classifier.weight.shape == (3, odd_config.hidden_size)
 
 
+def test_a_classifier_folder_loads_as_question_answering_with_a_fresh_two_output_head(odd_config, tmp_path):
+    """A classifier's num_labels (3 for MNLI) is not the span head's width: start and end, always two."""
+    from bertctl.model import BertForSequenceClassification
+
+    save_model(BertForSequenceClassification(odd_config, num_labels=3), tmp_path / "mnli")
+    model = load_model(tmp_path / "mnli", "BertForQuestionAnswering")
+    out = model(torch.randint(1, odd_config.vocab_size, (2, 7)))
+    assert model.fresh_heads == ("question_answering",) and out.start_logits.shape == out.end_logits.shape == (2, 7)
+
+
+def test_classifier_dropout_is_the_folders_unless_given(odd_config, tmp_path):
+    """transformers' rule: config.json's classifier_dropout, else the hidden dropout; fine-tuning with
+    `dropout: null` keeps the folder's value, as its saved config.json then says."""
+    from bertctl.model import BertForSequenceClassification
+
+    folder = save_model(BertForSequenceClassification(odd_config, num_labels=2, classifier_dropout=0.3),
+                        tmp_path / "clf")
+    assert load_model(folder).dropout.p == 0.3
+    assert load_model(folder, classifier_dropout=0.05).dropout.p == 0.05
+
+
 def test_save_is_atomic_and_refuses_to_overwrite(odd_config, tmp_path):
     model = BertForPreTraining(odd_config)
     save_model(model, tmp_path / "out")

@@ -187,7 +187,7 @@ def test_whole_word_masking_keeps_words_whole(data) -> None:
     corpus, manifest = build(data, "wwm", "small", masking="static", whole_word_masking=True)
     assert manifest["whole_word_masking"] is True
     pieces = {VOCAB.index(f"##{s}") for s in SUFFIXES}
-    continued = 0
+    continued = mixed = 0
     for row in rows(corpus["train"]):
         original = list(row["input_ids"])
         for position, token in zip(row["masked_lm_positions"], row["masked_lm_ids"], strict=True):
@@ -198,8 +198,8 @@ def test_whole_word_masking_keeps_words_whole(data) -> None:
                 assert (i in masked) == (i - 1 in masked)
                 if i in masked:
                     continued += 1
-                    assert (row["input_ids"][i] == 4) == (row["input_ids"][i - 1] == 4)  # one decision
-    assert continued > 100
+                    mixed += (row["input_ids"][i] == 4) != (row["input_ids"][i - 1] == 4)  # a draw per piece
+    assert continued > 100 and mixed > 10
 
 
 def test_resume_reuses_finished_shards(data, monkeypatch) -> None:

@@ -397,3 +397,20 @@ def test_scoring_uses_the_runs_precision_on_the_same_kind_of_device_else_auto():
     assert Scorer(None, None, 128, 8, None, "bf16", "cuda").precision_on(None, cpu) == "fp32"  # auto on the CPU
     assert Scorer(None, None, 128, 8).precision_on(None, cpu) == "fp32"
     assert Scorer(None, None, 128, 8, None, "fp32", "cpu").precision_on("bf16", cpu) == "bf16"  # the flag wins
+
+
+@pytest.mark.parametrize(("dropout", "expected"), [(None, 0.3), (0.05, 0.05)])
+def test_the_classifier_dropout_is_the_models_own_unless_dropout_is_given(tmp_path, dropout, expected):
+    """`dropout: null` keeps the model's settings, its classifier_dropout too (transformers' rule)."""
+    from types import SimpleNamespace
+
+    from bertctl.checkpoint import read_checkpoint
+    from bertctl.model import BertForSequenceClassification
+
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    folder = save_model(BertForSequenceClassification(config, num_labels=2, classifier_dropout=0.3), tmp_path / "m",
+                        BertTokenizer.from_vocab(VOCAB), labels=["0", "1"])
+    prep = SimpleNamespace(ckpt=read_checkpoint(folder), task=get_task("sst2"))
+    model = finetune._model(FinetuneConfig(model=folder, dropout=dropout), prep, announce=False)
+    assert model.dropout.p == expected

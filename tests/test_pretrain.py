@@ -230,7 +230,7 @@ def test_init_from_trains_with_the_corpus_tokenizer_on_a_model_with_spare_rows(c
 
     from bertctl.tokenizer_folder import load_tokenizer
 
-    recipe = importlib.import_module("bertctl.pretrain")  # the module: bertctl.pretrain is also the function
+    recipe = importlib.import_module("bertctl.pretrain")
 
     tokens = load_tokenizer(corpus / "tokenizer").vocab_size
     padded = _model_folder(tmp_path / "padded", corpus / "tokenizer", spare_rows=8,

@@ -156,17 +156,47 @@ def test_metrics_rows_and_saved_steps_write_null_for_non_finite_figures(tmp_path
 
     row = json.loads((tmp_path / "metrics.jsonl").read_text(), parse_constant=refuse)
     assert row == {"step": 3, "loss": None, "grad_norm": None, "lr": 1e-4, "skipped_steps": 1}
-    result = training.StepResult(math.nan, {"mlm": -math.inf, "mlm_correct": 0.25}, 2.0, skipped=True)
+    result = training.StepResult(math.nan, {"mlm": -math.inf, "mlm_correct": 0.25}, 2.0, skipped=True, bad=True)
     saved = json.loads(json.dumps(result.to_json()), parse_constant=refuse)
     back = training.StepResult.from_json(saved)
     assert math.isnan(back.loss) and math.isnan(back.parts["mlm"]) and back.parts["mlm_correct"] == 0.25
-    assert back.grad_norm == 2.0 and back.skipped
+    assert back.grad_norm == 2.0 and back.skipped and back.bad
 
 
 def test_a_resumed_window_holds_the_steps_since_the_last_row_of_the_new_log_every():
     """A checkpoint at step 6 saved under --log-every 10 holds steps 1-6; resumed with --log-every 4 the next
     row (step 8) must average steps 5-8, as an uninterrupted --log-every 4 run's does."""
-    saved = [training.StepResult(float(i), {}, 1.0, False).to_json() for i in range(1, 7)]
+    saved = [training.StepResult(float(i), {}, 1.0, False, False).to_json() for i in range(1, 7)]
     assert [r.loss for r in training.resumed_window(saved, 6, 10)] == [1, 2, 3, 4, 5, 6]
     assert [r.loss for r in training.resumed_window(saved, 6, 4)] == [5, 6]
     assert training.resumed_window(saved, 6, 3) == [] and training.resumed_window([], 6, 4) == []
+    # a new window longer than the saved one, but not twice as long: every saved step, none dropped
+    assert [r.loss for r in training.resumed_window(saved, 30, 20)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_fp16_loss_scaler_overflows_are_skipped_but_not_counted_as_bad_steps():
+    """The scaler starts high and halves on each overflow; with --max-bad-steps 5, five overflows in a row at
+    the start of an fp16 run used to stop it as if its loss were NaN."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = training.make_optimizer("adamw", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**120)  # scaled gradients overflow float32
+    batch = [{"x": torch.randn(3, 4) * 1e3, "scale": torch.tensor(1.0)}]  # scaled, the loss is past float32
+    env = training.Distributed()
+    steps = [training.optimizer_step(model, batch, optimizer, _terms, _weights, env, "fp32", scaler) for _ in range(6)]
+    results, in_row = training.read_window(steps, 6, 0, 5, "hint")
+    assert [r.skipped for r in results] == [True] * 6 and not any(r.bad for r in results) and in_row == 0
+    assert all(math.isfinite(r.loss) for r in results) and scaler.get_scale() < 2.0**120
+
+    bad = [training.optimizer_step(model, [{**batch[0], "scale": torch.tensor(math.inf)}], optimizer, _terms,
+                                   _weights, env, "fp32", scaler) for _ in range(5)]
+    with pytest.raises(training.BertctlError, match="NaN/inf for 5 steps in a row at step 11"):
+        training.read_window(bad, 11, 0, 5, "hint")
+
+
+def test_resume_trims_metrics_past_the_checkpoint_and_a_half_written_last_row(tmp_path):
+    """kill -9 during a metrics write leaves half a line; --resume must still start."""
+    rows = [json.dumps({"step": s, "loss": 1.0, "elapsed": float(s)}) for s in (10, 20, 30)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + '\n{"step": 40, "lo', encoding="utf-8")
+    assert training.trim_metrics(tmp_path, 20) == 20.0
+    assert (tmp_path / "metrics.jsonl").read_text(encoding="utf-8") == "\n".join(rows[:2]) + "\n"

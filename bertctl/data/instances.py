@@ -328,7 +328,6 @@ class ShardBuilder:
         """Documents of sentence token ids; sentences that tokenise to nothing are dropped, as Google does."""
         from itertools import chain
 
-
         texts, per_document = [], []
         for lines in job.documents:
             if self.s.cfg.split_sentences:

@@ -8,8 +8,9 @@
 - candidates are all tokens except the special ids ([CLS], [SEP], [PAD] are never masked), picked in a
   uniformly random order; with whole-word masking a candidate is a word (a token plus the `##` pieces that
   follow it), and a word that would overshoot the number to predict is skipped, as in Google's code;
-- each chosen word is replaced by [MASK] with probability 0.8, by random tokens (uniform over the whole
-  vocabulary, one draw per token) with 0.1, and kept with 0.1 - one decision per word.
+- each chosen token is replaced by [MASK] with probability 0.8, by a random token (uniform over the whole
+  vocabulary) with 0.1, and kept with 0.1; with whole-word masking too, as in Google's code (a word's pieces
+  are chosen together, and each is still masked, replaced or kept on its own draw).
 
 It works on one row (`(T,)`) or a padded batch (`(B, T)`) at once with numpy, so a collator masks a batch
 with a handful of array operations. Everything random comes from the `rng` passed in: a
@@ -144,8 +145,7 @@ def mask_tokens(input_ids: np.ndarray, *, special_ids: Collection[int], pad_id: 
     order = np.argsort(np.where(starts, rng.random((batch, width)), 2.0), axis=1, kind="stable")
     chosen = _choose_units(starts, candidate, unit_start, order, budget)
 
-    # One 80/10/10 draw per unit, read at the unit's start token; one random id per token.
-    decision = np.take_along_axis(rng.random((batch, width)), np.maximum(unit_start, 0), axis=1)
+    decision = rng.random((batch, width))  # one 80/10/10 draw and one random id per token
     random_ids = rng.integers(0, vocab_size, (batch, width))
     masked = rows.copy()
     masked[chosen & (decision < MASK_SHARE)] = mask_id

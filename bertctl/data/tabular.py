@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertctl.config import FINETUNE_PROBLEMS
 from bertctl.data.glue import Examples, LabelledTask, read_tsv
 from bertctl.errors import UsageError
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
-PROBLEMS = ("auto", "classification", "regression")
 ID_COLUMNS = ("id", "idx")  # a row's own id, kept in predictions; else the row's position from 0
 
 
@@ -283,8 +283,8 @@ def load_labelled_data(train: str | Path, validation: str | Path | None, text_co
     """
     text_columns = tuple(text_columns)
     _check_text_columns(text_columns)
-    if problem not in PROBLEMS:
-        raise UsageError(f"--problem {problem}: choose one of {', '.join(PROBLEMS)}")
+    if problem not in FINETUNE_PROBLEMS:
+        raise UsageError(f"--problem {problem}: choose one of {', '.join(FINETUNE_PROBLEMS)}")
     train_table = read_table(train, text_columns, label_column)
     texts = [_label_text(v) for v in train_table.labels]
     regression = problem == "regression" or (problem == "auto" and label_names is None and _is_regression(texts))
