@@ -236,9 +236,9 @@ def pretrain(
                 file_values.pop(other, None)  # a flag wins over the file's side of the pair too
         if set(pair) <= flagged | set(file_values):
             first, second = (f"--{name.replace('_', '-')}" for name in pair)
-            raise UsageError(f"{first} and {second} exclude each other "
-                             f"({'--init-from fixes the model' if first == '--init-from' else 'give one'}); "
-                             "drop one of them")
+            raise UsageError(f"{first} and {second} exclude each other: "
+                             + ("--init-from fixes the model, so drop --model-config" if first == "--init-from"
+                                else "give one of them"))
     if flags["corpus"] is None and "corpus" not in file_values:
         file_values = {**QUICKSTART_PRETRAIN, **file_values}
     run_pretrain(build_config(PretrainConfig, file_values, **flags))

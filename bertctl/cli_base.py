@@ -6,7 +6,9 @@ Library code raises `BertctlError`; only the command groups made here turn it in
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import traceback
 from typing import Any
@@ -56,6 +58,10 @@ class Group(TyperGroup):
             raise fail(str(exc), exc.exit_code) from None
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None
+        except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as shell tools do
+            with contextlib.suppress(OSError, ValueError):  # no more flushes into the closed pipe at exit
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1) from None
         except Exception as exc:
             if type(exc).__module__.split(".")[0] in ("click", "typer"):
                 raise  # usage errors and exits, which click reports itself

@@ -83,7 +83,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                                             "world_size": env.world_size, "precision": precision, "compile": compiled,
                                             "warmup_steps": cfg.warmup(), "corpus_manifest": manifest,
                                             "resumed_from": str(resume_from or "")})
-        carried = training.trim_metrics(run, step)
+        carried = training.trim_metrics(run, step, cfg.log_every)
     training.sparse_tied_embedding_grads(model, env, compiled)
     train_model = training.wrap_ddp(model, env)
     if compiled:  # after DDP, so the compiler sees its bucket boundaries
@@ -135,7 +135,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
             if log_due:
                 row = _log_row(step, window, lr, speed, has_nsp, bad_total)
                 log.write(row)
-                window = []
+                window = [] if step % cfg.log_every == 0 else window  # a closing row's steps stay, for final/
                 bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
             if evaluating:
                 log.write({"step": step, **evaluate_pretraining(model, validation, collate, micro, cfg, env)})
@@ -149,7 +149,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                 break
         if step >= cfg.steps:
             _save(model, final, tokenizer, optimizer, scaler,
-                  {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total}, env, overwrite=True)
+                  {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total, "bad_in_row": bad_in_row,
+                   "log_window": [r.to_json() for r in window]}, env, overwrite=True)
     where = final if step >= cfg.steps else training_state.step_folder(run, step)
     if env.is_main:
         print(f"saved {where} (step {step}); try: bertctl fill --model {where} \"the [MASK] was very happy.\"")

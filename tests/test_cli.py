@@ -131,3 +131,19 @@ def test_a_config_file_model_written_like_a_path_is_a_local_folder_too(no_hub):
     Path("run.yaml").write_text("model: ./nope\ntrain: t.csv\n")
     result = CliRunner().invoke(app, ["finetune", "classify", "--config", "run.yaml", "--out", "run"])
     assert result.exit_code == 2 and result.stderr.strip() == "bertctl: error: model folder ./nope does not exist"
+
+
+def test_a_reader_that_goes_away_stops_the_output_quietly(tmp_path):
+    """`bertctl tokenizer encode ... | head -1`: no error line about the closed pipe."""
+    from bertctl.tokenizer import BertTokenizer
+
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]).save(tmp_path / "tok")
+    (tmp_path / "texts.txt").write_text("a a\n" * 200_000)
+    with open(tmp_path / "texts.txt", "rb") as texts:
+        encode = subprocess.Popen([sys.executable, "-m", "bertctl", "tokenizer", "encode", "--tokenizer",
+                                   str(tmp_path / "tok"), "--json"], stdin=texts, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+    assert encode.stdout.readline().startswith(b'{"text": "a a"')
+    encode.stdout.close()
+    assert encode.wait(timeout=120) == 1
+    assert encode.stderr.read() == b""

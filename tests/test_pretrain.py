@@ -143,6 +143,22 @@ def test_every_metrics_row_after_a_resume_inside_a_log_window_equals_the_uninter
             assert max(abs(resumed[at][k] - row[k]) for k in row) < 1e-5, (name, at, resumed[at], row)
 
 
+def test_a_finished_run_resumed_with_more_steps_logs_the_rows_of_one_longer_run(corpus, tmp_path):
+    """Its closing row at step 6 is off the --log-every 4 grid: the longer run drops it and logs step 8's row
+    over steps 5-8, as a run that never stopped does (constant lr: the schedule does not depend on --steps)."""
+    from bertctl.pretrain import pretrain
+
+    flags = {"log_every": 4, "schedule": "constant", "warmup_steps": 0}
+    pretrain(small_run(corpus, tmp_path / "full", **flags))
+    pretrain(small_run(corpus, tmp_path / "extended", steps=6, **flags))
+    assert sorted(_rows(tmp_path / "extended")) == [4, 6]
+    pretrain(small_run(corpus, tmp_path / "extended", resume=True, **flags))
+    full, extended = _rows(tmp_path / "full"), _rows(tmp_path / "extended")
+    assert sorted(extended) == sorted(full) == [4, 8, 12]
+    for at, row in full.items():
+        assert max(abs(extended[at][k] - row[k]) for k in row) < 1e-5, (at, extended[at], row)
+
+
 def test_second_run_without_resume_is_refused(corpus, tmp_path):
     from bertctl.pretrain import pretrain
 
