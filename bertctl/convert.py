@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bertctl.checkpoint import build_model, heads_present, model_tokenizer, read_checkpoint, save_model
 from bertctl.errors import UsageError
-from bertctl.files import check_new_out
+from bertctl.files import check_new_out, refuse_inputs_inside
 from bertctl.model import architecture_name
 
 
@@ -32,6 +32,4 @@ def _check_apart(source: Path, out: Path) -> None:
     if out_at.is_relative_to(source_at):
         where = "is" if out_at == source_at else "is inside"
         raise UsageError(f"--out {out} {where} the source folder {source}; choose a path outside it")
-    if source_at.is_relative_to(out_at):
-        raise UsageError(f"--out {out} holds the source folder {source}, which replacing it would delete; "
-                         "choose a path outside it")
+    refuse_inputs_inside(out, [source])

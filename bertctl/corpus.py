@@ -38,7 +38,7 @@ from bertctl.data.instances import (
     shard_settings,
 )
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import check_new_out, make_folder, replace_folder, write_json_atomic
+from bertctl.files import check_new_out, make_folder, refuse_inputs_inside, replace_folder, write_json_atomic
 
 FORMAT = "bertctl-corpus"
 FORMAT_VERSION = 1
@@ -48,13 +48,15 @@ _EXECUTION_ONLY = ("out", "workers", "overwrite")  # where and how: never change
 
 def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
     """Build the corpus folder `cfg.out` and return its manifest."""
-    from bertctl.data.sources import ReadStats
+    from bertctl.data.sources import ReadStats, expand_inputs
     from bertctl.tokenizer_folder import load_tokenizer
 
     out = _check_required(cfg)
+    sources = expand_inputs(list(cfg.inputs))
+    refuse_inputs_inside(out, [*sources, cfg.tokenizer])
     tokenizer = load_tokenizer(cfg.tokenizer, lowercase=cfg.lowercase)
     _check_length(cfg.max_seq_length, Path(cfg.tokenizer))
-    sources, inputs = _inputs(cfg)
+    inputs = _input_records(sources)
     params = {k: v for k, v in config_to_dict(cfg).items() if k not in _EXECUTION_ONLY}
     key = _digest({"params": params, "tokenizer_sha256": tokenizer.sha256(), "inputs": inputs,
                    "bertctl": __version__})
@@ -119,11 +121,8 @@ def _check_length(max_seq_length: int, tokenizer_path: Path) -> None:
         raise UsageError(f"--max-seq-length {max_seq_length} is above the {limit} positions of {source}")
 
 
-def _inputs(cfg: CorpusConfig) -> tuple[list[Any], list[dict[str, Any]]]:
-    """The expanded sources and their record for the manifest (path, bytes, sha256)."""
-    from bertctl.data.sources import expand_inputs
-
-    sources = expand_inputs(list(cfg.inputs))
+def _input_records(sources: list[Any]) -> list[dict[str, Any]]:
+    """The sources' record for the manifest (path, bytes, sha256)."""
     inputs = []
     for source in sources:
         path = Path(str(source))
@@ -131,7 +130,7 @@ def _inputs(cfg: CorpusConfig) -> tuple[list[Any], list[dict[str, Any]]]:
             inputs.append({"path": str(path), "bytes": path.stat().st_size, "sha256": _file_sha256(path)})
         else:
             inputs.append({"dataset": str(source)})  # a datasets name: no file to digest
-    return sources, inputs
+    return inputs
 
 
 def _file_sha256(path: Path) -> str:

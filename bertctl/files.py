@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,16 @@ def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False
     if path.exists() and not overwrite:
         raise UsageError(f"{flag} {path} already exists; pass --overwrite to replace it")
     return path
+
+
+def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], flag: str = "--out") -> None:
+    """An input inside OUT would be deleted when --overwrite replaces OUT; names that are no path here
+    (a hub id, a dataset name) are not inputs on this disk."""
+    out_at = Path(out).resolve()
+    for item in inputs:
+        if item is not None and Path(item).exists() and Path(item).resolve().is_relative_to(out_at):
+            raise UsageError(f"{flag} {out} holds the input {item}, which replacing it would delete; "
+                             "choose a path outside it")
 
 
 def make_folder(folder: Path | str, flag: str = "--out") -> Path:

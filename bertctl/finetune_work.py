@@ -30,7 +30,13 @@ from bertctl import training, training_state
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.errors import UsageError
 from bertctl.evaluate import seeds_markdown
-from bertctl.files import building_folder, check_new_out, write_json_atomic, write_text_atomic
+from bertctl.files import (
+    building_folder,
+    check_new_out,
+    refuse_inputs_inside,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 # settings a --resume may change
 RESUMABLE_CHANGES = ("resume", "overwrite", "save_every", "device", "log_every", "max_bad_steps")
@@ -45,6 +51,7 @@ def check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Pat
     rank writes."""
     work = out.parent / f".{out.name}.work"
     check_new_out(out, overwrite=cfg.overwrite)  # replaced only at the end, with --overwrite
+    refuse_inputs_inside(out, [cfg.model, cfg.train, cfg.validation, cfg.data])
     saved = work / "run.json"
     if cfg.resume and saved.is_file():
         _same_settings(cfg, json.loads(saved.read_text(encoding="utf-8"))["config"], work)

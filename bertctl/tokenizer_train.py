@@ -27,7 +27,7 @@ from bertctl import __version__
 from bertctl.config import TokenizerTrainConfig, config_to_dict
 from bertctl.data.sources import ReadStats, Source, expand_inputs, iter_texts
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import building_folder, check_new_out, write_json_atomic
+from bertctl.files import building_folder, check_new_out, refuse_inputs_inside, write_json_atomic
 from bertctl.tokenizer import (
     CONTINUATION,
     SPECIAL_TOKENS,
@@ -50,6 +50,7 @@ def train_tokenizer(cfg: TokenizerTrainConfig) -> dict[str, Any]:
     """Train, save into cfg.out, and return the provenance record written next to the vocabulary."""
     out = check_new_out(cfg.out or "", overwrite=cfg.overwrite)
     sources = expand_inputs(cfg.inputs)
+    refuse_inputs_inside(out, sources)
     stats = ReadStats.for_sources(sources)
     counts = count_characters(sources, cfg, stats)
     alphabet = choose_alphabet(counts, cfg.limit_alphabet)

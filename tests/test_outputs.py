@@ -169,9 +169,24 @@ def test_convert_refuses_an_out_inside_or_holding_its_source(models, tmp_path):
     before = sorted(p.name for p in source.iterdir())
     for out, extra, expected in [(source / "sub", [], "is inside the source folder"),
                                  (source, ["--overwrite"], "is the source folder"),
-                                 (tmp_path / "runs", ["--overwrite"], "holds the source folder")]:
+                                 (tmp_path / "runs", ["--overwrite"], "holds the input")]:
         _refused(_cli("convert", source, "--out", out, *extra), f"--out {out} {expected}")
     assert sorted(p.name for p in source.iterdir()) == before
+
+
+@pytest.mark.parametrize("command", ["tokenizer", "corpus", "finetune"])
+def test_an_out_holding_an_input_is_refused_before_overwrite_deletes_it(models, tmp_path, command):
+    """`tokenizer train d --out d --overwrite` used to replace d, input files and all."""
+    import shutil
+
+    out = tmp_path / "data"
+    out.mkdir()
+    inside = {**models, "text": Path(shutil.copy(models["text"], out)), "table": Path(shutil.copy(models["table"], out)),
+              "encoder": Path(shutil.copytree(models["encoder"], out / "encoder"))}
+    args = _commands(inside, out)[command]
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    _refused(_cli(*args, "--overwrite"), f"--out {out} holds the input", "choose a path outside it")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
 # --- scoring flags --------------------------------------------------------------------------------------
