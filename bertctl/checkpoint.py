@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import reprlib
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -161,7 +162,14 @@ class Checkpoint:
         id2label = self.raw_config.get("id2label")
         if not id2label:
             return None
-        return [id2label[k] for k in sorted(id2label, key=int)]
+        try:
+            keys = sorted(id2label, key=int) if isinstance(id2label, dict) else None
+        except (TypeError, ValueError):
+            keys = None
+        if keys is None or [int(k) for k in keys] != list(range(len(keys))):
+            raise UsageError(f"{self.path / 'config.json'}: id2label must map the outputs 0, 1, ... to class names, "
+                             f"got {reprlib.repr(id2label)}")
+        return [str(id2label[k]) for k in keys]
 
     @property
     def problem_type(self) -> str | None:

@@ -101,7 +101,7 @@ def tokenizer_encode(
 
     all_texts = list(texts or [])
     if not all_texts and not sys.stdin.isatty():
-        all_texts = [line.rstrip("\n") for line in sys.stdin]
+        all_texts = [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]  # CRLF lines too
     if not all_texts:
         raise UsageError("tokenizer encode: give TEXT arguments (or lines on stdin)")
     _require_utf8([*all_texts, *([pair] if pair is not None else [])])

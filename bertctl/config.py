@@ -129,6 +129,10 @@ def model_config(name_or_path: str, **overrides: Any) -> BertConfig:
         raise UsageError(f"--model-config: {name_or_path!r} is neither a preset ({', '.join(PRESETS)}) "
                          "nor an existing config.json")
     values = read_config_file(path, "--model-config")
+    shape = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    if not any(key in values for key in shape):  # another file (a run's --config, say): BERT-base, unasked
+        raise UsageError(f"--model-config: {path} sets none of {', '.join(shape)}; give a model config.json "
+                         f"or a preset ({', '.join(PRESETS)})")
     return BertConfig.from_dict({**values, **overrides})
 
 
@@ -176,6 +180,17 @@ def _require(cfg: Any, name: str, ok: bool, wanted: str) -> None:
     """One flag's range check; written as `low <= x < high`, NaN (which compares False) fails it too."""
     if not ok:
         raise UsageError(f"--{name.replace('_', '-')} must be {wanted}, got {getattr(cfg, name)}")
+
+
+SEED_LIMIT = 2**32  # seeds are 0 .. 2**32 - 1, as numpy's and transformers' set_seed take them on any platform
+MAX_VOCAB_SIZE = 1_000_000  # past any BERT vocabulary in use (XLM-R's 250,002); the trainer's memory grows with it
+
+
+def _check_seeds(flag: str, seeds: tuple[int, ...]) -> None:
+    """torch refuses seeds past 2**64 and numpy negative ones, each with its own traceback; one rule for all."""
+    for seed in seeds:
+        if not 0 <= seed < SEED_LIMIT:
+            raise UsageError(f"{flag} {seed}: give a whole number from 0 to {SEED_LIMIT - 1}")
 
 
 def _check_optimizer(cfg: PretrainConfig | FinetuneConfig) -> None:
@@ -256,6 +271,7 @@ class CorpusConfig:
         if not 0.0 <= self.validation_fraction < 1.0:
             raise UsageError(f"--validation-fraction must be in [0, 1), got {self.validation_fraction}")
         _require(self, "shard_size_mb", 0.0 < self.shard_size_mb < math.inf, "a finite number above 0")
+        _check_seeds("--seed", (self.seed,))
 
 
 @dataclass(frozen=True)
@@ -310,6 +326,7 @@ class PretrainConfig:
         _check_optimizer(self)
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise UsageError(f"--dropout must be in [0, 1), got {self.dropout}")
+        _check_seeds("--seed", (self.seed,))
         choices = {"schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "lamb"),
                    "precision": ("auto", "fp32", "bf16", "fp16")}
         for name, allowed in choices.items():
@@ -401,6 +418,7 @@ class FinetuneConfig:
             raise UsageError(f"--dropout must be in [0, 1), got {self.dropout}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds: give one or more different seeds, got {','.join(map(str, self.seeds))!r}")
+        _check_seeds("--seeds", self.seeds)
         choices = {"schedule": ("linear", "cosine", "constant"), "precision": ("auto", "fp32", "bf16", "fp16"),
                    "problem": FINETUNE_PROBLEMS}
         for name, allowed in choices.items():
@@ -436,3 +454,5 @@ class TokenizerTrainConfig:
         for name, low in (("vocab_size", 6), ("min_frequency", 1), ("limit_alphabet", 1)):
             if getattr(self, name) < low:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(self, name)}")
+        if self.vocab_size > MAX_VOCAB_SIZE:
+            raise UsageError(f"--vocab-size {self.vocab_size}: give at most {MAX_VOCAB_SIZE:,}")

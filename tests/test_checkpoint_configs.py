@@ -110,3 +110,17 @@ def test_transformers_default_dtype_is_documented_behaviour(odd_config, tmp_path
         pytest.skip("transformers 4 loads in fp32 by default")
     reference_model("BertModel", odd_config).half().save_pretrained(tmp_path / "hf")
     assert transformers.BertModel.from_pretrained(tmp_path / "hf").dtype == torch.float16
+
+
+@pytest.mark.parametrize("id2label", [["a", "b"], {"0": "a", "2": "b"}, {"x": "a", "y": "b"}])
+def test_an_id2label_that_does_not_number_the_outputs_is_refused_in_one_line(odd_config, tmp_path, id2label):
+    """A list (which transformers refuses too) made `info` fail with an IndexError."""
+    from bertctl.checkpoint import save_model
+    from bertctl.model import BertForSequenceClassification
+
+    folder = save_model(BertForSequenceClassification(odd_config, num_labels=2), tmp_path / "clf")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "id2label": id2label}))
+    result = CliRunner().invoke(app, ["info", str(folder)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"bertctl: error: {folder / 'config.json'}: id2label must map the outputs 0, 1")

@@ -147,3 +147,13 @@ def test_a_reader_that_goes_away_stops_the_output_quietly(tmp_path):
     encode.stdout.close()
     assert encode.wait(timeout=120) == 1
     assert encode.stderr.read() == b""
+
+
+def test_encode_reads_crlf_lines_from_stdin_without_their_carriage_return(tmp_path):
+    from bertctl.tokenizer import BertTokenizer
+
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]).save(tmp_path / "tok")
+    result = CliRunner().invoke(app, ["tokenizer", "encode", "--tokenizer", str(tmp_path / "tok"), "--json"],
+                                input="a a\r\na\r\n")
+    assert result.exit_code == 0, result.output
+    assert [line.split('"tokens"')[0] for line in result.stdout.splitlines()] == ['{"text": "a a", ', '{"text": "a", ']

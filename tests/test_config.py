@@ -375,3 +375,28 @@ def test_paths_in_configs_expand_the_home_folder(tmp_path, monkeypatch):
     cfg = build_config(PretrainConfig, read_config_file(tmp_path / "run.yaml"))
     assert (cfg.out, cfg.init_from) == (tmp_path / "runs" / "x", tmp_path / "ckpt")
     assert FinetuneConfig(train="~/t.csv").train == tmp_path / "t.csv"
+
+
+@pytest.mark.parametrize(("cls", "field", "flag"), [(CorpusConfig, "seed", "--seed"), (PretrainConfig, "seed", "--seed"),
+                                                   (FinetuneConfig, "seeds", "--seeds")])
+@pytest.mark.parametrize("seed", [-1, 2**32, 10**20])
+def test_seeds_share_one_range_in_every_command(cls, field, flag, seed):
+    """numpy refused negative seeds and torch ones past 2**64, each as a bare ValueError (exit 1)."""
+    with pytest.raises(UsageError, match=rf"^{flag} {seed}: give a whole number from 0 to 4294967295$"):
+        cls(**{field: seed})
+    assert cls(**{field: 2**32 - 1})
+
+
+def test_a_vocabulary_size_past_any_bert_vocabulary_is_refused_before_training():
+    """--vocab-size 2147483648 aborted inside the Rust trainer (memory allocation failed, exit 134)."""
+    with pytest.raises(UsageError, match=r"^--vocab-size 2147483648: give at most 1,000,000$"):
+        TokenizerTrainConfig(inputs=("a.txt",), out=Path("tok"), vocab_size=2**31)
+
+
+def test_a_model_config_file_that_sets_no_shape_is_refused(tmp_path):
+    """A run's --config given to --model-config used to train BERT-base without a word."""
+    (tmp_path / "run.yaml").write_text("steps: 10\nlr: 0.001\n")
+    with pytest.raises(UsageError, match="sets none of hidden_size, num_hidden_layers"):
+        model_config(str(tmp_path / "run.yaml"))
+    (tmp_path / "two.yaml").write_text("num_hidden_layers: 2\n")
+    assert model_config(str(tmp_path / "two.yaml")).num_hidden_layers == 2

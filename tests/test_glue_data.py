@@ -370,3 +370,20 @@ def test_bad_predictions_write_nothing(tmp_path):
     with pytest.raises(UsageError, match="sst2 dev: only test splits are submitted"):
         write_submission("sst2", "dev", ["0"], [1], tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("name", "content", "error"), [
+    ("a.jsonl", '{"text": "fine"}\n{"text": {"a": 1}}\n', r"a.jsonl:2: text column 'text' holds dict \{'a': 1\}, not text"),
+    ("b.jsonl", '{"text": ["good", "day"]}\n', r"b.jsonl:1: text column 'text' holds list \['good', 'day'\], not text"),
+    ("c.csv", "text,text,label\na,b,x\n", r"c.csv:1: the header names column 'text' more than once"),
+    ("d.tsv", "text\tlabel\tlabel\na\tx\ty\n", r"d.tsv:1: the header names column 'label' more than once"),
+])
+def test_text_that_is_not_text_and_a_column_named_twice_are_refused(tmp_path, name, content, error):
+    """A JSON object became the text "{'a': 1}"; with `text,text` one of the two columns was used unasked."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(UsageError, match=error):
+        read_examples(path, ["text"], "label" if "label" in content else None)
+    numbers = tmp_path / "numbers.jsonl"
+    numbers.write_text('{"text": 12}\n{"text": 0.5}\n', encoding="utf-8")
+    assert read_examples(numbers, ["text"])[0].text_a == ["12", "0.5"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import reprlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,9 +83,14 @@ class _Table:
 
 
 def _require(columns: Sequence[str], found: Sequence[str], where: str) -> None:
+    """The columns the run reads are there, once each (a header naming one twice leaves which is meant open)."""
     missing = [c for c in columns if c not in found]
     if missing:
         raise UsageError(f"{where}: no column {', '.join(map(repr, missing))} (found: {', '.join(map(str, found))})")
+    twice = [c for c in dict.fromkeys(columns) if list(found).count(c) > 1]
+    if twice:
+        raise UsageError(f"{where}: the header names column {', '.join(map(repr, twice))} more than once; "
+                         "rename the copies")
 
 
 def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -180,9 +186,13 @@ def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: S
     if not table.numbers:  # the first row (a csv/tsv header, a parquet schema) says whether there are ids
         table.id_column = next((c for c in ID_COLUMNS if c in record), None)
     for column, values in zip(text_columns, table.texts, strict=True):
-        if record[column] is None:
+        value = record[column]
+        if value is None:
             raise UsageError(f"{where}: text column {column!r} is empty")
-        values.append(str(record[column]))
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):  # a JSON object or list, say
+            raise UsageError(f"{where}: text column {column!r} holds {type(value).__name__} "
+                             f"{reprlib.repr(value)}, not text")
+        values.append(str(value))
     if label_column:
         table.labels.append(record[label_column])
     if table.id_column:
