@@ -9,6 +9,7 @@ through.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -67,6 +68,15 @@ def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], f
         if item is not None and Path(item).exists() and Path(item).resolve().is_relative_to(out_at):
             raise UsageError(f"{flag} {out} holds the input {item}, which replacing it would delete; "
                              "choose a path outside it")
+
+
+def file_sha256(path: Path | str) -> str:
+    """The sha256 of a file, read a MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def make_folder(folder: Path | str, flag: str = "--out") -> Path:

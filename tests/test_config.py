@@ -377,8 +377,8 @@ def test_paths_in_configs_expand_the_home_folder(tmp_path, monkeypatch):
     assert FinetuneConfig(train="~/t.csv").train == tmp_path / "t.csv"
 
 
-@pytest.mark.parametrize(("cls", "field", "flag"), [(CorpusConfig, "seed", "--seed"), (PretrainConfig, "seed", "--seed"),
-                                                   (FinetuneConfig, "seeds", "--seeds")])
+@pytest.mark.parametrize(("cls", "field", "flag"), [
+    (CorpusConfig, "seed", "--seed"), (PretrainConfig, "seed", "--seed"), (FinetuneConfig, "seeds", "--seeds")])
 @pytest.mark.parametrize("seed", [-1, 2**32, 10**20])
 def test_seeds_share_one_range_in_every_command(cls, field, flag, seed):
     """numpy refused negative seeds and torch ones past 2**64, each as a bare ValueError (exit 1)."""

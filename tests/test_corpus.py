@@ -226,6 +226,49 @@ def test_resume_reuses_finished_shards(data, monkeypatch) -> None:
     assert rows(resumed["train"]) == rows(reference["train"])
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_resume_rebuilds_damaged_shards(data, monkeypatch, caplog, workers: int) -> None:
+    """A shard file damaged after it was recorded as finished (cut short, a byte changed, its record
+    spoiled) is rebuilt with a warning, never reused: the corpus is still byte for byte the uninterrupted one."""
+    from bertctl.data import instances
+
+    build(data, f"whole-{workers}", "small", shard_size_mb=0.01, validation_fraction=0.2)
+    real_build, calls = instances.ShardBuilder.build, []
+
+    def interrupted(self, job):
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        calls.append(job.index)
+        return real_build(self, job)
+
+    monkeypatch.setattr(instances.ShardBuilder, "build", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build(data, f"damaged-{workers}", "small", shard_size_mb=0.01, validation_fraction=0.2)
+    shards = data["root"] / f"damaged-{workers}.partial" / "shards"
+    with open(shards / "train-000000.arrow", "r+b") as handle:
+        handle.truncate(1000)
+    spoiled = bytearray((shards / "train-000001.arrow").read_bytes())
+    spoiled[-100] ^= 1
+    (shards / "train-000001.arrow").write_bytes(spoiled)
+    (shards / "000002.json").write_text("{", encoding="utf-8")
+    calls.clear()
+    monkeypatch.setattr(instances.ShardBuilder, "build", lambda self, job: calls.append(job.index) or
+                        real_build(self, job))
+    build(data, f"damaged-{workers}", "small", shard_size_mb=0.01, validation_fraction=0.2, workers=workers)
+    warnings = [r.getMessage() for r in caplog.records if "rebuilding it" in r.getMessage()]
+    assert len(warnings) == 3 and "\n" not in "".join(warnings)
+    assert "shard 0:" in warnings[0] and "has 1000 bytes" in warnings[0]
+    assert "shard 1:" in warnings[1] and "sha256" in warnings[1]
+    assert "shard 2:" in warnings[2] and "000002.json" in warnings[2]
+    if workers == 1:  # shard 3 was reused; the workers of a pool are not patched
+        assert calls[:3] == [0, 1, 2] and 3 not in calls
+    whole, resumed = data["root"] / f"whole-{workers}", data["root"] / f"damaged-{workers}"
+    files = sorted(p.relative_to(whole) for p in whole.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(resumed) for p in resumed.rglob("*") if p.is_file())
+    for name in files:
+        assert (whole / name).read_bytes() == (resumed / name).read_bytes(), name
+
+
 def test_cli_build_and_inspect(data) -> None:
     runner = CliRunner()
     out = data["root"] / "cli"

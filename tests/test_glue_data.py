@@ -373,7 +373,8 @@ def test_bad_predictions_write_nothing(tmp_path):
 
 
 @pytest.mark.parametrize(("name", "content", "error"), [
-    ("a.jsonl", '{"text": "fine"}\n{"text": {"a": 1}}\n', r"a.jsonl:2: text column 'text' holds dict \{'a': 1\}, not text"),
+    ("a.jsonl", '{"text": "fine"}\n{"text": {"a": 1}}\n',
+     r"a.jsonl:2: text column 'text' holds dict \{'a': 1\}, not text"),
     ("b.jsonl", '{"text": ["good", "day"]}\n', r"b.jsonl:1: text column 'text' holds list \['good', 'day'\], not text"),
     ("c.csv", "text,text,label\na,b,x\n", r"c.csv:1: the header names column 'text' more than once"),
     ("d.tsv", "text\tlabel\tlabel\na\tx\ty\n", r"d.tsv:1: the header names column 'label' more than once"),

@@ -181,7 +181,8 @@ def test_an_out_holding_an_input_is_refused_before_overwrite_deletes_it(models, 
 
     out = tmp_path / "data"
     out.mkdir()
-    inside = {**models, "text": Path(shutil.copy(models["text"], out)), "table": Path(shutil.copy(models["table"], out)),
+    inside = {**models, "text": Path(shutil.copy(models["text"], out)),
+              "table": Path(shutil.copy(models["table"], out)),
               "encoder": Path(shutil.copytree(models["encoder"], out / "encoder"))}
     args = _commands(inside, out)[command]
     before = sorted(p.relative_to(out) for p in out.rglob("*"))

@@ -7,10 +7,14 @@ import gzip
 import json
 import logging
 import lzma
+import os
+import re
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from bertctl.cli import app
 from bertctl.data.sources import (
     ReadStats,
     expand_inputs,
@@ -114,3 +118,42 @@ def test_documents_split_at_blank_lines_lines_or_rows(tmp_path: Path) -> None:
     assert list(iter_documents(sources)) == [(["s1", "s2"], 6), (["s3"], 3), (["r1", "r2"], 6)]
     per_line = [lines for lines, _ in iter_documents(sources, document_per_line=True)]
     assert per_line == [["s1"], ["s2"], ["s3"], ["r1", "r2"]]
+
+
+def test_pipes_fifos_stdin_and_devices_are_refused_in_one_line(tree: Path, monkeypatch) -> None:
+    """Every input is read twice (two training passes; hash, then read), which a pipe cannot give: say so,
+    instead of 'nothing matched' or a hub lookup of the FIFO's name."""
+    monkeypatch.chdir(tree)
+    os.mkfifo("fifo")
+    read_end, write_end = os.pipe()
+    try:
+        kinds = {"fifo": "a pipe", str(tree / "fifo"): "a pipe", f"/dev/fd/{read_end}": "a pipe",
+                 "/dev/null": "a character device"}
+        for item, kind in kinds.items():
+            with pytest.raises(UsageError, match=f"^INPUTS: {re.escape(item)} is {kind}, not a regular file: "
+                                                 "inputs are read more than once, so write it to a file first"):
+                expand_inputs(["a.txt", item])
+        with pytest.raises(UsageError, match=r"^INPUTS: '-' \(standard input\) cannot be an input: .* file first"):
+            expand_inputs(["-"])
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert expand_inputs([tree / "a.txt", tree]) == [tree / "a.txt", *expand_inputs([tree / "sub"])]  # no FIFO
+    result = CliRunner().invoke(app, ["tokenizer", "train", "fifo", "--out", str(tree / "tok")])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "is a pipe" in result.output
+
+
+def test_zstd_input_is_named_not_called_binary(tree: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """zstd is recognised by its magic bytes (any name), so the skip says what to do instead of 'binary'."""
+    frame = b"(\xb5/\xfd\x04X\xb9\x00\x00first line\n\nsecond doc\n*\x858\x92"  # zstd -c of this text
+    for name in ("c.txt.zst", "t.jsonl.zst", "unnamed"):
+        (tree / name).write_bytes(frame)
+    sources = [tree / "c.txt.zst", tree / "t.jsonl.zst", tree / "unnamed", tree / "a.txt"]
+    stats = ReadStats()
+    with caplog.at_level(logging.WARNING):
+        assert list(iter_texts(sources, stats=stats)) == TEXT.splitlines()
+    reason = "zstd-compressed input is not supported (use .gz, .bz2 or .xz, or decompress it)"
+    assert stats.skipped == [(str(source), reason) for source in sources[:3]]
+    assert "binary" not in caplog.text
+    with pytest.raises(UsageError, match="nothing matched 'missing.zst'"):  # a file name, not a dataset
+        expand_inputs(["missing.zst"])

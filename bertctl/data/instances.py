@@ -18,7 +18,8 @@ the result depends only on the shard, never on how shards are spread over worker
 
 `ShardBuilder` is the worker side of `bertctl corpus build`: one shard of raw documents -> sentences ->
 token ids -> instances (generators seeded by seed, shard, split, dupe) -> shuffled -> static masks ->
-one Arrow file per split, plus a small JSON of counts that marks the shard as done.
+one Arrow file per split, plus a small JSON record (counts, and each file's size and sha256) that marks the
+shard as done; `finished_shard` checks a recorded shard before a resumed build reuses it.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ import numpy as np
 from bertctl.config import CORPUS_OBJECTIVES as OBJECTIVES
 from bertctl.config import CorpusConfig
 from bertctl.data.sentences import split_sentences
-from bertctl.files import write_json_atomic, write_text_atomic
+from bertctl.files import file_sha256, write_json_atomic, write_text_atomic
 
-__all__ = ["OBJECTIVES", "SPLITS", "Document", "Instances", "Packed", "ShardBuilder", "ShardJob",
-           "ShardSettings", "build_shard", "document_instances", "init_worker", "mask_packed", "pack",
-           "shard_settings"]
+__all__ = ["OBJECTIVES", "SPLITS", "DamagedShard", "Document", "Instances", "Packed", "ShardBuilder", "ShardJob",
+           "ShardSettings", "build_shard", "document_instances", "finished_shard", "init_worker",
+           "mask_packed", "pack", "shard_file", "shard_settings"]
 
 
 @dataclass(frozen=True)
@@ -316,12 +317,15 @@ class ShardBuilder:
     def build(self, job: ShardJob) -> dict[str, dict[str, int]]:
         documents = self._tokenize(job)
         fraction = self.s.cfg.validation_fraction
-        stats = {}
+        stats, files = {}, {}
         for split_id, split in enumerate(SPLITS):
             members = [i for i, doc in enumerate(documents) if doc.num_sentences
                        and is_validation(job.first_document + i, fraction) == bool(split_id)]
-            stats[split] = self._split(job.index, split_id, documents, members)
-        write_json_atomic(Path(self.s.folder) / f"{job.index:06d}.json", stats)  # the shard is done
+            stats[split], written = self._split(job.index, split_id, documents, members)
+            if written is not None:
+                files[shard_file(split, job.index)] = written
+        # The shard is done; the files' sizes and hashes let a resumed build check them before reuse.
+        write_json_atomic(_record_path(self.s.folder, job.index), {"stats": stats, "files": files})
         return stats
 
     def _tokenize(self, job: ShardJob) -> list[Document]:
@@ -352,7 +356,8 @@ class ShardBuilder:
         return documents
 
     def _split(self, shard: int, split_id: int, documents: list[Document], members: list[int]
-               ) -> dict[str, int]:
+               ) -> tuple[dict[str, int], dict[str, Any] | None]:
+        """The split's counts, and its Arrow file's size and sha256 (None when it has no instance)."""
         from functools import partial
 
         from bertctl.data.masking import mask_tokens
@@ -373,15 +378,16 @@ class ShardBuilder:
                  "tokens": sum(len(documents[i].tokens) for i in members),
                  "instances": len(collected.lengths), "forced_notnext": collected.forced}
         if not collected.lengths:
-            return stats
+            return stats, None
         packed = pack(collected, rng(1))
         if self.s.masking is not None:
             packed = mask_packed(packed, partial(mask_tokens, **self.s.masking), self.s.pad_id, rng(2))
-        self._write(packed, Path(self.s.folder) / f"{SPLITS[split_id]}-{shard:06d}.arrow")
-        return {**stats, **packed_stats(packed, self.s.mask_id)}
+        written = self._write(packed, Path(self.s.folder) / shard_file(SPLITS[split_id], shard))
+        return {**stats, **packed_stats(packed, self.s.mask_id)}, written
 
-    def _write(self, packed: Packed, path: Path) -> None:
-        """One Arrow stream file (the format datasets' save_to_disk writes), through a temp name."""
+    def _write(self, packed: Packed, path: Path) -> dict[str, Any]:
+        """One Arrow stream file (the format datasets' save_to_disk writes), through a temp name; returns
+        its size and sha256 (hashing re-reads it from the page cache: about 1 ms per MB)."""
         import pyarrow as pa
 
         schema = self.s.schema
@@ -399,7 +405,47 @@ class ShardBuilder:
         tmp = path.with_name(path.name + ".tmp")
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
             writer.write_table(table, max_chunksize=1000)
+        written = {"bytes": tmp.stat().st_size, "sha256": file_sha256(tmp)}
         os.replace(tmp, path)
+        return written
+
+
+def shard_file(split: str, shard: int) -> str:
+    """A shard's Arrow file name in the shards folder."""
+    return f"{split}-{shard:06d}.arrow"
+
+
+def _record_path(folder: Path | str, shard: int) -> Path:
+    return Path(folder) / f"{shard:06d}.json"
+
+
+class DamagedShard(Exception):
+    """A shard recorded as finished whose record or files no longer match (truncated, edited, removed)."""
+
+
+def finished_shard(folder: Path | str, shard: int) -> dict[str, dict[str, int]]:
+    """The counts of a shard that `ShardBuilder.build` recorded in `folder`, once each of its files has the
+    recorded size and sha256: a file damaged after the record (a full disk, a crash mid-write of the file
+    system, a hand edit) must be rebuilt, never reused. Raises DamagedShard saying what is wrong."""
+    path = _record_path(folder, shard)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        stats, files = record["stats"], record["files"]
+        names = [shard_file(split, shard) for split in SPLITS if stats[split].get("instances")]
+        expected = {name: (files[name]["bytes"], files[name]["sha256"]) for name in names}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise DamagedShard(f"shard {shard}: its record {path} is unreadable or incomplete") from None
+    for name, (size, sha256) in expected.items():
+        file = Path(folder) / name
+        try:
+            actual = file.stat().st_size
+            if actual != size:
+                raise DamagedShard(f"shard {shard}: {file} has {actual} bytes, its record says {size}")
+            if file_sha256(file) != sha256:
+                raise DamagedShard(f"shard {shard}: {file} does not match its recorded sha256")
+        except OSError as exc:
+            raise DamagedShard(f"shard {shard}: cannot read {file} ({exc.strerror or exc})") from None
+    return stats
 
 
 def packed_stats(packed: Packed, mask_id: int) -> dict[str, int]:

@@ -4,10 +4,13 @@ Inputs are files, folders (read recursively), glob patterns, or `datasets` names
 plain or .gz/.bz2/.xz, UTF-8 (a BOM is dropped). Tables (.jsonl/.json/.csv/.parquet, the first two also
 compressed) give one text per row from a column. Everything streams: memory holds one line, one row or
 one parquet batch, never a whole file (a .json array file is the exception: JSON cannot be streamed).
+Pipes, FIFOs, standard input ('-') and devices are refused: every input is read more than once (tokenizer
+training's two passes; corpus build hashes each file, then reads it).
 
-Binary and non-UTF-8 files are skipped with a warning and counted in `ReadStats`; when every source is
-skipped the readers raise `UsageError`. `ReadStats.bytes_read` advances as input is consumed (compressed
-bytes for compressed files), so a caller can draw a progress bar in MB and MB/s against `total_bytes`.
+Binary, zstd-compressed and non-UTF-8 files are skipped with a warning and counted in `ReadStats`; when
+every source is skipped the readers raise `UsageError`. `ReadStats.bytes_read` advances as input is
+consumed (compressed bytes for compressed files), so a caller can draw a progress bar in MB and MB/s
+against `total_bytes`.
 
     stats = ReadStats.for_sources(sources)
     for text in iter_texts(sources, "text", stats):
@@ -27,6 +30,7 @@ import json
 import logging
 import lzma
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +48,10 @@ _DATASET_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(:[\w.-]+)?$")  # own
 _SNIFF_BYTES = 1 << 16  # how much of each file is checked for NUL bytes and UTF-8 up front
 _UPDATE_EVERY = 1024  # lines between bytes_read updates (tell() is a syscall)
 _BLOCK_CHARS = 1 << 16  # characters per block when files are read in blocks rather than lines
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first bytes
+_NOT_REGULAR = ((stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                (stat.S_ISSOCK, "a socket"))
+_READ_TWICE = "inputs are read more than once, so write it to a file first (.gz, .bz2 and .xz are read as they are)"
 
 
 @dataclass
@@ -67,11 +75,12 @@ def expand_inputs(inputs: Sequence[str | Path], flag: str = "INPUTS") -> list[So
 
     A name that is no local path, has no glob characters and looks like `owner/name[:config]` without a
     file suffix is kept as a `datasets` name (str). Raises UsageError naming `flag` when an input matches
-    nothing, or when nothing is left at all; hidden files (.name) in folders are left out.
+    nothing, is a pipe, '-' or a device (they cannot be read twice), or when nothing is left at all; hidden
+    files (.name) in folders, and pipes and devices in folders or glob matches, are left out.
     """
     found: list[Source] = []
     for item in inputs:
-        matched = _expand_one(str(item))
+        matched = _expand_one(str(item), flag)
         if not matched:
             raise UsageError(f"{flag}: nothing matched {str(item)!r} (no such file, folder or glob match)")
         found.extend(matched)
@@ -81,17 +90,28 @@ def expand_inputs(inputs: Sequence[str | Path], flag: str = "INPUTS") -> list[So
     return unique
 
 
-def _expand_one(item: str) -> list[Source]:
+def _expand_one(item: str, flag: str) -> list[Source]:
+    if item == "-":
+        raise UsageError(f"{flag}: '-' (standard input) cannot be an input: {_READ_TWICE}")
     path = Path(item).expanduser()
     if path.is_file():
         return [path]
     if path.is_dir():
         return _files_under(path)
+    if path.exists():
+        raise _not_regular(path, flag)
     if glob.has_magic(item):
         hits = sorted(glob.glob(str(path), recursive=True))
         return [f for hit in hits for f in ([Path(hit)] if Path(hit).is_file() else _files_under(Path(hit)))]
-    file_like = {s.lower() for s in path.suffixes} & {*COMPRESSIONS, *TABLES, ".txt"}
+    file_like = {s.lower() for s in path.suffixes} & {*COMPRESSIONS, *TABLES, ".txt", ".zst"}
     return [item] if _DATASET_NAME.match(item) and not file_like else []
+
+
+def _not_regular(path: Path, flag: str) -> UsageError:
+    """A pipe (`<(cmd)`, a FIFO) or a device named as an input: one clear line, not 'nothing matched'."""
+    mode = path.stat().st_mode
+    kind = next((kind for test, kind in _NOT_REGULAR if test(mode)), "not a file or folder")
+    return UsageError(f"{flag}: {path} is {kind}, not a regular file: {_READ_TWICE}")
 
 
 def _files_under(folder: Path) -> list[Path]:
@@ -127,11 +147,14 @@ def _decompressed(raw: IO[bytes], path: Path) -> contextlib.AbstractContextManag
 
 
 def _sniff(stream: IO[bytes]) -> None:
-    """Refuse binary and non-UTF-8 data from the first 64 KiB (a cut multi-byte char at the end is fine)."""
+    """Refuse binary and non-UTF-8 data from the first 64 KiB (a cut multi-byte char at the end is fine).
+    zstd gets its own reason: its NUL bytes would call it binary, which sends the user looking elsewhere."""
     try:
         head = stream.read(_SNIFF_BYTES)
     except (OSError, EOFError, lzma.LZMAError) as exc:
         raise SkipSource(f"corrupt or not {type(exc).__name__} data: {exc}") from None
+    if head.startswith(_ZSTD_MAGIC):
+        raise SkipSource("zstd-compressed input is not supported (use .gz, .bz2 or .xz, or decompress it)")
     if b"\x00" in head:
         raise SkipSource("binary (NUL bytes)")
     try:
