@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
@@ -27,6 +28,7 @@ from bertctl.data.batches import pad_batch
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import TabularTask, classify_task, read_examples
 from bertctl.errors import UsageError
+from bertctl.files import json_text
 from bertctl.metrics import compute_task_metrics
 from bertctl.tokenizer import BertTokenizer
 from bertctl.training import pick_device
@@ -129,8 +131,11 @@ def _fill_logits(out: np.ndarray, model: nn.Module, features: Features, batches:
 
 
 def to_predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
-    """Class ids (argmax) or the single regression output."""
-    return logits[:, 0].astype(np.float64) if regression else logits.argmax(axis=1)
+    """Class ids (argmax) or the single regression output; NaN for a row of logits holding a NaN, whose argmax
+    would silently be class 0 (metrics then score NaN, and no class is written for it)."""
+    if regression:
+        return logits[:, 0].astype(np.float64)
+    return np.where(np.isnan(logits).any(axis=1), np.nan, logits.argmax(axis=1))
 
 
 def score(task: Any, model: nn.Module, features: dict[str, Features], pad_id: int, batch_size: int,
@@ -298,7 +303,7 @@ def print_results(task: str, results: dict[str, dict[str, float]], as_json: bool
     """One JSON object, or one line per split and metric."""
     task = get_task(task).name
     if as_json:
-        sys.stdout.write(json.dumps({"task": task, **results}) + "\n")
+        sys.stdout.write(json_text({"task": task, **results}) + "\n")
         return
     for split, metrics in results.items():
         for name, value in metrics.items():
@@ -363,7 +368,7 @@ def evaluate_classify(model: Path | str, data: str | Path, text_columns: Sequenc
 def print_classify_results(data: str | Path, metrics: dict[str, float], as_json: bool = False) -> None:
     """One JSON object, or one line per metric."""
     if as_json:
-        sys.stdout.write(json.dumps({"task": "classify", "data": str(data), **metrics}) + "\n")
+        sys.stdout.write(json_text({"task": "classify", "data": str(data), **metrics}) + "\n")
         return
     for name, value in metrics.items():
         sys.stdout.write(f"classify {data} {name}: {value:.4f}\n")
@@ -372,13 +377,25 @@ def print_classify_results(data: str | Path, metrics: dict[str, float], as_json:
 # --- results over seeds and tasks ------------------------------------------------------------------
 
 def main_score(task: Any, scores: dict[str, dict[str, float]]) -> float:
-    """The main metric on the first dev split (MNLI: matched): what picks the best epoch and seed."""
-    return next(iter(scores.values()))[task.main_metric]
+    """The main metric on the first dev split (MNLI: matched): what picks the best epoch and seed. NaN (a run
+    that blew up) is -inf, below every number: compared as NaN, it would be neither better nor worse."""
+    value = next(iter(scores.values()))[task.main_metric]
+    return -math.inf if math.isnan(value) else value
 
 
 def _spread(values: list[float]) -> dict[str, Any]:
+    """Over the seeds; all NaN when a seed's value is (statistics would raise or order the NaN anywhere)."""
+    if any(math.isnan(v) for v in values):
+        return {"mean": math.nan, "std": math.nan, "median": math.nan, "min": math.nan, "max": math.nan,
+                "values": values}
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
             "median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+
+
+def scores_from_json(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's per-split scores read back from JSON: null was a NaN score (see `files.json_ready`)."""
+    return {key: {name: math.nan if v is None else v for name, v in value.items()} if isinstance(value, dict)
+            else value for key, value in record.items()}
 
 
 def summarize(task: Any, runs: dict[int, dict[str, Any]]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -107,8 +108,23 @@ def write_text_atomic(path: Path | str, text: str) -> None:
         raise
 
 
+def json_ready(data: Any) -> Any:
+    """`data` with every NaN/inf float, however nested, as None: bare NaN is not JSON (jq and most parsers
+    refuse it). Scores keep their NaN in memory, where they print as nan and compare as -inf."""
+    if isinstance(data, dict):
+        return {key: json_ready(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_ready(value) for value in data]
+    return None if isinstance(data, float) and not math.isfinite(data) else data
+
+
+def json_text(data: Any, **options: Any) -> str:
+    """JSON with null for NaN/inf, and an error rather than a bare NaN for anything `json_ready` missed."""
+    return json.dumps(json_ready(data), allow_nan=False, **options)
+
+
 def write_json_atomic(path: Path | str, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+    write_text_atomic(path, json_text(data, indent=2) + "\n")
 
 
 def temp_folder_beside(target: Path | str, tag: str = "tmp") -> Path:

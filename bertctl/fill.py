@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ import torch
 from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
 from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
+from bertctl.files import json_text
 from bertctl.tokenizer import BertTokenizer
 from bertctl.training import pick_device, to_device
 
@@ -110,12 +110,13 @@ def _filled(row: list[int], predictions: list[list[Prediction]], tokenizer: Bert
 
 
 def read_texts(path: Path) -> list[str]:
-    """One text a line from a file or stdin ('-'); blank lines are skipped."""
+    """One text a line from a file or stdin ('-'); blank lines are skipped. A byte-order mark (Windows editors
+    write one) is dropped, or it would lead the first text and be echoed back in its "text"."""
     if str(path) == "-":
-        lines = sys.stdin.read().splitlines()
+        lines = sys.stdin.read().removeprefix("\ufeff").splitlines()
     else:
         try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
+            lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
         except FileNotFoundError:
             raise UsageError(f"--file: {path} does not exist") from None
         except (OSError, UnicodeDecodeError) as exc:
@@ -124,12 +125,12 @@ def read_texts(path: Path) -> list[str]:
 
 
 def print_fill_results(results: list[FillResult], as_json: bool = False) -> None:
-    """JSON lines, or a rich table per text with the best fill above it."""
+    """JSON lines (a NaN score, from a model whose weights are NaN, as null), or a rich table per text with the
+    best fill above it."""
     if as_json:
         for result in results:
-            data = asdict(result)
-            data.pop("filled")
-            sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+            data = {"text": result.text, "predictions": [[asdict(p) for p in mask] for mask in result.predictions]}
+            sys.stdout.write(json_text(data, ensure_ascii=False) + "\n")
         return
     from rich.console import Console
     from rich.table import Table

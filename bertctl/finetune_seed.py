@@ -5,6 +5,7 @@ done/, the finished seed. The training loop in `finetune` calls these; every ran
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +17,9 @@ from torch import nn
 from bertctl import training, training_state
 from bertctl.checkpoint import Checkpoint, read_checkpoint, save_model
 from bertctl.config import FinetuneConfig
-from bertctl.evaluate import Features, main_score
-from bertctl.finetune_work import add_logs_and_results, best_folder, drop_checkpoints, prune_best
+from bertctl.evaluate import Features, main_score, scores_from_json
+from bertctl.files import json_ready
+from bertctl.finetune_work import add_logs_and_results, best_folder, drop_checkpoints, prune_best, say
 from bertctl.tokenizer import BertTokenizer
 
 
@@ -44,12 +46,16 @@ class Progress:
     bad_in_row: int = 0  # NaN/inf steps in a row
 
     def record(self) -> dict[str, Any]:
-        return {"step": self.step, "best": self.best, "window": [r.to_json() for r in self.window],
+        """As JSON takes it: a NaN score is null (bare NaN is not JSON)."""
+        return {"step": self.step, "best": json_ready(self.best), "window": [r.to_json() for r in self.window],
                 "bad_in_row": self.bad_in_row}
 
     @classmethod
     def from_record(cls, record: dict[str, Any], log_every: int) -> Progress:
-        return cls(record["step"], record["best"], training.resumed_window(record["window"], record["step"], log_every),
+        best = record["best"]
+        if "scores" in best:
+            best = {**best, "scores": scores_from_json(best["scores"])}
+        return cls(record["step"], best, training.resumed_window(record["window"], record["step"], log_every),
                    record["bad_in_row"])
 
 
@@ -80,7 +86,8 @@ def save_checkpoint(model: nn.Module, prep: Prepared, optimizer: torch.optim.Opt
 def keep_if_best(model: nn.Module, prep: Prepared, epoch: int, scores: dict[str, dict[str, float]],
                  progress: Progress, work: Path, env: training.Distributed, anchored: int) -> None:
     """A better dev epoch is saved in work/best-EEE/, on disk rather than in memory so a resume keeps it;
-    the best epoch the newest checkpoint refers to stays until a newer checkpoint replaces it."""
+    the best epoch the newest checkpoint refers to stays until a newer checkpoint replaces it. A NaN main
+    metric is worse than any number (`main_score`), and a tie keeps the earlier epoch."""
     best = progress.best
     if best["epoch"] and main_score(prep.task, scores) <= main_score(prep.task, best["scores"]):
         return
@@ -100,6 +107,9 @@ def finish_seed(cfg: FinetuneConfig, model: nn.Module, prep: Prepared, progress:
                "seed": seed}
     if env.is_main and best["epoch"]:
         model.load_state_dict(read_checkpoint(best_folder(work, best["epoch"])).state)
+        if main_score(task, best["scores"]) == -math.inf:  # NaN: kept only when every epoch was NaN
+            say(f"{task.name} seed {seed}: {task.main_metric} was NaN after every epoch (the model's outputs blew "
+                f"up; lower --lr?); keeping epoch {best['epoch']}")
     _save_folder(model, work / "done", prep, env, extra=lambda tmp: add_logs_and_results(tmp, work, results))
     if env.is_main:
         drop_checkpoints(work)

@@ -29,7 +29,7 @@ from typing import Any
 from bertctl import training, training_state
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.errors import UsageError
-from bertctl.evaluate import seeds_markdown
+from bertctl.evaluate import scores_from_json, seeds_markdown
 from bertctl.files import (
     building_folder,
     check_new_out,
@@ -117,9 +117,10 @@ def seed_folder(work: Path, seed: int) -> Path:
 
 
 def finished_results(seed_work: Path) -> dict[str, Any] | None:
-    """The eval_results of a seed whose model folder is complete (so a resume does not train it again)."""
+    """The eval_results of a seed whose model folder is complete (so a resume does not train it again), its
+    null scores NaN again."""
     done = seed_work / "done" / "eval_results.json"
-    return json.loads(done.read_text(encoding="utf-8")) if done.is_file() else None
+    return scores_from_json(json.loads(done.read_text(encoding="utf-8"))) if done.is_file() else None
 
 
 def open_seed(seed_work: Path, checkpoint: Path | None, step: int, record: dict[str, Any], log_every: int) -> float:
@@ -151,8 +152,8 @@ def drop_checkpoints(seed_work: Path) -> None:
 
 
 def add_logs_and_results(tmp: Path, seed_work: Path, results: dict[str, Any]) -> None:
-    """Copy the seed's logs next to its model and add eval_results.json (inside save_model's temp folder);
-    copies, so the work folder stays whole until the model folder is."""
+    """Copy the seed's logs next to its model and add eval_results.json (inside save_model's temp folder, NaN
+    scores as null); copies, so the work folder stays whole until the model folder is."""
     for name in LOG_FILES:
         if (seed_work / name).is_dir():
             shutil.copytree(seed_work / name, tmp / name)

@@ -3,10 +3,14 @@
 scipy is not a runtime dependency of bertctl, so the correlations are written here with numpy. Degenerate
 inputs follow scikit-learn's choice for the Matthews correlation: when one side is constant the correlation
 is undefined and scores 0.0 rather than NaN, which keeps best-epoch selection and seed averages defined.
+A NaN among the predictions is another matter: it is a model whose outputs blew up, and every metric is NaN
+then, as scipy's correlations are (nan_policy='propagate'), never a number that could pass for a score.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -28,12 +32,28 @@ def _pair(predictions: Sequence, labels: Sequence, dtype: type) -> tuple[np.ndar
     return pred, gold
 
 
+def _nan_propagates(metric: Callable[..., float]) -> Callable[..., float]:
+    """NaN when any prediction or label is NaN: ranking would place the NaNs somewhere and score them (all-NaN
+    predictions had a Spearman of 1.0). A class id is NaN where its logits were (`evaluate.to_predictions`)."""
+
+    @functools.wraps(metric)
+    def checked(predictions: Sequence, labels: Sequence, *args: int, **kwargs: int) -> float:
+        pred, gold = _pair(predictions, labels, np.float64)
+        if np.isnan(pred).any() or np.isnan(gold).any():
+            return math.nan
+        return metric(predictions, labels, *args, **kwargs)
+
+    return checked
+
+
+@_nan_propagates
 def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
     """Share of class ids predicted right."""
     pred, gold = _pair(predictions, labels, np.int64)
     return float(np.mean(pred == gold))
 
 
+@_nan_propagates
 def f1(predictions: Sequence[int], labels: Sequence[int], positive: int = 1) -> float:
     """F1 of the positive class (MRPC's `equivalent`, QQP's `duplicate`); 0.0 when neither side has one."""
     pred, gold = _pair(predictions, labels, np.int64)
@@ -44,6 +64,7 @@ def f1(predictions: Sequence[int], labels: Sequence[int], positive: int = 1) -> 
     return 2 * true_pos / denominator if denominator else 0.0
 
 
+@_nan_propagates
 def matthews_correlation(predictions: Sequence[int], labels: Sequence[int]) -> float:
     """Matthews correlation, for any number of classes (Gorodkin's R_K, the GLUE diagnostic's R3).
 
@@ -62,6 +83,7 @@ def matthews_correlation(predictions: Sequence[int], labels: Sequence[int]) -> f
     return float(covariance / np.sqrt(spread)) if spread > 0 else 0.0
 
 
+@_nan_propagates
 def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
     """Pearson's r; 0.0 when either side is constant."""
     pred, gold = _pair(predictions, labels, np.float64)
@@ -86,6 +108,7 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
+@_nan_propagates
 def spearman(predictions: Sequence[float], labels: Sequence[float]) -> float:
     """Spearman's rho: Pearson's r of the (tie-averaged) ranks; 0.0 when either side is constant."""
     pred, gold = _pair(predictions, labels, np.float64)

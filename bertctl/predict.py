@@ -35,6 +35,7 @@ def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out:
     """
     if isinstance(task, str) and task.lower() == "all":
         jobs = [(t, Path(model) / (t.predicted_by or t.name)) for t in TASKS.values()]
+        _check_glue_all_run(Path(model), [folder for _, folder in jobs])
     else:
         jobs = [(get_task(task), Path(model))]
     _check_submission_out(out, [t for t, _ in jobs], overwrite)
@@ -42,6 +43,18 @@ def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out:
     for glue_task, folder in jobs:
         predictions += _predict_task(glue_task, folder, data, batch_size, max_seq_length, device, precision)
     return [write_submission(t, split, ids, values, out) for t, split, ids, values in predictions]
+
+
+def _check_glue_all_run(model: Path, folders: list[Path]) -> None:
+    """`all` reads one model per task from a local run folder: without this, a missing task folder would be
+    looked up as a hub repository (RUN/cola) and fail with a network error."""
+    tasks = list(dict.fromkeys(folder.name for folder in folders))
+    missing = [name for name in tasks if not (model / name).is_dir()]
+    if missing:
+        lacks = "none of them" if missing == tasks else f"no {', '.join(missing)}"
+        raise UsageError(f"--model {model} is not a `bertctl finetune glue all` run folder, which holds a model "
+                         f"folder per task ({', '.join(tasks)}); it has {lacks}. Predict one task's run with "
+                         "bertctl predict glue TASK --model RUN")
 
 
 def _check_submission_out(out: Path | str, tasks: list[GlueTask], overwrite: bool) -> None:

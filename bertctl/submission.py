@@ -35,11 +35,14 @@ def submission_name(task: str | GlueTask, split: str = "test") -> str:
 
 
 def format_prediction(task: GlueTask, value: int | float) -> str:
-    """One prediction as the server reads it: the label name for a class id, or the (clipped) score."""
+    """One prediction as the server reads it: the label name for a class id, or the (clipped) score. NaN
+    (`to_predictions` gives it for NaN logits) is refused: a submission has no way to leave a row out."""
+    if not math.isfinite(float(value)):
+        raise BertctlError(f"{task.name}: the model's output is {value!r} for an example, not a "
+                           f"{'score' if task.is_regression else 'class'}; its weights are broken (a "
+                           "fine-tuning run that blew up?)")
     if task.is_regression:
         score = float(value)
-        if not math.isfinite(score):
-            raise BertctlError(f"{task.name}: prediction {value!r} is not a finite score")
         if task.score_range is not None:
             low, high = task.score_range
             score = min(max(score, low), high)
@@ -108,18 +111,23 @@ def write_predictions(path: str | Path, id_name: str, ids: Sequence[str], label_
 
 def _prediction_row(id_name: str, row_id: str, label_names: Sequence[str], value: int | float,
                     probabilities: Sequence[float] | None) -> dict[str, Any]:
+    """NaN/inf (a model whose outputs blew up) as None: null in jsonl, an empty cell in csv."""
     row: dict[str, Any] = {id_name: int(row_id) if id_name == "index" else row_id}
     if not label_names:
-        row["prediction"] = round(float(value), 6)
+        row["prediction"] = _rounded(value)
         return row
-    row["prediction"] = label_names[int(value)]
+    row["prediction"] = label_names[int(value)] if math.isfinite(value) else None
     if probabilities is not None:
-        row["probabilities"] = {name: round(float(p), 6) for name, p in zip(label_names, probabilities, strict=True)}
+        row["probabilities"] = {name: _rounded(p) for name, p in zip(label_names, probabilities, strict=True)}
     return row
 
 
+def _rounded(value: float) -> float | None:
+    return round(float(value), 6) if math.isfinite(value) else None
+
+
 def _jsonl(rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    return "".join(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n" for row in rows)
 
 
 def _csv(rows: list[dict[str, Any]], id_name: str, label_names: Sequence[str]) -> str:

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import write_text_atomic
+from bertctl.files import json_ready, json_text, write_text_atomic
 
 # --- optimizer --------------------------------------------------------------------------------------
 
@@ -243,8 +243,8 @@ class StepResult:
 
     def to_json(self) -> dict[str, Any]:
         """For a checkpoint's trainer_state.json (non-finite figures as null, which strict JSON readers take)."""
-        return {"loss": finite_or_none(self.loss), "parts": {k: finite_or_none(v) for k, v in self.parts.items()},
-                "grad_norm": finite_or_none(self.grad_norm), "skipped": self.skipped, "bad": self.bad}
+        return json_ready({"loss": self.loss, "parts": self.parts, "grad_norm": self.grad_norm,
+                           "skipped": self.skipped, "bad": self.bad})
 
     @classmethod
     def from_json(cls, saved: dict[str, Any]) -> StepResult:
@@ -277,11 +277,6 @@ def progress_bar(total: int, initial: int, desc: str, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True, disable=not enabled)
-
-
-def finite_or_none(value: Any) -> Any:
-    """NaN/inf as None: strict JSON readers (jq, most languages' parsers) refuse Python's bare NaN."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 @dataclass
@@ -458,8 +453,8 @@ class MetricsLog:
         """One row; a NaN/inf figure is written as null (bare NaN is not JSON: jq and others refuse the line)."""
         if not self.enabled:
             return
-        row = {key: finite_or_none(value) for key, value in row.items()}
-        self._file.write(json.dumps(row, allow_nan=False) + "\n")
+        row = json_ready(row)
+        self._file.write(json_text(row) + "\n")
         self._file.flush()
         if self._board is not None:
             for key, value in row.items():

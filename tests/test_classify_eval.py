@@ -269,3 +269,13 @@ def test_a_multi_label_model_is_refused_not_scored_as_single_label(pair_run, tmp
         result = _cli(command, "classify", "--model", multi, "--data", dev, *out)
         assert result.exit_code == 2 and "is a multi-label classifier" in result.stderr, result.output
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_predict_glue_all_with_a_single_run_names_the_folders_it_expected(pair_run, tmp_path):
+    """It looked for the hub repository RUN/cola and failed with a network error."""
+    run, _ = pair_run
+    result = _cli("predict", "glue", "all", "--model", run, "--data", tmp_path, "--out", tmp_path / "sub")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
+    assert f"--model {run} is not a `bertctl finetune glue all` run folder" in result.stderr
+    assert "(cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli); it has none of them" in result.stderr
+    assert not (tmp_path / "sub").exists()

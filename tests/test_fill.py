@@ -78,6 +78,14 @@ def test_fill_cli_reads_file_and_prints_tables(mlm_folder, tmp_path):
     assert "probability" in result.stdout and result.stdout.count("rank") == 2
 
 
+def test_fill_file_drops_a_byte_order_mark(padded_folder, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_bytes("\ufeffmy dog is [MASK].\nthe [MASK] sat\n".encode())
+    result = CliRunner().invoke(app, ["fill", "--model", str(padded_folder), "--json", "--file", str(texts)])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["text"] for line in result.stdout.splitlines()] == ["my dog is [MASK].", "the [MASK] sat"]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["no mask here"], "has no [MASK]"),
     (["[MASK] " + "word " * 40], "--truncate"),

@@ -84,6 +84,18 @@ def test_correlations_of_a_constant_are_zero_not_nan():
     assert spearman([1.0, 2.0, 3.0], [4.0, 4.0, 4.0]) == 0.0
 
 
+def test_a_nan_prediction_makes_every_metric_nan_as_scipy_does():
+    """Ranks placed the NaNs somewhere: all-NaN predictions had a Spearman of 1.0, one NaN in four 0.2."""
+    nan = float("nan")
+    for predictions, labels in (([nan] * 5, [0.1, 0.2, 0.3, 0.4, 0.5]), ([1.0, nan, 3.0, 2.0], [1.0, 2.0, 3.0, 4.0]),
+                                ([1.0, 2.0, 3.0, 4.0], [1.0, nan, 3.0, 2.0])):
+        assert np.isnan(stats.spearmanr(predictions, labels).statistic)
+        assert np.isnan(spearman(predictions, labels)) and np.isnan(pearson(predictions, labels))
+    for metric in (accuracy, f1, matthews_correlation):  # class ids are NaN where the logits were
+        assert np.isnan(metric([1, nan, 0], [1, 0, 0]))
+    assert np.isnan(compute_task_metrics("mrpc", [nan, 1], [0, 1])["f1"])
+
+
 def test_bad_inputs_raise_one_line_errors():
     with pytest.raises(BertctlError, match="3 predictions for 2 labels"):
         accuracy([0, 1, 1], [0, 1])
