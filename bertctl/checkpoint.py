@@ -362,8 +362,12 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
     if name == "BertModel":
         head_kwargs.setdefault("add_pooler", "pooler" in ckpt.parts)
     params = inspect.signature(cls.__init__).parameters
-    if "num_labels" in params:
-        head_kwargs.setdefault("num_labels", ckpt.num_labels)
+    unknown = sorted(set(head_kwargs) - set(params))
+    if unknown:
+        raise UsageError(f"{name} takes no {', '.join(unknown)} (its options: "
+                         f"{', '.join(p for p in params if p not in ('self', 'cfg')) or 'none'})")
+    if "num_labels" in params and "num_labels" not in head_kwargs:
+        head_kwargs["num_labels"] = ckpt.num_labels
     if "classifier_dropout" in params and ckpt.raw_config.get("classifier_dropout") is not None:
         head_kwargs.setdefault("classifier_dropout", ckpt.raw_config["classifier_dropout"])
     model = cls(ckpt.config, **head_kwargs)
@@ -405,9 +409,9 @@ def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: s
     data: dict[str, Any] = {"architectures": [name], "model_type": "bert", **model.config.to_dict(),
                             "position_embedding_type": "absolute", "classifier_dropout": None}
     data.update({k: v for k, v in (extra or {}).items() if k in KEPT_CONFIG_KEYS})
-    head_dropout = getattr(model, "dropout", None)  # a classification head's, which may differ from the hidden
-    if isinstance(head_dropout, nn.Dropout) and head_dropout.p != model.config.hidden_dropout_prob:
-        data["classifier_dropout"] = head_dropout.p
+    head_dropout = getattr(model, "dropout", None)  # a classification head's: what it used, not the source's
+    if isinstance(head_dropout, nn.Dropout):
+        data["classifier_dropout"] = None if head_dropout.p == model.config.hidden_dropout_prob else head_dropout.p
     num_labels = getattr(model, "num_labels", None)
     if num_labels is not None:
         labels = labels or [f"LABEL_{i}" for i in range(num_labels)]

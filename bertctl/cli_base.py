@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import sys
 import traceback
 from typing import Any
@@ -58,16 +59,34 @@ class Group(TyperGroup):
             raise fail(str(exc), exc.exit_code) from None
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None
-        except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as shell tools do
+        except BrokenPipeError as exc:
+            if not _reader_gone():
+                raise _failure(exc) from None
             with contextlib.suppress(OSError, ValueError):  # no more flushes into the closed pipe at exit
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(1) from None
         except Exception as exc:
             if type(exc).__module__.split(".")[0] in ("click", "typer"):
                 raise  # usage errors and exits, which click reports itself
-            if _debug:
-                traceback.print_exc()
-            raise fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1) from None
+            raise _failure(exc) from None
+
+
+def _failure(exc: Exception) -> Exception:
+    """An unexpected error in one line (its traceback first under --debug)."""
+    if _debug:
+        traceback.print_exception(exc)
+    return fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+
+
+def _reader_gone() -> bool:
+    """Whether our stdout is a pipe whose reader went away (`| head`), rather than some other pipe breaking
+    (a worker process's, say): the write end of a pipe without a reader polls as an error."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLERR)
+        return bool(poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or no real stdout (a test runner's)
+        return False
 
 
 def command_group(help_text: str) -> typer.Typer:

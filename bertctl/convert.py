@@ -18,7 +18,8 @@ def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str
     # bert-base-uncased's config says BertForMaskedLM but its file has the NSP head too: keep both
     model = build_model(ckpt, "BertForPreTraining" if {"mlm", "nsp"} <= ckpt.parts else None)
     tokenizer = model_tokenizer(ckpt, required=False)
-    labels = ckpt.labels if getattr(model, "num_labels", None) == len(ckpt.labels or []) else None
+    outputs = getattr(model, "num_labels", None)
+    labels = ckpt.labels if outputs is not None and outputs == len(ckpt.labels or []) else None
     save_model(model, out, tokenizer, labels=labels, problem_type=ckpt.problem_type, config_extra=ckpt.kept_config,
                overwrite=overwrite)
     heads = ", ".join(heads_present(ckpt)) or "encoder only"

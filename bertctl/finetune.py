@@ -299,7 +299,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     carried = 0.0  # seconds a resumed seed had already trained
     if env.is_main:
         carried = open_seed(work, checkpoint, progress.step,
-                            _run_record(cfg, prep, model, seed, precision, env, total, warmup), cfg.log_every)
+                            _run_record(cfg, prep, model, seed, precision, env, total, warmup))
     train_model = training.wrap_ddp(model, env)
     log = training.MetricsLog(work, enabled=env.is_main)
     speed = training.Throughput(carried)

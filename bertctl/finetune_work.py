@@ -123,7 +123,7 @@ def finished_results(seed_work: Path) -> dict[str, Any] | None:
     return scores_from_json(json.loads(done.read_text(encoding="utf-8"))) if done.is_file() else None
 
 
-def open_seed(seed_work: Path, checkpoint: Path | None, step: int, record: dict[str, Any], log_every: int) -> float:
+def open_seed(seed_work: Path, checkpoint: Path | None, step: int, record: dict[str, Any]) -> float:
     """A seed without a checkpoint starts over in an empty folder; a resumed one drops the metrics rows
     logged after its checkpoint (they are logged again). Returns the seconds it had already trained."""
     if checkpoint is None:
@@ -131,7 +131,7 @@ def open_seed(seed_work: Path, checkpoint: Path | None, step: int, record: dict[
         seed_work.mkdir(parents=True)
         write_json_atomic(seed_work / "run.json", record)
         return 0.0
-    return training.trim_metrics(seed_work, step, log_every)
+    return training.trim_metrics(seed_work, step)
 
 
 def best_folder(seed_work: Path, epoch: int) -> Path:

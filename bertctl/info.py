@@ -29,7 +29,7 @@ def info(model: Path | str) -> dict[str, Any]:
         "pooler": "pooler" in ckpt.parts,
         "parameters": sum(t.numel() for t in ckpt.state.values()),
         "vocab_size": ckpt.config.vocab_size,
-        "labels": ckpt.labels if ckpt.architecture != "BertForPreTraining" else None,
+        "labels": ckpt.labels if "classifier" in ckpt.parts else None,
         "problem_type": ckpt.problem_type,
         "weights_dtype": ckpt.stored_dtype,  # as stored; bertctl computes in float32
         "config": ckpt.config.to_dict(),

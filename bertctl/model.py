@@ -104,7 +104,7 @@ class Bert(nn.Module):
         """Returns the hidden states (B, T, H) and the pooled [CLS] vector (B, H), or None without a pooler."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        mask = None  # no mask lets SDPA take its fastest kernel; asking a GPU whether one is needed would sync
+        mask = None  # none lets SDPA take its fastest kernel; to_device drops an unpadded one while on the host
         if attention_mask is not None and (torch.compiler.is_compiling() or attention_mask.device.type != "cpu"
                                            or not bool(attention_mask.all())):
             mask = attention_mask[:, None, None, :].bool()  # (B, 1, 1, T): True where a key may be attended

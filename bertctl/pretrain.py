@@ -67,11 +67,11 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                                         (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(env.device.type) if precision == "fp16" else None
     training_state.seed_everything(cfg.seed + env.rank)
-    step, samples_seen, bad_total, bad_in_row = 0, 0, 0, 0
+    step, samples_seen, skipped_total, bad_in_row = 0, 0, 0, 0
     window: list[training.StepResult] = []  # read steps since the last metrics row
     if resume_from is not None:
         record = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
-        step, samples_seen, bad_total = record["step"], record["samples_seen"], record.get("bad_steps", 0)
+        step, samples_seen, skipped_total = record["step"], record["samples_seen"], record.get("bad_steps", 0)
         # A checkpoint saved inside a --log-every window keeps that window's steps, so the next row is the
         # uninterrupted run's (older checkpoints have none: that row then averages the resumed steps only).
         window = training.resumed_window(record.get("log_window", []), step, cfg.log_every)
@@ -83,7 +83,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                                             "world_size": env.world_size, "precision": precision, "compile": compiled,
                                             "warmup_steps": cfg.warmup(), "corpus_manifest": manifest,
                                             "resumed_from": str(resume_from or "")})
-        carried = training.trim_metrics(run, step, cfg.log_every)
+        extended = resume_from is not None and resume_from.name == "final" and step % cfg.log_every != 0
+        carried = training.trim_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
     training.sparse_tied_embedding_grads(model, env, compiled)
     train_model = training.wrap_ddp(model, env)
     if compiled:  # after DDP, so the compiler sees its bucket boundaries
@@ -130,10 +131,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                 continue
             results, bad_in_row = training.read_window(pending, step, bad_in_row, cfg.max_bad_steps,
                                                        "lower --lr, use --precision fp32/bf16, or check the corpus")
-            bad_total += sum(r.bad for r in results)
+            skipped_total += sum(r.skipped for r in results)
             window += results
             if log_due:
-                row = _log_row(step, window, lr, speed, has_nsp, bad_total)
+                row = _log_row(step, window, lr, speed, has_nsp, skipped_total)
                 log.write(row)
                 window = [] if step % cfg.log_every == 0 else window  # a closing row's steps stay, for final/
                 bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
@@ -141,7 +142,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                 log.write({"step": step, **evaluate_pretraining(model, validation, collate, micro, cfg, env)})
             if saving:
                 _save(model, training_state.step_folder(run, step), tokenizer, optimizer, scaler,
-                      {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total, "bad_in_row": bad_in_row,
+                      {"step": step, "samples_seen": samples_seen, "bad_steps": skipped_total, "bad_in_row": bad_in_row,
                        "log_window": [r.to_json() for r in window]}, env)
                 if env.is_main:
                     training_state.prune_checkpoints(run, cfg.keep)
@@ -149,7 +150,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                 break
         if step >= cfg.steps:
             _save(model, final, tokenizer, optimizer, scaler,
-                  {"step": step, "samples_seen": samples_seen, "bad_steps": bad_total, "bad_in_row": bad_in_row,
+                  {"step": step, "samples_seen": samples_seen, "bad_steps": skipped_total, "bad_in_row": bad_in_row,
                    "log_window": [r.to_json() for r in window]}, env, overwrite=True)
     where = final if step >= cfg.steps else training_state.step_folder(run, step)
     if env.is_main:
@@ -313,14 +314,14 @@ def evaluate_pretraining(model: nn.Module, table: Any, collate: Collator, micro:
 
 
 def _log_row(step: int, window: list[training.StepResult], lr: float, speed: training.Throughput,
-             has_nsp: bool, bad_total: int) -> dict[str, Any]:
+             has_nsp: bool, skipped_total: int) -> dict[str, Any]:
     means = training.window_means(window)
     row: dict[str, Any] = {"step": step, "loss": means["loss"], "mlm_loss": means["mlm"],
                            "mlm_accuracy": means["mlm_correct"]}
     if has_nsp:
         row.update({"nsp_loss": means["nsp"], "nsp_accuracy": means["nsp_correct"]})
     row.update({"lr": lr, "grad_norm": means["grad_norm"], "tokens_per_second": speed.rate(),
-                "elapsed": speed.elapsed(), "skipped_steps": bad_total})
+                "elapsed": speed.elapsed(), "skipped_steps": skipped_total})
     return row
 
 

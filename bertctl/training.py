@@ -468,22 +468,21 @@ class MetricsLog:
             self._board.close()
 
 
-def trim_metrics(run: Path, step: int, log_every: int) -> float:
+def trim_metrics(run: Path, step: int, drop_closing_row: bool = False) -> float:
     """On resume, drop metrics.jsonl rows logged after the checkpoint we continue from (they are logged
-    again), so the file holds each step once. A finished run's closing training row off the --log-every grid
-    goes too: a longer run resumed from it writes that window's row where an uninterrupted run does. Returns
-    the kept rows' last `elapsed`, where the clock goes on."""
+    again), so the file holds each step once. `drop_closing_row`: a finished run extended to more steps drops
+    its closing training row too (off the --log-every grid), which the longer run writes where an uninterrupted
+    run does. Returns the last `elapsed` up to the checkpoint, where the clock goes on."""
     path = run / "metrics.jsonl"
     if not path.is_file():
         return 0.0
-
-    def kept_row(row: dict[str, Any]) -> bool:
-        return row["step"] < step or (row["step"] == step and (step % log_every == 0 or "loss" not in row))
-
-    kept = [(line, row) for line in path.read_text(encoding="utf-8").splitlines()
-            if (row := _json_row(line)) is not None and kept_row(row)]
-    write_text_atomic(path, "".join(f"{line}\n" for line, _ in kept))
-    return max((row["elapsed"] for _, row in kept if "elapsed" in row), default=0.0)
+    rows = [(line, row) for line in path.read_text(encoding="utf-8").splitlines()
+            if (row := _json_row(line)) is not None and row["step"] <= step]
+    elapsed = max((row["elapsed"] for _, row in rows if "elapsed" in row), default=0.0)
+    if drop_closing_row:
+        rows = [(line, row) for line, row in rows if row["step"] < step or "loss" not in row]
+    write_text_atomic(path, "".join(f"{line}\n" for line, _ in rows))
+    return elapsed
 
 
 def _json_row(line: str) -> dict[str, Any] | None:

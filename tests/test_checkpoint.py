@@ -13,6 +13,7 @@ transformers = pytest.importorskip("transformers")
 
 from bertctl.checkpoint import load_model, read_checkpoint, save_model  # noqa: E402
 from bertctl.cli import app  # noqa: E402
+from bertctl.errors import UsageError  # noqa: E402
 from bertctl.model import BertForPreTraining  # noqa: E402
 
 
@@ -249,3 +250,35 @@ def test_saved_folders_get_the_usual_permissions(odd_config, tmp_path):
         os.umask(previous)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "out", *(tmp_path / "out").iterdir()]}
     assert modes == {"out": 0o755, "config.json": 0o644, "model.safetensors": 0o644}
+
+
+def test_keywords_an_architecture_does_not_take_are_one_line_errors(odd_config, tmp_path):
+    save_model(BertForPreTraining(odd_config), tmp_path / "m")
+    with pytest.raises(UsageError, match=r"^BertForQuestionAnswering takes no num_labels \(its options: none\)$"):
+        load_model(tmp_path / "m", "BertForQuestionAnswering", num_labels=2)
+
+
+def test_a_bad_id2label_matters_only_where_labels_are_read(odd_config, tmp_path):
+    """An MLM folder whose id2label is garbage still fine-tunes with a new head, converts and shows its info."""
+    from bertctl.convert import convert
+    from bertctl.info import info
+    from bertctl.model import BertForMaskedLM
+
+    folder = save_model(BertForMaskedLM(odd_config), tmp_path / "mlm")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "id2label": {"1": "a", "2": "b"}}))
+    assert load_model(folder, "BertForSequenceClassification", num_labels=3).fresh_heads == ("classifier", "pooler")
+    convert(folder, tmp_path / "copy")
+    assert info(folder)["labels"] is None
+
+
+def test_a_saved_classifier_records_the_dropout_its_head_used(odd_config, tmp_path):
+    """Not the source folder's: fine-tuning a classifier saved with 0.3 at --dropout 0.2 records 0.2 (None)."""
+    from bertctl.model import BertForSequenceClassification
+
+    save_model(BertForSequenceClassification(odd_config, num_labels=2, classifier_dropout=0.3), tmp_path / "src")
+    source = read_checkpoint(tmp_path / "src")
+    tuned = load_model(tmp_path / "src", classifier_dropout=odd_config.hidden_dropout_prob)
+    save_model(tuned, tmp_path / "tuned", config_extra=source.kept_config)
+    assert json.loads((tmp_path / "tuned" / "config.json").read_text())["classifier_dropout"] is None
+    assert load_model(tmp_path / "tuned").dropout.p == odd_config.hidden_dropout_prob

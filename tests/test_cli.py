@@ -157,3 +157,15 @@ def test_encode_reads_crlf_lines_from_stdin_without_their_carriage_return(tmp_pa
                                 input="a a\r\na\r\n")
     assert result.exit_code == 0, result.output
     assert [line.split('"tokens"')[0] for line in result.stdout.splitlines()] == ['{"text": "a a", ', '{"text": "a", ']
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_reported(monkeypatch, tmp_path):
+    """Only a reader of our output going away is quiet; another pipe breaking is an error like any other."""
+    import bertctl.info
+
+    def broken(model):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(bertctl.info, "info", broken)
+    result = CliRunner().invoke(app, ["info", str(tmp_path)])
+    assert result.exit_code == 1 and "BrokenPipeError" in result.stderr

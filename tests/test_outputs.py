@@ -214,3 +214,15 @@ def test_the_smallest_scoring_flags_still_score(models):
     result = _cli("evaluate", "classify", "-m", models["classifier"], "--data", models["table"], "--text-columns",
                   "text", "--batch-size", 1, "--max-seq-length", 3, "--json")
     assert result.exit_code == 0 and '"accuracy"' in result.stdout, result.output
+
+
+def test_a_linked_out_is_replaced_as_a_link_so_inputs_in_its_target_are_not_refused(tmp_path):
+    """`--out latest` linking to `real/`: --overwrite replaces the link, never real/ and the input in it."""
+    from bertctl.files import refuse_inputs_inside
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.txt").write_text("x")
+    (tmp_path / "latest").symlink_to(tmp_path / "real")
+    refuse_inputs_inside(tmp_path / "latest", [tmp_path / "real" / "a.txt"])
+    with pytest.raises(UsageError, match="holds the input"):
+        refuse_inputs_inside(tmp_path / "real", [tmp_path / "latest" / "a.txt"])

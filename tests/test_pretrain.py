@@ -152,6 +152,8 @@ def test_a_finished_run_resumed_with_more_steps_logs_the_rows_of_one_longer_run(
     pretrain(small_run(corpus, tmp_path / "full", **flags))
     pretrain(small_run(corpus, tmp_path / "extended", steps=6, **flags))
     assert sorted(_rows(tmp_path / "extended")) == [4, 6]
+    pretrain(small_run(corpus, tmp_path / "extended", steps=6, resume=True, **flags))  # nothing to do: kept
+    assert sorted(_rows(tmp_path / "extended")) == [4, 6]
     pretrain(small_run(corpus, tmp_path / "extended", resume=True, **flags))
     full, extended = _rows(tmp_path / "full"), _rows(tmp_path / "extended")
     assert sorted(extended) == sorted(full) == [4, 8, 12]

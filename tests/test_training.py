@@ -198,5 +198,9 @@ def test_resume_trims_metrics_past_the_checkpoint_and_a_half_written_last_row(tm
     """kill -9 during a metrics write leaves half a line; --resume must still start."""
     rows = [json.dumps({"step": s, "loss": 1.0, "elapsed": float(s)}) for s in (10, 20, 30)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + '\n{"step": 40, "lo', encoding="utf-8")
-    assert training.trim_metrics(tmp_path, 20, 10) == 20.0
+    assert training.trim_metrics(tmp_path, 20) == 20.0
     assert (tmp_path / "metrics.jsonl").read_text(encoding="utf-8") == "\n".join(rows[:2]) + "\n"
+    # a finished run extended: its closing row goes, its validation row and its clock stay
+    (tmp_path / "metrics.jsonl").write_text("\n".join([*rows[:2], '{"step": 20, "val_mlm_loss": 2.0}']) + "\n")
+    assert training.trim_metrics(tmp_path, 20, drop_closing_row=True) == 20.0
+    assert (tmp_path / "metrics.jsonl").read_text().splitlines() == [rows[0], '{"step": 20, "val_mlm_loss": 2.0}']
