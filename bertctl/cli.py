@@ -234,7 +234,7 @@ def pretrain(
         for flag, other in (pair, pair[::-1]):
             if flag in flagged and other not in flagged:
                 file_values.pop(other, None)  # a flag wins over the file's side of the pair too
-        if set(pair) <= flagged | set(file_values):
+        if set(pair) <= flagged | {k for k in pair if file_values.get(k) is not None}:  # null: unset, as in run.json
             first, second = (f"--{name.replace('_', '-')}" for name in pair)
             raise UsageError(f"{first} and {second} exclude each other: "
                              + ("--init-from fixes the model, so drop --model-config" if first == "--init-from"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -207,6 +208,27 @@ def _check_optimizer(cfg: PretrainConfig | FinetuneConfig) -> None:
 def warmup_steps(fraction: float, steps: int) -> int:
     """A warmup fraction in steps, rounded up as transformers' Trainer does (its float product too)."""
     return math.ceil(fraction * steps)
+
+
+def refuse_changed_settings(cfg: Any, saved: dict[str, Any], may_change: Collection[str], run: Path | str,
+                            restart: str = "drop --resume and start again") -> None:
+    """A resumed run must train as the interrupted one did, or its checkpoints mean nothing: the fields of
+    `cfg` outside `may_change` must equal the run's saved config (its run.json), a folder named otherwise
+    (`./x`, `/abs/x`, `x/`) being the same folder."""
+    now = config_to_dict(cfg)
+
+    def same(name: str) -> bool:
+        old, new = saved.get(name), now[name]
+        if old == new:
+            return True
+        return (isinstance(old, str) and isinstance(new, str) and Path(old).expanduser().exists()
+                and Path(old).expanduser().resolve() == Path(new).expanduser().resolve())
+
+    changed = [name for name in now if name not in may_change and not same(name)]
+    if changed:
+        shown = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} (now {now[k]})" for k in changed)
+        raise UsageError(f"--resume: the run in {run} was started with {shown}; resume it with the same "
+                         f"settings, or {restart}")
 
 
 def config_to_dict(obj: Any) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import training, training_state
-from bertctl.config import FinetuneConfig, config_to_dict
+from bertctl.config import FinetuneConfig, config_to_dict, refuse_changed_settings
 from bertctl.errors import UsageError
 from bertctl.evaluate import scores_from_json, seeds_markdown
 from bertctl.files import (
@@ -54,7 +54,9 @@ def check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Pat
     refuse_inputs_inside(out, [cfg.model, cfg.train, cfg.validation, cfg.data])
     saved = work / "run.json"
     if cfg.resume and saved.is_file():
-        _same_settings(cfg, json.loads(saved.read_text(encoding="utf-8"))["config"], work)
+        started = json.loads(saved.read_text(encoding="utf-8"))["config"]
+        refuse_changed_settings(cfg, started, RESUMABLE_CHANGES, work,
+                                restart="drop --resume and pass --overwrite to start again")
     elif cfg.resume and env.is_main:
         say(f"--resume: {out} has no unfinished run; starting from the beginning")
     elif not cfg.resume and work.exists() and not cfg.overwrite:
@@ -62,16 +64,6 @@ def check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Pat
                          "--overwrite to start again")
     training.barrier(env)
     return work
-
-
-def _same_settings(cfg: FinetuneConfig, saved: dict[str, Any], work: Path) -> None:
-    """A resumed run must train as the interrupted one did, or its checkpoints mean nothing."""
-    now = config_to_dict(cfg)
-    changed = [k for k in now if k not in RESUMABLE_CHANGES and now[k] != saved.get(k)]
-    if changed:
-        shown = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} (now {now[k]})" for k in changed)
-        raise UsageError(f"--resume: the run in {work} was started with {shown}; resume it with the same "
-                         "settings, or drop --resume and pass --overwrite to start again")
 
 
 def open_work(cfg: FinetuneConfig, work: Path, env: training.Distributed) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
 from functools import partial
 from pathlib import Path
@@ -21,7 +22,7 @@ from torch import Tensor, nn
 
 from bertctl import training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
-from bertctl.config import BertConfig, PretrainConfig, config_to_dict, model_config
+from bertctl.config import BertConfig, PretrainConfig, config_to_dict, model_config, refuse_changed_settings
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import UsageError
@@ -53,6 +54,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         from bertctl.quickstart import prepare_quickstart
 
         cfg = prepare_quickstart(cfg, env)
+    if resume_from is not None:
+        _check_resumable(cfg, run, resume_from)
     corpus, manifest = load_corpus(cfg.corpus)
     tokenizer = _tokenizer(cfg, manifest)
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
@@ -168,6 +171,25 @@ def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> 
         raise UsageError(f"--out {run} already holds checkpoints; pass --resume to continue it or choose "
                          "another --out")
     return None
+
+
+# What a resume may change: how long and how fast it trains, and how it logs and saves. The other settings
+# (corpus, model, tokenizer, optimizer and its settings, seed) decide what the checkpoint's state means.
+RESUMABLE_CHANGES = ("out", "resume", "steps", "batch_size", "micro_batch_size", "lr", "warmup_steps",
+                     "warmup_fraction", "schedule", "clip", "precision", "compile", "dropout", "save_every", "keep",
+                     "log_every", "eval_every", "eval_samples", "num_workers", "device", "max_bad_steps")
+
+
+def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> None:
+    """Before anything is written: the run's fixed settings (run.json), and --steps not below the checkpoint."""
+    started = run / "run.json"
+    if started.is_file():
+        refuse_changed_settings(cfg, json.loads(started.read_text(encoding="utf-8"))["config"], RESUMABLE_CHANGES,
+                                run)
+    step = training_state.checkpoint_step(checkpoint)
+    if cfg.steps < step:
+        raise UsageError(f"--steps {cfg.steps} is below step {step} of the checkpoint {checkpoint}; give at least "
+                         f"{step}")
 
 
 def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:

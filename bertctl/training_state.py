@@ -163,7 +163,12 @@ def latest_checkpoint(run: Path) -> Path | None:
         candidates.append(final)
     if not candidates:
         return None
-    return max(candidates, key=lambda p: json.loads((p / TRAINER_STATE).read_text())["step"])
+    return max(candidates, key=checkpoint_step)
+
+
+def checkpoint_step(folder: Path) -> int:
+    """The optimizer step a complete checkpoint was saved at."""
+    return json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))["step"]
 
 
 def prune_checkpoints(run: Path, keep: int) -> None:

@@ -400,3 +400,17 @@ def test_a_model_config_file_that_sets_no_shape_is_refused(tmp_path):
         model_config(str(tmp_path / "run.yaml"))
     (tmp_path / "two.yaml").write_text("num_hidden_layers: 2\n")
     assert model_config(str(tmp_path / "two.yaml")).num_hidden_layers == 2
+
+
+def test_a_resumed_run_may_name_its_folders_otherwise_but_not_change_them(tmp_path, monkeypatch):
+    """`--model /abs/base/final` then `--model ./base/final` (or `base/final/`) is one folder."""
+    from bertctl.config import config_to_dict, refuse_changed_settings
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("base/final", "other", "glue"):
+        (tmp_path / name).mkdir(parents=True)
+    started = config_to_dict(FinetuneConfig(model=tmp_path / "base" / "final", data=str(tmp_path / "glue")))
+    refuse_changed_settings(FinetuneConfig(model="./base/final", data="glue/"), started, ("resume",), "run")
+    with pytest.raises(UsageError, match=r"^--resume: the run in run was started with --model .*/base/final "
+                                         r"\(now other\); resume it with the same settings, or drop --resume"):
+        refuse_changed_settings(FinetuneConfig(model="other", data="glue"), started, ("resume",), "run")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 
 from bertctl.cli import app
 from bertctl.config import CorpusConfig, PretrainConfig
+from bertctl.errors import UsageError
 from bertctl.tokenizer import BertTokenizer
 
 WORDS = ("the cat dog bird fish sat ran flew swam on under over a mat log tree pond quickly slowly happily "
@@ -168,6 +170,41 @@ def test_second_run_without_resume_is_refused(corpus, tmp_path):
     result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
                                       "--model-config", "tiny", "--steps", "4"])
     assert result.exit_code == 2 and "--resume" in result.stderr
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"weight_decay": 0.5}, "--weight-decay 0.01 (now 0.5)"), ({"optimizer": "lamb"}, "--optimizer adamw (now lamb)"),
+    ({"seed": 8}, "--seed 7 (now 8)"), ({"model_config": "mini"}, "--model-config tiny (now mini)"),
+    ({"steps": 3}, "--steps 3 is below step 4 of the checkpoint"),
+])
+def test_a_resume_refuses_settings_its_checkpoint_cannot_honour_before_writing(corpus, tmp_path, change, said):
+    """They used to be ignored while run.json recorded them (weight decay), or to fail deep in the run (LAMB's
+    state, a shorter --steps); how long and how fast it trains may change."""
+    from bertctl.pretrain import pretrain
+
+    pretrain(small_run(corpus, tmp_path / "run", steps=8, save_every=4))
+    shutil.rmtree(tmp_path / "run" / "final")
+    before = (tmp_path / "run" / "run.json").read_bytes()
+    with pytest.raises(UsageError, match=re.escape(said)):
+        pretrain(small_run(corpus, tmp_path / "run", **{"steps": 8, "save_every": 4, "resume": True, **change}))
+    assert (tmp_path / "run" / "run.json").read_bytes() == before
+    relative = Path(os.path.relpath(corpus))  # the same corpus, named otherwise
+    pretrain(small_run(relative, tmp_path / "run", steps=8, save_every=4, resume=True, lr=1e-3, batch_size=4))
+
+
+def test_a_runs_recorded_config_given_back_as_config_reproduces_it(corpus, tmp_path):
+    """run.json's "config" holds warmup_steps and warmup_fraction (one null): it was refused as giving both."""
+    from bertctl.pretrain import pretrain
+
+    first = pretrain(small_run(corpus, tmp_path / "first", steps=3))
+    config = json.loads((tmp_path / "first" / "run.json").read_text())["config"]
+    assert config["warmup_fraction"] is None and config["init_from"] is None
+    (tmp_path / "again.json").write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["pretrain", "--config", str(tmp_path / "again.json"),
+                                      "--out", str(tmp_path / "again")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "again" / "final" / "model.safetensors").read_bytes() == \
+        (first / "model.safetensors").read_bytes()
 
 
 def test_final_checkpoint_serves_fill_and_transformers(corpus, tmp_path):
