@@ -202,19 +202,28 @@ def test_whole_word_masking_keeps_words_whole(data) -> None:
     assert continued > 100 and mixed > 10
 
 
-def test_resume_reuses_finished_shards(data, monkeypatch) -> None:
+def _interrupt_after(monkeypatch, shards: int) -> tuple:
+    """Make the build stop (as Ctrl-C would) once `shards` shards are built; returns the real build function and
+    the list of shard indices built."""
     from bertctl.data import instances
 
-    reference, _ = build(data, "uninterrupted", "small", shard_size_mb=0.02)
     real_build, calls = instances.ShardBuilder.build, []
 
     def interrupted(self, job):
-        if len(calls) == 2:
+        if len(calls) == shards:
             raise KeyboardInterrupt
         calls.append(job.index)
         return real_build(self, job)
 
     monkeypatch.setattr(instances.ShardBuilder, "build", interrupted)
+    return real_build, calls
+
+
+def test_resume_reuses_finished_shards(data, monkeypatch) -> None:
+    from bertctl.data import instances
+
+    reference, _ = build(data, "uninterrupted", "small", shard_size_mb=0.02)
+    real_build, calls = _interrupt_after(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         build(data, "resumed", "small", shard_size_mb=0.02)
     assert not (data["root"] / "resumed").exists() and (data["root"] / "resumed.partial").is_dir()
@@ -233,15 +242,7 @@ def test_resume_rebuilds_damaged_shards(data, monkeypatch, caplog, workers: int)
     from bertctl.data import instances
 
     build(data, f"whole-{workers}", "small", shard_size_mb=0.01, validation_fraction=0.2)
-    real_build, calls = instances.ShardBuilder.build, []
-
-    def interrupted(self, job):
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        calls.append(job.index)
-        return real_build(self, job)
-
-    monkeypatch.setattr(instances.ShardBuilder, "build", interrupted)
+    real_build, calls = _interrupt_after(monkeypatch, 4)
     with pytest.raises(KeyboardInterrupt):
         build(data, f"damaged-{workers}", "small", shard_size_mb=0.01, validation_fraction=0.2)
     shards = data["root"] / f"damaged-{workers}.partial" / "shards"
