@@ -74,7 +74,8 @@ def _split_list(text: str, name: str, cast: type) -> tuple:
 
 @finetune_app.command("glue")
 def finetune_glue(
-    task: Annotated[str, typer.Argument(help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, or all.")],
+    task: Annotated[str | None, typer.Argument(help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, or all "
+                                               "[the --config file's task].")] = None,
     data: Annotated[str | None, typer.Option(help="GLUE download folder (CoLA/, SST-2/, ...) or nyu-mll/glue.")
                     ] = None,
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,

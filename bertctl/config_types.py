@@ -92,8 +92,11 @@ def _coerce(hint: Any, value: Any) -> Any:
         (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
         return None if value is None else _coerce(inner, value)
     if origin is tuple:  # a lone value is a list of one (a lone string must not become its characters)
+        (kind,) = set(typing.get_args(hint)) - {Ellipsis}
+        if kind is int and isinstance(value, str):  # `seeds: "1,2,3"`, as the --seeds flag writes it
+            return tuple(int(item) for item in value.split(","))
         items = value if isinstance(value, (list, tuple)) else (value,)
-        return tuple(_coerce(typing.get_args(hint)[0], item) for item in items)
+        return tuple(_coerce(kind, item) for item in items)
     number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
     if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
         return value

@@ -132,7 +132,7 @@ def _launch(cfg: FinetuneConfig, body: Callable[..., None]) -> Path | None:
 
 
 def _require(cfg: FinetuneConfig, *names: str) -> None:
-    missing = [f"--{n}" for n in names if getattr(cfg, n) is None]
+    missing = ["TASK" if n == "task" else f"--{n}" for n in names if getattr(cfg, n) is None]
     if missing:
         raise UsageError(f"give {' and '.join(missing)}")
 

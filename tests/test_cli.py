@@ -169,3 +169,11 @@ def test_a_broken_pipe_that_is_not_stdouts_is_reported(monkeypatch, tmp_path):
     monkeypatch.setattr(bertctl.info, "info", broken)
     result = CliRunner().invoke(app, ["info", str(tmp_path)])
     assert result.exit_code == 1 and "BrokenPipeError" in result.stderr
+
+
+def test_finetune_glue_takes_its_task_from_the_config_file(tmp_path):
+    (tmp_path / "run.yaml").write_text("task: sst2\nout: run\n")
+    result = CliRunner().invoke(app, ["finetune", "glue", "--config", str(tmp_path / "run.yaml")])
+    assert result.exit_code == 2 and result.stderr.strip() == "bertctl: error: give --model and --data"
+    result = CliRunner().invoke(app, ["finetune", "glue", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and result.stderr.strip() == "bertctl: error: give TASK and --model and --data"

@@ -201,6 +201,15 @@ def test_a_lone_string_for_a_list_field_is_one_item_not_its_characters(tmp_path)
     assert build_config(CorpusConfig, read_config_file(path)).inputs == ("/data/file.txt",)
 
 
+def test_seeds_in_a_config_file_may_be_written_as_the_flag_takes_them(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text('seeds: "1,2, 3"\n')
+    assert build_config(FinetuneConfig, read_config_file(path)).seeds == (1, 2, 3)
+    path.write_text('seeds: "1,x"\n')
+    with pytest.raises(UsageError, match=r"^--config: seeds must be a list of whole numbers, got '1,x'$"):
+        build_config(FinetuneConfig, read_config_file(path))
+
+
 def test_flags_of_the_wrong_type_name_the_flag():
     with pytest.raises(UsageError, match="^--batch-size must be a whole number, got '8'$"):
         build_config(PretrainConfig, {}, batch_size="8")
