@@ -210,24 +210,32 @@ def warmup_steps(fraction: float, steps: int) -> int:
     return math.ceil(fraction * steps)
 
 
-def refuse_changed_settings(cfg: Any, saved: dict[str, Any], may_change: Collection[str], run: Path | str,
-                            restart: str = "drop --resume and start again") -> None:
-    """A resumed run must train as the interrupted one did, or its checkpoints mean nothing: the fields of
-    `cfg` outside `may_change` must equal the run's saved config (its run.json), a folder named otherwise
-    (`./x`, `/abs/x`, `x/`) being the same folder."""
+def refuse_changed_settings(cfg: Any, saved: dict[str, Any], compared: Collection[str], run: Path | str,
+                            restart: str, started_in: str | None = None) -> None:
+    """A resumed run must train as the interrupted one did, or its checkpoints mean nothing: the `compared`
+    fields of `cfg` must equal the run's saved config (its run.json). A folder named otherwise is the same
+    folder (`./x`, `x/`, `/abs/x`, or a relative name given from `started_in`, where the run started); a
+    setting the record lacks (an older run's) is not compared."""
     now = config_to_dict(cfg)
 
     def same(name: str) -> bool:
-        old, new = saved.get(name), now[name]
-        if old == new:
-            return True
-        return (isinstance(old, str) and isinstance(new, str) and Path(old).expanduser().exists()
-                and Path(old).expanduser().resolve() == Path(new).expanduser().resolve())
+        old, new = saved[name], now[name]
+        if not (isinstance(old, str) and isinstance(new, str)):
+            return old == new
+        before = Path(old).expanduser()
+        if started_in is not None and not before.is_absolute():
+            before = Path(started_in) / before
+        if before.exists():  # a folder or file here: the same one, however named
+            return before.resolve() == Path(new).expanduser().resolve()
+        return old == new  # a hub id, a choice, or a path no longer there
 
-    changed = [name for name in now if name not in may_change and not same(name)]
+    def shown(value: Any) -> Any:
+        return "not given" if value is None else value
+
+    changed = [name for name in compared if name in saved and not same(name)]
     if changed:
-        shown = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} (now {now[k]})" for k in changed)
-        raise UsageError(f"--resume: the run in {run} was started with {shown}; resume it with the same "
+        said = ", ".join(f"--{k.replace('_', '-')} {shown(saved[k])} (now {shown(now[k])})" for k in changed)
+        raise UsageError(f"--resume: the run in {run} was started with {said}; resume it with the same "
                          f"settings, or {restart}")
 
 

@@ -39,7 +39,7 @@ from bertctl.files import (
 )
 
 # settings a --resume may change
-RESUMABLE_CHANGES = ("resume", "overwrite", "save_every", "device", "log_every", "max_bad_steps")
+RESUMABLE_CHANGES = ("out", "resume", "overwrite", "save_every", "device", "log_every", "max_bad_steps")
 LOG_FILES = ("run.json", "metrics.jsonl", "tensorboard")  # a seed's logs, copied into its model folder
 
 
@@ -54,9 +54,10 @@ def check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Pat
     refuse_inputs_inside(out, [cfg.model, cfg.train, cfg.validation, cfg.data])
     saved = work / "run.json"
     if cfg.resume and saved.is_file():
-        started = json.loads(saved.read_text(encoding="utf-8"))["config"]
-        refuse_changed_settings(cfg, started, RESUMABLE_CHANGES, work,
-                                restart="drop --resume and pass --overwrite to start again")
+        started = json.loads(saved.read_text(encoding="utf-8"))
+        compared = [name for name in started["config"] if name not in RESUMABLE_CHANGES]
+        refuse_changed_settings(cfg, started["config"], compared, work, "drop --resume and pass --overwrite to "
+                                "start again", started_in=started.get("cwd"))
     elif cfg.resume and env.is_main:
         say(f"--resume: {out} has no unfinished run; starting from the beginning")
     elif not cfg.resume and work.exists() and not cfg.overwrite:
@@ -71,7 +72,7 @@ def open_work(cfg: FinetuneConfig, work: Path, env: training.Distributed) -> Non
     if env.is_main and not (cfg.resume and (work / "run.json").is_file()):
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        write_json_atomic(work / "run.json", {"config": config_to_dict(cfg)})
+        write_json_atomic(work / "run.json", {"config": config_to_dict(cfg), "cwd": os.getcwd()})
     training.barrier(env)
 
 

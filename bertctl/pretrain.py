@@ -54,9 +54,9 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         from bertctl.quickstart import prepare_quickstart
 
         cfg = prepare_quickstart(cfg, env)
-    if resume_from is not None:
-        _check_resumable(cfg, run, resume_from)
     corpus, manifest = load_corpus(cfg.corpus)
+    if resume_from is not None:
+        _check_resumable(cfg, run, resume_from, manifest)
     tokenizer = _tokenizer(cfg, manifest)
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
     training.enable_fast_math(env.device)
@@ -173,19 +173,33 @@ def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> 
     return None
 
 
-# What a resume may change: how long and how fast it trains, and how it logs and saves. The other settings
-# (corpus, model, tokenizer, optimizer and its settings, seed) decide what the checkpoint's state means.
-RESUMABLE_CHANGES = ("out", "resume", "steps", "batch_size", "micro_batch_size", "lr", "warmup_steps",
-                     "warmup_fraction", "schedule", "clip", "precision", "compile", "dropout", "save_every", "keep",
-                     "log_every", "eval_every", "eval_samples", "num_workers", "device", "max_bad_steps")
+# Settings that decide what a checkpoint's optimizer state and data position mean; a resume may change how long
+# and how fast the run trains and how it logs and saves. The model is the checkpoint's (--init-from no longer
+# matters, --tokenizer is checked against the corpus anyway); the corpus is compared by its manifest.
+FIXED_ON_RESUME = ("optimizer", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "seed")
+_SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 
-def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> None:
-    """Before anything is written: the run's fixed settings (run.json), and --steps not below the checkpoint."""
-    started = run / "run.json"
-    if started.is_file():
-        refuse_changed_settings(cfg, json.loads(started.read_text(encoding="utf-8"))["config"], RESUMABLE_CHANGES,
-                                run)
+def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path, manifest: dict[str, Any]) -> None:
+    """Before anything is written: the run's fixed settings, its corpus and model shape (run.json), and
+    --steps not below the checkpoint."""
+    restart = "start a new run with another --out"
+    started = json.loads((run / "run.json").read_text(encoding="utf-8")) if (run / "run.json").is_file() else {}
+    refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, restart)
+    if started.get("corpus_manifest", manifest) != manifest:
+        raise UsageError(f"--resume: --corpus {cfg.corpus} is not the corpus the run in {run} was started on (their "
+                         f"manifests differ); resume it on that corpus, or {restart}")
+    recorded = started.get("config", {})
+    renamed = cfg.model_config != recorded.get("model_config", cfg.model_config)
+    from_init = cfg.init_from is not None or recorded.get("init_from") is not None  # it gave the shape
+    try:
+        wanted = model_config(cfg.model_config).to_dict() if renamed and not from_init else {}
+    except UsageError:  # a config file since moved: the checkpoint holds the model anyway
+        wanted = {}
+    model = started.get("model", {})
+    if any(key in wanted and key in model and wanted[key] != model[key] for key in _SHAPE):
+        raise UsageError(f"--resume: --model-config {cfg.model_config} is not the shape of the model in {run} "
+                         f"({', '.join(f'{k} {model[k]}' for k in _SHAPE)}); give the one it was started with")
     step = training_state.checkpoint_step(checkpoint)
     if cfg.steps < step:
         raise UsageError(f"--steps {cfg.steps} is below step {step} of the checkpoint {checkpoint}; give at least "

@@ -39,7 +39,7 @@ def test_user_mistakes_give_one_line_and_exit_2(args):
 
 @pytest.mark.parametrize(("args", "named"), [
     (["pretrain", "--steps", "abc"], "'--steps'"), (["fill", "--top-k", "0", "a [MASK]"], "'--top-k'"),
-    (["nosuch"], "'nosuch'"), (["--nope"], "--nope"), (["finetune", "glue"], "'task'"),
+    (["nosuch"], "'nosuch'"), (["--nope"], "--nope"), (["evaluate", "glue"], "'task'"),
     (["corpus", "inspect", "a", "b"], "(b)"),
 ])
 def test_clicks_own_usage_errors_are_one_line_too(args, named):

@@ -412,14 +412,21 @@ def test_a_model_config_file_that_sets_no_shape_is_refused(tmp_path):
 
 
 def test_a_resumed_run_may_name_its_folders_otherwise_but_not_change_them(tmp_path, monkeypatch):
-    """`--model /abs/base/final` then `--model ./base/final` (or `base/final/`) is one folder."""
+    """`--model /abs/base/final` then `--model ./base/final` (or `base/final/`, or a name relative to the folder
+    the run started in) is one folder; a folder of the same name elsewhere is not."""
     from bertctl.config import config_to_dict, refuse_changed_settings
 
-    monkeypatch.chdir(tmp_path)
-    for name in ("base/final", "other", "glue"):
+    for name in ("base/final", "other", "glue", "sub/glue"):
         (tmp_path / name).mkdir(parents=True)
-    started = config_to_dict(FinetuneConfig(model=tmp_path / "base" / "final", data=str(tmp_path / "glue")))
-    refuse_changed_settings(FinetuneConfig(model="./base/final", data="glue/"), started, ("resume",), "run")
-    with pytest.raises(UsageError, match=r"^--resume: the run in run was started with --model .*/base/final "
-                                         r"\(now other\); resume it with the same settings, or drop --resume"):
-        refuse_changed_settings(FinetuneConfig(model="other", data="glue"), started, ("resume",), "run")
+    compared = ("model", "data")
+    started = config_to_dict(FinetuneConfig(model=tmp_path / "base" / "final", data="glue"))
+    monkeypatch.chdir(tmp_path)
+    refuse_changed_settings(FinetuneConfig(model="./base/final", data="glue/"), started, compared, "run", "start again",
+                            started_in=str(tmp_path))
+    monkeypatch.chdir(tmp_path / "sub")
+    refuse_changed_settings(FinetuneConfig(model="../base/final", data="../glue"), started, compared, "run", "again",
+                            started_in=str(tmp_path))
+    with pytest.raises(UsageError, match=r"^--resume: the run in run was started with --data glue \(now glue\); "
+                                         r"resume it with the same settings, or start again$"):
+        refuse_changed_settings(FinetuneConfig(model="../base/final", data="glue"), started, compared, "run",
+                                "start again", started_in=str(tmp_path))

@@ -174,7 +174,7 @@ def test_second_run_without_resume_is_refused(corpus, tmp_path):
 
 @pytest.mark.parametrize(("change", "said"), [
     ({"weight_decay": 0.5}, "--weight-decay 0.01 (now 0.5)"), ({"optimizer": "lamb"}, "--optimizer adamw (now lamb)"),
-    ({"seed": 8}, "--seed 7 (now 8)"), ({"model_config": "mini"}, "--model-config tiny (now mini)"),
+    ({"seed": 8}, "--seed 7 (now 8)"), ({"model_config": "mini"}, "--model-config mini is not the shape of the model"),
     ({"steps": 3}, "--steps 3 is below step 4 of the checkpoint"),
 ])
 def test_a_resume_refuses_settings_its_checkpoint_cannot_honour_before_writing(corpus, tmp_path, change, said):
@@ -188,8 +188,21 @@ def test_a_resume_refuses_settings_its_checkpoint_cannot_honour_before_writing(c
     with pytest.raises(UsageError, match=re.escape(said)):
         pretrain(small_run(corpus, tmp_path / "run", **{"steps": 8, "save_every": 4, "resume": True, **change}))
     assert (tmp_path / "run" / "run.json").read_bytes() == before
-    relative = Path(os.path.relpath(corpus))  # the same corpus, named otherwise
-    pretrain(small_run(relative, tmp_path / "run", steps=8, save_every=4, resume=True, lr=1e-3, batch_size=4))
+    copied = Path(os.path.relpath(shutil.copytree(corpus, tmp_path / "copy")))  # the same corpus, elsewhere
+    pretrain(small_run(copied, tmp_path / "run", steps=8, save_every=4, resume=True, lr=1e-3, batch_size=4,
+                       tokenizer=corpus / "tokenizer"))
+
+
+def test_a_resume_on_another_corpus_is_refused(corpus, tmp_path):
+    from bertctl.pretrain import pretrain
+
+    pretrain(small_run(corpus, tmp_path / "run", steps=8, save_every=4))
+    shutil.rmtree(tmp_path / "run" / "final")
+    other = Path(shutil.copytree(corpus, tmp_path / "other"))
+    manifest = json.loads((other / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps({**manifest, "seed": manifest["seed"] + 1}))
+    with pytest.raises(UsageError, match="is not the corpus the run in .* was started on"):
+        pretrain(small_run(other, tmp_path / "run", steps=8, save_every=4, resume=True))
 
 
 def test_a_runs_recorded_config_given_back_as_config_reproduces_it(corpus, tmp_path):
@@ -535,3 +548,22 @@ def test_a_warmup_as_long_as_the_run_is_warned_about(corpus, tmp_path, caplog):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "the warmup (5 steps) is not shorter than the run (2 steps)" in caplog.text
+
+
+def test_phase_two_resumes_without_its_init_from_and_from_its_recorded_config(corpus, tmp_path):
+    """On a resume the checkpoint is the model: the phase-1 folder may be gone, and the run.json config (which
+    records --model-config's default beside --init-from) may be given back."""
+    from bertctl.pretrain import pretrain
+
+    phase1 = pretrain(small_run(corpus, tmp_path / "phase1", steps=2))
+    values = {"corpus": corpus, "out": tmp_path / "phase2", "steps": 8, "batch_size": 8, "save_every": 4,
+              "warmup_steps": 0, "eval_every": 0, "num_workers": 0, "device": "cpu", "seed": 7}
+    pretrain(PretrainConfig(init_from=phase1, **values))
+    shutil.rmtree(tmp_path / "phase2" / "final")
+    shutil.rmtree(tmp_path / "phase1")
+    pretrain(PretrainConfig(resume=True, **values))
+    config = json.loads((tmp_path / "phase2" / "run.json").read_text())["config"]
+    (tmp_path / "phase2.json").write_text(json.dumps({**config, "init_from": None}))
+    result = CliRunner().invoke(app, ["pretrain", "--config", str(tmp_path / "phase2.json"), "--resume",
+                                      "--steps", "9"])
+    assert result.exit_code == 0, result.output
