@@ -64,7 +64,8 @@ def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False
 def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], flag: str = "--out") -> None:
     """An input inside OUT would be deleted when --overwrite replaces OUT; names that are no path here
     (a hub id, a dataset name) are not inputs on this disk."""
-    out_at = Path(out).absolute().parent.resolve() / Path(out).name  # a link as OUT is replaced, not its target
+    path = Path(os.path.abspath(out))  # `.` and `..` gone, links kept: a link as OUT is replaced, not its target
+    out_at = path.parent.resolve() / path.name
     for item in inputs:
         if item is not None and Path(item).exists() and Path(item).resolve().is_relative_to(out_at):
             raise UsageError(f"{flag} {out} holds the input {item}, which replacing it would delete; "
