@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from processes import gone
 from typer.testing import CliRunner
 
 from bertctl.cli import app
@@ -383,15 +384,6 @@ def _cli(corpus: Path, out: Path, *extra: str, workers: int = 0) -> list[str]:
             "--device", "cpu", "--seed", "7", *extra]
 
 
-def _group_is_gone(group: int) -> bool:
-    """No process of the group is left (a loader worker that outlived the run would still be in it)."""
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def test_sigterm_to_the_process_group_saves_and_resume_continues(corpus, tmp_path):
     """As SLURM, systemd and torchrun stop a job: the signal reaches the loader worker too (--num-workers 1)."""
     run = tmp_path / "run"
@@ -410,7 +402,7 @@ def test_sigterm_to_the_process_group_saves_and_resume_continues(corpus, tmp_pat
     [checkpoint] = [p for p in run.iterdir() if p.name.startswith("step-")]
     stopped = json.loads((checkpoint / "trainer_state.json").read_text())["step"]
     assert stopped == max(losses(run)) == int(checkpoint.name.split("-")[1])
-    assert not (run / "final").exists() and _group_is_gone(process.pid)
+    assert not (run / "final").exists() and gone(process.pid, group=True)
     done = subprocess.run([*command, "--steps", str(stopped + 2), "--resume"], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -453,7 +445,7 @@ def test_a_second_sigterm_to_the_group_stops_at_once_and_leaves_no_worker(corpus
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130 and err.strip().endswith("bertctl: error: interrupted"), err[-2000:]
     assert not [p for p in run.iterdir() if p.name.startswith("step-")] and not (run / "final").exists()
-    assert _group_is_gone(process.pid)
+    assert gone(process.pid, group=True)
 
 
 def _run_processes(corpus: Path, out: Path, processes: int, *flags: str, port: int = 29500) -> str:

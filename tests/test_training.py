@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from processes import gone
 from torch import nn
 
 from bertctl import training, training_state
@@ -120,14 +121,6 @@ class _Pids(torch.utils.data.Dataset):
         return os.getpid()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_loader_workers_leave_stop_signals_to_the_main_process_and_end_with_the_loop():
     """SIGINT/SIGTERM sent to the whole process group reach the worker too: it must live on (torch would raise
     'DataLoader worker is killed' in the main process), and still end with the loop, even an interrupted one."""
@@ -138,12 +131,12 @@ def test_loader_workers_leave_stop_signals_to_the_main_process_and_end_with_the_
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
             os.kill(worker, sig)
         time.sleep(0.3)
-        assert _alive(worker) and [int(next(batches)) for _ in range(5)] == [worker] * 5
-    assert not _alive(worker)
+        assert not gone(worker) and [int(next(batches)) for _ in range(5)] == [worker] * 5
+    assert gone(worker)
     with pytest.raises(KeyboardInterrupt), training.loader_batches(loader) as batches:  # a second Ctrl-C
         worker = int(next(batches))
         raise KeyboardInterrupt
-    assert not _alive(worker)
+    assert gone(worker)
 
 
 def test_metrics_rows_and_saved_steps_write_null_for_non_finite_figures(tmp_path):
