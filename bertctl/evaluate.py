@@ -135,7 +135,8 @@ def to_predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
     would silently be class 0 (metrics then score NaN, and no class is written for it)."""
     if regression:
         return logits[:, 0].astype(np.float64)
-    return np.where(np.isnan(logits).any(axis=1), np.nan, logits.argmax(axis=1))
+    classes, broken = logits.argmax(axis=1), np.isnan(logits).any(axis=1)
+    return np.where(broken, np.nan, classes) if broken.any() else classes
 
 
 def score(task: Any, model: nn.Module, features: dict[str, Features], pad_id: int, batch_size: int,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 from bertctl.data.glue import GlueTask, get_task
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import check_out, write_text_atomic
+from bertctl.files import check_out, json_text, write_text_atomic
 
 
 def submission_name(task: str | GlueTask, split: str = "test") -> str:
@@ -127,7 +126,7 @@ def _rounded(value: float) -> float | None:
 
 
 def _jsonl(rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n" for row in rows)
+    return "".join(json_text(row, ensure_ascii=False) + "\n" for row in rows)
 
 
 def _csv(rows: list[dict[str, Any]], id_name: str, label_names: Sequence[str]) -> str:
