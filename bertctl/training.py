@@ -360,12 +360,14 @@ def optimizer_step(
     names = list(sums)
     reduced = all_reduce_sum(torch.stack([sums[n] for n in names]), env)
     if scaler is not None:
+        scale = scaler.scale(torch.ones((), device=env.device))  # before update() changes it; no sync
         scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf")).float()
     total = sum(reduced[names.index(name)] for name in units)
     finite = torch.isfinite(total) & torch.isfinite(grad_norm)
-    # fp16's scaler skips a step whose scaled gradients overflowed and lowers its scale: routine, not bad
-    bad = ~torch.isfinite(total) if scaler is not None else ~finite
+    # fp16's scaler skips a step whose scaled gradients overflowed and lowers its scale: routine, not bad,
+    # unless the scale is down to 1 and the gradients overflow unscaled (DeepSpeed's minimum-loss-scale rule)
+    bad = ~torch.isfinite(total) | (~finite & (scale <= 1)) if scaler is not None else ~finite
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()

@@ -187,6 +187,22 @@ def test_fp16_loss_scaler_overflows_are_skipped_but_not_counted_as_bad_steps():
         training.read_window(bad, 11, 0, 5, "hint")
 
 
+def test_fp16_overflows_at_a_loss_scale_of_one_count_as_bad_steps():
+    """Gradients that overflow unscaled never recover: the scaler would halve its scale towards 0 and skip every
+    step for ever. At a scale of 1 or below an overflow counts towards --max-bad-steps, as DeepSpeed stops
+    at its minimum loss scale."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = training.make_optimizer("adamw", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+    batch = [{"x": torch.randn(3, 4) * 1e6, "scale": torch.tensor(2e27)}]  # a finite loss, gradients past float32
+    env = training.Distributed()
+    steps = [training.optimizer_step(model, batch, optimizer, _terms, _weights, env, "fp32", scaler) for _ in range(3)]
+    results = training.resolve_steps(steps)
+    assert all(math.isfinite(r.loss) and r.skipped for r in results) and scaler.get_scale() == 0.5
+    assert [r.bad for r in results] == [False, False, True]  # at scales 4, 2, 1
+
+
 def test_resume_trims_metrics_past_the_checkpoint_and_a_half_written_last_row(tmp_path):
     """kill -9 during a metrics write leaves half a line; --resume must still start."""
     rows = [json.dumps({"step": s, "loss": 1.0, "elapsed": float(s)}) for s in (10, 20, 30)]
