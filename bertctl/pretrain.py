@@ -49,14 +49,16 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
 
     check_out(cfg.out)
     run = Path(cfg.out)
-    resume_from = _resume_point(cfg, run, env)  # a refusal comes before the quick start builds anything
+    resume_from = _resume_point(cfg, run, env)  # refusals come before the quick start builds anything
+    started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
     if cfg.corpus is None:
         from bertctl.quickstart import prepare_quickstart
 
         cfg = prepare_quickstart(cfg, env)
     corpus, manifest = load_corpus(cfg.corpus)
-    if resume_from is not None:
-        _check_resumable(cfg, run, resume_from, manifest)
+    if started.get("corpus_manifest", manifest) != manifest:
+        raise UsageError(f"--resume: --corpus {cfg.corpus} is not the corpus the run in {run} was started on (their "
+                         "manifests differ); resume it on that corpus, or start a new run with another --out")
     tokenizer = _tokenizer(cfg, manifest)
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
     training.enable_fast_math(env.device)
@@ -180,15 +182,11 @@ FIXED_ON_RESUME = ("optimizer", "weight_decay", "adam_beta1", "adam_beta2", "ada
 _SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 
-def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path, manifest: dict[str, Any]) -> None:
-    """Before anything is written: the run's fixed settings, its corpus and model shape (run.json), and
-    --steps not below the checkpoint."""
-    restart = "start a new run with another --out"
+def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[str, Any]:
+    """Before anything is built or written: the run's fixed settings and model shape (run.json), and --steps not
+    below the checkpoint. Returns run.json's record, whose corpus manifest the caller compares once it is read."""
     started = json.loads((run / "run.json").read_text(encoding="utf-8")) if (run / "run.json").is_file() else {}
-    refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, restart)
-    if started.get("corpus_manifest", manifest) != manifest:
-        raise UsageError(f"--resume: --corpus {cfg.corpus} is not the corpus the run in {run} was started on (their "
-                         f"manifests differ); resume it on that corpus, or {restart}")
+    refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, "start a new run with another --out")
     recorded = started.get("config", {})
     renamed = cfg.model_config != recorded.get("model_config", cfg.model_config)
     from_init = cfg.init_from is not None or recorded.get("init_from") is not None  # it gave the shape
@@ -204,6 +202,7 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path, manifest:
     if cfg.steps < step:
         raise UsageError(f"--steps {cfg.steps} is below step {step} of the checkpoint {checkpoint}; give at least "
                          f"{step}")
+    return started
 
 
 def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:

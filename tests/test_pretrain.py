@@ -492,6 +492,9 @@ def test_quick_start_runs_end_to_end_and_fill_uses_it(tmp_path):
     shutil.rmtree(run / "data")
     plain = CliRunner().invoke(app, ["pretrain", "--out", str(run), "--steps", "3", "--num-workers", "0"])
     assert plain.exit_code == 2 and "--resume" in plain.stderr and not (run / "data").exists()
+    reseeded = CliRunner().invoke(app, ["pretrain", "--out", str(run), "--steps", "4", "--num-workers", "0",
+                                        "--resume", "--seed", "7"])
+    assert reseeded.exit_code == 2 and "--seed" in reseeded.stderr and not (run / "data").exists()
 
 
 def test_nan_steps_are_skipped_then_the_run_stops_with_one_line(corpus, tmp_path):
