@@ -7,7 +7,6 @@ exit code. The fine-tuning groups (finetune, evaluate, predict) live in cli_task
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -226,25 +225,12 @@ def pretrain(
 ) -> None:
     """Pre-train BERT with MLM (+NSP/SOP); no arguments runs the quick start on bundled text."""
     flags = {k: v for k, v in locals().items() if k != "config"}
-    from bertctl.config import QUICKSTART_PRETRAIN, PretrainConfig, build_config, read_config_file
+    from bertctl.config import QUICKSTART_PRETRAIN, PretrainConfig, build_config, layered, read_config_file
     from bertctl.pretrain import pretrain as run_pretrain
 
     file_values = read_config_file(config) if config else {}
-    flagged = {k for k, v in flags.items() if v is not None}
-    # A file value that is null or the default leaves its side of a pair unset: a run.json's config holds both
-    # sides, one of them null (warmup_fraction, init_from) or the default (warmup_steps, model_config).
-    defaults = {f.name: f.default for f in dataclasses.fields(PretrainConfig)}
-    for pair in (("warmup_steps", "warmup_fraction"), ("init_from", "model_config")):
-        for flag, other in (pair, pair[::-1]):
-            if flag in flagged and other not in flagged:
-                file_values.pop(other, None)  # a flag wins over the file's side of the pair too
-        if set(pair) <= flagged | {k for k in pair if file_values.get(k) not in (None, defaults[k])}:
-            first, second = (f"--{name.replace('_', '-')}" for name in pair)
-            raise UsageError(f"{first} and {second} exclude each other: "
-                             + ("--init-from fixes the model, so drop --model-config" if first == "--init-from"
-                                else "give one of them"))
-    if flags["corpus"] is None and "corpus" not in file_values:
-        file_values = {**QUICKSTART_PRETRAIN, **file_values}
+    if flags["corpus"] is None and file_values.get("corpus") is None:
+        file_values = layered(PretrainConfig, QUICKSTART_PRETRAIN, file_values)
     run_pretrain(build_config(PretrainConfig, file_values, **flags))
 
 

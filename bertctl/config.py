@@ -12,7 +12,7 @@ import math
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from bertctl.config_types import field_types, fields_named, take_types
 from bertctl.errors import UsageError
@@ -116,6 +116,7 @@ def preset(name: str, **overrides: Any) -> BertConfig:
     """A named BERT size (Turc et al. 2019 for the small ones; Devlin et al. 2018 for base/large)."""
     if name not in PRESETS:
         raise UsageError(f"unknown model preset {name!r}: choose one of {', '.join(PRESETS)} or a config.json path")
+    _refuse_unknown(BertConfig, overrides, "model config")
     return BertConfig(**{**PRESETS[name], **overrides})
 
 
@@ -123,7 +124,7 @@ def model_config(name_or_path: str, **overrides: Any) -> BertConfig:
     """A preset name or the path of a config.json (a model folder works too)."""
     if name_or_path in PRESETS:
         return preset(name_or_path, **overrides)
-    path = Path(name_or_path)
+    path = Path(name_or_path).expanduser()
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
@@ -166,15 +167,33 @@ T = TypeVar("T")
 def build_config(cls: type[T], file_values: dict[str, Any] | None = None, **flags: Any) -> T:
     """Defaults <- config file <- flags (flags left as None fall through). Unknown keys are refused here; a
     wrong type by the config itself, named as the user gave it (the flag, or the file's key)."""
-    known = field_types(cls)
     values = dict(file_values or {})
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise UsageError(f"--config: unknown field(s) {', '.join(unknown)} for {cls.__name__}; "
-                         f"known: {', '.join(sorted(known))}")
+    _refuse_unknown(cls, values, "--config")
+    _refuse_unknown(cls, flags, "build_config")
     given = {k: v for k, v in flags.items() if v is not None}
     with fields_named(lambda name: f"--{name.replace('_', '-')}" if name in given else f"--config: {name}"):
-        return cls(**{**values, **given})
+        return cls(**layered(cls, values, given))
+
+
+def layered(cls: type, below: dict[str, Any], above: dict[str, Any]) -> dict[str, Any]:
+    """`above`'s values over `below`'s; where `above` sets one field of an exclusive pair (cls.EXCLUSIVE), the
+    other is dropped from `below` (--warmup-fraction beats a config file's warmup_steps). Both set in one
+    layer stay, for the config to refuse."""
+    values = dict(below)
+    for pair in getattr(cls, "EXCLUSIVE", ()):
+        for name, other in (pair, pair[::-1]):
+            if above.get(name) is not None and above.get(other) is None:
+                values.pop(other, None)
+    return {**values, **above}
+
+
+def _refuse_unknown(cls: type, values: dict[str, Any], source: str) -> None:
+    """A misspelt key fails in one line naming it (a dataclass would raise a bare TypeError)."""
+    known = field_types(cls)
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise UsageError(f"{source}: unknown field(s) {', '.join(unknown)} for {cls.__name__}; "
+                         f"known: {', '.join(sorted(known))}")
 
 
 def _require(cfg: Any, name: str, ok: bool, wanted: str) -> None:
@@ -308,16 +327,16 @@ class CorpusConfig:
 class PretrainConfig:
     """`bertctl pretrain`: paper defaults (Devlin et al. 2018, appendix A.2) where the paper has one."""
 
-    corpus: Path | None = None  # `bertctl corpus build` output; None = quick start on the bundled novels
+    corpus: Path | None = None  # `bertctl corpus build` output; None: the bundled novels (see `quickstart`)
     out: Path = Path("runs/quickstart")  # run folder: run.json, metrics.jsonl, step-*/, final/
-    model_config: str = "base"  # preset (tiny|mini|small|medium|base|large) or a config.json path
+    model_config: str | None = None  # preset (tiny|mini|small|medium|base|large) or a config.json path; None: base
     tokenizer: Path | None = None  # default: the corpus's tokenizer (or --init-from's)
     init_from: Path | None = None  # start from these weights (phase 2 at 512), fresh optimizer
     steps: int = 1_000_000  # optimizer steps
     batch_size: int = 256  # global batch in sequences (all ranks, all micro-batches)
     micro_batch_size: int | None = None  # per rank and forward pass; default batch_size / world size
     lr: float = 1e-4  # peak learning rate
-    warmup_steps: int = 10_000  # linear warmup length
+    warmup_steps: int | None = None  # linear warmup length; None: 10,000
     warmup_fraction: float | None = None  # alternative to warmup_steps: a share of --steps
     schedule: str = "linear"  # decay after warmup: linear | cosine | constant
     optimizer: str = "adamw"  # adamw | lamb
@@ -340,14 +359,23 @@ class PretrainConfig:
     device: str | None = None  # cpu | cuda (default: cuda when available)
     max_bad_steps: int = 5  # consecutive NaN/inf losses before the run stops
 
+    # Each pair's fields exclude each other; a layer of settings that gives one overrides the other from below.
+    EXCLUSIVE: ClassVar[tuple[tuple[str, str], ...]] = (("warmup_steps", "warmup_fraction"),
+                                                        ("init_from", "model_config"))
+
     def __post_init__(self) -> None:
         take_types(self)
+        if self.init_from is not None and self.model_config is not None:
+            raise UsageError("--init-from and --model-config exclude each other: --init-from fixes the model, so "
+                             "drop --model-config")
+        if self.warmup_steps is not None and self.warmup_fraction is not None:
+            raise UsageError("--warmup-steps and --warmup-fraction exclude each other: give one of them")
         positive = ("steps", "batch_size", "log_every", "max_bad_steps", "eval_samples")
         for name in positive:
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         for name in ("warmup_steps", "save_every", "keep", "eval_every", "num_workers"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0) < 0:
                 raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise UsageError(f"--micro-batch-size must be at least 1, got {self.micro_batch_size}")
@@ -363,11 +391,22 @@ class PretrainConfig:
             if getattr(self, name) not in allowed:
                 raise UsageError(f"--{name} {getattr(self, name)!r}: choose one of {', '.join(allowed)}")
 
+    @classmethod
+    def quickstart(cls, **changes: Any) -> PretrainConfig:
+        """What `bertctl pretrain` with no --corpus runs: the bundled novels and a small model trained for a few
+        minutes on a CPU (QUICKSTART_PRETRAIN), with `changes` on top. A bare PretrainConfig() keeps the paper's
+        BERT-base schedule, on the novels too when it has no corpus."""
+        return cls(**layered(cls, QUICKSTART_PRETRAIN, changes))
+
+    def model(self) -> str:
+        """The preset or config.json of a new model: --model-config, else the paper's BERT-base."""
+        return self.model_config or "base"
+
     def warmup(self) -> int:
-        """Warmup steps: --warmup-fraction of --steps when given, else --warmup-steps."""
+        """Warmup steps: --warmup-fraction of --steps when given, else --warmup-steps, else the paper's 10,000."""
         if self.warmup_fraction is not None:
             return warmup_steps(self.warmup_fraction, self.steps)
-        return self.warmup_steps
+        return 10_000 if self.warmup_steps is None else self.warmup_steps
 
     def micro_batches(self, world_size: int) -> tuple[int, int]:
         """(micro-batch size, micro-batches per rank per step) that make up the global batch exactly."""

@@ -51,6 +51,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     run = Path(cfg.out)
     resume_from = _resume_point(cfg, run, env)  # refusals come before the quick start builds anything
     started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
+    if resume_from is None and cfg.init_from is None:
+        model_config(cfg.model())  # a bad --model-config fails here, not after the quick start's data is built
     if cfg.corpus is None:
         from bertctl.quickstart import prepare_quickstart
 
@@ -188,8 +190,8 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
     started = json.loads((run / "run.json").read_text(encoding="utf-8")) if (run / "run.json").is_file() else {}
     refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, "start a new run with another --out")
     recorded = started.get("config", {})
-    renamed = cfg.model_config != recorded.get("model_config", cfg.model_config)
-    from_init = cfg.init_from is not None or recorded.get("init_from") is not None  # it gave the shape
+    renamed = cfg.model_config not in (None, recorded.get("model_config"))
+    from_init = recorded.get("init_from") is not None  # it gave the shape
     try:
         wanted = model_config(cfg.model_config).to_dict() if renamed and not from_init else {}
     except UsageError:  # a config file since moved: the checkpoint holds the model anyway
@@ -291,7 +293,7 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
         model = build_model(ckpt, architecture)
     else:
         torch.manual_seed(cfg.seed)
-        config: BertConfig = model_config(cfg.model_config, vocab_size=tokenizer.vocab_size, **dropout)
+        config: BertConfig = model_config(cfg.model(), vocab_size=tokenizer.vocab_size, **dropout)
         model = ARCHITECTURES[architecture](config)
     if model.config.vocab_size < tokenizer.vocab_size:  # more rows is fine: a padded vocabulary, as on the hub
         raise UsageError(f"the model has {model.config.vocab_size} embedding rows but the tokenizer has "

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from bertctl.config import (
     PRESETS,
+    QUICKSTART_PRETRAIN,
     BertConfig,
     CorpusConfig,
     FinetuneConfig,
@@ -150,6 +151,35 @@ def test_unknown_config_keys_are_refused(tmp_path):
         build_config(PretrainConfig, read_config_file(path))
 
 
+def test_unknown_keys_given_in_python_are_refused_in_one_line():
+    with pytest.raises(UsageError, match="build_config: unknown field.*stepz for PretrainConfig"):
+        build_config(PretrainConfig, {}, stepz=3)
+    with pytest.raises(UsageError, match="model config: unknown field.*hidden for BertConfig"):
+        preset("tiny", hidden=64)
+
+
+def test_settings_that_exclude_each_other_are_refused_however_they_are_given(tmp_path):
+    """The paper's defaults (10,000 warmup steps, BERT-base) apply only when neither side of a pair is given, so
+    a given 10,000 or "base" conflicts too; a layer above (flags over the file) replaces the other side."""
+    assert (PretrainConfig().warmup(), PretrainConfig().model()) == (10_000, "base")
+    for values in ({"warmup_steps": 10_000, "warmup_fraction": 0.5}, {"init_from": tmp_path, "model_config": "base"}):
+        with pytest.raises(UsageError, match="exclude each other"):
+            PretrainConfig(**values)
+        with pytest.raises(UsageError, match="exclude each other"):
+            build_config(PretrainConfig, values)
+    cfg = build_config(PretrainConfig, {"warmup_steps": 100, "model_config": "mini"}, warmup_fraction=0.1,
+                       init_from=tmp_path)
+    assert (cfg.warmup_steps, cfg.model_config, cfg.warmup_fraction, cfg.init_from) == (None, None, 0.1, tmp_path)
+    assert PretrainConfig.quickstart(init_from=tmp_path, warmup_fraction=0.5).model_config is None
+
+
+def test_the_quick_start_config_is_the_commands_small_run():
+    """From Python, PretrainConfig() on the novels is BERT-base for 1M steps; quickstart() is the CLI's run."""
+    cfg = PretrainConfig.quickstart(steps=20)
+    assert (cfg.corpus, cfg.model_config, cfg.steps, cfg.batch_size, cfg.compile) == (None, "tiny", 20, 32, False)
+    assert PretrainConfig.quickstart() == build_config(PretrainConfig, {**QUICKSTART_PRETRAIN})
+
+
 @pytest.mark.parametrize(("cls", "text", "message"), [
     (CorpusConfig, "max_seq_length: big", "--config: max_seq_length must be a whole number, got 'big'"),
     (PretrainConfig, "steps: two", "--config: steps must be a whole number, got 'two'"),
@@ -163,7 +193,7 @@ def test_unknown_config_keys_are_refused(tmp_path):
     (PretrainConfig, "micro_batch_size: x", "--config: micro_batch_size must be a whole number (or null), got 'x'"),
     (CorpusConfig, 'lowercase: "no"', "--config: lowercase must be true or false (or null), got 'no'"),
     (TokenizerTrainConfig, "lowercase: maybe", "--config: lowercase must be true or false, got 'maybe'"),
-    (PretrainConfig, "model_config: 5", "--config: model_config must be a string, got 5"),
+    (PretrainConfig, "model_config: 5", "--config: model_config must be a string (or null), got 5"),
     (PretrainConfig, "out: [a, b]", "--config: out must be a path, got ['a', 'b']"),
     (CorpusConfig, "inputs: {a: 1}", "--config: inputs must be a list of strings, got {'a': 1}"),
     (FinetuneConfig, "seeds: [1, x]", "--config: seeds must be a list of whole numbers, got [1, 'x']"),
@@ -384,6 +414,9 @@ def test_paths_in_configs_expand_the_home_folder(tmp_path, monkeypatch):
     cfg = build_config(PretrainConfig, read_config_file(tmp_path / "run.yaml"))
     assert (cfg.out, cfg.init_from) == (tmp_path / "runs" / "x", tmp_path / "ckpt")
     assert FinetuneConfig(train="~/t.csv").train == tmp_path / "t.csv"
+    (tmp_path / "model.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 1,
+                                                     "num_attention_heads": 2, "intermediate_size": 128}))
+    assert model_config("~/model.json").hidden_size == 64
 
 
 @pytest.mark.parametrize(("cls", "field", "flag"), [

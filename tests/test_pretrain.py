@@ -18,7 +18,7 @@ from processes import gone
 from typer.testing import CliRunner
 
 from bertctl.cli import app
-from bertctl.config import CorpusConfig, PretrainConfig
+from bertctl.config import CorpusConfig, PretrainConfig, layered
 from bertctl.errors import UsageError
 from bertctl.tokenizer import BertTokenizer
 
@@ -55,7 +55,7 @@ def small_run(corpus: Path, out: Path, **overrides) -> PretrainConfig:
     values = {"corpus": corpus, "out": out, "model_config": "tiny", "steps": 12, "batch_size": 8, "lr": 2e-3,
               "warmup_steps": 2, "log_every": 1, "save_every": 4, "keep": 10, "eval_every": 0, "seed": 7,
               "num_workers": 0, "device": "cpu"}
-    return PretrainConfig(**{**values, **overrides})
+    return PretrainConfig(**layered(PretrainConfig, values, overrides))
 
 
 def losses(run: Path) -> dict[int, float]:
@@ -251,6 +251,12 @@ def test_refusals_are_one_line(corpus, tmp_path, flags, message):
     assert result.exit_code == 2, result.output
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run" / "final").exists()
+
+
+def test_the_quick_start_refuses_a_bad_model_config_before_building_its_data(tmp_path):
+    result = CliRunner().invoke(app, ["pretrain", "--out", str(tmp_path / "run"), "--model-config", "huge"])
+    assert result.exit_code == 2 and "neither a preset" in result.stderr, result.output
+    assert not (tmp_path / "run" / "data").exists()
 
 
 def _model_folder(folder: Path, tokenizer: Path, spare_rows: int = 0, **tokenizer_config) -> Path:
