@@ -17,6 +17,7 @@ under a time cap: a slow compile or a crash costs its own slot only, and whateve
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -39,7 +40,8 @@ def run(name: str, args: list[str], cap: float) -> None:
     print(f"== {name}: python bench/{' '.join(args)}  (cap {cap:.0f} s)", flush=True)
     start = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, *args], cwd=HERE, capture_output=True, text=True, timeout=cap)
+        done = subprocess.run([sys.executable, *args], cwd=HERE, capture_output=True, text=True, timeout=cap,
+                              env={**os.environ, "PYTHONPATH": str(HERE.resolve().parent)})  # bertctl, installed or not
         lines = done.stdout.splitlines()
         if done.returncode:
             lines.append(f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")

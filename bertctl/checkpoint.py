@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from bertctl import __version__
 from bertctl.config import BertConfig
+from bertctl.config_types import take_int
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import building_folder, check_new_out, write_json_atomic
 from bertctl.hub import local_folder
@@ -366,7 +367,9 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
     if unknown:
         raise UsageError(f"{name} takes no {', '.join(unknown)} (its options: "
                          f"{', '.join(p for p in params if p not in ('self', 'cfg')) or 'none'})")
-    if "num_labels" in params and "num_labels" not in head_kwargs:
+    if "num_labels" in head_kwargs:  # a str or 0 would build a broken head, or fail deep in torch
+        head_kwargs["num_labels"] = take_int("num_labels", head_kwargs["num_labels"], minimum=1)
+    elif "num_labels" in params:
         head_kwargs["num_labels"] = ckpt.num_labels
     if "classifier_dropout" in params and ckpt.raw_config.get("classifier_dropout") is not None:
         head_kwargs.setdefault("classifier_dropout", ckpt.raw_config["classifier_dropout"])

@@ -104,7 +104,6 @@ def tokenizer_encode(
         all_texts = [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]  # CRLF lines too
     if not all_texts:
         raise UsageError("tokenizer encode: give TEXT arguments (or lines on stdin)")
-    _require_utf8([*all_texts, *([pair] if pair is not None else [])])
     for row in encode_rows(load_tokenizer(path_as_given(tokenizer, "tokenizer"), lowercase=lowercase), all_texts,
                            pair):
         typer.echo(json.dumps(row, ensure_ascii=False) if as_json else format_row(row))
@@ -265,7 +264,6 @@ def fill(
         all_texts = read_texts(Path("-"))
     if not all_texts:
         raise UsageError("fill: give a text with [MASK] as an argument, or --file F (one text a line)")
-    _require_utf8(all_texts)
     if Path(model) == QUICKSTART_MODEL and not QUICKSTART_MODEL.exists():
         raise UsageError(f"fill: no --model given, and the quick start's {model} is not there yet; run "
                          "`bertctl pretrain` first, or pass --model FOLDER (or a hub id such as bert-base-uncased)")
@@ -297,17 +295,6 @@ def info(
     from bertctl.info import print_info
 
     print_info(run_info(model), as_json=as_json)
-
-
-def _require_utf8(texts: list[str]) -> None:
-    """Bytes that are not UTF-8 reach Python as lone surrogates (arguments, stdin under a C locale), which the
-    tokenizer cannot take."""
-    for number, text in enumerate(texts, 1):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise UsageError(f"text {number} is not valid UTF-8 ({text.encode('utf-8', 'replace')[:40]!r}); "
-                             "convert it to UTF-8 first") from None
 
 
 def main() -> None:

@@ -11,8 +11,6 @@ from typing import Annotated, Any
 import typer
 
 from bertctl.cli_base import command_group
-from bertctl.errors import UsageError
-from bertctl.hub import path_as_given
 
 finetune_app = command_group("Fine-tune a model on GLUE or on your own labelled data.")
 evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set or a labelled table.")
@@ -58,18 +56,8 @@ _FtConfig = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file
 def _finetune_config(flags: dict[str, Any]) -> Any:
     from bertctl.config import FinetuneConfig, build_config, read_config_file
 
-    config = flags.pop("config")
-    for name, cast in (("seeds", int), ("text_columns", str), ("label_names", str)):
-        if flags.get(name) is not None:
-            flags[name] = _split_list(flags[name], name, cast)
+    config = flags.pop("config")  # list flags (--seeds 1,2) are split by the config, as a file's strings are
     return build_config(FinetuneConfig, read_config_file(config) if config else {}, **flags)
-
-
-def _split_list(text: str, name: str, cast: type) -> tuple:
-    try:
-        return tuple(cast(item.strip()) for item in text.split(",") if item.strip())
-    except ValueError:
-        raise UsageError(f"--{name.replace('_', '-')} {text!r}: give comma-separated whole numbers") from None
 
 
 @finetune_app.command("glue")
@@ -147,8 +135,7 @@ def evaluate_glue(
     from bertctl.evaluate import evaluate_glue as run_evaluate
     from bertctl.evaluate import print_results
 
-    folder = path_as_given(model)
-    results = run_evaluate(task, folder, data, split, batch_size, max_seq_length, device, precision)
+    results = run_evaluate(task, model, data, split, batch_size, max_seq_length, device, precision)
     print_results(task, results, as_json=as_json)
 
 
@@ -163,9 +150,7 @@ def evaluate_classify(
     from bertctl.evaluate import evaluate_classify as run_evaluate
     from bertctl.evaluate import print_classify_results
 
-    columns = _split_list(text_columns, "text_columns", str) if text_columns else None
-    folder = path_as_given(model)
-    metrics = run_evaluate(folder, data, columns, label_column, batch_size, max_seq_length, device, precision)
+    metrics = run_evaluate(model, data, text_columns, label_column, batch_size, max_seq_length, device, precision)
     print_classify_results(data, metrics, as_json=as_json)
 
 
@@ -181,8 +166,7 @@ def predict_glue(
     """Write test-set predictions as GLUE submission files (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)."""
     from bertctl.predict import predict_glue as run_predict
 
-    folder = path_as_given(model)
-    for path in run_predict(task, folder, data, out, batch_size, max_seq_length, device, precision, overwrite):
+    for path in run_predict(task, model, data, out, batch_size, max_seq_length, device, precision, overwrite):
         typer.echo(str(path))
 
 
@@ -196,6 +180,5 @@ def predict_classify(
     """Predict every row of a table with a `finetune classify` model: id, label, class probabilities."""
     from bertctl.predict import predict_classify as run_predict
 
-    columns = _split_list(text_columns, "text_columns", str) if text_columns else None
-    folder = path_as_given(model)
-    typer.echo(str(run_predict(folder, data, out, columns, batch_size, max_seq_length, device, precision, overwrite)))
+    written = run_predict(model, data, out, text_columns, batch_size, max_seq_length, device, precision, overwrite)
+    typer.echo(str(written))

@@ -27,6 +27,9 @@ from bertctl.hub import path_as_given
 # Fields naming a model or tokenizer, which may be a hub id: Path("./x") and Path("x/") are `x`, which reads like
 # one, so a str is checked while it is still spelt as given (a flag, a --config value, a Python argument).
 _LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer": "tokenizer"}
+# List fields whose flag takes comma-separated items (--seeds 1,2, --text-columns a,b, --label-names x,y): a
+# string is read as the flag reads it. Not `inputs`, whose items are file names that may hold a comma.
+_COMMA_LISTS = {"seeds", "text_columns", "label_names"}
 
 
 class FieldTypeError(UsageError):
@@ -57,18 +60,42 @@ def field_types(cls: type) -> dict[str, Any]:
 
 def take_types(cfg: Any) -> None:
     """Give every field of the (frozen) dataclass `cfg` its type: 8.0 becomes 8, a lone string for a list one
-    item; any other type is a FieldTypeError naming the field."""
+    item (split on commas where the field's flag is: `text_columns: "a,b"`); any other type is a FieldTypeError
+    naming the field."""
     for name, hint in field_types(type(cfg)).items():
         given = value = getattr(cfg, name)
         if name in _LOCAL_NAMES and isinstance(value, str):
             value = path_as_given(value, _LOCAL_NAMES[name])
         try:
-            typed = _coerce(hint, value)
+            typed = _coerce(hint, value, commas=name in _COMMA_LISTS)
         except (ValueError, OverflowError):
-            shown = "null" if value is None else reprlib.repr(value)
-            raise FieldTypeError(type(cfg).__name__, name, f"must be {_expected(hint)}, got {shown}") from None
+            raise FieldTypeError(type(cfg).__name__, name, f"must be {_expected(hint)}, got {_shown(value)}") from None
         if typed is not given:
             object.__setattr__(cfg, name, typed)
+
+
+def take_int(name: str, value: Any, minimum: int | None = None) -> int:
+    """A whole-number argument of a plain function, taken as a config field takes it (8.0 is 8), so that a
+    Python caller gets the CLI's one-line error rather than a TypeError deep in torch; `name` is how the
+    message names it: the CLI flag where there is one (`--top-k`)."""
+    try:
+        number = _coerce(int, value)
+    except (ValueError, OverflowError):
+        raise UsageError(f"{name} must be a whole number, got {_shown(value)}") from None
+    if minimum is not None and number < minimum:
+        raise UsageError(f"{name} must be at least {minimum}, got {number}")
+    return number
+
+
+def split_list(text: str, cast: Callable[[str], Any] = str) -> tuple[Any, ...]:
+    """The items of a comma-separated list as the list flags write it (`--seeds 1,2`, `--text-columns a,b`):
+    stripped, empty ones dropped, each through `cast` (which raises ValueError for a bad one)."""
+    return tuple(cast(item.strip()) for item in text.split(",") if item.strip())
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message shows it: YAML's null for None, long ones cut."""
+    return "null" if value is None else reprlib.repr(value)
 
 
 _KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", Path: "a path"}
@@ -84,17 +111,18 @@ def _expected(hint: Any) -> str:
     return _KINDS[hint]
 
 
-def _coerce(hint: Any, value: Any) -> Any:
+def _coerce(hint: Any, value: Any, commas: bool = False) -> Any:
     """`value` as the field type `hint` (only X, X | None and tuple[X, ...] occur): JSON/YAML have no Path or
-    tuple and may write 8.0 for 8 or 0 for 0.0. Raises ValueError for any other type."""
+    tuple and may write 8.0 for 8 or 0 for 0.0. With `commas`, a string for a tuple is split as its flag
+    splits it (`seeds: "1,2,3"`). Raises ValueError for any other type."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return None if value is None else _coerce(inner, value)
+        return None if value is None else _coerce(inner, value, commas)
     if origin is tuple:  # a lone value is a list of one (a lone string must not become its characters)
         (kind,) = set(typing.get_args(hint)) - {Ellipsis}
-        if kind is int and isinstance(value, str):  # `seeds: "1,2,3"`, as the --seeds flag writes it
-            return tuple(int(item) for item in value.split(","))
+        if commas and isinstance(value, str):
+            return split_list(value, kind)
         items = value if isinstance(value, (list, tuple)) else (value,)
         return tuple(_coerce(kind, item) for item in items)
     number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too

@@ -30,6 +30,7 @@ import numpy as np
 
 from bertctl import __version__
 from bertctl.config import CorpusConfig, config_to_dict
+from bertctl.config_types import take_int
 from bertctl.data.instances import (
     SPLITS,
     DamagedShard,
@@ -393,6 +394,7 @@ _LABEL_NAMES = {"mlm+nsp": ("IsNext", "NotNext"), "mlm+sop": ("InOrder", "Swappe
 
 def inspect_corpus(path: Path | str, num: int = 3) -> dict[str, Any]:
     """Statistics per split and `num` decoded training instances with their masked positions marked."""
+    num = take_int("--num", num, minimum=0)
     dataset, manifest = load_corpus(path)
     report: dict[str, Any] = {key: manifest.get(key) for key in (
         "objective", "masking", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq",

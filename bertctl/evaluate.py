@@ -24,11 +24,13 @@ from torch import Tensor, nn
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig
+from bertctl.config_types import split_list, take_int
 from bertctl.data.batches import pad_batch
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import TabularTask, classify_task, read_examples
 from bertctl.errors import UsageError
 from bertctl.files import json_text
+from bertctl.hub import path_as_given
 from bertctl.metrics import compute_task_metrics
 from bertctl.tokenizer import BertTokenizer
 from bertctl.training import pick_device
@@ -44,7 +46,7 @@ class Features:
     input_ids: list[np.ndarray]
     token_type_ids: list[np.ndarray]
     lengths: np.ndarray  # (N,) tokens per example
-    labels: np.ndarray | None  # (N,) class ids (int64) or scores (float32); None for test sets
+    labels: np.ndarray | None  # (N,) class ids (int64) or scores (float64: scored as written); None for test sets
     truncated: int  # examples that were cut to fit max_seq_length
 
     def __len__(self) -> int:
@@ -80,7 +82,7 @@ def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length
     labels = None
     if examples.labels is not None:
         regression = any(isinstance(v, float) for v in examples.labels)
-        labels = np.asarray(examples.labels, dtype=np.float32 if regression else np.int64)
+        labels = np.asarray(examples.labels, dtype=np.float64 if regression else np.int64)
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     return Features(ids, types, lengths, labels, truncated)
 
@@ -90,7 +92,8 @@ def collate(features: Features, rows: np.ndarray, pad_id: int, with_labels: bool
     padded = pad_batch([features.input_ids[r] for r in rows], [features.token_type_ids[r] for r in rows], pad_id)
     batch = {name: torch.from_numpy(array) for name, array in padded.items()}
     if with_labels and features.labels is not None:
-        batch["labels"] = torch.from_numpy(features.labels[rows])
+        labels = torch.from_numpy(features.labels[rows])
+        batch["labels"] = labels.float() if labels.is_floating_point() else labels  # the model's dtype
     return batch
 
 
@@ -154,9 +157,18 @@ def score(task: Any, model: nn.Module, features: dict[str, Features], pad_id: in
 
 # --- fine-tuned model folders ------------------------------------------------------------------------
 
+def model_folder(model: Path | str | None) -> Path:
+    """The `model` argument as a Path, a str read as spelt (`hub.path_as_given`): "./x" that is not there is a
+    missing folder, never the hub repository x."""
+    folder = path_as_given(model)
+    if folder is None:
+        raise UsageError("--model: no model given; pass a fine-tuned model folder")
+    return folder
+
+
 def resolve_model_folder(path: Path | str) -> Path:
     """A model folder, or a multi-seed run folder (its results.json names the best seed's model)."""
-    folder = Path(path)
+    folder = model_folder(path)
     results = folder / "results.json"
     if not (folder / "config.json").is_file() and results.is_file():
         best = json.loads(results.read_text(encoding="utf-8")).get("best_model")
@@ -243,7 +255,7 @@ def open_scorer(path: Path | str, task: GlueTask | TabularTask, max_seq_length: 
     """The model in `path` (a multi-seed run: its best seed) for `task`; max_seq_length and batch size are
     the flags, else the fine-tuning run's (its run.json), else the defaults (no longer than the model's
     positions)."""
-    check_scoring_flags(max_seq_length, batch_size)
+    max_seq_length, batch_size = check_scoring_flags(max_seq_length, batch_size)
     folder = resolve_model_folder(path)
     model, tokenizer, _, order = load_classifier(folder, task, ckpt)
     record = read_run_record(folder)
@@ -261,14 +273,20 @@ def _setting(flag: int | None, saved: int | None, default: int) -> int:
     return flag if flag is not None else saved or default
 
 
-def check_scoring_flags(max_seq_length: int | None, batch_size: int | None) -> None:
-    """Refuse what no forward pass can use: a batch below 1 runs no batch at all, so every score (and every
-    prediction) would be silently empty; None means the run's setting."""
-    if batch_size is not None and batch_size < 1:
-        raise UsageError(f"--batch-size {batch_size}: give 1 or more examples per forward pass")
-    if max_seq_length is not None and max_seq_length < MIN_SEQ_LENGTH:
-        raise UsageError(f"--max-seq-length {max_seq_length}: give at least {MIN_SEQ_LENGTH} "
-                         "([CLS], a token and [SEP])")
+def check_scoring_flags(max_seq_length: int | None, batch_size: int | None) -> tuple[int | None, int | None]:
+    """(max_seq_length, batch_size) as whole numbers (8.0 is 8), refusing what no forward pass can use: a batch
+    below 1 runs no batch at all, so every score (and every prediction) would be silently empty; None means
+    the run's setting."""
+    if batch_size is not None:
+        batch_size = take_int("--batch-size", batch_size)
+        if batch_size < 1:
+            raise UsageError(f"--batch-size {batch_size}: give 1 or more examples per forward pass")
+    if max_seq_length is not None:
+        max_seq_length = take_int("--max-seq-length", max_seq_length)
+        if max_seq_length < MIN_SEQ_LENGTH:
+            raise UsageError(f"--max-seq-length {max_seq_length}: give at least {MIN_SEQ_LENGTH} "
+                             "([CLS], a token and [SEP])")
+    return max_seq_length, batch_size
 
 
 def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, split: str = "dev",
@@ -331,6 +349,8 @@ def open_classify_run(path: Path | str, text_columns: Sequence[str] | None = Non
     ckpt = read_classifier(folder, "classify")
     record = read_run_record(folder)
     saved = record.get("config", {})
+    if isinstance(text_columns, str):  # "premise" or "premise,hypothesis", as --text-columns takes them
+        text_columns = split_list(text_columns)
     columns = tuple(text_columns or saved.get("text_columns") or ())
     if not columns:
         raise UsageError(f"--text-columns: {folder} has no run.json naming the text columns it was trained on; "

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
+from bertctl.config_types import take_int
 from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
 from bertctl.files import json_text
@@ -68,10 +69,8 @@ def fill(
     device: str | None = None,
 ) -> list[FillResult]:
     """Predict every [MASK] of every text; the MLM head runs only at the masked positions."""
-    if top_k < 1:
-        raise UsageError(f"--top-k must be at least 1, got {top_k}")
-    if batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
+    top_k = take_int("--top-k", top_k, minimum=1)
+    batch_size = take_int("--batch-size", batch_size, minimum=1)
     if isinstance(texts, str):
         raise UsageError("fill: give a list of texts, not one string")
     mlm, tokenizer = load_mlm(model)
@@ -110,17 +109,19 @@ def _filled(row: list[int], predictions: list[list[Prediction]], tokenizer: Bert
 
 
 def read_texts(path: Path) -> list[str]:
-    """One text a line from a file or stdin ('-'); blank lines are skipped. A byte-order mark (Windows editors
-    write one) is dropped, or it would lead the first text and be echoed back in its "text"."""
+    """One text a line from a file or stdin ('-'); blank lines are skipped. Only \n (or \r\n) ends a line, as
+    for `tokenizer encode`: str.splitlines would also cut at U+2028, form feeds and the like inside a text. A
+    byte-order mark (Windows editors write one) is dropped, or it would lead the first text and be echoed back."""
     if str(path) == "-":
-        lines = sys.stdin.read().removeprefix("\ufeff").splitlines()
+        text = sys.stdin.read().removeprefix("\ufeff")
     else:
         try:
-            lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+            text = Path(path).read_text(encoding="utf-8-sig")
         except FileNotFoundError:
             raise UsageError(f"--file: {path} does not exist") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"--file: cannot read {path}: {exc}") from None
+    lines = (line.removesuffix("\r") for line in text.split("\n"))
     return [line for line in lines if line.strip()]
 
 

@@ -188,7 +188,7 @@ def _glue_all(cfg: FinetuneConfig, base: Base, work: Path, env: training.Distrib
 
 def _check_layout(tasks: list[GlueTask], data: str) -> None:
     """In a local download, every train/dev file must be there (all missing ones named in one line)."""
-    root = Path(data)
+    root = Path(data).expanduser()  # as read_split reads it
     if not root.is_dir():
         return  # a hub id: each task is loaded (or refused) when it starts
     missing = [f"{t.folder}/{f.file}" for t in tasks for f in t.files

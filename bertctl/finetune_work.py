@@ -118,13 +118,13 @@ def finished_results(seed_work: Path) -> dict[str, Any] | None:
 
 def open_seed(seed_work: Path, checkpoint: Path | None, step: int, record: dict[str, Any]) -> float:
     """A seed without a checkpoint starts over in an empty folder; a resumed one drops the metrics rows
-    logged after its checkpoint (they are logged again). Returns the seconds it had already trained."""
+    logged after its checkpoint (they are logged again). Either way run.json records this process's settings
+    (world size, device, resumable flags). Returns the seconds it had already trained."""
     if checkpoint is None:
         shutil.rmtree(seed_work, ignore_errors=True)
         seed_work.mkdir(parents=True)
-        write_json_atomic(seed_work / "run.json", record)
-        return 0.0
-    return training.trim_metrics(seed_work, step)
+    write_json_atomic(seed_work / "run.json", record)
+    return 0.0 if checkpoint is None else training.trim_metrics(seed_work, step)
 
 
 def best_folder(seed_work: Path, epoch: int) -> Path:

@@ -41,13 +41,15 @@ def written_like_path(text: str) -> bool:
     return text.startswith((".", "/", "~")) or text.endswith("/")
 
 
-def path_as_given(name: str | None, what: str = "model folder") -> Path | None:
-    """A command-line model or tokenizer name as the Path the recipes take, refusing a name written like a path
-    that is not there while its spelling still says it is one (as a Path it would be looked up on the hub)."""
+def path_as_given(name: str | Path | None, what: str = "model folder") -> Path | None:
+    """A model or tokenizer name (a flag, a --config value, a Python argument) as the Path the recipes take,
+    refusing a name written like a path that is not there while its spelling still says it is one (as a Path
+    it would be looked up on the hub). A Path has already lost `./` and a trailing `/`: only `/x` and `~/x`
+    still say so."""
     if name is None:
         return None
     path = Path(name).expanduser()  # `--model=~/x` and `model: ~/x` in a --config file reach us unexpanded
-    if written_like_path(name) and not path.exists():
+    if written_like_path(str(name)) and not path.exists():
         raise UsageError(f"{what} {name} does not exist")
     return path
 

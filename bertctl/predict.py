@@ -19,7 +19,15 @@ import torch
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
 from bertctl.data.tabular import read_examples
 from bertctl.errors import UsageError
-from bertctl.evaluate import Scorer, encode_examples, open_classify_run, open_scorer, predict_logits, to_predictions
+from bertctl.evaluate import (
+    Scorer,
+    encode_examples,
+    model_folder,
+    open_classify_run,
+    open_scorer,
+    predict_logits,
+    to_predictions,
+)
 from bertctl.files import check_new_out, check_out
 from bertctl.submission import prediction_path, submission_name, write_predictions, write_submission
 from bertctl.training import pick_device
@@ -33,11 +41,12 @@ def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out:
     `model` is a model fine-tuned on the task (ax: on mnli); with task `all`, the folder holding one run per
     task (`OUT/mnli`, `OUT/qqp`, ...).
     """
+    root = model_folder(model)
     if isinstance(task, str) and task.lower() == "all":
-        jobs = [(t, Path(model) / (t.predicted_by or t.name)) for t in TASKS.values()]
-        _check_glue_all_run(Path(model), [folder for _, folder in jobs])
+        jobs = [(t, root / (t.predicted_by or t.name)) for t in TASKS.values()]
+        _check_glue_all_run(root, [folder for _, folder in jobs])
     else:
-        jobs = [(get_task(task), Path(model))]
+        jobs = [(get_task(task), root)]
     _check_submission_out(out, [t for t, _ in jobs], overwrite)
     predictions = []
     for glue_task, folder in jobs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import reprlib
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ def pre_tokenizer(chinese_chars: bool = True, whole: Sequence[str] = ()) -> pre_
     which covers the special tokens too (so "<MASK>" stays "<mask>" where the mask token is "<mask>").
     """
     piece = _PIECE if chinese_chars else f"[^{_SPLIT}{_PUNCT}]+|[{_PUNCT}]"
-    words = "|".join("".join(f"\\x{{{ord(c):X}}}" for c in w) for w in sorted(whole, key=len, reverse=True))
+    words = "|".join("".join(f"\\x{{{ord(c):X}}}" for c in w) for w in sorted(whole, key=lambda w: (-len(w), w)))
     if words:
         piece = f"(?<![^{_SPLIT}])(?:{words})(?![^{_SPLIT}])|{piece}"
     return pre_tokenizers.Split(Regex(piece), behavior="removed", invert=True)
@@ -284,16 +285,28 @@ class BertTokenizer:
 
     def encode(self, text: str, pair: str | None = None, add_special_tokens: bool = True) -> Encoding:
         """`[CLS] text [SEP]` (and `pair [SEP]`, segment 1) as a tokenizers Encoding: .ids, .tokens, .type_ids."""
-        return self.backend.encode(text, pair, add_special_tokens=add_special_tokens)
+        try:
+            return self.backend.encode(text, pair, add_special_tokens=add_special_tokens)
+        except (TypeError, ValueError):
+            require_text([text], "text")
+            require_text([] if pair is None else [pair], "pair")
+            raise
 
     def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
                      add_special_tokens: bool = True) -> list[Encoding]:
         """Encode many texts at once (the Rust side runs them in parallel)."""
-        if pairs is None:
-            return self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)
-        if len(pairs) != len(texts):
+        if isinstance(texts, str):  # its characters would be encoded one by one
+            raise UsageError("encode_batch: give a list of texts, not one string")
+        texts = list(texts)
+        if pairs is not None and len(pairs) != len(texts):
             raise UsageError(f"encode_batch: {len(texts)} texts but {len(pairs)} pairs")
-        return self.backend.encode_batch(list(zip(texts, pairs, strict=True)), add_special_tokens=add_special_tokens)
+        inputs = texts if pairs is None else list(zip(texts, pairs, strict=True))
+        try:
+            return self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
+        except (TypeError, ValueError):
+            require_text(texts, "text")
+            require_text(pairs or [], "pair")
+            raise
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """Text from ids; clean_up_tokenization_spaces as transformers applies it, to the whole string (the
@@ -344,6 +357,20 @@ class BertTokenizer:
         write_text_atomic(folder / "tokenizer.json", self.backend.to_str(pretty=True) + "\n")
         write_text_atomic(folder / "tokenizer_config.json", json.dumps(self.config(), indent=2) + "\n")
         write_text_atomic(folder / "special_tokens_map.json", json.dumps(self._special_map(), indent=2) + "\n")
+
+
+def require_text(texts: Sequence[Any], what: str = "text") -> None:
+    """Refuse, naming it (`text 2`), the first item that is not a str or not valid UTF-8, which `tokenizers`
+    rejects with a TypeError. Bytes that are not UTF-8 reach Python as lone surrogates (command-line arguments,
+    stdin under a C locale, files read with errors="surrogateescape")."""
+    for number, text in enumerate(texts, 1):
+        if not isinstance(text, str):
+            raise UsageError(f"{what} {number} is {reprlib.repr(text)}, not a string")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"{what} {number} is not valid UTF-8 ({text.encode('utf-8', 'replace')[:40]!r}); "
+                             "convert it to UTF-8 first") from None
 
 
 def encode_rows(tokenizer: BertTokenizer, texts: Sequence[str], pair: str | None = None) -> list[dict[str, Any]]:

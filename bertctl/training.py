@@ -176,7 +176,7 @@ def setup_distributed(device: str | None = None) -> Distributed:
         if not dist.is_initialized():
             dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo", device_id=_device_id(chosen))
             owned.append(dist.group.WORLD)
-        control = dist.new_group(backend="gloo") if chosen.type == "cuda" else dist.group.WORLD
+        control = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         if control is not dist.group.WORLD:
             owned.insert(0, control)
     return Distributed(rank, world, local, chosen, control, tuple(owned))

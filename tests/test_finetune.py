@@ -304,7 +304,7 @@ def broken_glue(tmp_path) -> Path:
     (["mnli"], 2, "MNLI/dev_matched.tsv:3: label 'maybe' is not one of entailment, neutral, contradiction"),
     (["ax"], 2, "ax has no training data"),
     (["all"], 2, "finetune glue all needs every task; missing CoLA/train.tsv"),
-    (["rte", "--seeds", "1,x"], 2, "--seeds '1,x'"),
+    (["rte", "--seeds", "1,x"], 2, "--seeds must be a list of whole numbers, got '1,x'"),
     (["rte", "--max-seq-length", "100"], 2, "takes at most 64 tokens"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(encoder, broken_glue, tmp_path, args, code, expected):

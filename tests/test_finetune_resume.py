@@ -148,7 +148,9 @@ def test_resume_after_sigterm_mid_epoch_equals_the_uninterrupted_run(encoder, gl
     for name in ("eval_results.json", "model.safetensors", "config.json"):
         assert (full / name).read_bytes() == (resumed / name).read_bytes(), name
     runs = [json.loads((run / "run.json").read_text()) for run in (full, resumed)]
-    assert [run["config"].pop("out") for run in runs] == [str(full), str(resumed)] and runs[0] == runs[1]
+    assert [run["config"].pop("out") for run in runs] == [str(full), str(resumed)]
+    assert [run["config"].pop("resume") for run in runs] == [False, True]  # the resumed process's own record
+    assert runs[0] == runs[1]
 
 
 def test_a_resumed_multi_seed_run_does_not_train_finished_seeds_again(encoder, glue, tmp_path, monkeypatch):

@@ -304,3 +304,25 @@ def test_pair_truncation_matches_longest_first(vocab: dict[str, list[str]], tmp_
         texts = [f"[MASK] {' '.join(words)}", "[MASK]"]
         assert _encode(texts, ours, max_length, True) == slow(texts, truncation=True, max_length=max_length)[
             "input_ids"]
+
+
+def test_a_saved_tokenizer_is_the_same_bytes_under_any_hash_seed(tmp_path):
+    """Keep-whole words of one length went into tokenizer.json's pattern in set order, which PYTHONHASHSEED
+    changes: convert, corpus build, finetune and pretrain wrote other bytes on every run."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "."]) + "\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "never_split": [
+        "e.g.", "i.e.", "mr.", "dr.", "st.", "mrs.", "etc."]}))
+    saved = []
+    for seed in ("1", "2", "3", "4"):
+        out = tmp_path / f"saved{seed}"
+        code = ("from bertctl.tokenizer_folder import load_tokenizer; "
+                f"load_tokenizer({str(folder)!r}).save({str(out)!r})")
+        subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONHASHSEED": seed})
+        saved.append((out / "tokenizer.json").read_bytes())
+    assert len(set(saved)) == 1

@@ -200,6 +200,8 @@ def get_task(name: str | GlueTask) -> GlueTask:
     """A task by its name or its folder name, any case (`sst2`, `SST-2`, `diagnostic`)."""
     if isinstance(name, GlueTask):
         return name
+    if not isinstance(name, str):
+        raise UsageError(f"GLUE task {name!r}: give a task name, one of {', '.join(TASKS)}")
     for task in TASKS.values():
         if _plain(name) in (_plain(task.name), _plain(task.folder)):
             return task
@@ -210,7 +212,9 @@ def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:
     """One split from a local folder (the official layout or a copy of the hub dataset), or from the hub."""
     task = get_task(task)
     entry = task.split_file(split)
-    path = Path(data)
+    if not isinstance(data, (str, Path)):
+        raise UsageError(f"--data {data!r}: give the GLUE download folder or a hub dataset id such as nyu-mll/glue")
+    path = Path(data).expanduser()  # `--data ~/glue` quoted, `data: ~/glue` in a --config file, a Python argument
     if path.is_dir():
         return _read_folder(task, entry, path)
     if path.exists():
