@@ -41,7 +41,8 @@ def run(name: str, args: list[str], cap: float) -> None:
     start = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, *args], cwd=HERE, capture_output=True, text=True, timeout=cap,
-                              env={**os.environ, "PYTHONPATH": str(HERE.resolve().parent)})  # bertctl, installed or not
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  [str(HERE.resolve().parent), os.environ.get("PYTHONPATH", "")])})  # bertctl too
         lines = done.stdout.splitlines()
         if done.returncode:
             lines.append(f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")

@@ -71,7 +71,8 @@ def tokenizer_train(
     """Train a WordPiece vocabulary (Google's vocab.txt format) on text; same inputs, same bytes."""
     flags = {k: v for k, v in locals().items() if k != "config"}
     flags["inputs"] = tuple(inputs) if inputs else None
-    from bertctl.config import TokenizerTrainConfig, build_config, read_config_file
+    from bertctl.config import TokenizerTrainConfig
+    from bertctl.config_files import build_config, read_config_file
     from bertctl.tokenizer_train import train_tokenizer
 
     record = train_tokenizer(build_config(TokenizerTrainConfig, read_config_file(config) if config else {},
@@ -149,7 +150,8 @@ def corpus_build(
     """Build pre-training instances (Google's NSP/MLM semantics) as an Arrow DatasetDict; resumable."""
     flags = {k: v for k, v in locals().items() if k != "config"}
     flags["inputs"] = tuple(inputs) if inputs else None
-    from bertctl.config import CorpusConfig, build_config, read_config_file
+    from bertctl.config import CorpusConfig
+    from bertctl.config_files import build_config, read_config_file
     from bertctl.corpus import build_corpus
 
     cfg = build_config(CorpusConfig, read_config_file(config) if config else {}, **flags)
@@ -224,7 +226,8 @@ def pretrain(
 ) -> None:
     """Pre-train BERT with MLM (+NSP/SOP); no arguments runs the quick start on bundled text."""
     flags = {k: v for k, v in locals().items() if k != "config"}
-    from bertctl.config import QUICKSTART_PRETRAIN, PretrainConfig, build_config, layered, read_config_file
+    from bertctl.config import QUICKSTART_PRETRAIN, PretrainConfig
+    from bertctl.config_files import build_config, layered, read_config_file
     from bertctl.pretrain import pretrain as run_pretrain
 
     file_values = read_config_file(config) if config else {}

@@ -54,7 +54,8 @@ _FtConfig = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file
 
 
 def _finetune_config(flags: dict[str, Any]) -> Any:
-    from bertctl.config import FinetuneConfig, build_config, read_config_file
+    from bertctl.config import FinetuneConfig
+    from bertctl.config_files import build_config, read_config_file
 
     config = flags.pop("config")  # list flags (--seeds 1,2) are split by the config, as a file's strings are
     return build_config(FinetuneConfig, read_config_file(config) if config else {}, **flags)

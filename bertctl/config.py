@@ -7,14 +7,14 @@ Each config first gives its fields their types (`bertctl.config_types`), then ch
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-from bertctl.config_types import field_types, fields_named, take_types
+from bertctl.config_files import layered, read_config_file, refuse_unknown
+from bertctl.config_types import field_types, fields_named, flag_name, take_types
 from bertctl.errors import UsageError
 
 # Every parameter-free name of transformers' ACT2FN (5.24), computed exactly as transformers does
@@ -116,7 +116,7 @@ def preset(name: str, **overrides: Any) -> BertConfig:
     """A named BERT size (Turc et al. 2019 for the small ones; Devlin et al. 2018 for base/large)."""
     if name not in PRESETS:
         raise UsageError(f"unknown model preset {name!r}: choose one of {', '.join(PRESETS)} or a config.json path")
-    _refuse_unknown(BertConfig, overrides, "model config")
+    refuse_unknown(BertConfig, overrides, "model config")
     return BertConfig(**{**PRESETS[name], **overrides})
 
 
@@ -138,68 +138,10 @@ def model_config(name_or_path: str, **overrides: Any) -> BertConfig:
     return BertConfig.from_dict({**values, **overrides})
 
 
-def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
-    """A JSON or YAML mapping; the error names the flag that gave the file, and the file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{flag}: {path} is not UTF-8 text; give a YAML or JSON file") from None
-    try:
-        if Path(path).suffix in (".yaml", ".yml"):
-            import yaml
-
-            values = yaml.safe_load(text)
-        else:
-            values = json.loads(text)
-    except Exception as exc:  # yaml and json raise different types; both mean a malformed file
-        raise UsageError(f"{flag}: {path} is not valid {Path(path).suffix.lstrip('.') or 'json'}: "
-                         f"{str(exc).splitlines()[0]}") from None
-    if not isinstance(values, dict):
-        raise UsageError(f"{flag}: {path} must hold a mapping of field names to values")
-    return values
-
-
-T = TypeVar("T")
-
-
-def build_config(cls: type[T], file_values: dict[str, Any] | None = None, **flags: Any) -> T:
-    """Defaults <- config file <- flags (flags left as None fall through). Unknown keys are refused here; a
-    wrong type by the config itself, named as the user gave it (the flag, or the file's key)."""
-    values = dict(file_values or {})
-    _refuse_unknown(cls, values, "--config")
-    _refuse_unknown(cls, flags, "build_config")
-    given = {k: v for k, v in flags.items() if v is not None}
-    with fields_named(lambda name: f"--{name.replace('_', '-')}" if name in given else f"--config: {name}"):
-        return cls(**layered(cls, values, given))
-
-
-def layered(cls: type, below: dict[str, Any], above: dict[str, Any]) -> dict[str, Any]:
-    """`above`'s values over `below`'s; where `above` sets one field of an exclusive pair (cls.EXCLUSIVE), the
-    other is dropped from `below` (--warmup-fraction beats a config file's warmup_steps). Both set in one
-    layer stay, for the config to refuse."""
-    values = dict(below)
-    for pair in getattr(cls, "EXCLUSIVE", ()):
-        for name, other in (pair, pair[::-1]):
-            if above.get(name) is not None and above.get(other) is None:
-                values.pop(other, None)
-    return {**values, **above}
-
-
-def _refuse_unknown(cls: type, values: dict[str, Any], source: str) -> None:
-    """A misspelt key fails in one line naming it (a dataclass would raise a bare TypeError)."""
-    known = field_types(cls)
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise UsageError(f"{source}: unknown field(s) {', '.join(unknown)} for {cls.__name__}; "
-                         f"known: {', '.join(sorted(known))}")
-
-
 def _require(cfg: Any, name: str, ok: bool, wanted: str) -> None:
     """One flag's range check; written as `low <= x < high`, NaN (which compares False) fails it too."""
     if not ok:
-        raise UsageError(f"--{name.replace('_', '-')} must be {wanted}, got {getattr(cfg, name)}")
+        raise UsageError(f"{flag_name(name)} must be {wanted}, got {getattr(cfg, name)}")
 
 
 SEED_LIMIT = 2**32  # seeds are 0 .. 2**32 - 1, as numpy's and transformers' set_seed take them on any platform
@@ -253,7 +195,7 @@ def refuse_changed_settings(cfg: Any, saved: dict[str, Any], compared: Collectio
 
     changed = [name for name in compared if name in saved and not same(name)]
     if changed:
-        said = ", ".join(f"--{k.replace('_', '-')} {shown(saved[k])} (now {shown(now[k])})" for k in changed)
+        said = ", ".join(f"{flag_name(k)} {shown(saved[k])} (now {shown(now[k])})" for k in changed)
         raise UsageError(f"--resume: the run in {run} was started with {said}; resume it with the same "
                          f"settings, or {restart}")
 
@@ -312,7 +254,7 @@ class CorpusConfig:
                              "to 65535")
         for name, low in (("dupe_factor", 1), ("max_predictions_per_seq", 1), ("workers", 0)):
             if getattr(self, name) < low:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(self, name)}")
+                raise UsageError(f"{flag_name(name)} must be at least {low}, got {getattr(self, name)}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise UsageError(f"--short-seq-prob must be in [0, 1], got {self.short_seq_prob}")
         if not 0.0 < self.masked_lm_prob <= 1.0:
@@ -359,24 +301,25 @@ class PretrainConfig:
     device: str | None = None  # cpu | cuda (default: cuda when available)
     max_bad_steps: int = 5  # consecutive NaN/inf losses before the run stops
 
-    # Each pair's fields exclude each other; a layer of settings that gives one overrides the other from below.
-    EXCLUSIVE: ClassVar[tuple[tuple[str, str], ...]] = (("warmup_steps", "warmup_fraction"),
-                                                        ("init_from", "model_config"))
+    # Each pair's fields exclude each other (what to do instead); a layer of settings that gives one overrides
+    # the other from the layers below (`layered`).
+    EXCLUSIVE: ClassVar[dict[tuple[str, str], str]] = {
+        ("warmup_steps", "warmup_fraction"): "give one of them",
+        ("init_from", "model_config"): "--init-from fixes the model, so drop --model-config",
+    }
 
     def __post_init__(self) -> None:
         take_types(self)
-        if self.init_from is not None and self.model_config is not None:
-            raise UsageError("--init-from and --model-config exclude each other: --init-from fixes the model, so "
-                             "drop --model-config")
-        if self.warmup_steps is not None and self.warmup_fraction is not None:
-            raise UsageError("--warmup-steps and --warmup-fraction exclude each other: give one of them")
+        for (first, second), hint in self.EXCLUSIVE.items():
+            if getattr(self, first) is not None and getattr(self, second) is not None:
+                raise UsageError(f"{flag_name(first)} and {flag_name(second)} exclude each other: {hint}")
         positive = ("steps", "batch_size", "log_every", "max_bad_steps", "eval_samples")
         for name in positive:
             if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise UsageError(f"{flag_name(name)} must be at least 1, got {getattr(self, name)}")
         for name in ("warmup_steps", "save_every", "keep", "eval_every", "num_workers"):
             if (getattr(self, name) or 0) < 0:
-                raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
+                raise UsageError(f"{flag_name(name)} must not be negative, got {getattr(self, name)}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise UsageError(f"--micro-batch-size must be at least 1, got {self.micro_batch_size}")
         if self.warmup_fraction is not None and not 0.0 <= self.warmup_fraction <= 1.0:
@@ -396,11 +339,12 @@ class PretrainConfig:
         """What `bertctl pretrain` with no --corpus runs: the bundled novels and a small model trained for a few
         minutes on a CPU (QUICKSTART_PRETRAIN), with `changes` on top. A bare PretrainConfig() keeps the paper's
         BERT-base schedule, on the novels too when it has no corpus."""
+        refuse_unknown(cls, changes, "PretrainConfig.quickstart")
         return cls(**layered(cls, QUICKSTART_PRETRAIN, changes))
 
-    def model(self) -> str:
+    def model_name(self) -> str:
         """The preset or config.json of a new model: --model-config, else the paper's BERT-base."""
-        return self.model_config or "base"
+        return "base" if self.model_config is None else self.model_config
 
     def warmup(self) -> int:
         """Warmup steps: --warmup-fraction of --steps when given, else --warmup-steps, else the paper's 10,000."""
@@ -473,7 +417,7 @@ class FinetuneConfig:
             raise UsageError(f"--save-every must be 0 or more, got {self.save_every}")
         for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "log_every", "max_bad_steps"):
             if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise UsageError(f"{flag_name(name)} must be at least 1, got {getattr(self, name)}")
         if self.max_seq_length < 3:
             raise UsageError(f"--max-seq-length {self.max_seq_length}: must be at least 3 ([CLS] A [SEP])")
         if self.micro_batch_size is not None and (self.micro_batch_size < 1 or
@@ -522,6 +466,6 @@ class TokenizerTrainConfig:
             raise UsageError("tokenizer train: --out DIR is required")
         for name, low in (("vocab_size", 6), ("min_frequency", 1), ("limit_alphabet", 1)):
             if getattr(self, name) < low:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least {low}, got {getattr(self, name)}")
+                raise UsageError(f"{flag_name(name)} must be at least {low}, got {getattr(self, name)}")
         if self.vocab_size > MAX_VOCAB_SIZE:
             raise UsageError(f"--vocab-size {self.vocab_size}: give at most {MAX_VOCAB_SIZE:,}")

@@ -58,6 +58,11 @@ def field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in fields(cls)}
 
 
+def flag_name(name: str) -> str:
+    """A config field as its command-line flag names it (`warmup_steps` -> `--warmup-steps`)."""
+    return f"--{name.replace('_', '-')}"
+
+
 def take_types(cfg: Any) -> None:
     """Give every field of the (frozen) dataclass `cfg` its type: 8.0 becomes 8, a lone string for a list one
     item (split on commas where the field's flag is: `text_columns: "a,b"`); any other type is a FieldTypeError

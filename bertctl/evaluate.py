@@ -341,8 +341,9 @@ class ClassifyRun:
     label_column: str
 
 
-def open_classify_run(path: Path | str, text_columns: Sequence[str] | None = None, label_column: str | None = None,
-                      max_seq_length: int | None = None, batch_size: int | None = None) -> ClassifyRun:
+def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None = None,
+                      label_column: str | None = None, max_seq_length: int | None = None,
+                      batch_size: int | None = None) -> ClassifyRun:
     """The model in `path` (a multi-seed run: its best seed). Columns are the flags, else those of the
     `finetune classify` run (its run.json); classes are the run's, else config.json's id2label."""
     folder = resolve_model_folder(path)
@@ -367,7 +368,7 @@ def _model_classes(ckpt: Checkpoint) -> list[str]:
     return ckpt.labels or [f"LABEL_{i}" for i in range(ckpt.num_labels)]
 
 
-def evaluate_classify(model: Path | str, data: str | Path, text_columns: Sequence[str] | None = None,
+def evaluate_classify(model: Path | str, data: str | Path, text_columns: str | Sequence[str] | None = None,
                       label_column: str | None = None, batch_size: int | None = None,
                       max_seq_length: int | None = None, device: str | None = None,
                       precision: str | None = None) -> dict[str, float]:

@@ -73,6 +73,7 @@ def fill(
     batch_size = take_int("--batch-size", batch_size, minimum=1)
     if isinstance(texts, str):
         raise UsageError("fill: give a list of texts, not one string")
+    texts = list(texts)  # a generator too
     mlm, tokenizer = load_mlm(model)
     run_on = pick_device(device)
     mlm.to(run_on)
@@ -116,7 +117,8 @@ def read_texts(path: Path) -> list[str]:
         text = sys.stdin.read().removeprefix("\ufeff")
     else:
         try:
-            text = Path(path).read_text(encoding="utf-8-sig")
+            with open(path, encoding="utf-8-sig", newline="") as handle:  # no newline translation, as for stdin
+                text = handle.read()
         except FileNotFoundError:
             raise UsageError(f"--file: {path} does not exist") from None
         except (OSError, UnicodeDecodeError) as exc:

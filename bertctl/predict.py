@@ -98,8 +98,9 @@ def _task_logits(scorer: Scorer, examples: Examples, device: torch.device, preci
                           label_order=scorer.label_order)
 
 
-def predict_classify(model: Path | str, data: str | Path, out: str | Path, text_columns: Sequence[str] | None = None,
-                     batch_size: int | None = None, max_seq_length: int | None = None, device: str | None = None,
+def predict_classify(model: Path | str, data: str | Path, out: str | Path,
+                     text_columns: str | Sequence[str] | None = None, batch_size: int | None = None,
+                     max_seq_length: int | None = None, device: str | None = None,
                      precision: str | None = None, overwrite: bool = False) -> Path:
     """Predict every row of a csv/tsv/jsonl/parquet file with a `finetune classify` model; returns the file.
 

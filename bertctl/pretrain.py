@@ -10,6 +10,7 @@ validation, metrics.jsonl. With no corpus it runs the quick start on the bundled
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -51,9 +52,13 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     run = Path(cfg.out)
     resume_from = _resume_point(cfg, run, env)  # refusals come before the quick start builds anything
     started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
+    recorded = started.get("config", {})
+    if cfg.model_config is None and cfg.init_from is None and recorded.get("model_config") is not None:
+        cfg = dataclasses.replace(cfg, model_config=recorded["model_config"])  # run.json keeps naming the model
     if resume_from is None and cfg.init_from is None:
-        model_config(cfg.model())  # a bad --model-config fails here, not after the quick start's data is built
-    if cfg.corpus is None:
+        model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
+    quickstart = cfg.corpus is None
+    if quickstart:
         from bertctl.quickstart import prepare_quickstart
 
         cfg = prepare_quickstart(cfg, env)
@@ -89,6 +94,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         write_json_atomic(run / "run.json", {"config": config_to_dict(cfg), "model": model.config.to_dict(),
                                             "world_size": env.world_size, "precision": precision, "compile": compiled,
                                             "warmup_steps": cfg.warmup(), "corpus_manifest": manifest,
+                                            "quickstart": quickstart,
                                             "resumed_from": str(resume_from or "")})
         extended = resume_from is not None and resume_from.name == "final" and step % cfg.log_every != 0
         carried = training.trim_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
@@ -190,6 +196,8 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
     started = json.loads((run / "run.json").read_text(encoding="utf-8")) if (run / "run.json").is_file() else {}
     refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, "start a new run with another --out")
     recorded = started.get("config", {})
+    if cfg.corpus is None and started.get("quickstart") is False:  # else the quick start would build its data
+        raise UsageError(f"--resume: the run in {run} was started on --corpus {recorded['corpus']}; give it again")
     renamed = cfg.model_config not in (None, recorded.get("model_config"))
     from_init = recorded.get("init_from") is not None  # it gave the shape
     try:
@@ -293,7 +301,7 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
         model = build_model(ckpt, architecture)
     else:
         torch.manual_seed(cfg.seed)
-        config: BertConfig = model_config(cfg.model(), vocab_size=tokenizer.vocab_size, **dropout)
+        config: BertConfig = model_config(cfg.model_name(), vocab_size=tokenizer.vocab_size, **dropout)
         model = ARCHITECTURES[architecture](config)
     if model.config.vocab_size < tokenizer.vocab_size:  # more rows is fine: a padded vocabulary, as on the hub
         raise UsageError(f"the model has {model.config.vocab_size} embedding rows but the tokenizer has "

@@ -295,8 +295,8 @@ class BertTokenizer:
     def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
                      add_special_tokens: bool = True) -> list[Encoding]:
         """Encode many texts at once (the Rust side runs them in parallel)."""
-        if isinstance(texts, str):  # its characters would be encoded one by one
-            raise UsageError("encode_batch: give a list of texts, not one string")
+        if isinstance(texts, str) or isinstance(pairs, str):  # its characters would be encoded one by one
+            raise UsageError("encode_batch: give lists of texts and pairs, not one string")
         texts = list(texts)
         if pairs is not None and len(pairs) != len(texts):
             raise UsageError(f"encode_batch: {len(texts)} texts but {len(pairs)} pairs")

@@ -19,12 +19,11 @@ from bertctl.config import (
     FinetuneConfig,
     PretrainConfig,
     TokenizerTrainConfig,
-    build_config,
     config_to_dict,
     model_config,
     preset,
-    read_config_file,
 )
+from bertctl.config_files import build_config, read_config_file
 from bertctl.errors import UsageError
 
 
@@ -161,7 +160,7 @@ def test_unknown_keys_given_in_python_are_refused_in_one_line():
 def test_settings_that_exclude_each_other_are_refused_however_they_are_given(tmp_path):
     """The paper's defaults (10,000 warmup steps, BERT-base) apply only when neither side of a pair is given, so
     a given 10,000 or "base" conflicts too; a layer above (flags over the file) replaces the other side."""
-    assert (PretrainConfig().warmup(), PretrainConfig().model()) == (10_000, "base")
+    assert (PretrainConfig().warmup(), PretrainConfig().model_name()) == (10_000, "base")
     for values in ({"warmup_steps": 10_000, "warmup_fraction": 0.5}, {"init_from": tmp_path, "model_config": "base"}):
         with pytest.raises(UsageError, match="exclude each other"):
             PretrainConfig(**values)

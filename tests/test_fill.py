@@ -87,13 +87,13 @@ def test_fill_file_drops_a_byte_order_mark(padded_folder, tmp_path):
 
 
 def test_fill_file_lines_end_only_at_newlines(padded_folder, tmp_path):
-    """U+2028, a form feed or U+0085 inside a line are characters of its text, as `tokenizer encode` reads them."""
+    """U+2028, a form feed, U+0085 or a lone CR inside a line are characters of its text, as stdin gives them."""
     texts = tmp_path / "texts.txt"
-    texts.write_bytes("my dog\u2028is [MASK].\r\nthe [MASK]\x0csat\x85down\n".encode())
+    texts.write_bytes("my dog\u2028is [MASK].\r\nthe [MASK]\x0csat\x85down\rthere\n".encode())
     result = CliRunner().invoke(app, ["fill", "--model", str(padded_folder), "--json", "--file", str(texts)])
     assert result.exit_code == 0, result.output
     assert [json.loads(line)["text"] for line in result.stdout.strip().split("\n")] == [
-        "my dog\u2028is [MASK].", "the [MASK]\x0csat\x85down"]
+        "my dog\u2028is [MASK].", "the [MASK]\x0csat\x85down\rthere"]
 
 
 @pytest.mark.parametrize(("args", "message"), [

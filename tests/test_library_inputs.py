@@ -11,7 +11,8 @@ import torch
 from glue_fixtures import write_glue_data
 
 from bertctl.checkpoint import load_model, save_model
-from bertctl.config import BertConfig, CorpusConfig, FinetuneConfig, build_config, read_config_file
+from bertctl.config import BertConfig, CorpusConfig, FinetuneConfig
+from bertctl.config_files import build_config, read_config_file
 from bertctl.config_types import split_list, take_int
 from bertctl.corpus import build_corpus, inspect_corpus
 from bertctl.errors import UsageError
@@ -111,7 +112,8 @@ def test_text_that_is_not_utf8_is_a_usage_error_naming_it(models):
              (lambda: encode_rows(tokenizer, [NOT_UTF8]), "^text 1 is not valid UTF-8"),
              (lambda: fill([None], models["mlm"]), "^text 1 is None, not a string$"),
              (lambda: tokenizer.encode_batch(["a", 5]), "^text 2 is 5, not a string$"),
-             (lambda: tokenizer.encode_batch("abc"), "^encode_batch: give a list of texts, not one string$")]
+             (lambda: tokenizer.encode_batch("abc"), "^encode_batch: give lists of texts and pairs, not one string$"),
+             (lambda: tokenizer.encode_batch(["a", "b"], "cd"), "^encode_batch: give lists of texts and pairs")]
     for call, message in calls:
         _one_line_error(call, message)
     assert tokenizer.encode("a", "b").tokens == ["[CLS]", "a", "[SEP]", "b", "[SEP]"]  # good text still encodes
@@ -197,6 +199,8 @@ def test_a_glue_folder_under_home_is_found(models, glue, monkeypatch, tmp_path):
 def test_no_task_or_no_data_is_a_usage_error(models, glue):
     _one_line_error(lambda: evaluate_glue(None, models["classifier"], glue), "^GLUE task None: give a task name")
     _one_line_error(lambda: evaluate_glue("sst2", models["classifier"], None), "^--data None: give the GLUE")
+    _one_line_error(lambda: evaluate_glue("sst2", models["classifier"], glue, split=None),
+                    "^--split None: task sst2 has the splits")
 
 
 @pytest.mark.parametrize(("text", "field", "expected"), [

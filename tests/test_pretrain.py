@@ -18,7 +18,8 @@ from processes import gone
 from typer.testing import CliRunner
 
 from bertctl.cli import app
-from bertctl.config import CorpusConfig, PretrainConfig, layered
+from bertctl.config import CorpusConfig, PretrainConfig
+from bertctl.config_files import layered
 from bertctl.errors import UsageError
 from bertctl.tokenizer import BertTokenizer
 
@@ -204,6 +205,19 @@ def test_a_resume_on_another_corpus_is_refused(corpus, tmp_path):
     (other / "manifest.json").write_text(json.dumps({**manifest, "seed": manifest["seed"] + 1}))
     with pytest.raises(UsageError, match="is not the corpus the run in .* was started on"):
         pretrain(small_run(other, tmp_path / "run", steps=8, save_every=4, resume=True))
+    with pytest.raises(UsageError, match="was started on --corpus .*; give it again"):
+        pretrain(small_run(None, tmp_path / "run", steps=8, save_every=4, resume=True))
+    assert not (tmp_path / "run" / "data").exists()  # the quick start built nothing first
+
+
+def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_path):
+    """Else run.json, given back as --config, would start a BERT-base."""
+    from bertctl.pretrain import pretrain
+
+    pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2))
+    shutil.rmtree(tmp_path / "run" / "final")
+    pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2, resume=True, model_config=None))
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["config"]["model_config"] == "tiny"
 
 
 def test_a_runs_recorded_config_given_back_as_config_reproduces_it(corpus, tmp_path):

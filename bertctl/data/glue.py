@@ -123,7 +123,7 @@ class GlueTask(LabelledTask):
 
     def eval_splits(self, kind: str = "dev") -> tuple[str, ...]:
         """`dev` or `test` as a user says it: MNLI's is two splits (matched and mismatched)."""
-        found = tuple(s for s in self.splits if s == kind or s.startswith(kind + "_"))
+        found = tuple(s for s in self.splits if s == kind or s.startswith(f"{kind}_")) if isinstance(kind, str) else ()
         if not found:
             raise UsageError(f"--split {kind}: task {self.name} has the splits {', '.join(self.splits)}")
         return found

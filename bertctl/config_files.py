@@ -1,0 +1,72 @@
+"""Config values from files and flags, layered: defaults <- quick-start values <- `--config` file <- flags.
+
+Torch-free like bertctl.config, which builds on it; `build_config` is how every command turns its flags and
+`--config` file into a config, `read_config_file` reads the files (`--config`, `--model-config`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bertctl.config_types import field_types, fields_named, flag_name
+from bertctl.errors import UsageError
+
+
+def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
+    """A JSON or YAML mapping; the error names the flag that gave the file, and the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{flag}: {path} is not UTF-8 text; give a YAML or JSON file") from None
+    try:
+        if Path(path).suffix in (".yaml", ".yml"):
+            import yaml
+
+            values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
+    except Exception as exc:  # yaml and json raise different types; both mean a malformed file
+        raise UsageError(f"{flag}: {path} is not valid {Path(path).suffix.lstrip('.') or 'json'}: "
+                         f"{str(exc).splitlines()[0]}") from None
+    if not isinstance(values, dict):
+        raise UsageError(f"{flag}: {path} must hold a mapping of field names to values")
+    return values
+
+
+T = TypeVar("T")
+
+
+def build_config(cls: type[T], file_values: dict[str, Any] | None = None, **flags: Any) -> T:
+    """Defaults <- config file <- flags (flags left as None fall through). Unknown keys are refused here; a
+    wrong type by the config itself, named as the user gave it (the flag, or the file's key)."""
+    values = dict(file_values or {})
+    refuse_unknown(cls, values, "--config")
+    refuse_unknown(cls, flags, "build_config")
+    given = {k: v for k, v in flags.items() if v is not None}
+    with fields_named(lambda name: flag_name(name) if name in given else f"--config: {name}"):
+        return cls(**layered(cls, values, given))
+
+
+def layered(cls: type, below: dict[str, Any], above: dict[str, Any]) -> dict[str, Any]:
+    """`above`'s values over `below`'s; where `above` sets one field of an exclusive pair (cls.EXCLUSIVE), the
+    other is dropped from `below` (--warmup-fraction beats a config file's warmup_steps). Both set in one
+    layer stay, for the config to refuse."""
+    values = dict(below)
+    for pair in getattr(cls, "EXCLUSIVE", {}):
+        for name, other in (pair, pair[::-1]):
+            if above.get(name) is not None and above.get(other) is None:
+                values.pop(other, None)
+    return {**values, **above}
+
+
+def refuse_unknown(cls: type, values: dict[str, Any], source: str) -> None:
+    """A misspelt key fails in one line naming it (a dataclass would raise a bare TypeError)."""
+    known = field_types(cls)
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise UsageError(f"{source}: unknown field(s) {', '.join(unknown)} for {cls.__name__}; "
+                         f"known: {', '.join(sorted(known))}")
