@@ -178,7 +178,7 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     """
     from bertctl.hub import local_folder
 
-    path = local_folder(path, weights=False)
+    given, path = path, local_folder(path, weights=False)
     if path.is_dir():
         json_path, vocab_path = path / "tokenizer.json", path / "vocab.txt"
         if not json_path.is_file() and not vocab_path.is_file():
@@ -187,7 +187,7 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     elif path.is_file():
         json_path, vocab_path = (path, None) if path.suffix == ".json" else (None, path)
     else:
-        raise UsageError(f"tokenizer {path} does not exist; give a tokenizer folder or a vocab.txt")
+        raise UsageError(f"tokenizer {given} does not exist; give a tokenizer folder or a vocab.txt")  # as spelt
     tokenizer_json = _read_tokenizer_json(json_path) if json_path and json_path.is_file() else None
     if vocab_path is not None and vocab_path.is_file():
         source, tokens, fallback = vocab_path, read_vocab_file(vocab_path), {}

@@ -218,3 +218,9 @@ def test_list_fields_split_a_string_on_commas_as_their_flags_do(tmp_path, text, 
 
 def test_inputs_are_file_names_and_never_split_on_commas():
     assert CorpusConfig(inputs="a,b.txt").inputs == ("a,b.txt",)
+
+
+def test_a_missing_tokenizer_is_named_as_given():
+    from bertctl.tokenizer_folder import load_tokenizer
+
+    _one_line_error(lambda: load_tokenizer("./missing"), "^tokenizer ./missing does not exist")
