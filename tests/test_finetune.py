@@ -239,7 +239,7 @@ def test_finetune_classify_on_a_csv_pair_and_a_jsonl_regression(encoder, tmp_pat
             csv.writer(handle).writerows([("premise", "answer", "y"), *part])
     result = _cli("finetune", "classify", "--model", encoder, "--train", tmp_path / "train.csv", "--validation",
                   tmp_path / "dev.csv", "--text-columns", "premise,answer", "--label-column", "y", "--out",
-                  tmp_path / "pair", "--epochs", "6", "--lr", "2e-3", "--batch-size", "8", "--max-seq-length", "32")
+                  tmp_path / "pair", "--epochs", "8", "--lr", "2e-3", "--batch-size", "8", "--max-seq-length", "32")
     assert result.exit_code == 0, result.output
     results = json.loads((tmp_path / "pair" / "eval_results.json").read_text())
     assert results["validation"]["accuracy"] >= 0.8 and results["main_metric"] == "accuracy"

@@ -127,3 +127,60 @@ def test_every_activation_is_transformers_formula_bit_for_bit(act, odd_config, t
         expected = outputs("BertModel", reference(input_ids=ids, token_type_ids=types, attention_mask=mask))
         got = outputs("BertModel", ours(ids, types, mask))
     assert [(g - e).abs().max().item() for e, g in zip(expected, got, strict=True)] == [0.0, 0.0]
+
+
+def _reference_lamb_step(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], state: dict, step: int,
+                         lr: float, weight_decay: float, betas=(0.9, 0.999), eps: float = 1e-6) -> None:
+    """LAMB as NVIDIA's apex FusedLAMB runs it by default for BERT (bias correction; the trust ratio only on
+    the decayed matrices; biases and LayerNorm weights take plain Adam steps), written out per tensor."""
+    for name, param in params.items():
+        m, v = state.setdefault(name, (torch.zeros_like(param), torch.zeros_like(param)))
+        m.mul_(betas[0]).add_(grads[name], alpha=1 - betas[0])
+        v.mul_(betas[1]).addcmul_(grads[name], grads[name], value=1 - betas[1])
+        update = (m / (1 - betas[0] ** step)) / ((v / (1 - betas[1] ** step)).sqrt() + eps)
+        if param.ndim >= 2:
+            update = update + weight_decay * param
+            w_norm, u_norm = param.norm(), update.norm()
+            update = update * (w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0)
+        param.sub_(lr * update)
+
+
+def test_lamb_steps_a_fused_qkv_model_as_apex_steps_separate_query_key_value(odd_config, tmp_path):
+    """The trust ratio of the fused Q/K/V matrix is taken per third, as for transformers' three matrices, and
+    biases and LayerNorm weights are not scaled by one (their ||w|| starts at 0, which would freeze them)."""
+    from bertctl import training
+    from bertctl.checkpoint import to_transformers_names
+
+    reference = reference_model("BertForPreTraining", odd_config)
+    reference.save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf")
+    theirs = dict(reference.named_parameters())
+    optimizer = training.make_optimizer("lamb", ours, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
+    state: dict = {}
+    g = torch.Generator().manual_seed(3)
+    for step in (1, 2):
+        for param in ours.parameters():
+            param.grad = torch.randn(param.shape, generator=g)
+        grads = to_transformers_names({n: p.grad for n, p in ours.named_parameters()})
+        assert set(theirs) <= set(grads)
+        optimizer.step()
+        with torch.no_grad():
+            _reference_lamb_step(theirs, grads, state, step, lr=1e-2, weight_decay=0.01)
+    stepped = to_transformers_names({n: p.detach() for n, p in ours.named_parameters()})
+    assert max((stepped[n] - p).abs().max().item() for n, p in theirs.items()) < 1e-6
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "constant"])
+@pytest.mark.parametrize(("warmup", "total"), [(0, 7), (3, 10), (4, 33), (10, 10)])
+def test_learning_rate_schedules_are_transformers_bit_for_bit(schedule, warmup, total):
+    """The lr of the optimizer step after k steps, as transformers' Trainer (and Google's warmup) sets it:
+    the first warmup step runs at 0, the peak is reached at step `warmup`, linear decay ends at 1/(T-w)."""
+    from bertctl import training
+
+    make = {"linear": transformers.get_linear_schedule_with_warmup,
+            "cosine": transformers.get_cosine_schedule_with_warmup,
+            "constant": transformers.get_constant_schedule_with_warmup}[schedule]
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    args = (optimizer, warmup) if schedule == "constant" else (optimizer, warmup, total)
+    theirs = make(*args).lr_lambdas[0]
+    assert [training.lr_factor(k, total, warmup, schedule) for k in range(total)] == [theirs(k) for k in range(total)]
