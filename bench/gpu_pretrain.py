@@ -31,7 +31,7 @@ from functools import partial
 
 import torch
 
-from bertctl import training
+from bertctl import optim, training
 from bertctl.config import BertConfig, preset
 from bertctl.model import BertForPreTraining
 from bertctl.pretrain import _loss_terms, _weights
@@ -88,7 +88,7 @@ def bertctl_step(size: str, batch: dict[str, torch.Tensor], device: torch.device
         for module in model.modules():
             if type(module) is torch.nn.LayerNorm:
                 module.__class__ = Bf16OutputNorm
-    optimizer = training.make_optimizer("adamw", model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
+    optimizer = optim.make_optimizer("adamw", model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
     compiled = torch.compile(model, mode=mode)
     env = training.Distributed(device=device)
     terms = partial(_loss_terms, predictions=PREDICTIONS)

@@ -38,7 +38,8 @@ def make_side(side: str, preset: str):
     torch.manual_seed(0)
     if side == "bertctl":
         from bertctl.model import BertForPreTraining
-        from bertctl.training import Distributed, make_optimizer, sparse_tied_embedding_grads
+        from bertctl.optim import make_optimizer
+        from bertctl.training import Distributed, sparse_tied_embedding_grads
 
         model = BertForPreTraining(config).train()
         sparse_tied_embedding_grads(model, Distributed(), compiled=False)  # as `bertctl pretrain` runs on a CPU

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertctl import __version__, training, training_state
+from bertctl import __version__, optim, training, training_state
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig, config_to_dict, warmup_steps
 from bertctl.data.batches import rank_micro_batches, train_batches
@@ -283,7 +283,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
         training_state.seed_everything(seed + env.rank)
     training.enable_fast_math(device)
-    optimizer = training.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
+    optimizer = optim.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
                                         (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     micro = cfg.micro_batch(env.world_size)
@@ -312,8 +312,8 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
             for rows in batches[progress.step - (epoch - 1) * per_epoch:]:
                 micro_batches = [training.to_device(_collate_share(prep.train, share, rows, pad_id), device)
                                  for share in rank_micro_batches(rows, micro, env.rank, env.world_size)]
-                lr = cfg.lr * training.lr_factor(progress.step, total, warmup, cfg.schedule)
-                training.set_lr(optimizer, lr)
+                lr = cfg.lr * optim.lr_factor(progress.step, total, warmup, cfg.schedule)
+                optim.set_lr(optimizer, lr)
                 train_model.train()
                 pending.append(training.optimizer_step(train_model, micro_batches, optimizer, _loss_terms,
                                                        _weights, env, precision, scaler, cfg.clip))

@@ -10,7 +10,6 @@ validation, metrics.jsonl. With no corpus it runs the quick start on the bundled
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib.util
 import json
 import logging
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertctl import training, training_state
+from bertctl import optim, training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
 from bertctl.config import BertConfig, PretrainConfig, config_to_dict, model_config, refuse_changed_settings
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
@@ -52,9 +51,6 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     run = Path(cfg.out)
     resume_from = _resume_point(cfg, run, env)  # refusals come before the quick start builds anything
     started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
-    recorded = started.get("config", {})
-    if cfg.model_config is None and cfg.init_from is None and recorded.get("model_config") is not None:
-        cfg = dataclasses.replace(cfg, model_config=recorded["model_config"])  # run.json keeps naming the model
     if resume_from is None and cfg.init_from is None:
         model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
     quickstart = cfg.corpus is None
@@ -75,7 +71,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         logger.warning("warning: the warmup (%d steps) is not shorter than the run (%d steps), so the learning rate "
                     "never reaches --lr %g; pass --warmup-steps or --warmup-fraction", cfg.warmup(), cfg.steps, cfg.lr)
     micro, accum = cfg.micro_batches(env.world_size)
-    optimizer = training.make_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay,
+    optimizer = optim.make_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay,
                                         (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(env.device.type) if precision == "fp16" else None
     training_state.seed_everything(cfg.seed + env.rank)
@@ -91,10 +87,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     carried = 0.0  # seconds the run had already trained (resumed), so `elapsed` goes on from there
     if env.is_main:
         make_folder(run)
-        write_json_atomic(run / "run.json", {"config": config_to_dict(cfg), "model": model.config.to_dict(),
+        write_json_atomic(run / "run.json", {"config": _recorded_config(cfg, started), "model": model.config.to_dict(),
                                             "world_size": env.world_size, "precision": precision, "compile": compiled,
                                             "warmup_steps": cfg.warmup(), "corpus_manifest": manifest,
-                                            "quickstart": quickstart,
+                                            "quickstart": started.get("quickstart", quickstart),
                                             "resumed_from": str(resume_from or "")})
         extended = resume_from is not None and resume_from.name == "final" and step % cfg.log_every != 0
         carried = training.trim_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
@@ -127,8 +123,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
             host_batches = [next(batches) for _ in range(accum)]
             tokens = sum(int(b["attention_mask"].sum()) for b in host_batches) * env.world_size
             micro_batches = [training.to_device(b, env.device) for b in host_batches]
-            lr = cfg.lr * training.lr_factor(step, cfg.steps, cfg.warmup(), cfg.schedule)
-            training.set_lr(optimizer, lr)
+            lr = cfg.lr * optim.lr_factor(step, cfg.steps, cfg.warmup(), cfg.schedule)
+            optim.set_lr(optimizer, lr)
             model.train()
             pending.append(training.optimizer_step(train_model, micro_batches, optimizer, loss_terms, _weights,
                                                    env, precision, scaler, cfg.clip))
@@ -197,7 +193,8 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
     refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, "start a new run with another --out")
     recorded = started.get("config", {})
     if cfg.corpus is None and started.get("quickstart") is False:  # else the quick start would build its data
-        raise UsageError(f"--resume: the run in {run} was started on --corpus {recorded['corpus']}; give it again")
+        raise UsageError(f"--resume: the run in {run} was started on --corpus {recorded.get('corpus')}; give it "
+                         "again")
     renamed = cfg.model_config not in (None, recorded.get("model_config"))
     from_init = recorded.get("init_from") is not None  # it gave the shape
     try:
@@ -213,6 +210,15 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
         raise UsageError(f"--steps {cfg.steps} is below step {step} of the checkpoint {checkpoint}; give at least "
                          f"{step}")
     return started
+
+
+def _recorded_config(cfg: PretrainConfig, started: dict[str, Any]) -> dict[str, Any]:
+    """run.json's config: a resume that names no model keeps the run's own --model-config or --init-from (the
+    model is the checkpoint's anyway), so the record given back as --config builds the same model."""
+    given = config_to_dict(cfg)
+    if cfg.model_config is None and cfg.init_from is None:
+        given |= {key: started.get("config", {}).get(key) for key in ("model_config", "init_from")}
+    return given
 
 
 def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:

@@ -1,8 +1,8 @@
 """The training-loop pieces that pre-training and fine-tuning share.
 
-Optimizer groups (no decay on biases and LayerNorm), AdamW/LAMB, warmup schedules, precision, one
-optimizer step over accumulated micro-batches (its figures read a window at a time), torch.distributed
-set-up, graceful SIGINT/SIGTERM, metrics logging. What a checkpoint saves to resume is in training_state.py.
+Precision, one optimizer step over accumulated micro-batches (its figures read a window at a time),
+torch.distributed set-up, graceful SIGINT/SIGTERM, metrics logging. The optimizers and learning-rate schedules
+are in optim.py; what a checkpoint saves to resume is in training_state.py.
 """
 
 from __future__ import annotations
@@ -24,96 +24,6 @@ from torch import Tensor, nn
 
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import json_ready, json_text, write_text_atomic
-
-# --- optimizer --------------------------------------------------------------------------------------
-
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Decay every matrix; leave biases, LayerNorm weights (1-D tensors) undecayed, as BERT does."""
-    decay, no_decay = [], []
-    for _, param in sorted(model.named_parameters(), key=lambda item: item[0]):
-        if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def lamb_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """param_groups for LAMB as BERT's LAMB recipes run it (NVIDIA's apex FusedLAMB, TF's for ALBERT): biases
-    and LayerNorm weights get plain Adam steps, no trust ratio; and the fused Q/K/V matrix is scaled per third,
-    as a model with separate query, key and value matrices would be."""
-    decay, no_decay = param_groups(model, weight_decay)
-    fused = {id(m.qkv.weight) for m in model.modules() if isinstance(getattr(m, "qkv", None), nn.Linear)}
-    qkv = [p for p in decay["params"] if id(p) in fused]
-    decay["params"] = [p for p in decay["params"] if id(p) not in fused]
-    return [g for g in (decay, {**decay, "params": qkv, "parts": 3}, {**no_decay, "adapt": False}) if g["params"]]
-
-
-class Lamb(torch.optim.Optimizer):
-    """LAMB (You et al., 2019): bias-corrected Adam's update plus decoupled weight decay, scaled per tensor by
-    ||w|| / ||update|| (the trust ratio; 1 when either is 0). A group's `adapt: False` skips the scaling, and
-    `parts: n` scales each of a tensor's n equal row blocks by its own ratio."""
-
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.0) -> None:
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                                  "adapt": True, "parts": 1})
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(param)
-                    state["exp_avg_sq"] = torch.zeros_like(param)
-                state["step"] += 1
-                step = state["step"].item()
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.lerp_(param.grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
-                update = (exp_avg / (1 - beta1**step)) / ((exp_avg_sq / (1 - beta2**step)).sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(param, alpha=group["weight_decay"])
-                if group["adapt"]:
-                    blocks, weights = update.view(group["parts"], -1), param.view(group["parts"], -1)
-                    weight_norm, update_norm = weights.norm(dim=1, keepdim=True), blocks.norm(dim=1, keepdim=True)
-                    blocks.mul_(torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, 1.0))
-                param.add_(update, alpha=-group["lr"])
-        return loss
-
-
-def make_optimizer(name: str, model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
-                   eps: float) -> torch.optim.Optimizer:
-    if name == "adamw":  # the fused kernel: one pass over every tensor, on CUDA and (4x faster) on CPU
-        return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=True)
-    if name == "lamb":
-        return Lamb(lamb_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
-    raise UsageError(f"--optimizer {name!r}: choose adamw or lamb")
-
-
-def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
-    """Multiplier of the peak learning rate for the optimizer step after `step` steps: transformers' schedules
-    (and Google's warmup), so the first step of a warmup runs at 0 and the last of a linear decay at 1/(T-w)."""
-    if step < warmup:
-        return step / warmup
-    if schedule == "constant":
-        return 1.0
-    if schedule == "linear":
-        return max(0.0, (total - step) / max(1, total - warmup))
-    if schedule == "cosine":
-        progress = (step - warmup) / max(1, total - warmup)
-        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
-    raise UsageError(f"--schedule {schedule!r}: choose linear, cosine or constant")
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-
 
 # --- precision and devices ---------------------------------------------------------------------------
 

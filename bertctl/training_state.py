@@ -137,7 +137,11 @@ def read_training_state(folder: Path, optimizer: torch.optim.Optimizer, scaler: 
         record = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
     except Exception as exc:
         raise BertctlError(f"cannot resume from {folder}: {str(exc).splitlines()[0]}") from None
-    load_optimizer_state(optimizer, tensors, record["optimizer"])  # torch moves the moments to their parameters
+    try:
+        load_optimizer_state(optimizer, tensors, record["optimizer"])  # torch moves the moments to their parameters
+    except ValueError as exc:  # its parameter groups are not this optimizer's (another bertctl version's LAMB)
+        raise BertctlError(f"cannot resume from {folder}: its optimizer state does not fit this optimizer "
+                           f"({str(exc).splitlines()[0]}); start a new run with another --out") from None
     set_rng_state(tensors, record["rng"], rank)
     if scaler is not None and record.get("grad_scaler"):
         scaler.load_state_dict(record["grad_scaler"])

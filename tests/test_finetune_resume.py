@@ -17,7 +17,7 @@ from glue_fixtures import write_glue_data
 from test_finetune import _encoder
 from typer.testing import CliRunner
 
-from bertctl import finetune, training
+from bertctl import finetune, optim
 from bertctl.cli import app
 from bertctl.config import FinetuneConfig
 from bertctl.data.batches import rank_micro_batches
@@ -100,7 +100,7 @@ def _stop_at(monkeypatch, seed: int, step: int) -> list[tuple[int, int]]:
 
     The seed is seen when an epoch's batches are drawn, the step when its learning rate is."""
     trained, current = [], [0]
-    batches, lr_factor = finetune.train_batches, training.lr_factor
+    batches, lr_factor = finetune.train_batches, optim.lr_factor
 
     def drawing(lengths: np.ndarray, batch_size: int, s: int, epoch: int, grouped: bool) -> list[np.ndarray]:
         current[0] = s
@@ -113,7 +113,7 @@ def _stop_at(monkeypatch, seed: int, step: int) -> list[tuple[int, int]]:
         return lr_factor(k, *args)
 
     monkeypatch.setattr(finetune, "train_batches", drawing)
-    monkeypatch.setattr(training, "lr_factor", signalling)
+    monkeypatch.setattr(optim, "lr_factor", signalling)
     return trained
 
 

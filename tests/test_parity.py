@@ -148,14 +148,14 @@ def _reference_lamb_step(params: dict[str, torch.Tensor], grads: dict[str, torch
 def test_lamb_steps_a_fused_qkv_model_as_apex_steps_separate_query_key_value(odd_config, tmp_path):
     """The trust ratio of the fused Q/K/V matrix is taken per third, as for transformers' three matrices, and
     biases and LayerNorm weights are not scaled by one (their ||w|| starts at 0, which would freeze them)."""
-    from bertctl import training
+    from bertctl import optim
     from bertctl.checkpoint import to_transformers_names
 
     reference = reference_model("BertForPreTraining", odd_config)
     reference.save_pretrained(tmp_path / "hf")
     ours = load_model(tmp_path / "hf")
     theirs = dict(reference.named_parameters())
-    optimizer = training.make_optimizer("lamb", ours, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
+    optimizer = optim.make_optimizer("lamb", ours, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
     state: dict = {}
     g = torch.Generator().manual_seed(3)
     for step in (1, 2):
@@ -175,7 +175,7 @@ def test_lamb_steps_a_fused_qkv_model_as_apex_steps_separate_query_key_value(odd
 def test_learning_rate_schedules_are_transformers_bit_for_bit(schedule, warmup, total):
     """The lr of the optimizer step after k steps, as transformers' Trainer (and Google's warmup) sets it:
     the first warmup step runs at 0, the peak is reached at step `warmup`, linear decay ends at 1/(T-w)."""
-    from bertctl import training
+    from bertctl import optim
 
     make = {"linear": transformers.get_linear_schedule_with_warmup,
             "cosine": transformers.get_cosine_schedule_with_warmup,
@@ -183,4 +183,4 @@ def test_learning_rate_schedules_are_transformers_bit_for_bit(schedule, warmup, 
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
     args = (optimizer, warmup) if schedule == "constant" else (optimizer, warmup, total)
     theirs = make(*args).lr_lambdas[0]
-    assert [training.lr_factor(k, total, warmup, schedule) for k in range(total)] == [theirs(k) for k in range(total)]
+    assert [optim.lr_factor(k, total, warmup, schedule) for k in range(total)] == [theirs(k) for k in range(total)]

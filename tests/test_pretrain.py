@@ -218,6 +218,12 @@ def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_
     shutil.rmtree(tmp_path / "run" / "final")
     pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2, resume=True, model_config=None))
     assert json.loads((tmp_path / "run" / "run.json").read_text())["config"]["model_config"] == "tiny"
+    phase2 = small_run(corpus, tmp_path / "p2", steps=4, save_every=2, init_from=tmp_path / "run" / "final")
+    pretrain(phase2)
+    shutil.rmtree(tmp_path / "p2" / "final")
+    pretrain(small_run(corpus, tmp_path / "p2", steps=4, save_every=2, resume=True, model_config=None))
+    recorded = json.loads((tmp_path / "p2" / "run.json").read_text())["config"]
+    assert (recorded["init_from"], recorded["model_config"]) == (str(tmp_path / "run" / "final"), None)
 
 
 def test_a_runs_recorded_config_given_back_as_config_reproduces_it(corpus, tmp_path):
@@ -509,6 +515,13 @@ def test_quick_start_runs_end_to_end_and_fill_uses_it(tmp_path):
     again = CliRunner().invoke(app, ["pretrain", "--out", str(run), "--steps", "3", "--num-workers", "0", "--resume"])
     assert again.exit_code == 0 and "quick start:" not in again.stdout, again.output
     assert json.loads((run / "final" / "trainer_state.json").read_text())["step"] == 3
+    # resumed once on its corpus by name (as its run.json's config gives it back), it is still the quick start
+    named = CliRunner().invoke(app, ["pretrain", "--out", str(run), "--corpus", str(run / "data" / "corpus"),
+                                     "--steps", "4", "--batch-size", "32", "--num-workers", "0", "--resume"])
+    assert named.exit_code == 0, named.output
+    plain_resume = CliRunner().invoke(app, ["pretrain", "--out", str(run), "--steps", "5", "--num-workers", "0",
+                                            "--resume"])
+    assert plain_resume.exit_code == 0 and "quick start:" not in plain_resume.stdout, plain_resume.output
     shutil.rmtree(run / "data")
     plain = CliRunner().invoke(app, ["pretrain", "--out", str(run), "--steps", "3", "--num-workers", "0"])
     assert plain.exit_code == 2 and "--resume" in plain.stderr and not (run / "data").exists()

@@ -13,7 +13,7 @@ import torch
 from processes import gone
 from torch import nn
 
-from bertctl import training, training_state
+from bertctl import optim, training, training_state
 
 
 def _terms(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -29,7 +29,7 @@ def _weights(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def test_a_non_finite_step_leaves_weights_and_optimizer_state_untouched(name):
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
-    optimizer = training.make_optimizer(name, model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    optimizer = optim.make_optimizer(name, model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
     env = training.Distributed()
     x = torch.randn(3, 4)
 
@@ -172,7 +172,7 @@ def test_fp16_loss_scaler_overflows_are_skipped_but_not_counted_as_bad_steps():
     the start of an fp16 run used to stop it as if its loss were NaN."""
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
-    optimizer = training.make_optimizer("adamw", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    optimizer = optim.make_optimizer("adamw", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**120)  # scaled gradients overflow float32
     batch = [{"x": torch.randn(3, 4) * 1e3, "scale": torch.tensor(1.0)}]  # scaled, the loss is past float32
     env = training.Distributed()
@@ -193,7 +193,7 @@ def test_fp16_overflows_at_a_loss_scale_of_one_count_as_bad_steps():
     at its minimum loss scale."""
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
-    optimizer = training.make_optimizer("adamw", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    optimizer = optim.make_optimizer("adamw", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
     scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
     batch = [{"x": torch.randn(3, 4) * 1e6, "scale": torch.tensor(2e27)}]  # a finite loss, gradients past float32
     env = training.Distributed()
