@@ -284,7 +284,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
         training_state.seed_everything(seed + env.rank)
     training.enable_fast_math(device)
     optimizer = optim.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
-                                        (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
+                                     (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     micro = cfg.micro_batch(env.world_size)
     per_epoch = math.ceil(len(prep.train) / cfg.batch_size)

@@ -72,7 +72,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                     "never reaches --lr %g; pass --warmup-steps or --warmup-fraction", cfg.warmup(), cfg.steps, cfg.lr)
     micro, accum = cfg.micro_batches(env.world_size)
     optimizer = optim.make_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay,
-                                        (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
+                                     (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(env.device.type) if precision == "fp16" else None
     training_state.seed_everything(cfg.seed + env.rank)
     step, samples_seen, skipped_total, bad_in_row = 0, 0, 0, 0
