@@ -174,9 +174,19 @@ def warmup_steps(fraction: float, steps: int) -> int:
 def refuse_changed_settings(cfg: Any, saved: dict[str, Any], compared: Collection[str], run: Path | str,
                             restart: str, started_in: str | None = None) -> None:
     """A resumed run must train as the interrupted one did, or its checkpoints mean nothing: the `compared`
-    fields of `cfg` must equal the run's saved config (its run.json). A folder named otherwise is the same
-    folder (`./x`, `x/`, `/abs/x`, or a relative name given from `started_in`, where the run started); a
-    setting the record lacks (an older run's) is not compared."""
+    fields of `cfg` must equal the run's saved config (its run.json)."""
+    said = changed_settings(cfg, saved, compared, started_in)
+    if said:
+        raise UsageError(f"--resume: the run in {run} was started with {said}; resume it with the same "
+                         f"settings, or {restart}")
+
+
+def changed_settings(cfg: Any, saved: dict[str, Any], compared: Collection[str], started_in: str | None = None
+                     ) -> str:
+    """The `compared` fields of `cfg` that differ from a run's saved config, as `--lr 0.001 (now 0.0001), ...`
+    ("" when none). A folder named otherwise is the same folder (`./x`, `x/`, `/abs/x`, or a relative name
+    given from `started_in`, where the run started); a setting the record lacks (an older run's) is not
+    compared."""
     now = config_to_dict(cfg)
 
     def same(name: str) -> bool:
@@ -194,10 +204,7 @@ def refuse_changed_settings(cfg: Any, saved: dict[str, Any], compared: Collectio
         return "not given" if value is None else value
 
     changed = [name for name in compared if name in saved and not same(name)]
-    if changed:
-        said = ", ".join(f"{flag_name(k)} {shown(saved[k])} (now {shown(now[k])})" for k in changed)
-        raise UsageError(f"--resume: the run in {run} was started with {said}; resume it with the same "
-                         f"settings, or {restart}")
+    return ", ".join(f"{flag_name(k)} {shown(saved[k])} (now {shown(now[k])})" for k in changed)
 
 
 def config_to_dict(obj: Any) -> dict[str, Any]:

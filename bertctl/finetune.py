@@ -153,7 +153,8 @@ def _report(summary: dict[str, Any], out: Path) -> None:
     means = {f"{split} {name}": stats["mean"] for split, metrics in summary["summary"].items()
              for name, stats in metrics.items()}
     shown = _show(means) or "no validation data"
-    sys.stdout.write(f"{summary['task']}: saved {out} ({shown})\n")
+    seeds = len(summary["seeds"])
+    sys.stdout.write(f"{summary['task']}: saved {out} ({shown}{f', mean of {seeds} seeds' if seeds > 1 else ''})\n")
 
 
 # --- glue all: the nine tasks in one run -------------------------------------------------------------

@@ -22,7 +22,14 @@ from torch import Tensor, nn
 
 from bertctl import optim, training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
-from bertctl.config import BertConfig, PretrainConfig, config_to_dict, model_config, refuse_changed_settings
+from bertctl.config import (
+    BertConfig,
+    PretrainConfig,
+    changed_settings,
+    config_to_dict,
+    model_config,
+    refuse_changed_settings,
+)
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import UsageError
@@ -51,6 +58,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     run = Path(cfg.out)
     resume_from = _resume_point(cfg, run, env)  # refusals come before the quick start builds anything
     started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
+    changed = changed_settings(cfg, started.get("config", {}), RESUMED_AS_GIVEN)
+    if env.is_main and changed:
+        logger.warning("warning: --resume: the run in %s trained with %s; a resume takes the settings given now, "
+                       "so give them again to keep the run's", run, changed)
     if resume_from is None and cfg.init_from is None:
         model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
     quickstart = cfg.corpus is None
@@ -183,6 +194,10 @@ def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> 
 # and how fast the run trains and how it logs and saves. The model is the checkpoint's (--init-from no longer
 # matters, --tokenizer is checked against the corpus anyway); the corpus is compared by its manifest.
 FIXED_ON_RESUME = ("optimizer", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "seed")
+# Settings a resume may change, but which flags left off (so back at their defaults) change unasked: each one
+# that differs from run.json gets a warning line.
+RESUMED_AS_GIVEN = ("lr", "warmup_steps", "warmup_fraction", "schedule", "batch_size", "micro_batch_size", "clip",
+                    "dropout", "precision")
 _SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 

@@ -154,12 +154,13 @@ def test_a_row_of_empty_fields_gets_its_prediction_row_and_an_empty_line_none(pa
     assert [ids.tolist() for ids in features.input_ids] == [[cls, sep, sep]] * 2
 
 
-def test_a_multi_seed_run_is_scored_with_its_best_seed(encoder, pair_run, tmp_path):
+def test_a_multi_seed_run_is_scored_with_its_best_seed(encoder, pair_run, tmp_path, capsys):
     _, dev = pair_run
     out = finetune_classify(FinetuneConfig(model=encoder, train=dev, validation=dev, out=tmp_path / "seeds", epochs=1,
                                            seeds=(1, 2), **PAIR, **FAST))
     summary = json.loads((out / "results.json").read_text())
     assert evaluate_classify(out, dev) == summary["runs"][str(summary["best_seed"])]["validation"]
+    assert ", mean of 2 seeds)" in capsys.readouterr().out  # the line's figures are not the best seed's
 
 
 def test_regression_is_scored_with_pearson_and_spearman_and_predicts_scores(encoder, tmp_path):

@@ -210,6 +210,18 @@ def test_a_resume_on_another_corpus_is_refused(corpus, tmp_path):
     assert not (tmp_path / "run" / "data").exists()  # the quick start built nothing first
 
 
+def test_a_resume_that_changes_the_schedule_says_so(corpus, tmp_path, caplog):
+    """A flag left off a resume is back at its default: the schedule may change, but not unannounced."""
+    from bertctl.pretrain import pretrain
+
+    pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2, warmup_fraction=0.5))
+    shutil.rmtree(tmp_path / "run" / "final")
+    caplog.clear()
+    pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2, resume=True, lr=1e-3))
+    assert "trained with --lr 0.002 (now 0.001), --warmup-steps not given (now 2), --warmup-fraction 0.5 (now not " \
+        "given); a resume takes the settings given now" in caplog.text
+
+
 def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_path):
     """Else run.json, given back as --config, would start a BERT-base."""
     from bertctl.pretrain import pretrain
