@@ -33,7 +33,7 @@ from bertctl import __version__, optim, training, training_state
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig, config_to_dict, warmup_steps
 from bertctl.data.batches import rank_micro_batches, train_batches
-from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
+from bertctl.data.glue import TASKS, Examples, GlueTask, data_path, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
@@ -189,7 +189,7 @@ def _glue_all(cfg: FinetuneConfig, base: Base, work: Path, env: training.Distrib
 
 def _check_layout(tasks: list[GlueTask], data: str) -> None:
     """In a local download, every train/dev file must be there (all missing ones named in one line)."""
-    root = Path(data).expanduser()  # as read_split reads it
+    root = data_path(data)
     if not root.is_dir():
         return  # a hub id: each task is loaded (or refused) when it starts
     missing = [f"{t.folder}/{f.file}" for t in tasks for f in t.files

@@ -208,13 +208,18 @@ def get_task(name: str | GlueTask) -> GlueTask:
     raise UsageError(f"unknown GLUE task {name!r}: choose one of {', '.join(TASKS)}")
 
 
+def data_path(data: str | Path) -> Path:
+    """--data as a path: a local folder when there is one, else (as a path that does not exist) a hub id."""
+    if not isinstance(data, (str, Path)):
+        raise UsageError(f"--data {data!r}: give the GLUE download folder or a hub dataset id such as nyu-mll/glue")
+    return Path(data).expanduser()  # `--data ~/glue` quoted, `data: ~/glue` in a --config file, a Python argument
+
+
 def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:
     """One split from a local folder (the official layout or a copy of the hub dataset), or from the hub."""
     task = get_task(task)
     entry = task.split_file(split)
-    if not isinstance(data, (str, Path)):
-        raise UsageError(f"--data {data!r}: give the GLUE download folder or a hub dataset id such as nyu-mll/glue")
-    path = Path(data).expanduser()  # `--data ~/glue` quoted, `data: ~/glue` in a --config file, a Python argument
+    path = data_path(data)
     if path.is_dir():
         return _read_folder(task, entry, path)
     if path.exists():
