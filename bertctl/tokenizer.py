@@ -51,8 +51,10 @@ _CHINESE = (r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{
 _PUNCT = r"\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}"  # _is_punctuation: likewise
 # A piece is a run of other characters, or one CJK/punctuation character (one regex: 2x faster than 3).
 _PIECE = f"[^{_SPLIT}{_CHINESE}{_PUNCT}]+|[{_CHINESE}{_PUNCT}]"
-# Python's str.lower() turns a word-final capital sigma into "ς"; Rust lowercases char by char ("σ").
-_FINAL_SIGMA = r"(?<=\p{Cased}|\p{Cased}\p{Case_Ignorable})Σ(?!\p{Case_Ignorable}*\p{Cased})"
+# Python's str.lower() writes a capital sigma as "ς" when, skipping case-ignorable characters, a cased one
+# comes before it and none after; Rust lowercases char by char ("σ"). \K keeps the letters before it out of
+# the replaced match: Oniguruma has no lookbehind of unbounded length.
+_FINAL_SIGMA = "[{cased}][{ignorable}]*\\KΣ(?![{ignorable}]*[{cased}])"
 
 
 def normalizer(lowercase: bool, strip_accents: bool | None) -> normalizers.Normalizer:
@@ -61,7 +63,7 @@ def normalizer(lowercase: bool, strip_accents: bool | None) -> normalizers.Norma
              normalizers.Replace(Regex(_SPACE), " "),
              normalizers.NFC()]
     if lowercase:
-        steps += [normalizers.Replace(Regex(_FINAL_SIGMA), "ς"), normalizers.Lowercase()]
+        steps += [normalizers.Replace(Regex(_final_sigma()), "ς"), normalizers.Lowercase()]
     if strip_accents or (strip_accents is None and lowercase):
         steps += [normalizers.NFD(), normalizers.Replace(Regex(f"[{_python_class('Mn')}]"), "")]
     return normalizers.Sequence(steps)
@@ -70,14 +72,32 @@ def normalizer(lowercase: bool, strip_accents: bool | None) -> normalizers.Norma
 @functools.cache
 def _python_class(category: str) -> str:
     """Python's code points of a category as a regex class body (planes 4-13 are unassigned, Cn)."""
-    ranges, start = [], None
-    for code in (*range(0x40000), *range(0xE0000, 0xF0000), -1):
-        if code >= 0 and unicodedata.category(chr(code)) == category:
-            start = code if start is None else start
-        elif start is not None:
-            ranges.append(f"\\x{{{start:X}}}-\\x{{{code - 1 if code >= 0 else 0xEFFFF:X}}}")
-            start = None
-    return "".join(ranges)
+    codes = [c for c in (*range(0x40000), *range(0xE0000, 0xF0000)) if unicodedata.category(chr(c)) == category]
+    return _class_body(codes) + (r"\x{40000}-\x{DFFFF}" if category == "Cn" else "")
+
+
+@functools.cache
+def _final_sigma() -> str:
+    """_FINAL_SIGMA with the running Python's Cased and Case_Ignorable sets, read off str.lower() itself: "cΣ"
+    ends in "ς" when c is cased (and not case-ignorable), "AcΣ" also when c is case-ignorable. Planes 2-3 and
+    15-16 hold ideographs and private use only, neither cased nor case-ignorable."""
+    chars = "".join(map(chr, (*range(0x20), *range(0x21, 0xD800), *range(0xE000, 0x20000), *range(0xE0000, 0xE1000))))
+    after = [word.endswith("ς") for word in ("Σ ".join(chars) + "Σ").lower().split(" ")]
+    after_a = [word.endswith("ς") for word in ("A" + "Σ A".join(chars) + "Σ").lower().split(" ")]
+    cased = [ord(c) for c, final in zip(chars, after, strict=True) if final]
+    ignorable = [ord(c) for c, final, final_a in zip(chars, after, after_a, strict=True) if final_a and not final]
+    return _FINAL_SIGMA.format(cased=_class_body(cased), ignorable=_class_body(ignorable))
+
+
+def _class_body(codes: Sequence[int]) -> str:
+    """Ascending code points as a regex class body of ranges."""
+    ranges: list[list[int]] = []
+    for code in codes:
+        if ranges and code == ranges[-1][1] + 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return "".join(f"\\x{{{first:X}}}-\\x{{{last:X}}}" for first, last in ranges)
 
 
 def pre_tokenizer(chinese_chars: bool = True, whole: Sequence[str] = ()) -> pre_tokenizers.PreTokenizer:

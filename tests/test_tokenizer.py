@@ -34,6 +34,7 @@ HARD = [
     "unicode ™ © ® § ¶ † ‡ • … ‰ ′ ″", "1,234.56 $100 50% #hash @at ^caret `tick` ~tilde |pipe \\back",
     "http://example.com/a?b=c&d=e#frag", "tab\tsep\ttabs", "\U0001d400\U0001d41a math bold", "ॐ नमस्ते दुनिया",
     "ไทย ภาษา", "Ελληνικά ΚΕΦΑΛΑΙΑ", "Привет МИР ёЁ", "a\u0331\u0332\u0333 b\u0489",
+    "Α..Σ Α''Σ ʰΣ ΑΣʰ ΑΣ\u0345 A\U0001171eΣ ΣΑ\u00adΣ",  # final sigma past any case-ignorable run
 ]
 PAIRS = [("Who wrote Emma?", "Jane Austen wrote ÉMMA in 1815."), ("ΟΔΟΣ", ""), ("", "only pair 日本")]
 
