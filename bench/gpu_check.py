@@ -8,6 +8,11 @@ tokenizer on the bundled novels -> corpus (seq 128, dynamic masking) -> `pretrai
 with a checkpoint at step 20, then `--resume` from it (the re-logged losses are compared: 0 on the CPU in fp32,
 small under bf16 and compile) -> `fill` on the GPU -> `finetune classify` (bf16, dynamic padding, a new head).
 It checks that every path runs on the device, not model quality: the models are far too small for that.
+
+Without `datasets` (the device image has neither it nor pyarrow) the corpus step builds a stand-in: bertctl's own
+shard builder makes the same instances, kept in memory instead of written as Arrow, and `bertctl.corpus.load_corpus`
+(the one function that reads a corpus) is patched to hand them out, so pretrain and resume still run the real
+training loop; the corpus step's detail says so. Tokenizer, fill and finetune need neither package.
 """
 
 from __future__ import annotations
@@ -20,13 +25,18 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import bertctl.corpus
 from bertctl.config import CorpusConfig, FinetuneConfig, PretrainConfig, TokenizerTrainConfig
 from bertctl.corpus import build_corpus
+from bertctl.data.instances import Packed, ShardBuilder, ShardJob, ShardSettings
+from bertctl.data.sources import expand_inputs, iter_documents
 from bertctl.fill import fill
 from bertctl.finetune import finetune_classify
 from bertctl.pretrain import pretrain
 from bertctl.quickstart import bundled_text
+from bertctl.tokenizer_folder import load_tokenizer
 from bertctl.tokenizer_train import train_tokenizer
 
 
@@ -68,8 +78,11 @@ def _tokenizer(text: str, root: Path) -> str:
 
 
 def _corpus(text: str, root: Path) -> str:
-    build_corpus(CorpusConfig(inputs=(text,), tokenizer=root / "tok", out=root / "corpus", max_seq_length=128,
-                              masking="dynamic", validation_fraction=0.02))
+    cfg = CorpusConfig(inputs=(text,), tokenizer=root / "tok", out=root / "corpus", max_seq_length=128,
+                       masking="dynamic", validation_fraction=0.02)
+    if not _has_datasets():
+        return _stand_in_corpus(cfg)
+    build_corpus(cfg)
     manifest = json.loads((root / "corpus" / "manifest.json").read_text())
     return f"{manifest['counts']['train']['instances']} instances"
 
@@ -128,6 +141,69 @@ def _labelled_rows() -> list[tuple[str, str]]:
     with gzip.open(bundled_text(), "rt", encoding="utf-8") as handle:
         paragraphs = [line.strip() for line in handle if 40 < len(line.strip()) < 400]
     return [(p, "yes" if "she" in p.lower().split() else "no") for p in paragraphs[:1000]]
+
+
+def _has_datasets() -> bool:
+    try:
+        import datasets  # noqa: F401  (whether it imports at all: it fails without pyarrow too)
+    except ImportError:
+        return False
+    return True
+
+
+_MANIFEST_SETTINGS = ("objective", "masking", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq",
+                      "whole_word_masking")  # what pretrain reads of a manifest, besides the tokenizer
+
+
+def _stand_in_corpus(cfg: CorpusConfig) -> str:
+    """The corpus without datasets/pyarrow: the real instances in memory, and load_corpus patched to return them."""
+    out = Path(cfg.out)
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    tokenizer.save(out / "tokenizer")  # pretrain checks the corpus's own tokenizer, as with a built corpus
+    pipeline = out / "worker-tokenizer.json"
+    pipeline.write_text(tokenizer.backend.to_str(), encoding="utf-8")
+    builder = _MemoryShards(ShardSettings(cfg, str(pipeline), None, None, tokenizer.cls_id, tokenizer.sep_id,
+                                          tokenizer.pad_id, tokenizer.mask_id, str(out)))
+    documents = [lines for lines, _ in iter_documents(expand_inputs(list(cfg.inputs)))]
+    counts = builder.build(ShardJob(0, 0, documents, 0, 0))  # one shard: so is the real build of these 4 MB
+    manifest = {"stand_in": True, "tokenizer_sha256": tokenizer.sha256(), "counts": counts,
+                **{name: getattr(cfg, name) for name in _MANIFEST_SETTINGS}}
+    splits = {split: _PackedSplit(packed, cfg.objective) for split, packed in builder.packed.items()}
+    bertctl.corpus.load_corpus = lambda path: (splits, manifest)  # pretrain imports it from there at each call
+    return f"stand-in (no datasets): {counts['train']['instances']} instances in memory, load_corpus patched"
+
+
+class _MemoryShards(ShardBuilder):
+    """The real shard builder but for its one Arrow write: each split's packed instances stay in memory."""
+
+    def __init__(self, settings: ShardSettings) -> None:
+        super().__init__(settings)
+        self.packed: dict[str, Packed] = {}
+
+    def _write(self, packed: Packed, path: Path) -> dict[str, Any]:
+        self.packed[path.name.split("-")[0]] = packed  # the name is shard_file(split, shard)
+        return {}
+
+
+class _PackedSplit:
+    """What pretrain reads of a datasets split: its length, column names, and rows by a list of indices as
+    columns of Python lists (datasets' default format)."""
+
+    def __init__(self, packed: Packed, objective: str) -> None:
+        self.packed = packed
+        self.column_names = ["input_ids", "token_type_ids", *(["next_sentence_label"] if objective != "mlm" else [])]
+
+    def __len__(self) -> int:
+        return len(self.packed.offsets) - 1
+
+    def __getitem__(self, rows: list[int]) -> dict[str, list]:
+        p = self.packed
+        spans = [slice(p.offsets[row], p.offsets[row + 1]) for row in rows]
+        columns = {"input_ids": [p.input_ids[s].tolist() for s in spans],
+                   "token_type_ids": [p.token_type_ids[s].tolist() for s in spans]}
+        if "next_sentence_label" in self.column_names:
+            columns["next_sentence_label"] = p.labels[rows].tolist()
+        return columns
 
 
 if __name__ == "__main__":
