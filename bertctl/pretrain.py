@@ -64,6 +64,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                        "so give them again to keep the run's", run, changed)
     if resume_from is None and cfg.init_from is None:
         model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
+    precision = training.resolve_precision(cfg.precision, env.device)
+    micro, accum = cfg.micro_batches(env.world_size)
     quickstart = cfg.corpus is None
     if quickstart:
         from bertctl.quickstart import prepare_quickstart
@@ -76,12 +78,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     tokenizer = _tokenizer(cfg, manifest)
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
     training.enable_fast_math(env.device)
-    precision = training.resolve_precision(cfg.precision, env.device)
     compiled = cfg.compile if cfg.compile is not None else _can_compile(env.device)
     if env.is_main and cfg.warmup() >= cfg.steps:
         logger.warning("warning: the warmup (%d steps) is not shorter than the run (%d steps), so the learning rate "
                     "never reaches --lr %g; pass --warmup-steps or --warmup-fraction", cfg.warmup(), cfg.steps, cfg.lr)
-    micro, accum = cfg.micro_batches(env.world_size)
     optimizer = optim.make_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay,
                                      (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(env.device.type) if precision == "fp16" else None
@@ -98,6 +98,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     carried = 0.0  # seconds the run had already trained (resumed), so `elapsed` goes on from there
     if env.is_main:
         make_folder(run)
+        training_state.remove_interrupted_saves(run)
         write_json_atomic(run / "run.json", {"config": _recorded_config(cfg, started), "model": model.config.to_dict(),
                                             "world_size": env.world_size, "precision": precision, "compile": compiled,
                                             "warmup_steps": cfg.warmup(), "corpus_manifest": manifest,
@@ -196,8 +197,9 @@ def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> 
 FIXED_ON_RESUME = ("optimizer", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "seed")
 # Settings a resume may change, but which flags left off (so back at their defaults) change unasked: each one
 # that differs from run.json gets a warning line.
+# (--dropout left off keeps the checkpoint's: the model is the checkpoint's, config included.)
 RESUMED_AS_GIVEN = ("lr", "warmup_steps", "warmup_fraction", "schedule", "batch_size", "micro_batch_size", "clip",
-                    "dropout", "precision")
+                    "precision")
 _SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 
@@ -228,11 +230,14 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
 
 
 def _recorded_config(cfg: PretrainConfig, started: dict[str, Any]) -> dict[str, Any]:
-    """run.json's config: a resume that names no model keeps the run's own --model-config or --init-from (the
-    model is the checkpoint's anyway), so the record given back as --config builds the same model."""
-    given = config_to_dict(cfg)
+    """run.json's config: a resume that names no model keeps the run's own --model-config or --init-from, and
+    one without --dropout the run's --dropout (the model is the checkpoint's, config included), so the record
+    given back as --config builds the same model."""
+    given, recorded = config_to_dict(cfg), started.get("config", {})
     if cfg.model_config is None and cfg.init_from is None:
-        given |= {key: started.get("config", {}).get(key) for key in ("model_config", "init_from")}
+        given |= {key: recorded.get(key) for key in ("model_config", "init_from")}
+    if cfg.dropout is None:
+        given["dropout"] = recorded.get("dropout")
     return given
 
 
@@ -316,12 +321,12 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
     dropout = {} if cfg.dropout is None else {"hidden_dropout_prob": cfg.dropout,
                                                "attention_probs_dropout_prob": cfg.dropout}
     source = resume_from or cfg.init_from
+    torch.manual_seed(cfg.seed)  # the weights of a fresh model, or of the heads --init-from's model lacks
     if source is not None:
         ckpt = read_checkpoint(source)
         ckpt.config = ckpt.config.replace(**dropout)
         model = build_model(ckpt, architecture)
     else:
-        torch.manual_seed(cfg.seed)
         config: BertConfig = model_config(cfg.model_name(), vocab_size=tokenizer.vocab_size, **dropout)
         model = ARCHITECTURES[architecture](config)
     if model.config.vocab_size < tokenizer.vocab_size:  # more rows is fine: a padded vocabulary, as on the hub

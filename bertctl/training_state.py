@@ -175,6 +175,13 @@ def checkpoint_step(folder: Path) -> int:
     return json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))["step"]
 
 
+def remove_interrupted_saves(run: Path) -> None:
+    """A save killed mid-write (kill -9, power loss) leaves its hidden temp folder, or the folder a replaced
+    final/ was moved aside to: never read, but gigabytes each for a large model."""
+    for left in (*run.glob(".step-*.tmp-*"), *run.glob(".final.tmp-*"), *run.glob(".final.old-*")):
+        shutil.rmtree(left, ignore_errors=True)
+
+
 def prune_checkpoints(run: Path, keep: int) -> None:
     """Keep the newest `keep` step checkpoints; final/ is not one, so it is never removed."""
     for old in complete_checkpoints(run)[:-keep] if keep > 0 else []:

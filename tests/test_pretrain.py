@@ -285,24 +285,30 @@ def test_refusals_are_one_line(corpus, tmp_path, flags, message):
     assert not (tmp_path / "run" / "final").exists()
 
 
-def test_the_quick_start_refuses_a_bad_model_config_before_building_its_data(tmp_path):
-    result = CliRunner().invoke(app, ["pretrain", "--out", str(tmp_path / "run"), "--model-config", "huge"])
-    assert result.exit_code == 2 and "neither a preset" in result.stderr, result.output
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--model-config", "huge"], "neither a preset"),
+    (["--precision", "fp16", "--device", "cpu"], "needs a CUDA device"),
+    (["--batch-size", "16", "--micro-batch-size", "5"], "--micro-batch-size"),
+])
+def test_the_quick_start_refuses_bad_settings_before_building_its_data(tmp_path, flags, said):
+    result = CliRunner().invoke(app, ["pretrain", "--out", str(tmp_path / "run"), *flags])
+    assert result.exit_code == 2 and said in result.stderr, result.output
     assert not (tmp_path / "run" / "data").exists()
 
 
-def _model_folder(folder: Path, tokenizer: Path, spare_rows: int = 0, **tokenizer_config) -> Path:
+def _model_folder(folder: Path, tokenizer: Path, spare_rows: int = 0, architecture: str = "BertForPreTraining",
+                  **tokenizer_config) -> Path:
     """A tiny untrained BERT for `tokenizer` (plus spare embedding rows), its tokenizer_config.json edited."""
     import torch
 
     from bertctl.checkpoint import save_model
     from bertctl.config import preset
-    from bertctl.model import BertForPreTraining
+    from bertctl.model import ARCHITECTURES
     from bertctl.tokenizer_folder import load_tokenizer
 
     torch.manual_seed(0)
     rows = load_tokenizer(tokenizer).vocab_size + spare_rows
-    save_model(BertForPreTraining(preset("tiny", vocab_size=rows)), folder, tokenizer)
+    save_model(ARCHITECTURES[architecture](preset("tiny", vocab_size=rows)), folder, tokenizer)
     config = json.loads((folder / "tokenizer_config.json").read_text())
     (folder / "tokenizer_config.json").write_text(json.dumps({**config, **tokenizer_config}))
     return folder
@@ -405,6 +411,45 @@ def test_init_from_starts_phase_two_from_the_weights_with_a_fresh_optimizer(corp
     assert max(float((before[k] - after[k]).abs().max()) for k in before) < 1e-8
     assert json.loads((second / "trainer_state.json").read_text())["step"] == 2  # a new count, not 6
     assert json.loads((tmp_path / "p2" / "run.json").read_text())["corpus_manifest"]["max_seq_length"] == 48
+
+
+def test_init_from_a_model_without_the_nsp_head_gives_the_same_bytes_twice(corpus, tmp_path):
+    """The NSP head and pooler it lacks are drawn from --seed, not from whatever the global RNG holds."""
+    import torch
+
+    from bertctl.pretrain import pretrain
+
+    masked_lm = _model_folder(tmp_path / "mlm", corpus / "tokenizer", architecture="BertForMaskedLM")
+    finals = []
+    for name in ("a", "b"):
+        torch.manual_seed(ord(name))  # the caller's RNG state must not matter
+        finals.append(pretrain(small_run(corpus, tmp_path / name, init_from=masked_lm, model_config=None, steps=2,
+                                         save_every=0)))
+    assert (finals[0] / "model.safetensors").read_bytes() == (finals[1] / "model.safetensors").read_bytes()
+
+
+def test_a_resume_without_dropout_keeps_and_records_the_runs(corpus, tmp_path, caplog):
+    """The checkpoint's model keeps its dropout: no warning, and run.json says so, so that given back as
+    --config it reproduces the run. A killed save's temp folder is removed."""
+    from bertctl.pretrain import pretrain
+
+    whole = pretrain(small_run(corpus, tmp_path / "whole", steps=4, save_every=2, dropout=0.0))
+    pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2, dropout=0.0))
+    shutil.rmtree(tmp_path / "run" / "final")
+    (tmp_path / "run" / ".step-000004.tmp-killed").mkdir()
+    caplog.clear()
+    pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2, resume=True, dropout=None))
+    assert "--dropout" not in caplog.text
+    assert not (tmp_path / "run" / ".step-000004.tmp-killed").exists()
+    assert losses(tmp_path / "run") == losses(tmp_path / "whole")
+    config = json.loads((tmp_path / "run" / "run.json").read_text())["config"]
+    assert config["dropout"] == 0.0
+    (tmp_path / "again.json").write_text(json.dumps({**config, "resume": False}))
+    result = CliRunner().invoke(app, ["pretrain", "--config", str(tmp_path / "again.json"),
+                                      "--out", str(tmp_path / "again")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "again" / "final" / "model.safetensors").read_bytes() == \
+        (whole / "model.safetensors").read_bytes()
 
 
 def test_a_warmup_flag_replaces_the_config_files_other_warmup(corpus, tmp_path):
