@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bertctl.errors import UsageError
+from bertctl.errors import BertctlError, UsageError
 
 
 def _umask() -> int:
@@ -126,6 +126,21 @@ def json_text(data: Any, **options: Any) -> str:
 
 def write_json_atomic(path: Path | str, data: Any) -> None:
     write_text_atomic(path, json_text(data, indent=2) + "\n")
+
+
+def read_json_object(path: Path | str, needs: Iterable[str] = ()) -> dict[str, Any]:
+    """A record bertctl wrote (run.json, trainer_state.json, manifest.json, ...): a damaged or hand-edited one
+    is one line naming the file, not a JSONDecodeError or a KeyError from deep inside a resume."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BertctlError(f"{path} is damaged (not JSON: {str(exc).splitlines()[0]}); restore or delete it") from exc
+    missing = [key for key in needs if key not in data] if isinstance(data, dict) else []
+    if not isinstance(data, dict) or missing:
+        what = f"has no {', '.join(missing)}" if missing else f"holds a {type(data).__name__}, not a JSON object"
+        raise BertctlError(f"{path} is damaged ({what}); restore or delete it")
+    return data
 
 
 def temp_folder_beside(target: Path | str, tag: str = "tmp") -> Path:
