@@ -17,20 +17,21 @@ from bertctl.errors import UsageError
 def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
     """A JSON or YAML mapping; the error names the flag that gave the file, and the file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark, as Windows editors write, is dropped
     except OSError as exc:
         raise UsageError(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{flag}: {path} is not UTF-8 text; give a YAML or JSON file") from None
+    as_json = Path(path).suffix.lower() == ".json"  # anything else is YAML, which reads JSON too
     try:
-        if Path(path).suffix in (".yaml", ".yml"):
+        if as_json:
+            values = json.loads(text)
+        else:
             import yaml
 
             values = yaml.safe_load(text)
-        else:
-            values = json.loads(text)
     except Exception as exc:  # yaml and json raise different types; both mean a malformed file
-        raise UsageError(f"{flag}: {path} is not valid {Path(path).suffix.lstrip('.') or 'json'}: "
+        raise UsageError(f"{flag}: {path} is not valid {'JSON' if as_json else 'YAML'}: "
                          f"{str(exc).splitlines()[0]}") from None
     if not isinstance(values, dict):
         raise UsageError(f"{flag}: {path} must hold a mapping of field names to values")
@@ -43,8 +44,8 @@ T = TypeVar("T")
 def build_config(cls: type[T], file_values: dict[str, Any] | None = None, **flags: Any) -> T:
     """Defaults <- config file <- flags (flags left as None fall through). Unknown keys are refused here; a
     wrong type by the config itself, named as the user gave it (the flag, or the file's key)."""
+    refuse_unknown(cls, file_values or {}, "--config")
     values = dict(file_values or {})
-    refuse_unknown(cls, values, "--config")
     refuse_unknown(cls, flags, "build_config")
     given = {k: v for k, v in flags.items() if v is not None}
     with fields_named(lambda name: flag_name(name) if name in given else f"--config: {name}"):
@@ -65,6 +66,10 @@ def layered(cls: type, below: dict[str, Any], above: dict[str, Any]) -> dict[str
 
 def refuse_unknown(cls: type, values: dict[str, Any], source: str) -> None:
     """A misspelt key fails in one line naming it (a dataclass would raise a bare TypeError)."""
+    if not isinstance(values, dict):
+        raise UsageError(f"{source}: expected a mapping of field names to values, got {type(values).__name__}")
+    if odd := [key for key in values if not isinstance(key, str)]:
+        raise UsageError(f"{source}: field names are text; {odd[0]!r} is not (quote it, or fix the file)")
     known = field_types(cls)
     unknown = sorted(set(values) - set(known))
     if unknown:

@@ -30,6 +30,7 @@ _LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer
 # List fields whose flag takes comma-separated items (--seeds 1,2, --text-columns a,b, --label-names x,y): a
 # string is read as the flag reads it. Not `inputs`, whose items are file names that may hold a comma.
 _COMMA_LISTS = {"seeds", "text_columns", "label_names"}
+_OWN_RANGE = {"seed", "seeds"}  # checked by their configs, whose message gives the whole range
 
 
 class FieldTypeError(UsageError):
@@ -75,6 +76,9 @@ def take_types(cfg: Any) -> None:
             typed = _coerce(hint, value, commas=name in _COMMA_LISTS)
         except (ValueError, OverflowError):
             raise FieldTypeError(type(cfg).__name__, name, f"must be {_expected(hint)}, got {_shown(value)}") from None
+        items = typed if isinstance(typed, tuple) else (typed,)
+        if name not in _OWN_RANGE and any(_too_large(item) for item in items):
+            raise FieldTypeError(type(cfg).__name__, name, f"must be below 2^32, got {_shown(value)}")
         if typed is not given:
             object.__setattr__(cfg, name, typed)
 
@@ -87,6 +91,8 @@ def take_int(name: str, value: Any, minimum: int | None = None) -> int:
         number = _coerce(int, value)
     except (ValueError, OverflowError):
         raise UsageError(f"{name} must be a whole number, got {_shown(value)}") from None
+    if _too_large(number):
+        raise UsageError(f"{name} must be below 2^32, got {number}")
     if minimum is not None and number < minimum:
         raise UsageError(f"{name} must be at least {minimum}, got {number}")
     return number
@@ -116,6 +122,12 @@ def _expected(hint: Any) -> str:
     return _KINDS[hint]
 
 
+def _too_large(value: Any) -> bool:
+    """A whole number past what any count needs, which torch, numpy or tokenizers would overflow on deep inside
+    a run (an index-sized or 32-bit integer) rather than refuse."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**32
+
+
 def _coerce(hint: Any, value: Any, commas: bool = False) -> Any:
     """`value` as the field type `hint` (only X, X | None and tuple[X, ...] occur): JSON/YAML have no Path or
     tuple and may write 8.0 for 8 or 0 for 0.0. With `commas`, a string for a tuple is split as its flag
@@ -139,8 +151,8 @@ def _coerce(hint: Any, value: Any, commas: bool = False) -> Any:
         return int(value)
     if hint is float and (number or (isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value))):
         return float(value)
-    if hint is Path and isinstance(value, (str, Path)):  # `out: ~/runs` in a --config file reaches us unexpanded
-        return Path(value).expanduser()
+    if hint is Path and isinstance(value, (str, Path)) and str(value):  # "" would be the working folder
+        return Path(value).expanduser()  # `out: ~/runs` in a --config file reaches us unexpanded
     raise ValueError
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import logging
 from functools import partial
 from pathlib import Path
@@ -32,8 +31,8 @@ from bertctl.config import (
 )
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
-from bertctl.errors import UsageError
-from bertctl.files import check_out, make_folder, write_json_atomic
+from bertctl.errors import BertctlError, UsageError
+from bertctl.files import check_out, make_folder, read_json_object, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
 from bertctl.tokenizer import BertTokenizer, never_split_in_effect
@@ -206,9 +205,14 @@ _SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermedia
 def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[str, Any]:
     """Before anything is built or written: the run's fixed settings and model shape (run.json), and --steps not
     below the checkpoint. Returns run.json's record, whose corpus manifest the caller compares once it is read."""
-    started = json.loads((run / "run.json").read_text(encoding="utf-8")) if (run / "run.json").is_file() else {}
+    started = read_json_object(run / "run.json") if (run / "run.json").is_file() else {}
+    if not isinstance(started.get("config", {}), dict):
+        raise BertctlError(f"{run / 'run.json'} is damaged (its config is not a JSON object); restore or delete it")
     refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, "start a new run with another --out")
     recorded = started.get("config", {})
+    if cfg.init_from is not None:  # may be left off (the checkpoint is the model), not changed
+        refuse_changed_settings(cfg, {"init_from": recorded.get("init_from")}, ("init_from",), run,
+                                "leave --init-from off")
     if cfg.corpus is None and started.get("quickstart") is False:  # else the quick start would build its data
         raise UsageError(f"--resume: the run in {run} was started on --corpus {recorded.get('corpus')}; give it "
                          "again")

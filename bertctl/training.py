@@ -57,7 +57,9 @@ def pick_device(device: str | None) -> torch.device:
     try:
         chosen = torch.device(device)
     except RuntimeError:
-        raise UsageError(f"--device: {device!r} is not a device (cpu, cuda, cuda:1 ...)") from None
+        chosen = None
+    if chosen is None or chosen.type not in ("cpu", "cuda"):  # mps, xpu, meta...: not what bertctl runs on
+        raise UsageError(f"--device: {device!r} is not a device bertctl runs on; use cpu, cuda or cuda:N")
     if chosen.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
     return chosen

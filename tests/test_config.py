@@ -307,7 +307,7 @@ def test_a_binary_config_file_is_refused_in_one_line(tmp_path):
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    (b"{not json", "is not valid json"), (b"\xff\xfe\x00", "is not UTF-8 text"), (b"[1, 2]", "must hold a mapping"),
+    (b"{not json", "is not valid JSON"), (b"\xff\xfe\x00", "is not UTF-8 text"), (b"[1, 2]", "must hold a mapping"),
 ])
 def test_model_config_file_errors_name_the_model_config_flag(tmp_path, content, message):
     (tmp_path / "config.json").write_bytes(content)
@@ -462,3 +462,41 @@ def test_a_resumed_run_may_name_its_folders_otherwise_but_not_change_them(tmp_pa
                                          r"resume it with the same settings, or start again$"):
         refuse_changed_settings(FinetuneConfig(model="../base/final", data="glue"), started, compared, "run",
                                 "start again", started_in=str(tmp_path))
+
+
+@pytest.mark.parametrize(("name", "content", "expected"), [
+    ("run.YAML", "steps: 7\n", 7),  # the suffix in capitals
+    ("run.conf", "steps: 8\n", 8),  # any other suffix is YAML, which reads JSON too
+    ("run.json", "\ufeff{\"steps\": 9}", 9),  # a byte-order mark from a Windows editor
+])
+def test_config_files_are_read_whatever_their_suffix_case_or_bom(tmp_path, name, content, expected):
+    (tmp_path / name).write_text(content, encoding="utf-8")
+    assert read_config_file(tmp_path / name)["steps"] == expected
+
+
+@pytest.mark.parametrize(("values", "said"), [
+    ({1: 2}, "field names are text; 1 is not"),
+    ({None: 2, "steps": 3}, "field names are text; None is not"),
+    ([1], "expected a mapping of field names to values, got list"),
+])
+def test_config_values_that_are_not_a_mapping_of_names_are_refused_in_one_line(values, said):
+    with pytest.raises(UsageError, match=f"^--config: {said}"):
+        build_config(PretrainConfig, values)
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("steps", 10**23, r"must be below 2\^32"),
+    ("batch_size", 2**32, r"must be below 2\^32"),
+    ("corpus", "", "must be a path"),
+])
+def test_numbers_torch_would_overflow_on_and_empty_paths_are_refused(field, value, said):
+    with pytest.raises(UsageError, match=f"--config: {field} {said}"):
+        build_config(PretrainConfig, {field: value})
+
+
+@pytest.mark.parametrize("device", ["mps", "meta", "xpu", "gpu"])
+def test_devices_bertctl_does_not_run_on_are_refused_in_one_line(device):
+    from bertctl.training import pick_device
+
+    with pytest.raises(UsageError, match=f"^--device: '{device}' is not a device bertctl runs on"):
+        pick_device(device)

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from bertctl.cli import app
 from bertctl.config import CorpusConfig, PretrainConfig
 from bertctl.config_files import layered
-from bertctl.errors import UsageError
+from bertctl.errors import BertctlError, UsageError
 from bertctl.tokenizer import BertTokenizer
 
 WORDS = ("the cat dog bird fish sat ran flew swam on under over a mat log tree pond quickly slowly happily "
@@ -450,6 +450,21 @@ def test_a_resume_without_dropout_keeps_and_records_the_runs(corpus, tmp_path, c
     assert result.exit_code == 0, result.output
     assert (tmp_path / "again" / "final" / "model.safetensors").read_bytes() == \
         (whole / "model.safetensors").read_bytes()
+
+
+def test_a_resume_refuses_another_init_from_and_a_damaged_run_json_in_one_line(corpus, tmp_path):
+    """--init-from may be left off a resume, but another one would be recorded in run.json as the run's."""
+    from bertctl.pretrain import pretrain
+
+    first = pretrain(small_run(corpus, tmp_path / "first", steps=2, save_every=0))
+    pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2))
+    shutil.rmtree(tmp_path / "run" / "final")
+    with pytest.raises(UsageError, match=r"started with --init-from not given \(now .*first/final\)"):
+        pretrain(small_run(corpus, tmp_path / "run", steps=4, resume=True, model_config=None, init_from=first))
+    for damage in ("{", "[1]", '{"config": 5}'):
+        (tmp_path / "run" / "run.json").write_text(damage)
+        with pytest.raises(BertctlError, match=r"run.json is damaged .*; restore or delete it$"):
+            pretrain(small_run(corpus, tmp_path / "run", steps=4, resume=True))
 
 
 def test_a_warmup_flag_replaces_the_config_files_other_warmup(corpus, tmp_path):
