@@ -254,6 +254,7 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
         raise UsageError(f"{folder / 'config.json'} is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise UsageError(f"{folder / 'config.json'} must hold a mapping of config fields")
+    _check_other_keys(folder, raw)
     if raw.get("model_type", "bert") != "bert":  # configs older than transformers 2.x have no model_type
         raise UsageError(f"{folder}: model_type {raw.get('model_type')!r} is not BERT")
     config = BertConfig.from_dict(raw)
@@ -270,6 +271,18 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     parts = frozenset(p for p in map(_part, state) if p is not None)
     return Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
                       untied)
+
+
+_OTHER_KEYS = {"architectures": (list, "a list of class names"), "bertctl": (dict, "a mapping"),
+               "problem_type": (str, "a string"), "id2label": (dict, "a mapping"), "label2id": (dict, "a mapping")}
+
+
+def _check_other_keys(folder: Path, raw: dict[str, Any]) -> None:
+    """config.json keys besides BertConfig's that bertctl reads: a hand-edited wrong type is one line here."""
+    for key, (kind, said) in _OTHER_KEYS.items():
+        value = raw.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise UsageError(f"{folder / 'config.json'}: {key} must be {said}, got {value!r}; fix or remove it")
 
 
 def _check_encoder(folder: Path, weights_file: Path, in_file: set[str], config: BertConfig, raw: dict[str, Any],

@@ -195,7 +195,10 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     else:
         assert tokenizer_json is not None and json_path is not None
         source, vocab, fallback = json_path, tokenizer_json["model"]["vocab"], _casing_of(tokenizer_json)
-    config, added = _folder_settings(source.parent, tokenizer_json)
+    try:
+        config, added = _folder_settings(source.parent, tokenizer_json)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a hand-edited file: a list for a dict...
+        raise _odd_settings(source.parent, exc) from None
     file_lower = config.get("do_lower_case", fallback.get("do_lower_case"))
     if lowercase is not None and file_lower is not None and bool(file_lower) != lowercase:
         where = source.parent / "tokenizer_config.json" if "do_lower_case" in config else source
@@ -208,13 +211,22 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
             config["do_lower_case"] = lowercase
     elif lowercase is not None and file_lower is None:
         config["do_lower_case"] = lowercase
-    options = _options(config, added, vocab, fallback)
+    try:
+        options = _options(config, added, vocab, fallback)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise _odd_settings(source.parent, exc) from None
     if options.basic:
         _check_casing(list(vocab), options.lowercase, source)
     try:
         return BertTokenizer.from_vocab(vocab, options=options)
     except UsageError as exc:
         raise UsageError(f"tokenizer {source}: {exc}") from None
+
+
+def _odd_settings(folder: Path, exc: Exception) -> UsageError:
+    return UsageError(f"tokenizer {folder}: a setting in its tokenizer_config.json, special_tokens_map.json or "
+                      f"added_tokens.json is not of the form transformers writes ({type(exc).__name__}: {exc}); "
+                      "fix or remove it")
 
 
 def _read_tokenizer_json(path: Path) -> dict[str, Any]:

@@ -214,3 +214,13 @@ def test_real_minilm_as_legacy_sharded_fp16_bin(minilm, tmp_path):
         got = ours(ids, None, mask)
     assert (got.hidden_states - expected.last_hidden_state).abs().max().item() <= TOLERANCE
     assert (got.pooled - expected.pooler_output).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize(("key", "value"), [("architectures", 5), ("bertctl", 5), ("problem_type", 5),
+                                            ("id2label", [1])])
+def test_config_json_keys_of_the_wrong_type_are_one_line(key, value, odd_config, tmp_path):
+    saved("BertModel", odd_config, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, key: value}))
+    with pytest.raises(UsageError, match=f"config.json: {key} must be .*; fix or remove it$"):
+        read_checkpoint(tmp_path)

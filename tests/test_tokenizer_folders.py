@@ -326,3 +326,13 @@ def test_a_saved_tokenizer_is_the_same_bytes_under_any_hash_seed(tmp_path):
         subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONHASHSEED": seed})
         saved.append((out / "tokenizer.json").read_bytes())
     assert len(set(saved)) == 1
+
+
+@pytest.mark.parametrize("settings", [{"never_split": 5}, {"added_tokens_decoder": {"x": {"content": "y"}}},
+                                      {"added_tokens_decoder": [1]}, {"additional_special_tokens": 5}])
+def test_hand_edited_settings_of_the_wrong_form_are_one_line_naming_the_folder(settings, tmp_path: Path) -> None:
+    from bertctl.errors import UsageError
+
+    folder = write(tmp_path / "tok", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "x"], tokenizer_config=settings)
+    with pytest.raises(UsageError, match=f"^tokenizer {folder}: a setting in its tokenizer_config.json.*fix or remove"):
+        load_tokenizer(folder)
