@@ -444,6 +444,10 @@ class FinetuneConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise UsageError(f"--{name} {getattr(self, name)!r}: choose one of {', '.join(allowed)}")
+        if self.label_names is not None and not self.label_names:
+            raise UsageError("--label-names: give the class names, comma-separated (or leave it off: sorted)")
+        if self.label_names is not None and self.problem == "regression":
+            raise UsageError("--label-names names classes; --problem regression has none: leave one of them off")
 
     def micro_batch(self, world_size: int = 1) -> int:
         """Examples per forward pass and process; without --micro-batch-size a process takes its whole share

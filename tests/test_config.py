@@ -500,3 +500,13 @@ def test_devices_bertctl_does_not_run_on_are_refused_in_one_line(device):
 
     with pytest.raises(UsageError, match=f"^--device: '{device}' is not a device bertctl runs on"):
         pick_device(device)
+
+
+@pytest.mark.parametrize(("values", "said"), [
+    ({"label_names": ","}, "--label-names: give the class names"),
+    ({"label_names": []}, "--label-names: give the class names"),
+    ({"label_names": "a,b", "problem": "regression"}, "--problem regression has none"),
+])
+def test_label_names_that_would_be_ignored_are_refused(values, said):
+    with pytest.raises(UsageError, match=said):
+        FinetuneConfig(**values)
