@@ -274,7 +274,7 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
 
 
 _OTHER_KEYS = {"architectures": (list, "a list of class names"), "bertctl": (dict, "a mapping"),
-               "problem_type": (str, "a string"), "id2label": (dict, "a mapping"), "label2id": (dict, "a mapping")}
+               "problem_type": (str, "a string")}  # id2label: checked with the head it must fit
 
 
 def _check_other_keys(folder: Path, raw: dict[str, Any]) -> None:

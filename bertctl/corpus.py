@@ -50,6 +50,7 @@ from bertctl.files import (
     make_folder,
     refuse_inputs_inside,
     replace_folder,
+    user_path,
     write_json_atomic,
 )
 
@@ -355,7 +356,7 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
     """(DatasetDict, manifest) of a built corpus; memory-mapped, so opening a large corpus is instant."""
     import datasets
 
-    path = Path(path)
+    path = user_path(path)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{path} is a file, not a corpus folder; give the folder 'bertctl corpus build' wrote")
     if not path.is_dir():
@@ -381,10 +382,16 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
 
 
 def corpus_tokenizer(path: Path | str) -> Any:
-    """The tokenizer a corpus was built with (saved in CORPUS/tokenizer)."""
+    """The tokenizer a corpus was built with (saved in CORPUS/tokenizer): a folder of the corpus, never a hub id,
+    so a corpus without it is told so rather than looked up on the hub as CORPUS/tokenizer."""
     from bertctl.tokenizer_folder import load_tokenizer
 
-    return load_tokenizer(Path(path) / "tokenizer")
+    folder = user_path(path) / "tokenizer"
+    if not folder.is_dir():
+        raise UsageError(f"corpus {path} lacks its tokenizer folder {folder}; copy the tokenizer it was built with "
+                         "back there (manifest.json's tokenizer_sha256 fingerprints its vocabulary) or build the "
+                         "corpus again (--num 0 shows the statistics without it)")
+    return load_tokenizer(folder)
 
 
 # --- inspect -----------------------------------------------------------------------------------------

@@ -37,11 +37,29 @@ def file_above(path: Path | str) -> Path | None:
     return None
 
 
+def user_path(path: Path | str) -> Path:
+    """A path the user gave, `~` expanded: a quoted "~/x", `--out=~/x` (the shell expands only a word that
+    starts with ~) and a Python argument all arrive as written."""
+    return Path(path).expanduser()
+
+
+def out_location(path: Path | str) -> Path:
+    """OUT as an absolute path, the way a rename onto it sees it: `.`, `..` and links above it worked out, a link
+    as OUT itself kept (it is replaced as a link, never its target)."""
+    path = user_path(path)
+    if path.name in ("", ".."):  # `.`, `/`, `x/..`: only the file system knows which folder is meant
+        return path.resolve()
+    return path.parent.resolve() / path.name
+
+
 def check_out(path: Path | str, flag: str = "--out", folder: bool = True) -> Path:
     """Refuse an output that can never be written, before any work: one below a file, a file where a folder
     goes, a folder where a file goes. Whether it may already exist is the command's call (--overwrite,
-    --resume)."""
-    path = Path(path)
+    --resume). Returns the path to write, `~` expanded, and resolved when its last part is no name (`.`, `..`),
+    which temp names beside it and the final rename need."""
+    path = user_path(path)
+    if path.name in ("", ".."):
+        path = path.resolve()
     blocker = file_above(path)
     if blocker is not None:
         raise UsageError(f"{flag} {path}: its parent {blocker} is a file, not a folder; choose another path")
@@ -54,21 +72,29 @@ def check_out(path: Path | str, flag: str = "--out", folder: bool = True) -> Pat
 
 def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False, folder: bool = True) -> Path:
     """`check_out`, and an existing output is refused unless --overwrite (every command replaces only
-    what the user said it may)."""
-    path = check_out(path, flag, folder)
+    what the user said it may), and never the working folder or one holding it, which a command cannot
+    move aside while it runs in it."""
+    given, path = path, check_out(path, flag, folder)
+    here, target = Path.cwd().resolve(), out_location(path)
+    if here.is_relative_to(target):
+        where = "is the working folder" if here == target else f"holds the working folder {here}"
+        raise UsageError(f"{flag} {given} {where}, which a command cannot replace; give a new folder's name")
     if path.exists() and not overwrite:
         raise UsageError(f"{flag} {path} already exists; pass --overwrite to replace it")
     return path
 
 
 def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], flag: str = "--out") -> None:
-    """An input inside OUT would be deleted when --overwrite replaces OUT; names that are no path here
-    (a hub id, a dataset name) are not inputs on this disk."""
-    path = Path(os.path.abspath(out))  # `.` and `..` gone, links kept: a link as OUT is replaced, not its target
-    out_at = path.parent.resolve() / path.name
+    """An input that is OUT or inside it would be deleted when --overwrite replaces OUT; names that are no path
+    here (a hub id, a dataset name) are not inputs on this disk."""
+    out_at = out_location(out)
     for item in inputs:
-        if item is not None and Path(item).exists() and Path(item).resolve().is_relative_to(out_at):
-            raise UsageError(f"{flag} {out} holds the input {item}, which replacing it would delete; "
+        if item is None or not user_path(item).exists():
+            continue
+        item_at = user_path(item).resolve()
+        if item_at.is_relative_to(out_at):
+            where = "is" if item_at == out_at else "holds"
+            raise UsageError(f"{flag} {out} {where} the input {item}, which replacing it would delete; "
                              "choose a path outside it")
 
 

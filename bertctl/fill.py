@@ -12,7 +12,7 @@ from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
 from bertctl.config_types import take_int
 from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
-from bertctl.files import json_text
+from bertctl.files import json_text, user_path
 from bertctl.tokenizer import BertTokenizer
 from bertctl.training import pick_device, to_device
 
@@ -109,22 +109,34 @@ def _filled(row: list[int], predictions: list[list[Prediction]], tokenizer: Bert
     return tokenizer.decode([next(best) if t == tokenizer.mask_id else t for t in row])
 
 
-def read_texts(path: Path) -> list[str]:
+def read_texts(path: Path | str) -> list[str]:
     """One text a line from a file or stdin ('-'); blank lines are skipped. Only \n (or \r\n) ends a line, as
     for `tokenizer encode`: str.splitlines would also cut at U+2028, form feeds and the like inside a text. A
     byte-order mark (Windows editors write one) is dropped, or it would lead the first text and be echoed back."""
-    if str(path) == "-":
-        text = sys.stdin.read().removeprefix("\ufeff")
-    else:
-        try:
-            with open(path, encoding="utf-8-sig", newline="") as handle:  # no newline translation, as for stdin
-                text = handle.read()
-        except FileNotFoundError:
-            raise UsageError(f"--file: {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--file: cannot read {path}: {exc}") from None
-    lines = (line.removesuffix("\r") for line in text.split("\n"))
+    text = sys.stdin.read() if str(path) == "-" else _file_text(user_path(path))
+    lines = (line.removesuffix("\r") for line in text.removeprefix("\ufeff").split("\n"))
     return [line for line in lines if line.strip()]
+
+
+def _file_text(path: Path) -> str:
+    """A --file's text, or one line saying what it is instead (missing, a folder, compressed, not UTF-8)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"--file: {path} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"--file: {path} is a folder; give a text file, one text a line") from None
+    except OSError as exc:
+        raise UsageError(f"--file: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if path.suffix.lower() in (".gz", ".bz2", ".xz", ".zst", ".zip"):
+            raise UsageError(f"--file: {path} is compressed; decompress it first (fill reads plain UTF-8 "
+                             "text)") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"--file: line {line} of {path} is not valid UTF-8 (byte {data[exc.start]:#04x}); "
+                         "convert the file to UTF-8 first") from None
 
 
 def print_fill_results(results: list[FillResult], as_json: bool = False) -> None:

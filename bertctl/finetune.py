@@ -33,7 +33,16 @@ from bertctl import __version__, optim, training, training_state
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig, config_to_dict, warmup_steps
 from bertctl.data.batches import rank_micro_batches, train_batches
-from bertctl.data.glue import TASKS, Examples, GlueTask, data_path, get_task, outputs_by_class, read_split
+from bertctl.data.glue import (
+    TASKS,
+    Examples,
+    GlueTask,
+    data_path,
+    get_task,
+    outputs_by_class,
+    read_split,
+    task_folders,
+)
 from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
@@ -62,6 +71,7 @@ from bertctl.finetune_work import (
 from bertctl.tokenizer import BertTokenizer
 
 log = logging.getLogger(__name__)
+_TRAINED = [task for task in TASKS.values() if not task.predicted_by]  # what `finetune glue all` runs
 
 
 def finetune_glue(cfg: FinetuneConfig) -> Path | None:
@@ -73,15 +83,18 @@ def finetune_glue(cfg: FinetuneConfig) -> Path | None:
         raise UsageError(f"{task.name} has no training data; it is predicted with a {task.predicted_by} "
                          f"model: {predict_command(task)}")
 
-    def body(base: Base, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
+    tasks = [task] if task is not None else _TRAINED
+    reads = [folder for each in tasks for folder in task_folders(each, cfg.data)]
+
+    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
         if task is None:
-            _glue_all(cfg, base, work, env, stop)
+            _glue_all(cfg, base, out, work, env, stop)
             return
         train, dev = _glue_splits(task, cfg.data)
         open_work(cfg, work, env)
-        _publish_task(run_task(cfg, base, task, train, dev, work, env, stop), work, Path(cfg.out), env)
+        _publish_task(run_task(cfg, base, task, train, dev, work, env, stop), work, out, env)
 
-    return _launch(cfg, body)
+    return _launch(cfg, body, reads)
 
 
 def finetune_classify(cfg: FinetuneConfig) -> Path | None:
@@ -90,12 +103,12 @@ def finetune_classify(cfg: FinetuneConfig) -> Path | None:
     if not cfg.text_columns:
         raise UsageError("--text-columns: name the text column (or two, comma-separated)")
 
-    def body(base: Base, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
+    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
         table = load_labelled_data(cfg.train, cfg.validation, cfg.text_columns, cfg.label_column, cfg.problem,
                                    cfg.label_names)
         dev = {"validation": table.validation} if table.validation else {}
         open_work(cfg, work, env)
-        _publish_task(run_task(cfg, base, table, table.train, dev, work, env, stop), work, Path(cfg.out), env)
+        _publish_task(run_task(cfg, base, table, table.train, dev, work, env, stop), work, out, env)
 
     return _launch(cfg, body)
 
@@ -104,20 +117,20 @@ class _Stopped(Exception):
     """A SIGINT/SIGTERM ended the run after a checkpoint; the message says where it stopped."""
 
 
-def _launch(cfg: FinetuneConfig, body: Callable[..., None]) -> Path | None:
-    """What both commands share around training: torchrun, the checks on OUT and its work folder, signals,
-    and what a failed run leaves (its work folder only when there is something to resume)."""
+def _launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | None = None) -> Path | None:
+    """What both commands share around training: torchrun, the checks on OUT and its work folder (`reads`: the
+    data folders OUT must keep clear of), signals, and what a failed run leaves (its work folder only when
+    there is something to resume)."""
     env = training.setup_distributed(cfg.device)
     try:
         precision = training.resolve_precision(cfg.precision, env.device)  # before anything is said or read
-        out = Path(cfg.out)
-        work = check_work(cfg, out, env)
+        out, work = check_work(cfg, env, reads or [])
         if cfg.batch_size < env.world_size:
             raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")
         base = load_base(cfg, precision)
         with training.GracefulStop() as stop:
             try:
-                body(base, work, env, stop)
+                body(base, out, work, env, stop)
             except _Stopped as stopped:
                 if env.is_main:
                     say(f"{stopped}; the run is saved in {work}: run the same command with --resume to continue")
@@ -159,11 +172,11 @@ def _report(summary: dict[str, Any], out: Path) -> None:
 
 # --- glue all: the nine tasks in one run -------------------------------------------------------------
 
-def _glue_all(cfg: FinetuneConfig, base: Base, work: Path, env: training.Distributed,
+def _glue_all(cfg: FinetuneConfig, base: Base, out: Path, work: Path, env: training.Distributed,
               stop: training.GracefulStop) -> None:
     """Every GLUE task with training data, one after another (in work/<task>/), then OUT/<task> for each and
     OUT/results.{md,json}."""
-    tasks = [task for task in TASKS.values() if not task.predicted_by]
+    tasks = _TRAINED
     _check_layout(tasks, cfg.data)
     _read_ahead(_unfinished(cfg, tasks, work), cfg.data)
     open_work(cfg, work, env)
@@ -182,7 +195,7 @@ def _glue_all(cfg: FinetuneConfig, base: Base, work: Path, env: training.Distrib
         write_text_atomic(staging / "results.md", glue_markdown(table))
 
     if env.is_main:
-        publish(work, Path(cfg.out), fill)
+        publish(work, out, fill)
         sys.stdout.write(glue_markdown(table))
     training.barrier(env)
 
@@ -192,7 +205,8 @@ def _check_layout(tasks: list[GlueTask], data: str) -> None:
     root = data_path(data)
     if not root.is_dir():
         return  # a hub id: each task is loaded (or refused) when it starts
-    missing = [f"{t.folder}/{f.file}" for t in tasks for f in t.files
+    missing = [f"{t.folder}/{f.file}" + (" (a folder, not a file)" if (root / t.folder / f.file).is_dir() else "")
+               for t in tasks for f in t.files
                if not f.split.startswith("test") and not (root / t.folder / f.file).is_file()]
     if missing:
         raise UsageError(f"--data {root}: finetune glue all needs every task; missing {', '.join(missing)}")

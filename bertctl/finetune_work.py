@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +45,14 @@ LOG_FILES = ("run.json", "metrics.jsonl", "tensorboard")  # a seed's logs, copie
 
 # --- the run: checked, opened, published -------------------------------------------------------------
 
-def check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Path:
-    """OUT's work folder, after refusing what cannot go on: an existing OUT, an unfinished run without
-    --resume or --overwrite, a resume with other settings. Read-only, and every rank has decided before any
-    rank writes."""
+def check_work(cfg: FinetuneConfig, env: training.Distributed, reads: Iterable[Path] = ()) -> tuple[Path, Path]:
+    """OUT and its work folder, after refusing what cannot go on: an existing OUT, an OUT that is or holds
+    something the run reads (`reads`: the folders the data comes from, besides the flags' files), an unfinished
+    run without --resume or --overwrite, a resume with other settings. Read-only, and every rank has decided
+    before any rank writes."""
+    out = check_new_out(cfg.out, overwrite=cfg.overwrite)  # replaced only at the end, with --overwrite
+    refuse_inputs_inside(out, [cfg.model, cfg.train, cfg.validation, cfg.data, *reads])
     work = out.parent / f".{out.name}.work"
-    check_new_out(out, overwrite=cfg.overwrite)  # replaced only at the end, with --overwrite
-    refuse_inputs_inside(out, [cfg.model, cfg.train, cfg.validation, cfg.data])
     saved = work / "run.json"
     if cfg.resume and saved.is_file():
         started = json.loads(saved.read_text(encoding="utf-8"))
@@ -64,7 +65,7 @@ def check_work(cfg: FinetuneConfig, out: Path, env: training.Distributed) -> Pat
         raise UsageError(f"{work} holds an unfinished run of --out {out}; pass --resume to continue it or "
                          "--overwrite to start again")
     training.barrier(env)
-    return work
+    return out, work
 
 
 def open_work(cfg: FinetuneConfig, work: Path, env: training.Distributed) -> None:

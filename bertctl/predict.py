@@ -28,7 +28,7 @@ from bertctl.evaluate import (
     predict_logits,
     to_predictions,
 )
-from bertctl.files import check_new_out, check_out
+from bertctl.files import check_new_out, check_out, user_path
 from bertctl.submission import prediction_path, submission_name, write_predictions, write_submission
 from bertctl.training import pick_device
 
@@ -109,8 +109,8 @@ def predict_classify(model: Path | str, data: str | Path, out: str | Path,
     and each class's probability, in the file's order. Labels in the file are not needed. An existing file
     is replaced only with `overwrite`.
     """
-    check_out(out, folder=False)  # a folder would otherwise become FOLDER.csv beside it
-    path = check_new_out(prediction_path(out, data), overwrite=overwrite, folder=False)
+    out = check_out(out, folder=False)  # a folder would otherwise become FOLDER.csv beside it
+    path = check_new_out(prediction_path(out, user_path(data)), overwrite=overwrite, folder=False)
     run = open_classify_run(model, text_columns, None, max_seq_length, batch_size)
     examples, id_name = read_examples(data, run.text_columns)
     run_on = pick_device(device)

@@ -8,6 +8,7 @@ are complete once renamed into place, so the newest complete one is what `--resu
 from __future__ import annotations
 
 import json
+import logging
 import random
 import shutil
 from pathlib import Path
@@ -23,6 +24,7 @@ from bertctl.training import Distributed
 
 TRAINING_STATE = "training_state.safetensors"
 TRAINER_STATE = "trainer_state.json"
+log = logging.getLogger(__name__)
 
 
 # --- randomness and training state -------------------------------------------------------------------
@@ -177,9 +179,19 @@ def checkpoint_step(folder: Path) -> int:
 
 def remove_interrupted_saves(run: Path) -> None:
     """A save killed mid-write (kill -9, power loss) leaves its hidden temp folder, or the folder a replaced
-    final/ was moved aside to: never read, but gigabytes each for a large model."""
+    final/ was moved aside to: never read, but gigabytes each for a large model. A step folder past the newest
+    checkpoint that lacks its trainer_state.json is no checkpoint either, and goes too: this run saves that
+    step again, and that save refuses a folder already there (pretrain has no --overwrite)."""
     for left in (*run.glob(".step-*.tmp-*"), *run.glob(".final.tmp-*"), *run.glob(".final.old-*")):
         shutil.rmtree(left, ignore_errors=True)
+    latest = latest_checkpoint(run)
+    newest = checkpoint_step(latest) if latest is not None else -1
+    for folder in run.glob("step-*"):
+        number = folder.name.removeprefix("step-")
+        if number.isdigit() and int(number) > newest and folder.is_dir() and not (folder / TRAINER_STATE).is_file():
+            log.warning("warning: %s has no %s, so it is no checkpoint; removed, this run saves that step again",
+                        folder, TRAINER_STATE)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def prune_checkpoints(run: Path, keep: int) -> None:

@@ -342,6 +342,22 @@ def test_bad_flags_and_unreadable_corpora(data) -> None:
         load_corpus(data["small"])
 
 
+def test_a_corpus_without_its_tokenizer_folder_says_so_and_is_never_looked_up_on_the_hub(data, monkeypatch) -> None:
+    """CORPUS/tokenizer gone was read as the hub id CORPUS/tokenizer: "no such folder here, and the hub ..."."""
+    import shutil
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: pytest.fail("looked up on the hub"))
+    build(data, "no-tokenizer", source="small")
+    out = data["root"] / "no-tokenizer"
+    shutil.rmtree(out / "tokenizer")
+    result = CliRunner().invoke(app, ["corpus", "inspect", str(out)])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert f"corpus {out} lacks its tokenizer folder {out / 'tokenizer'}; copy the tokenizer" in result.stderr
+    assert CliRunner().invoke(app, ["corpus", "inspect", str(out), "--num", "0"]).exit_code == 0
+
+
 def test_an_unreadable_input_is_skipped_and_reported(data) -> None:
     garbage = data["root"] / "garbage.bin"
     garbage.write_bytes(bytes(range(256)) * 4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 
@@ -104,6 +105,26 @@ def test_fill_refusals(mlm_folder, args, message):
     result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), *args])
     assert result.exit_code == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("latin1.txt", "the [MASK]\ncaf\xe9 [MASK]\n".encode("latin-1"),
+     "line 2 of {path} is not valid UTF-8 (byte 0xe9); convert the file to UTF-8 first"),
+    ("texts.txt.gz", gzip.compress(b"the [MASK]\n"), "{path} is compressed; decompress it first"),
+    ("folder", None, "{path} is a folder; give a text file, one text a line"),
+])
+def test_a_file_fill_cannot_read_is_named_in_one_line(mlm_folder, tmp_path, name, content, message):
+    """They showed the codec's own text ("'utf-8' codec can't decode byte 0xff ...") or "[Errno 21] Is a
+    directory"."""
+    path = tmp_path / name
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), "--file", str(path)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
+    assert result.stderr.startswith(f"bertctl: error: --file: {message.format(path=path)}"), result.stderr
+    assert "codec" not in result.stderr and "Errno" not in result.stderr
 
 
 PADDED_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "the", "a", "dog", "cat", "sat", "ran", "on",

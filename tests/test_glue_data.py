@@ -134,6 +134,18 @@ def test_missing_folder_file_or_column_is_a_usage_error(own_glue):
         read_split("qnli", "dev", own_glue)
 
 
+def test_a_split_file_that_is_a_folder_is_called_a_folder_not_missing(own_glue):
+    train = own_glue / "SST-2" / "train.tsv"
+    train.unlink()
+    train.mkdir()
+    with pytest.raises(UsageError, match=r"SST-2/train.tsv: is a folder, not a file; sst2 train is read from the"):
+        read_split("sst2", "train", own_glue)
+    from bertctl.finetune import _check_layout
+
+    with pytest.raises(UsageError, match=r"needs every task; missing SST-2/train.tsv \(a folder, not a file\)$"):
+        _check_layout([get_task("sst2")], str(own_glue))
+
+
 def test_empty_or_undecodable_files_are_usage_errors(own_glue):
     path = own_glue / "SST-2" / "dev.tsv"
     path.write_text("sentence\tlabel\n\n", encoding="utf-8")
@@ -370,6 +382,23 @@ def test_bad_predictions_write_nothing(tmp_path):
     with pytest.raises(UsageError, match="sst2 dev: only test splits are submitted"):
         write_submission("sst2", "dev", ["0"], [1], tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_label_that_is_a_list_or_object_is_refused_and_booleans_are_classes(tmp_path):
+    """`{"label": ["x"]}` became the class "['x']"; true/false are the classes "true" and "false", as a csv
+    spells them."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "a", "label": "x"}\n{"text": "b", "label": ["x"]}\n', encoding="utf-8")
+    with pytest.raises(UsageError, match=r"bad.jsonl:2: label column 'label' holds list \['x'\]; give text or a"):
+        load_labelled_data(bad, None, ["text"], "label")
+    bad.write_text('{"text": "a", "label": {"k": 1}}\n', encoding="utf-8")
+    with pytest.raises(UsageError, match=r"bad.jsonl:1: label column 'label' holds dict"):
+        read_examples(bad, ["text"], "label", ["x"])
+    flags = tmp_path / "flags.jsonl"
+    flags.write_text('{"text": "a", "label": true}\n{"text": "b", "label": false}\n{"text": "c", "label": 1}\n',
+                     encoding="utf-8")
+    task = load_labelled_data(flags, None, ["text"], "label")
+    assert task.label_names == ("1", "false", "true") and task.train.labels == [2, 1, 0]
 
 
 @pytest.mark.parametrize(("name", "content", "error"), [

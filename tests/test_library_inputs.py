@@ -194,6 +194,35 @@ def test_a_glue_folder_under_home_is_found(models, glue, monkeypatch, tmp_path):
                     "^--data .*glue: finetune glue all needs every task; missing CoLA/train.tsv")
 
 
+def test_every_path_argument_under_home_is_found_and_written_there(models, table, glue, monkeypatch, tmp_path):
+    """A `~` that reached the library unexpanded (quoted, `--file=~/x`, a Python argument) wrote under a literal
+    ./~/ (convert, predict) or refused a file that is there (fill, corpus inspect, evaluate classify)."""
+    from bertctl.convert import convert
+    from bertctl.fill import read_texts
+
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    (home / "dev.csv").write_bytes(table.read_bytes())
+    (home / "x.txt").write_text("a [MASK]\n")
+    expected = evaluate_classify(models["classifier"], table, "premise", "y")
+    assert evaluate_classify(models["classifier"], "~/dev.csv", "premise", "y") == expected
+    assert predict_classify(models["classifier"], "~/dev.csv", "~/p.csv", "premise") == home / "p.csv"
+    assert predict_glue("sst2", models["classifier"], glue, "~/sub") == [home / "sub" / "SST-2.tsv"]
+    assert convert(models["mlm"], "~/m").startswith(f"wrote {home / 'm'} ")
+    assert read_texts("~/x.txt") == ["a [MASK]"]
+    BertTokenizer.from_vocab(VOCAB).save(home / "tok")
+    (home / "text.txt").write_text("".join("a cat . the b cat .\nwarm a b .\n\n" for _ in range(8)))
+    build_corpus(CorpusConfig(inputs=("~/text.txt",), tokenizer="~/tok", out="~/corpus", max_seq_length=16,
+                              workers=1))
+    assert len(inspect_corpus("~/corpus", num=1)["samples"]) == 1
+    assert not any(here.iterdir())
+    _one_line_error(lambda: predict_classify(models["classifier"], "~/dev.csv", "~/dev.csv", "premise",
+                                             overwrite=True), "is the input file")
+
+
 # --- 6. nits --------------------------------------------------------------------------------------------
 
 def test_no_task_or_no_data_is_a_usage_error(models, glue):

@@ -190,6 +190,58 @@ def test_an_out_holding_an_input_is_refused_before_overwrite_deletes_it(models, 
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
+def _glue_copy(root: Path, layout: str) -> Path:
+    """SST-2 as the official download (SST-2/*.tsv) or as a clone of the hub repository (sst2/*.parquet)."""
+    if layout == "official":
+        return write_glue_data(root, tasks=("sst2",), n_train=4, n_dev=4, n_test=4)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (root / "sst2").mkdir(parents=True)
+    for split in ("train", "validation", "test"):
+        pq.write_table(pa.table({"sentence": ["the day was good", "the day was bad"], "label": [1, 0], "idx": [0, 1]}),
+                       root / "sst2" / f"{split}-00000-of-00001.parquet")
+    return root
+
+
+@pytest.mark.parametrize(("layout", "task", "out"), [
+    ("official", "sst2", "SST-2"), ("official", "sst2", "SST-2/"), ("official", "all", "SST-2"),
+    ("official", "sst2", "."), ("clone", "sst2", "sst2"),
+])
+def test_finetune_glue_refuses_an_out_that_is_or_holds_a_task_folder_it_reads(models, tmp_path, layout, task, out):
+    """`--data glue --out glue/SST-2 --overwrite` replaced the task's data files with the model: only the flags'
+    own paths were checked, not the folders the task is read from."""
+    data = _glue_copy(tmp_path / "glue", layout)
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
+    args = ["finetune", "glue", task, "--data", data, "-m", models["encoder"], "--device", "cpu", "--epochs", 1,
+            "--out", f"{data}/{out}", "--overwrite"]
+    _refused(_cli(*args), f"--out {Path(data, out)} ", "the input", "choose a path outside it")
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
+
+
+@pytest.mark.parametrize("command", ["convert", "tokenizer", "finetune", "corpus"])
+@pytest.mark.parametrize(("out", "said"), [(".", "is the working folder"), ("..", "holds the working folder")])
+def test_an_out_that_is_or_holds_the_working_folder_is_refused_before_any_work(models, tmp_path, monkeypatch,
+                                                                            command, out, said):
+    """`--out . --overwrite` trained, then failed on Path('.') having no name and left `..work/` behind."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    _refused(_cli(*_commands(models, Path(out))[command], "--overwrite"), f"--out {out} {said}")
+    assert [p.name for p in tmp_path.iterdir()] == ["here"] and not any(here.iterdir())
+
+
+def test_an_out_named_by_dot_dot_gets_the_name_of_the_folder_it_means(models, tmp_path, monkeypatch):
+    """`a/..` is `tmp_path`'s child folder `b` here; temp names beside it came from '..'."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b" / "a").mkdir(parents=True)
+    assert check_new_out("b/a/..", overwrite=True) == tmp_path / "b"
+    assert check_out(".") == tmp_path
+    result = _cli("convert", models["encoder"], "--out", "b/a/..", "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "b" / "config.json").is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["b"]
+
+
 # --- scoring flags --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("flag", "value", "expected"), [

@@ -165,6 +165,21 @@ def test_a_finished_run_resumed_with_more_steps_logs_the_rows_of_one_longer_run(
         assert max(abs(extended[at][k] - row[k]) for k in row) < 1e-5, (at, extended[at], row)
 
 
+def test_a_step_folder_without_its_trainer_state_is_no_checkpoint_and_is_saved_again(corpus, tmp_path, caplog):
+    """The resumed run trained up to that step, then failed: "--out RUN/step-000004 already exists; pass
+    --overwrite" (pretrain has no --overwrite)."""
+    from bertctl.pretrain import pretrain
+
+    run = tmp_path / "run"
+    pretrain(small_run(corpus, run, steps=6, save_every=2))
+    (run / "step-000004" / "trainer_state.json").unlink()
+    shutil.rmtree(run / "final")
+    pretrain(small_run(corpus, run, steps=7, save_every=2, resume=True))
+    assert all((run / name / "trainer_state.json").is_file() for name in ("step-000002", "step-000004", "final"))
+    assert f"{run / 'step-000004'} has no trainer_state.json, so it is no checkpoint" in caplog.text
+    assert sorted(losses(run)) == list(range(1, 8))
+
+
 def test_second_run_without_resume_is_refused(corpus, tmp_path):
     from bertctl.pretrain import pretrain
 

@@ -58,6 +58,14 @@ def test_expand_keeps_dataset_names_and_refuses_what_matches_nothing(tree: Path)
         expand_inputs([])
 
 
+def test_an_empty_folder_is_named_as_a_folder_without_files(tree: Path) -> None:
+    """It was "nothing matched 'empty' (no such file, folder or glob match)", about a folder that is there."""
+    (tree / "empty" / ".hidden").mkdir(parents=True)
+    (tree / "empty" / ".hidden" / "x.txt").write_text("left out\n")
+    with pytest.raises(UsageError, match=f"^INPUTS: the folder {tree / 'empty'} holds no files"):
+        expand_inputs([str(tree / "empty")])
+
+
 def test_compressed_files_read_like_plain_ones(tree: Path) -> None:
     for name in ("a.txt", "sub/b.txt.gz", "sub/deeper/c.txt.bz2", "sub/d.txt.xz"):
         with open_text(tree / name) as handle:
@@ -109,6 +117,34 @@ def test_tables_give_their_text_column(tmp_path: Path) -> None:
     assert not is_table(tmp_path / "a.txt.gz")
     (tmp_path / "odd.jsonl").write_text('{"text": "lone \\ud800 surrogate"}\n', encoding="utf-8")
     assert list(iter_records(tmp_path / "odd.jsonl")) == ["lone \ufffd\ufffd\ufffd surrogate"]
+
+
+@pytest.mark.parametrize(("name", "rows", "where", "shown"), [
+    ("l.jsonl", [{"text": "fine"}, {"text": ["alpha beta"]}], ":2", "list ['alpha beta']"),
+    ("d.json", [{"text": "fine"}, {"text": {"k": "gamma"}}], " row 1", "dict {'k': 'gamma'}"),
+    ("b.jsonl", [{"text": True}], ":1", "bool True"),
+    ("p.parquet", [{"text": ["a"]}, {"text": ["b", "c"]}], " row 1", "list ['a']"),
+])
+def test_a_table_value_that_is_not_text_is_refused_naming_file_and_row(tmp_path: Path, name, rows, where,
+                                                                       shown) -> None:
+    """`{"text": ["alpha beta"]}` was learned from as the text "['alpha beta']"; numbers stay their text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    elif name.endswith(".json"):
+        path.write_text(json.dumps(rows), encoding="utf-8")
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(UsageError, match=re.escape(f"{path}{where}: column 'text' holds {shown}, not text")):
+        list(iter_texts([path]))
+    result = CliRunner().invoke(app, ["tokenizer", "train", str(path), "--out", str(tmp_path / "tok")])
+    assert result.exit_code == 2 and f"{path}{where}: column 'text' holds" in result.stderr, result.output
+    numbers = tmp_path / "numbers.jsonl"
+    numbers.write_text('{"text": 12}\n{"text": 0.5}\n', encoding="utf-8")
+    assert list(iter_texts([numbers])) == ["12", "0.5"]
 
 
 def test_documents_split_at_blank_lines_lines_or_rows(tmp_path: Path) -> None:

@@ -215,6 +215,13 @@ def data_path(data: str | Path) -> Path:
     return Path(data).expanduser()  # `--data ~/glue` quoted, `data: ~/glue` in a --config file, a Python argument
 
 
+def task_folders(task: GlueTask, data: str | Path) -> list[Path]:
+    """The folders under a local --data that `read_split` may read the task from (the official layout's and a
+    hub copy's; none for a hub id): an output must never replace one."""
+    root = data_path(data)
+    return [root / task.folder, root / task.hub_config] if root.is_dir() else []
+
+
 def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:
     """One split from a local folder (the official layout or a copy of the hub dataset), or from the hub."""
     task = get_task(task)
@@ -276,6 +283,9 @@ def _task_file(task: GlueTask, entry: SplitFile, root: Path) -> Path:
                          f"layout ({task.folder}/{entry.file}), a clone of the hub dataset "
                          f"({task.hub_config}/{entry.hub_split}-00000-of-00001.parquet) or --data nyu-mll/glue")
     path = folder / entry.file
+    if path.is_dir():
+        raise UsageError(f"{path}: is a folder, not a file; {task.name} {entry.split} is read from the file "
+                         f"{task.folder}/{entry.file}")
     if not path.is_file():
         raise UsageError(f"{path}: missing; {task.name} {entry.split} is read from {task.folder}/{entry.file}")
     return path

@@ -30,6 +30,7 @@ import json
 import logging
 import lzma
 import re
+import reprlib
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -75,8 +76,9 @@ def expand_inputs(inputs: Sequence[str | Path], flag: str = "INPUTS") -> list[So
 
     A name that is no local path, has no glob characters and looks like `owner/name[:config]` without a
     file suffix is kept as a `datasets` name (str). Raises UsageError naming `flag` when an input matches
-    nothing, is a pipe, '-' or a device (they cannot be read twice), or when nothing is left at all; hidden
-    files (.name) in folders, and pipes and devices in folders or glob matches, are left out.
+    nothing, is a folder without files, is a pipe, '-' or a device (they cannot be read twice), or when nothing
+    is left at all; hidden files (.name) in folders, and pipes and devices in folders or glob matches, are left
+    out.
     """
     found: list[Source] = []
     for item in inputs:
@@ -97,7 +99,11 @@ def _expand_one(item: str, flag: str) -> list[Source]:
     if path.is_file():
         return [path]
     if path.is_dir():
-        return _files_under(path)
+        files = _files_under(path)
+        if not files:
+            raise UsageError(f"{flag}: the folder {item} holds no files (hidden ones, pipes and devices are left "
+                             "out); put the text files in it, or name them")
+        return files
     if path.exists():
         raise _not_regular(path, flag)
     if glob.has_magic(item):
@@ -252,9 +258,17 @@ def _column(row: Any, text_column: str, source: Source, where: str) -> str | Non
     if not isinstance(row, dict) or text_column not in row:
         columns = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
         raise UsageError(f"{source}{where}: no column {text_column!r} (it has: {columns}); pass --text-column")
-    value = row[text_column]
+    return _text(row[text_column], text_column, source, where)
+
+
+def _text(value: Any, text_column: str, source: Source, where: str) -> str | None:
+    """A table cell as text: a string, or a number as it is written; a list, an object or a boolean is
+    refused, or its Python repr (`['a', 'b']`) would be learned from as if it were text. None: no text."""
     if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise UsageError(f"{source}{where}: column {text_column!r} holds {type(value).__name__} "
+                         f"{reprlib.repr(value)}, not text; give each row's text as a string")
     text = value if isinstance(value, str) else str(value)
     if not text.isascii():
         try:
@@ -318,8 +332,11 @@ def _parquet_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[st
                          "pass --text-column")
     start, size, rows, done = stats.bytes_read, path.stat().st_size, max(table.metadata.num_rows, 1), 0
     for batch in table.iter_batches(batch_size=4096, columns=[text_column]):
-        yield from (str(value) for value in batch.column(0).to_pylist() if value is not None)
-        done += batch.num_rows
+        for value in batch.column(0).to_pylist():
+            done += 1  # rows counted from 1, as `finetune classify` counts a parquet file's
+            text = _text(value, text_column, path, f" row {done}")
+            if text is not None:
+                yield text
         stats.bytes_read = start + size * done // rows  # progress in proportion to the rows read
 
 
@@ -340,13 +357,13 @@ def _dataset_rows(name: str, text_column: str, stats: ReadStats) -> Iterator[str
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
         if first is None:
             return
-        yield from _dataset_text(first, text_column, name, stats)
-        for row in iterator:
-            yield from _dataset_text(row, text_column, name, stats)
+        yield from _dataset_text(first, text_column, name, stats, 0)
+        for number, row in enumerate(iterator, 1):
+            yield from _dataset_text(row, text_column, name, stats, number)
 
 
-def _dataset_text(row: dict[str, Any], text_column: str, name: str, stats: ReadStats) -> Iterator[str]:
-    text = _column(row, text_column, name, "")
+def _dataset_text(row: dict[str, Any], text_column: str, name: str, stats: ReadStats, number: int) -> Iterator[str]:
+    text = _column(row, text_column, name, f" row {number}")
     if text is not None:
         stats.bytes_read += len(text.encode("utf-8"))
         yield text

@@ -28,6 +28,7 @@ from typing import Any
 from bertctl.config import FINETUNE_PROBLEMS
 from bertctl.data.glue import Examples, LabelledTask, read_tsv
 from bertctl.errors import UsageError
+from bertctl.files import user_path
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
 ID_COLUMNS = ("id", "idx")  # a row's own id, kept in predictions; else the row's position from 0
@@ -160,7 +161,7 @@ _READERS = {".csv": _csv_rows, ".tsv": _tsv_rows, ".jsonl": _jsonl_rows, ".parqu
 
 def read_table(path: str | Path, text_columns: Sequence[str], label_column: str | None) -> _Table:
     """The text and label columns (None: no labels) of one file, and its ids, checked row by row."""
-    path = Path(path)
+    path = user_path(path)
     suffix = path.suffix.lower()
     if suffix not in _READERS:
         raise UsageError(f"{path}: unsupported file type {suffix or '(none)'}; use one of {', '.join(FORMATS)}")
@@ -194,13 +195,21 @@ def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: S
                              f"{reprlib.repr(value)}, not text")
         values.append(str(value))
     if label_column:
-        table.labels.append(record[label_column])
+        table.labels.append(_scalar(record[label_column], f"{where}: label column {label_column!r}"))
     if table.id_column:
-        row_id = _label_text(record.get(table.id_column))
+        row_id = _label_text(_scalar(record.get(table.id_column), f"{where}: id column {table.id_column!r}"))
         if row_id is None:
             raise UsageError(f"{where}: id column {table.id_column!r} is empty")
         table.ids.append(row_id)
     table.numbers.append(number)
+
+
+def _scalar(value: Any, what: str) -> Any:
+    """A label or id as written: text, a number or a boolean (None: empty); a JSON list or object, or a parquet
+    struct, is refused, or its Python repr would become a class name."""
+    if value is not None and not isinstance(value, (str, int, float)):  # bool is an int
+        raise UsageError(f"{what} holds {type(value).__name__} {reprlib.repr(value)}; give text or a number")
+    return value
 
 
 def _label_text(value: Any) -> str | None:
