@@ -7,7 +7,6 @@ longest example (dynamic padding), and predictions in the examples' order.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
@@ -29,7 +28,7 @@ from bertctl.data.batches import pad_batch
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import TabularTask, classify_task, read_examples
 from bertctl.errors import UsageError
-from bertctl.files import json_text
+from bertctl.files import json_text, read_json_object
 from bertctl.hub import path_as_given
 from bertctl.metrics import compute_task_metrics
 from bertctl.tokenizer import BertTokenizer
@@ -171,8 +170,8 @@ def resolve_model_folder(path: Path | str) -> Path:
     folder = model_folder(path)
     results = folder / "results.json"
     if not (folder / "config.json").is_file() and results.is_file():
-        best = json.loads(results.read_text(encoding="utf-8")).get("best_model")
-        if best:
+        best = read_json_object(results).get("best_model")
+        if isinstance(best, str) and best:
             return folder / best
     return folder
 
@@ -247,7 +246,7 @@ class Scorer:
 def read_run_record(folder: Path) -> dict[str, Any]:
     """The fine-tuning run's run.json ({} for a model trained elsewhere)."""
     path = folder / "run.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return read_json_object(path) if path.is_file() else {}
 
 
 def open_scorer(path: Path | str, task: GlueTask | TabularTask, max_seq_length: int | None, batch_size: int | None,

@@ -18,7 +18,6 @@ resume (a checkpoint or a finished seed).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -33,6 +32,7 @@ from bertctl.evaluate import scores_from_json, seeds_markdown
 from bertctl.files import (
     building_folder,
     check_new_out,
+    read_json_object,
     refuse_inputs_inside,
     write_json_atomic,
     write_text_atomic,
@@ -55,7 +55,7 @@ def check_work(cfg: FinetuneConfig, env: training.Distributed, reads: Iterable[P
     work = out.parent / f".{out.name}.work"
     saved = work / "run.json"
     if cfg.resume and saved.is_file():
-        started = json.loads(saved.read_text(encoding="utf-8"))
+        started = read_json_object(saved, needs=("config",))
         compared = [name for name in started["config"] if name not in RESUMABLE_CHANGES]
         refuse_changed_settings(cfg, started["config"], compared, work, "drop --resume and pass --overwrite to "
                                 "start again", started_in=started.get("cwd"))
@@ -114,7 +114,7 @@ def finished_results(seed_work: Path) -> dict[str, Any] | None:
     """The eval_results of a seed whose model folder is complete (so a resume does not train it again), its
     null scores NaN again."""
     done = seed_work / "done" / "eval_results.json"
-    return scores_from_json(json.loads(done.read_text(encoding="utf-8"))) if done.is_file() else None
+    return scores_from_json(read_json_object(done)) if done.is_file() else None
 
 
 def open_seed(seed_work: Path, checkpoint: Path | None, step: int, record: dict[str, Any]) -> float:

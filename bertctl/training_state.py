@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from bertctl.errors import BertctlError
+from bertctl.files import read_json_object
 from bertctl.training import Distributed
 
 TRAINING_STATE = "training_state.safetensors"
@@ -174,7 +175,7 @@ def latest_checkpoint(run: Path) -> Path | None:
 
 def checkpoint_step(folder: Path) -> int:
     """The optimizer step a complete checkpoint was saved at."""
-    return json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))["step"]
+    return int(read_json_object(folder / TRAINER_STATE, needs=("step",))["step"])
 
 
 def remove_interrupted_saves(run: Path) -> None:

@@ -480,6 +480,9 @@ def test_a_resume_refuses_another_init_from_and_a_damaged_run_json_in_one_line(c
         (tmp_path / "run" / "run.json").write_text(damage)
         with pytest.raises(BertctlError, match=r"run.json is damaged .*; restore or delete it$"):
             pretrain(small_run(corpus, tmp_path / "run", steps=4, resume=True))
+    (tmp_path / "run" / "step-000002" / "trainer_state.json").write_text("{}")
+    with pytest.raises(BertctlError, match=r"trainer_state.json is damaged \(has no step\)"):
+        pretrain(small_run(corpus, tmp_path / "run", steps=4, resume=True))
 
 
 def test_a_warmup_flag_replaces_the_config_files_other_warmup(corpus, tmp_path):
