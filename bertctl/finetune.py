@@ -39,6 +39,7 @@ from bertctl.data.glue import (
     GlueTask,
     data_path,
     get_task,
+    hub_copy,
     outputs_by_class,
     read_split,
     task_folders,
@@ -201,12 +202,13 @@ def _glue_all(cfg: FinetuneConfig, base: Base, out: Path, work: Path, env: train
 
 
 def _check_layout(tasks: list[GlueTask], data: str) -> None:
-    """In a local download, every train/dev file must be there (all missing ones named in one line)."""
+    """In a local download, every train/dev file must be there (all missing ones named in one line). A task held
+    as a copy of the hub dataset is checked by reading it ahead (`_read_ahead`)."""
     root = data_path(data)
     if not root.is_dir():
         return  # a hub id: each task is loaded (or refused) when it starts
     missing = [f"{t.folder}/{f.file}" + (" (a folder, not a file)" if (root / t.folder / f.file).is_dir() else "")
-               for t in tasks for f in t.files
+               for t in tasks if hub_copy(t, root) is None for f in t.files
                if not f.split.startswith("test") and not (root / t.folder / f.file).is_file()]
     if missing:
         raise UsageError(f"--data {root}: finetune glue all needs every task; missing {', '.join(missing)}")

@@ -160,6 +160,9 @@ def test_a_clone_of_the_hub_repository_gives_the_files_examples(glue, tmp_path):
     for task in TASKS.values():
         for split in task.splits:
             _same(read_split(task, split, clone), read_split(task, split, glue))
+    from bertctl.finetune import _check_layout
+
+    _check_layout(list(TASKS.values()), str(clone))  # `finetune glue all` takes the clone too
     (clone / "rte" / "validation-00000-of-00001.parquet").unlink()
     with pytest.raises(UsageError, match=r"rte: no validation-\*.parquet for rte dev \(found splits: test, train\)"):
         read_split("rte", "dev", clone)

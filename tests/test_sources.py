@@ -193,3 +193,9 @@ def test_zstd_input_is_named_not_called_binary(tree: Path, caplog: pytest.LogCap
     assert "binary" not in caplog.text
     with pytest.raises(UsageError, match="nothing matched 'missing.zst'"):  # a file name, not a dataset
         expand_inputs(["missing.zst"])
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_input_name_is_refused_not_read_as_the_working_folder(empty) -> None:
+    with pytest.raises(UsageError, match="INPUTS: an empty name; give a file, folder, glob or dataset"):
+        expand_inputs([empty])

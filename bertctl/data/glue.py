@@ -245,11 +245,20 @@ def _read_folder(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
     from bertctl.data.glue_copies import read_parquet, read_saved  # glue_copies builds on this module's types
 
     config = root / task.hub_config
-    if any(config.glob("*.parquet")) or any(config.glob("*/*.parquet")):
+    if hub_copy(task, root) == "parquet":
         return read_parquet(task, entry, config)
-    if (config / "dataset_dict.json").is_file():
+    if hub_copy(task, root) == "saved":
         return read_saved(task, entry, config)
     return _read_local(task, entry, root)
+
+
+def hub_copy(task: GlueTask, root: Path) -> str | None:
+    """How `root` holds the task as a copy of the hub dataset: "parquet" (a clone), "saved" (save_to_disk), or
+    None (the official layout, if any)."""
+    config = root / task.hub_config
+    if any(config.glob("*.parquet")) or any(config.glob("*/*.parquet")):
+        return "parquet"
+    return "saved" if (config / "dataset_dict.json").is_file() else None
 
 
 def read_tsv(path: Path) -> Iterator[tuple[int, list[str]]]:

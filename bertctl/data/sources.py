@@ -95,6 +95,8 @@ def expand_inputs(inputs: Sequence[str | Path], flag: str = "INPUTS") -> list[So
 def _expand_one(item: str, flag: str) -> list[Source]:
     if item == "-":
         raise UsageError(f"{flag}: '-' (standard input) cannot be an input: {_READ_TWICE}")
+    if not item.strip():  # Path("") is the working folder: everything in it, read by accident
+        raise UsageError(f"{flag}: an empty name; give a file, folder, glob or dataset (use . for this folder)")
     path = Path(item).expanduser()
     if path.is_file():
         return [path]
