@@ -98,6 +98,13 @@ def take_int(name: str, value: Any, minimum: int | None = None) -> int:
     return number
 
 
+def take_bool(name: str, value: Any) -> bool:
+    """A yes/no argument of a plain function: "no" or 0 would read as true (or be ignored) without this."""
+    if not isinstance(value, bool):
+        raise UsageError(f"{name} must be true or false, got {_shown(value)}")
+    return value
+
+
 def split_list(text: str, cast: Callable[[str], Any] = str) -> tuple[Any, ...]:
     """The items of a comma-separated list as the list flags write it (`--seeds 1,2`, `--text-columns a,b`):
     stripped, empty ones dropped, each through `cast` (which raises ValueError for a bad one)."""

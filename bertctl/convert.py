@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertctl.checkpoint import build_model, heads_present, model_tokenizer, read_checkpoint, save_model
+from bertctl.config_types import take_bool
 from bertctl.errors import UsageError
 from bertctl.files import check_new_out, refuse_inputs_inside, user_path
 from bertctl.model import architecture_name
@@ -12,7 +13,7 @@ from bertctl.model import architecture_name
 
 def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str:
     """Keep every head the source has; write safetensors with transformers' names and the tokenizer."""
-    out = check_new_out(out, overwrite=overwrite)
+    out = check_new_out(out, overwrite=take_bool("overwrite", overwrite))
     _check_apart(user_path(source), out)
     ckpt = read_checkpoint(source)  # the name as given: Path("./x") would read like the hub id x
     # bert-base-uncased's config says BertForMaskedLM but its file has the NSP head too: keep both

@@ -356,7 +356,7 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
     """(DatasetDict, manifest) of a built corpus; memory-mapped, so opening a large corpus is instant."""
     import datasets
 
-    path = user_path(path)
+    path = user_path(path, "--corpus")
     if path.exists() and not path.is_dir():
         raise UsageError(f"{path} is a file, not a corpus folder; give the folder 'bertctl corpus build' wrote")
     if not path.is_dir():

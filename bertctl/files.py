@@ -37,9 +37,12 @@ def file_above(path: Path | str) -> Path | None:
     return None
 
 
-def user_path(path: Path | str) -> Path:
+def user_path(path: Path | str, flag: str = "path") -> Path:
     """A path the user gave, `~` expanded: a quoted "~/x", `--out=~/x` (the shell expands only a word that
-    starts with ~) and a Python argument all arrive as written."""
+    starts with ~) and a Python argument all arrive as written. None, a number or "" (the working folder, by
+    accident) from a Python caller is one line, not a TypeError."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise UsageError(f"{flag}: give a file or folder name, got {path!r}")
     return Path(path).expanduser()
 
 
@@ -57,7 +60,7 @@ def check_out(path: Path | str, flag: str = "--out", folder: bool = True) -> Pat
     goes, a folder where a file goes. Whether it may already exist is the command's call (--overwrite,
     --resume). Returns the path to write, `~` expanded, and resolved when its last part is no name (`.`, `..`),
     which temp names beside it and the final rename need."""
-    path = user_path(path)
+    path = user_path(path, flag)
     if path.name in ("", ".."):
         path = path.resolve()
     blocker = file_above(path)

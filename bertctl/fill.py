@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import reprlib
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
-from bertctl.config_types import take_int
+from bertctl.config_types import take_bool, take_int
 from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
 from bertctl.files import json_text, user_path
@@ -71,9 +73,10 @@ def fill(
     """Predict every [MASK] of every text; the MLM head runs only at the masked positions."""
     top_k = take_int("--top-k", top_k, minimum=1)
     batch_size = take_int("--batch-size", batch_size, minimum=1)
-    if isinstance(texts, str):
-        raise UsageError("fill: give a list of texts, not one string")
+    if isinstance(texts, str) or not isinstance(texts, Iterable):
+        raise UsageError(f"fill: give a list of texts, not {reprlib.repr(texts)}")
     texts = list(texts)  # a generator too
+    truncate = take_bool("truncate", truncate)
     mlm, tokenizer = load_mlm(model)
     run_on = pick_device(device)
     mlm.to(run_on)
@@ -113,7 +116,7 @@ def read_texts(path: Path | str) -> list[str]:
     """One text a line from a file or stdin ('-'); blank lines are skipped. Only \n (or \r\n) ends a line, as
     for `tokenizer encode`: str.splitlines would also cut at U+2028, form feeds and the like inside a text. A
     byte-order mark (Windows editors write one) is dropped, or it would lead the first text and be echoed back."""
-    text = sys.stdin.read() if str(path) == "-" else _file_text(user_path(path))
+    text = sys.stdin.read() if str(path) == "-" else _file_text(user_path(path, "--file"))
     lines = (line.removesuffix("\r") for line in text.removeprefix("\ufeff").split("\n"))
     return [line for line in lines if line.strip()]
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertctl.config_types import take_bool
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
 from bertctl.data.tabular import read_examples
 from bertctl.errors import UsageError
@@ -47,7 +48,7 @@ def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out:
         _check_glue_all_run(root, [folder for _, folder in jobs])
     else:
         jobs = [(get_task(task), root)]
-    _check_submission_out(out, [t for t, _ in jobs], overwrite)
+    _check_submission_out(out, [t for t, _ in jobs], take_bool("overwrite", overwrite))
     predictions = []
     for glue_task, folder in jobs:
         predictions += _predict_task(glue_task, folder, data, batch_size, max_seq_length, device, precision)
@@ -109,6 +110,7 @@ def predict_classify(model: Path | str, data: str | Path, out: str | Path,
     and each class's probability, in the file's order. Labels in the file are not needed. An existing file
     is replaced only with `overwrite`.
     """
+    overwrite = take_bool("overwrite", overwrite)
     out = check_out(out, folder=False)  # a folder would otherwise become FOLDER.csv beside it
     path = check_new_out(prediction_path(out, user_path(data)), overwrite=overwrite, folder=False)
     run = open_classify_run(model, text_columns, None, max_seq_length, batch_size)

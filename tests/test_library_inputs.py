@@ -4,6 +4,7 @@ each gives the CLI's result or its one-line UsageError, never a TypeError from t
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,20 @@ def test_a_missing_tokenizer_is_named_as_given():
     from bertctl.tokenizer_folder import load_tokenizer
 
     _one_line_error(lambda: load_tokenizer("./missing"), "^tokenizer ./missing does not exist")
+
+
+def test_paths_and_yes_no_arguments_of_the_wrong_type_are_one_line(minilm, tmp_path):
+    """From Python, None or 5 for a path and "no" for a flag reached Path() or an `if` as they were."""
+    from bertctl.convert import convert
+    from bertctl.corpus import load_corpus
+    from bertctl.fill import fill
+
+    calls = [(lambda: convert(minilm, None), "--out: give a file or folder name, got None"),
+             (lambda: convert(minilm, tmp_path / "c", overwrite="no"), "overwrite must be true or false, got 'no'"),
+             (lambda: load_corpus(5), "--corpus: give a file or folder name, got 5"),
+             (lambda: fill(None, minilm), "fill: give a list of texts, not None"),
+             (lambda: fill(["a [MASK] b"], minilm, truncate="no"), "truncate must be true or false, got 'no'")]
+    for call, said in calls:
+        with pytest.raises(UsageError, match=re.escape(said)):
+            call()
+    assert not (tmp_path / "c").exists()

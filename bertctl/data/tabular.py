@@ -161,7 +161,7 @@ _READERS = {".csv": _csv_rows, ".tsv": _tsv_rows, ".jsonl": _jsonl_rows, ".parqu
 
 def read_table(path: str | Path, text_columns: Sequence[str], label_column: str | None) -> _Table:
     """The text and label columns (None: no labels) of one file, and its ids, checked row by row."""
-    path = user_path(path)
+    path = user_path(path, "--data")
     suffix = path.suffix.lower()
     if suffix not in _READERS:
         raise UsageError(f"{path}: unsupported file type {suffix or '(none)'}; use one of {', '.join(FORMATS)}")
