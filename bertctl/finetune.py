@@ -56,7 +56,7 @@ from bertctl.evaluate import (
     score,
     summarize,
 )
-from bertctl.files import write_json_atomic, write_text_atomic
+from bertctl.files import out_location, write_json_atomic, write_text_atomic
 from bertctl.finetune_seed import Prepared, Progress, finish_seed, keep_if_best, save_checkpoint
 from bertctl.finetune_work import (
     check_work,
@@ -186,7 +186,7 @@ def _glue_all(cfg: FinetuneConfig, base: Base, out: Path, work: Path, env: train
         train, dev = _glue_splits(task, cfg.data)
         sizes[task.name] = len(train)
         summaries[task.name] = run_task(cfg, base, task, train, dev, work / task.name, env, stop)
-    table = glue_table(summaries, sizes, Path(cfg.model).name)
+    table = glue_table(summaries, sizes, out_location(cfg.model).name)  # `--model .` is the folder's own name
 
     def fill(staging: Path) -> None:
         for task in tasks:
