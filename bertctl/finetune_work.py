@@ -32,6 +32,7 @@ from bertctl.evaluate import scores_from_json, seeds_markdown
 from bertctl.files import (
     building_folder,
     check_new_out,
+    check_out,
     read_json_object,
     refuse_inputs_inside,
     write_json_atomic,
@@ -50,8 +51,9 @@ def check_work(cfg: FinetuneConfig, env: training.Distributed, reads: Iterable[P
     something the run reads (`reads`: the folders the data comes from, besides the flags' files), an unfinished
     run without --resume or --overwrite, a resume with other settings. Read-only, and every rank has decided
     before any rank writes."""
+    # An OUT that may never be replaced is refused before "pass --overwrite" could be suggested for it.
+    refuse_inputs_inside(check_out(cfg.out), [cfg.model, cfg.train, cfg.validation, cfg.data, *reads])
     out = check_new_out(cfg.out, overwrite=cfg.overwrite)  # replaced only at the end, with --overwrite
-    refuse_inputs_inside(out, [cfg.model, cfg.train, cfg.validation, cfg.data, *reads])
     work = out.parent / f".{out.name}.work"
     saved = work / "run.json"
     if cfg.resume and saved.is_file():

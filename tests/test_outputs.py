@@ -214,8 +214,9 @@ def test_finetune_glue_refuses_an_out_that_is_or_holds_a_task_folder_it_reads(mo
     data = _glue_copy(tmp_path / "glue", layout)
     before = sorted(p.relative_to(data) for p in data.rglob("*"))
     args = ["finetune", "glue", task, "--data", data, "-m", models["encoder"], "--device", "cpu", "--epochs", 1,
-            "--out", f"{data}/{out}", "--overwrite"]
-    _refused(_cli(*args), f"--out {Path(data, out)} ", "the input", "choose a path outside it")
+            "--out", f"{data}/{out}"]
+    for overwrite in (["--overwrite"], []):  # without it too: never "pass --overwrite to replace it"
+        _refused(_cli(*args, *overwrite), f"--out {Path(data, out)} ", "the input", "choose a path outside it")
     assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
 
 
