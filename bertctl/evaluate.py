@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import reprlib
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
@@ -351,6 +352,13 @@ def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None
     saved = record.get("config", {})
     if isinstance(text_columns, str):  # "premise" or "premise,hypothesis", as --text-columns takes them
         text_columns = split_list(text_columns)
+    if text_columns is not None and (not isinstance(text_columns, (list, tuple)) or not text_columns
+                                     or not all(isinstance(c, str) for c in text_columns)):
+        raise UsageError(f"--text-columns: give one or two column names, comma-separated, not "
+                         f"{reprlib.repr(text_columns)} (or leave it off: the run's)")
+    if label_column is not None and (not isinstance(label_column, str) or not label_column.strip()):
+        raise UsageError(f"--label-column: give the label column's name, not {label_column!r} (or leave it off: "
+                         "the run's)")
     columns = tuple(text_columns or saved.get("text_columns") or ())
     if not columns:
         raise UsageError(f"--text-columns: {folder} has no run.json naming the text columns it was trained on; "

@@ -92,6 +92,15 @@ def test_a_model_written_like_a_path_that_exists_is_read(models, glue, monkeypat
 
 # --- 2. text_columns as one string ----------------------------------------------------------------------
 
+@pytest.mark.parametrize(("columns", "label", "said"), [(",", None, "--text-columns: give one or two column"),
+                                                      ([], None, "--text-columns: give one or two column"),
+                                                      (5, None, "--text-columns: give one or two column"),
+                                                      ("premise", "", "--label-column: give the label column")])
+def test_empty_or_odd_columns_are_refused_not_replaced_by_the_runs(models, table, columns, label, said):
+    with pytest.raises(UsageError, match=said):
+        evaluate_classify(models["classifier"], table, columns, label)
+
+
 def test_text_columns_as_a_string_is_split_on_commas_as_the_flag_is(models, table, tmp_path):
     """It became its characters (p, r, e, m, i, s, e) and was refused as seven columns."""
     scores = evaluate_classify(models["classifier"], table, text_columns="premise", label_column="y")
