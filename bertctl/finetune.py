@@ -79,6 +79,7 @@ def finetune_glue(cfg: FinetuneConfig) -> Path | None:
     """Fine-tune on one GLUE task, or on each of them with `task="all"`; returns OUT, or None when a signal
     stopped the run (it saved a checkpoint; the same call with `resume=True` continues it)."""
     _require(cfg, "task", "model", "data", "out")
+    _refuse_the_other_commands(cfg, _CLASSIFY_ONLY, "classify")
     task = None if cfg.task.lower() == "all" else get_task(cfg.task)
     if task is not None and task.predicted_by:
         raise UsageError(f"{task.name} has no training data; it is predicted with a {task.predicted_by} "
@@ -101,6 +102,7 @@ def finetune_glue(cfg: FinetuneConfig) -> Path | None:
 def finetune_classify(cfg: FinetuneConfig) -> Path | None:
     """Fine-tune on the user's own table (csv/tsv/jsonl/parquet); returns OUT (None when stopped by a signal)."""
     _require(cfg, "train", "model", "out")
+    _refuse_the_other_commands(cfg, _GLUE_ONLY, "glue")
     if not cfg.text_columns:
         raise UsageError("--text-columns: name the text column (or two, comma-separated)")
 
@@ -149,6 +151,16 @@ def _require(cfg: FinetuneConfig, *names: str) -> None:
     missing = ["TASK" if n == "task" else f"--{n}" for n in names if getattr(cfg, n) is None]
     if missing:
         raise UsageError(f"give {' and '.join(missing)}")
+
+
+_GLUE_ONLY, _CLASSIFY_ONLY = ("task", "data"), ("train", "validation", "text_columns", "label_names")
+
+
+def _refuse_the_other_commands(cfg: FinetuneConfig, names: tuple[str, ...], command: str) -> None:
+    """A --config file shared between the two commands must not have one's fields silently ignored by the other."""
+    given = [name for name in names if getattr(cfg, name) not in (None, ())]
+    if given:
+        raise UsageError(f"{', '.join(given)}: for `bertctl finetune {command}` only; leave them out here")
 
 
 def _glue_splits(task: GlueTask, data: str) -> tuple[Examples, dict[str, Examples]]:

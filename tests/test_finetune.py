@@ -20,6 +20,7 @@ from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.batches import train_batches
 from bertctl.data.glue import TASKS, get_task, read_split
+from bertctl.errors import UsageError
 from bertctl.evaluate import Features, collate, evaluate_glue, truncate_pair
 from bertctl.finetune import finetune_classify, finetune_glue
 from bertctl.model import BertForMaskedLM
@@ -414,3 +415,20 @@ def test_the_classifier_dropout_is_the_models_own_unless_dropout_is_given(tmp_pa
     prep = SimpleNamespace(ckpt=read_checkpoint(folder), task=get_task("sst2"))
     model = finetune._model(FinetuneConfig(model=folder, dropout=dropout), prep, announce=False)
     assert model.dropout.p == expected
+
+
+@pytest.mark.parametrize(("command", "fields", "said"), [
+    ("classify", {"task": "sst2"}, "task: for `bertctl finetune glue` only"),
+    ("classify", {"data": "glue"}, "data: for `bertctl finetune glue` only"),
+    ("glue", {"task": "sst2", "data": "glue", "train": "t.csv"}, "train: for `bertctl finetune classify` only"),
+    ("glue", {"task": "sst2", "data": "glue", "label_names": "a,b"}, "label_names: for `bertctl finetune classify`"),
+])
+def test_a_field_of_the_other_command_is_refused_not_ignored(tmp_path, command, fields, said):
+    """A --config file written for one command must not have fields the other would silently drop."""
+    base = {"model": tmp_path / "m", "out": tmp_path / "out"}
+    if command == "classify":
+        base |= {"train": tmp_path / "t.csv", "text_columns": ("text",)}
+    run = finetune_classify if command == "classify" else finetune_glue
+    with pytest.raises(UsageError, match=said):
+        run(FinetuneConfig(**base, **fields))
+    assert not (tmp_path / "out").exists()
