@@ -22,20 +22,30 @@ def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
         raise UsageError(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{flag}: {path} is not UTF-8 text; give a YAML or JSON file") from None
-    as_json = Path(path).suffix.lower() == ".json"  # anything else is YAML, which reads JSON too
+    suffix = Path(path).suffix.lower()
+    as_yaml = suffix in (".yaml", ".yml") or (suffix != ".json" and not _is_json(text))  # other names: either
     try:
-        if as_json:
-            values = json.loads(text)
-        else:
+        if as_yaml:
             import yaml
 
             values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
     except Exception as exc:  # yaml and json raise different types; both mean a malformed file
-        raise UsageError(f"{flag}: {path} is not valid {'JSON' if as_json else 'YAML'}: "
+        raise UsageError(f"{flag}: {path} is not valid {'YAML' if as_yaml else 'JSON'}: "
                          f"{str(exc).splitlines()[0]}") from None
     if not isinstance(values, dict):
         raise UsageError(f"{flag}: {path} must hold a mapping of field names to values")
     return values
+
+
+def _is_json(text: str) -> bool:
+    """JSON is nearly YAML, but not quite (tabs indenting a JSON file are an error in YAML)."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 T = TypeVar("T")

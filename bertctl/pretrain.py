@@ -210,9 +210,6 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
         raise BertctlError(f"{run / 'run.json'} is damaged (its config is not a JSON object); restore or delete it")
     refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, "start a new run with another --out")
     recorded = started.get("config", {})
-    if cfg.init_from is not None:  # may be left off (the checkpoint is the model), not changed
-        refuse_changed_settings(cfg, {"init_from": recorded.get("init_from")}, ("init_from",), run,
-                                "leave --init-from off")
     if cfg.corpus is None and started.get("quickstart") is False:  # else the quick start would build its data
         raise UsageError(f"--resume: the run in {run} was started on --corpus {recorded.get('corpus')}; give it "
                          "again")
@@ -234,11 +231,11 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
 
 
 def _recorded_config(cfg: PretrainConfig, started: dict[str, Any]) -> dict[str, Any]:
-    """run.json's config: a resume that names no model keeps the run's own --model-config or --init-from, and
-    one without --dropout the run's --dropout (the model is the checkpoint's, config included), so the record
-    given back as --config builds the same model."""
+    """run.json's config: a resume keeps the run's own --model-config and --init-from whatever it names (the
+    model is the checkpoint's), and one without --dropout the run's --dropout (its config is the checkpoint's
+    too), so the record given back as --config builds the same model."""
     given, recorded = config_to_dict(cfg), started.get("config", {})
-    if cfg.model_config is None and cfg.init_from is None:
+    if "config" in started:
         given |= {key: recorded.get(key) for key in ("model_config", "init_from")}
     if cfg.dropout is None:
         given["dropout"] = recorded.get("dropout")

@@ -468,6 +468,7 @@ def test_a_resumed_run_may_name_its_folders_otherwise_but_not_change_them(tmp_pa
     ("run.YAML", "steps: 7\n", 7),  # the suffix in capitals
     ("run.conf", "steps: 8\n", 8),  # any other suffix is YAML, which reads JSON too
     ("run.json", "\ufeff{\"steps\": 9}", 9),  # a byte-order mark from a Windows editor
+    ("run.conf", "{\n\t\"steps\": 10\n}", 10),  # JSON indented with tabs, which YAML refuses
 ])
 def test_config_files_are_read_whatever_their_suffix_case_or_bom(tmp_path, name, content, expected):
     (tmp_path / name).write_text(content, encoding="utf-8")

@@ -417,3 +417,28 @@ def test_text_that_is_not_text_and_a_column_named_twice_are_refused(tmp_path, na
     numbers = tmp_path / "numbers.jsonl"
     numbers.write_text('{"text": 12}\n{"text": 0.5}\n', encoding="utf-8")
     assert read_examples(numbers, ["text"])[0].text_a == ["12", "0.5"]
+
+
+def test_parquet_decimal_labels_and_date_ids_are_read_as_written(tmp_path):
+    """Only lists and objects are refused: a decimal label or a date id is a value, as it was before."""
+    import datetime
+    import decimal
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    table = pa.table({"text": ["a", "b"], "label": pa.array([decimal.Decimal("0.50"), decimal.Decimal("1.25")]),
+                      "id": [datetime.date(2020, 1, 1), datetime.date(2020, 1, 2)]})
+    pq.write_table(table, tmp_path / "d.parquet")
+    task = load_labelled_data(tmp_path / "d.parquet", None, ["text"], "label", "regression")
+    assert task.train.labels == [0.5, 1.25] and task.train.ids == ["2020-01-01", "2020-01-02"]
+
+
+def test_an_output_may_take_a_task_folder_name_that_holds_no_data(own_glue):
+    """`--data . --out rte` beside the official RTE/ is the last run's output, not a hub copy it reads."""
+    from bertctl.data.glue import task_folders
+
+    assert task_folders(get_task("rte"), own_glue) == [own_glue / "RTE"]
+    (own_glue / "rte").mkdir()
+    (own_glue / "rte" / "dataset_dict.json").write_text("{}")
+    assert task_folders(get_task("rte"), own_glue) == [own_glue / "rte"]

@@ -467,15 +467,16 @@ def test_a_resume_without_dropout_keeps_and_records_the_runs(corpus, tmp_path, c
         (whole / "model.safetensors").read_bytes()
 
 
-def test_a_resume_refuses_another_init_from_and_a_damaged_run_json_in_one_line(corpus, tmp_path):
-    """--init-from may be left off a resume, but another one would be recorded in run.json as the run's."""
+def test_a_resume_records_the_runs_own_model_and_names_a_damaged_run_json(corpus, tmp_path):
+    """An --init-from given to a resume (the model is the checkpoint's) was recorded in run.json as the run's."""
     from bertctl.pretrain import pretrain
 
     first = pretrain(small_run(corpus, tmp_path / "first", steps=2, save_every=0))
     pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2))
     shutil.rmtree(tmp_path / "run" / "final")
-    with pytest.raises(UsageError, match=r"started with --init-from not given \(now .*first/final\)"):
-        pretrain(small_run(corpus, tmp_path / "run", steps=4, resume=True, model_config=None, init_from=first))
+    pretrain(small_run(corpus, tmp_path / "run", steps=4, resume=True, model_config=None, init_from=first))
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["config"]
+    assert (recorded["model_config"], recorded["init_from"]) == ("tiny", None)
     for damage in ("{", "[1]", '{"config": 5}'):
         (tmp_path / "run" / "run.json").write_text(damage)
         with pytest.raises(BertctlError, match=r"run.json is damaged .*; restore or delete it$"):

@@ -216,10 +216,12 @@ def data_path(data: str | Path) -> Path:
 
 
 def task_folders(task: GlueTask, data: str | Path) -> list[Path]:
-    """The folders under a local --data that `read_split` may read the task from (the official layout's and a
-    hub copy's; none for a hub id): an output must never replace one."""
+    """The folder under a local --data that `read_split` reads the task from (a hub copy's, else the official
+    layout's; none for a hub id): an output must never replace it."""
     root = data_path(data)
-    return [root / task.folder, root / task.hub_config] if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    return [root / task.hub_config] if hub_copy(task, root) else [root / task.folder]
 
 
 def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:

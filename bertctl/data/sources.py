@@ -264,11 +264,12 @@ def _column(row: Any, text_column: str, source: Source, where: str) -> str | Non
 
 
 def _text(value: Any, text_column: str, source: Source, where: str) -> str | None:
-    """A table cell as text: a string, or a number as it is written; a list, an object or a boolean is
-    refused, or its Python repr (`['a', 'b']`) would be learned from as if it were text. None: no text."""
+    """A table cell as text: a string, or a number (a date, a decimal) as it is written; a list, an object or a
+    boolean is refused, or its Python repr (`['a', 'b']`) would be learned from as if it were text. None: no
+    text."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+    if isinstance(value, (bool, list, tuple, dict, bytes)):
         raise UsageError(f"{source}{where}: column {text_column!r} holds {type(value).__name__} "
                          f"{reprlib.repr(value)}, not text; give each row's text as a string")
     text = value if isinstance(value, str) else str(value)

@@ -205,9 +205,9 @@ def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: S
 
 
 def _scalar(value: Any, what: str) -> Any:
-    """A label or id as written: text, a number or a boolean (None: empty); a JSON list or object, or a parquet
-    struct, is refused, or its Python repr would become a class name."""
-    if value is not None and not isinstance(value, (str, int, float)):  # bool is an int
+    """A label or id as written: text, a number, a boolean, a date (None: empty); a JSON list or object, or a
+    parquet list or struct, is refused, or its Python repr would become a class name."""
+    if isinstance(value, (list, tuple, dict, bytes)):
         raise UsageError(f"{what} holds {type(value).__name__} {reprlib.repr(value)}; give text or a number")
     return value
 
