@@ -46,12 +46,16 @@ def user_path(path: Path | str, flag: str = "path") -> Path:
     return Path(path).expanduser()
 
 
+def _named(path: Path) -> Path:
+    """`path` with a last part that names the folder: `.`, `/` and `x/..` resolved (only the file system knows
+    which folder they mean); temp names beside OUT and the final rename need that name."""
+    return path.resolve() if path.name in ("", "..") else path
+
+
 def out_location(path: Path | str) -> Path:
     """OUT as an absolute path, the way a rename onto it sees it: `.`, `..` and links above it worked out, a link
     as OUT itself kept (it is replaced as a link, never its target)."""
-    path = user_path(path)
-    if path.name in ("", ".."):  # `.`, `/`, `x/..`: only the file system knows which folder is meant
-        return path.resolve()
+    path = _named(user_path(path))
     return path.parent.resolve() / path.name
 
 
@@ -60,9 +64,7 @@ def check_out(path: Path | str, flag: str = "--out", folder: bool = True) -> Pat
     goes, a folder where a file goes. Whether it may already exist is the command's call (--overwrite,
     --resume). Returns the path to write, `~` expanded, and resolved when its last part is no name (`.`, `..`),
     which temp names beside it and the final rename need."""
-    path = user_path(path, flag)
-    if path.name in ("", ".."):
-        path = path.resolve()
+    path = _named(user_path(path, flag))
     blocker = file_above(path)
     if blocker is not None:
         raise UsageError(f"{flag} {path}: its parent {blocker} is a file, not a folder; choose another path")
@@ -92,9 +94,9 @@ def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], f
     here (a hub id, a dataset name) are not inputs on this disk."""
     out_at = out_location(out)
     for item in inputs:
-        if item is None or not user_path(item).exists():
+        if item is None or not (given := user_path(item)).exists():
             continue
-        item_at = user_path(item).resolve()
+        item_at = given.resolve()
         if item_at.is_relative_to(out_at):
             where = "is" if item_at == out_at else "holds"
             raise UsageError(f"{flag} {out} {where} the input {item}, which replacing it would delete; "

@@ -197,7 +197,7 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
         source, vocab, fallback = json_path, tokenizer_json["model"]["vocab"], _casing_of(tokenizer_json)
     try:
         config, added = _folder_settings(source.parent, tokenizer_json)
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a hand-edited file: a list for a dict...
+    except _ODD_SETTING as exc:
         raise _odd_settings(source.parent, exc) from None
     file_lower = config.get("do_lower_case", fallback.get("do_lower_case"))
     if lowercase is not None and file_lower is not None and bool(file_lower) != lowercase:
@@ -213,7 +213,7 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
         config["do_lower_case"] = lowercase
     try:
         options = _options(config, added, vocab, fallback)
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+    except _ODD_SETTING as exc:
         raise _odd_settings(source.parent, exc) from None
     if options.basic:
         _check_casing(list(vocab), options.lowercase, source)
@@ -221,6 +221,9 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
         return BertTokenizer.from_vocab(vocab, options=options)
     except UsageError as exc:
         raise UsageError(f"tokenizer {source}: {exc}") from None
+
+
+_ODD_SETTING = (TypeError, ValueError, AttributeError, KeyError)  # a hand-edited file: a list for a dict, ...
 
 
 def _odd_settings(folder: Path, exc: Exception) -> UsageError:

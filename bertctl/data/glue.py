@@ -246,10 +246,10 @@ def _read_folder(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
     """Parquet shards of a hub clone come first: on a case-insensitive disk `cola/` is also `CoLA/`."""
     from bertctl.data.glue_copies import read_parquet, read_saved  # glue_copies builds on this module's types
 
-    config = root / task.hub_config
-    if hub_copy(task, root) == "parquet":
+    config, copy = root / task.hub_config, hub_copy(task, root)
+    if copy == "parquet":
         return read_parquet(task, entry, config)
-    if hub_copy(task, root) == "saved":
+    if copy == "saved":
         return read_saved(task, entry, config)
     return _read_local(task, entry, root)
 
