@@ -381,6 +381,17 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
     return dataset, manifest
 
 
+def same_instances(manifest: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two manifests describe the same instances: the paths the corpus was built from and into don't
+    count (the inputs' sha256 and the tokenizer's fingerprint do), so a corpus rebuilt elsewhere still matches."""
+    def contents(record: dict[str, Any]) -> dict[str, Any]:
+        config = {key: value for key, value in record.get("config", {}).items() if key not in ("inputs", "tokenizer")}
+        inputs = [{key: value for key, value in source.items() if key != "path"} for source in record.get("inputs", [])]
+        return {**record, "config": config, "inputs": inputs, "skipped": len(record.get("skipped", []))}
+
+    return contents(manifest) == contents(other)
+
+
 def corpus_tokenizer(path: Path | str) -> Any:
     """The tokenizer a corpus was built with (saved in CORPUS/tokenizer): a folder of the corpus, never a hub id,
     so a corpus without it is told so rather than looked up on the hub as CORPUS/tokenizer."""

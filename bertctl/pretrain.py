@@ -51,7 +51,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
 
 
 def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
-    from bertctl.corpus import load_corpus
+    from bertctl.corpus import load_corpus, same_instances
 
     check_out(cfg.out)
     run = Path(cfg.out)
@@ -71,7 +71,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
 
         cfg = prepare_quickstart(cfg, env)
     corpus, manifest = load_corpus(cfg.corpus)
-    if started.get("corpus_manifest", manifest) != manifest:
+    if not same_instances(started.get("corpus_manifest", manifest), manifest):
         raise UsageError(f"--resume: --corpus {cfg.corpus} is not the corpus the run in {run} was started on (their "
                          "manifests differ); resume it on that corpus, or start a new run with another --out")
     tokenizer = _tokenizer(cfg, manifest)

@@ -225,6 +225,28 @@ def test_a_resume_on_another_corpus_is_refused(corpus, tmp_path):
     assert not (tmp_path / "run" / "data").exists()  # the quick start built nothing first
 
 
+def test_a_resume_on_the_same_corpus_rebuilt_elsewhere_goes_on(corpus, tmp_path):
+    """The manifest records where the corpus was built from; only what it holds must match (a copied run folder)."""
+    from bertctl.corpus import build_corpus
+    from bertctl.pretrain import pretrain
+
+    pretrain(small_run(corpus, tmp_path / "run", steps=8, save_every=4))
+    shutil.rmtree(tmp_path / "run" / "final")
+    source = corpus.parent
+    moved = Path(shutil.copytree(source, tmp_path / "moved", ignore=shutil.ignore_patterns("corpus")))
+    build_corpus(CorpusConfig(inputs=(str(moved / "docs.txt"),), tokenizer=moved / "tok", out=moved / "corpus",
+                              max_seq_length=32, validation_fraction=0.1, workers=2, seed=1))
+    assert pretrain(small_run(moved / "corpus", tmp_path / "run", steps=8, save_every=4, resume=True)).is_dir()
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["corpus_manifest"]
+    assert recorded["config"]["tokenizer"] == str(moved / "tok")
+    (moved / "docs.txt").write_text((moved / "docs.txt").read_text() + "one more line .\n")
+    build_corpus(CorpusConfig(inputs=(str(moved / "docs.txt"),), tokenizer=moved / "tok", out=moved / "corpus",
+                              max_seq_length=32, validation_fraction=0.1, seed=1, overwrite=True))
+    shutil.rmtree(tmp_path / "run" / "final")
+    with pytest.raises(UsageError, match="is not the corpus the run in .* was started on"):
+        pretrain(small_run(moved / "corpus", tmp_path / "run", steps=8, save_every=4, resume=True))
+
+
 def test_a_resume_that_changes_the_schedule_says_so(corpus, tmp_path, caplog):
     """A flag left off a resume is back at its default: the schedule may change, but not unannounced."""
     from bertctl.pretrain import pretrain
