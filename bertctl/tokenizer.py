@@ -12,8 +12,8 @@ import hashlib
 import json
 import reprlib
 import unicodedata
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0-4 in every vocabulary bertc
 CONTINUATION = "##"  # WordPiece prefix of a piece that continues a word
 MAX_WORD_CHARS = 100  # longer words become [UNK], as in Google's tokenization.py
 MODEL_MAX_LENGTH = 512  # written to tokenizer_config.json; BERT's position table size
+UNKNOWN_WORD = "\U000F0000"  # private use, so no text keeps it past the clean-up: never_split words not in the vocab
 
 # The reference (transformers' pure-Python BasicTokenizer) decides with Python's unicodedata. The Rust
 # BertNormalizer/BertPreTokenizer use older tables (they keep unassigned code points, miss newer marks and
@@ -59,13 +60,45 @@ _FINAL_SIGMA = "[{cased}][{ignorable}]*\\KΣ(?![{ignorable}]*[{cased}])"
 
 def normalizer(lowercase: bool, strip_accents: bool | None) -> normalizers.Normalizer:
     """BasicTokenizer's clean-up in its order: drop controls, NFC, lowercase, strip accents (CJK: pre_tokenizer)."""
-    steps = [normalizers.Replace(Regex(_CONTROL.format(unassigned=_python_class("Cn"))), ""),
-             normalizers.Replace(Regex(_SPACE), " "),
-             normalizers.NFC()]
+    return normalizers.Sequence([*_clean_up(), *_casing(lowercase, strip_accents)])
+
+
+def _casing(lowercase: bool, strip_accents: bool | None) -> list[normalizers.Normalizer]:
+    steps = []
     if lowercase:
         steps += [normalizers.Replace(Regex(_final_sigma()), "ς"), normalizers.Lowercase()]
     if strip_accents or (strip_accents is None and lowercase):
         steps += [normalizers.NFD(), normalizers.Replace(Regex(f"[{_python_class('Mn')}]"), "")]
+    return steps
+
+
+def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions) -> normalizers.Normalizer:
+    """normalizer() with transformers' never_split rule: a never_split word is looked up whole, skipping
+    WordPiece, where it stands alone (compared before casing, and after: then it is not split at punctuation)
+    and where it is one piece after the split at punctuation.
+
+    One that casing would change is set aside as a private-use marker before casing and put back after; one
+    the vocabulary lacks becomes UNKNOWN_WORD, one [UNK]. While lacking words are replaced where they are
+    pieces, the words kept whole that have pieces (`c++`, "<mask>" uncased) are set aside too."""
+    casing = _casing(options.lowercase, options.strip_accents)
+    cased = normalizers.Sequence(casing).normalize_str
+    words = _never_split_words(vocab, options)
+    changed = [word for word in words if cased(word) != word]
+    unknown = [word for word in words if word not in vocab and word not in changed]
+    pieces = [word for word in unknown if len(pre_tokenizer(options.chinese_chars).pre_tokenize_str(word)) == 1]
+    whole = [word for word in _whole_words(cased, options) if word not in unknown
+             and len(pre_tokenizer(options.chinese_chars).pre_tokenize_str(word)) > 1] if pieces else []
+    marked = [*(word for word in changed if word in vocab), *whole]
+    markers = {word: chr(ord(UNKNOWN_WORD) + 1 + i) for i, word in enumerate(marked)}
+    alone = functools.partial(_standing_alone, chinese_chars=options.chinese_chars)
+    steps = _clean_up()
+    steps += [normalizers.Replace(Regex(alone([word])), markers.get(word, UNKNOWN_WORD)) for word in changed]
+    steps += casing
+    steps += [normalizers.Replace(Regex(alone([word])), markers[word]) for word in whole]
+    for replaced, as_pieces in (([word for word in unknown if word not in pieces], False), (pieces, True)):
+        if replaced:
+            steps.append(normalizers.Replace(Regex(alone(replaced, pieces=as_pieces)), UNKNOWN_WORD))
+    steps += [normalizers.Replace(marker, word) for word, marker in markers.items()]
     return normalizers.Sequence(steps)
 
 
@@ -100,17 +133,31 @@ def _class_body(codes: Sequence[int]) -> str:
     return "".join(f"\\x{{{first:X}}}-\\x{{{last:X}}}" for first, last in ranges)
 
 
+def _clean_up() -> list[normalizers.Normalizer]:
+    return [normalizers.Replace(Regex(_CONTROL.format(unassigned=_python_class("Cn"))), ""),
+            normalizers.Replace(Regex(_SPACE), " "),
+            normalizers.NFC()]
+
+
 def pre_tokenizer(chinese_chars: bool = True, whole: Sequence[str] = ()) -> pre_tokenizers.PreTokenizer:
     """Split on whitespace and around every punctuation character (and CJK ideograph: tokenize_chinese_chars).
 
-    A `whole` word between whitespace stays one piece: transformers' never_split check after lowercasing,
+    A `whole` word standing alone stays one piece: transformers' never_split check after lowercasing,
     which covers the special tokens too (so "<MASK>" stays "<mask>" where the mask token is "<mask>").
     """
     piece = _PIECE if chinese_chars else f"[^{_SPLIT}{_PUNCT}]+|[{_PUNCT}]"
-    words = "|".join("".join(f"\\x{{{ord(c):X}}}" for c in w) for w in sorted(whole, key=lambda w: (-len(w), w)))
-    if words:
-        piece = f"(?<![^{_SPLIT}])(?:{words})(?![^{_SPLIT}])|{piece}"
+    if whole:
+        piece = f"{_standing_alone(whole, chinese_chars)}|{piece}"
     return pre_tokenizers.Split(Regex(piece), behavior="removed", invert=True)
+
+
+def _standing_alone(words: Iterable[str], chinese_chars: bool, pieces: bool = False) -> str:
+    """A regex for any of `words` as one item of BasicTokenizer's whitespace split, which comes after the
+    clean-up and after every CJK ideograph was spaced apart (tokenize_chinese_chars); or, with `pieces`, as
+    one piece of the split at punctuation that follows."""
+    apart = _SPLIT + (_CHINESE if chinese_chars else "") + (_PUNCT if pieces else "")
+    spelt = ("".join(f"\\x{{{ord(c):X}}}" for c in w) for w in sorted(words, key=lambda w: (-len(w), w)))
+    return f"(?<![^{apart}])(?:{'|'.join(spelt)})(?![^{apart}])"
 
 
 def encodable_pre_tokenizer(alphabet: Sequence[str]) -> pre_tokenizers.PreTokenizer:
@@ -173,8 +220,9 @@ def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOp
     backend = Tokenizer(models.WordPiece(vocab, unk_token=unk, continuing_subword_prefix=CONTINUATION,
                                          max_input_chars_per_word=MAX_WORD_CHARS))
     if options.basic:
-        backend.normalizer = normalizer(options.lowercase, options.strip_accents)
-        backend.pre_tokenizer = pre_tokenizer(options.chinese_chars, _whole_words(backend.normalizer, options))
+        backend.normalizer = _never_split_normalizer(vocab, options)
+        backend.pre_tokenizer = pre_tokenizer(options.chinese_chars, _whole_words(backend.normalizer.normalize_str,
+                                                                                  options))
     else:  # transformers' BertTokenizer then neither cleans, cases nor splits punctuation
         backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{_python_whitespace()}]"), behavior="removed")
     backend.decoder = decoders.WordPiece(prefix=CONTINUATION, cleanup=False)  # cleaned whole in decode()
@@ -186,14 +234,10 @@ def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOp
 
 
 def _add_tokens(backend: Tokenizer, vocab: dict[str, int], options: TokenizerOptions) -> None:
-    """Special, added and never_split tokens in id order, so that new ones get exactly their saved ids."""
+    """Special and added tokens in id order, so that new ones get exactly their saved ids."""
     tokens = {token.content: token for token in options.added}
     for token in options.specials:
         tokens.setdefault(token, Added(token, vocab.get(token, -1), special=True))
-    for token in options.never_split if options.basic else ():
-        fixed = backend.normalizer.normalize_str(token) == token
-        if token in vocab and not fixed:  # kept in its case between whitespace: approximated by single_word
-            tokens.setdefault(token, Added(token, vocab[token], single_word=True))
     for token in sorted(tokens.values(), key=lambda t: t.id):
         new = AddedToken(token.content, single_word=token.single_word, normalized=token.normalized,
                          special=token.special)
@@ -203,28 +247,39 @@ def _add_tokens(backend: Tokenizer, vocab: dict[str, int], options: TokenizerOpt
                              f"{len(vocab)} vocabulary entries without gaps (or repeat a vocabulary entry's id)")
 
 
-def _whole_words(norm: normalizers.Normalizer, options: TokenizerOptions) -> list[str]:
+def _never_split_words(vocab: dict[str, int], options: TokenizerOptions) -> list[str]:
+    """The never_split words some text can hold standing alone, other than special and added tokens (matched
+    before the normalizer anyway)."""
+    markers = len(options.never_split) + len(options.specials) + len(options.extras) + 1
+    if options.never_split and any(chr(ord(UNKNOWN_WORD) + i) in vocab for i in range(markers)):
+        raise UsageError(f"the vocabulary holds one of the private-use characters U+{ord(UNKNOWN_WORD):X}... that "
+                         "bertctl marks never_split words with; drop never_split from tokenizer_config.json")
+    cleaned = normalizers.Sequence(_clean_up())  # never_split is compared after it, before casing
+    cut = Regex(f"[{_SPLIT}{_CHINESE if options.chinese_chars else ''}]")
+    added = {*options.specials, *options.extras, *(token.content for token in options.added)}
+    return sorted(word for word in set(options.never_split) if word not in added and cleaned.normalize_str(word) == word
+                  and len(pre_tokenizers.Split(cut, "isolated").pre_tokenize_str(word)) == 1)
+
+
+def _whole_words(norm: Callable[[str], str], options: TokenizerOptions) -> list[str]:
     """never_split words and special tokens the normalizer leaves as they are: whole after lowercasing.
 
     Without lowercasing a special token reaching the pre-tokenizer unmatched is only possible with control
     characters inside it; leaving those out keeps `encode_special_tokens` (corpus building) Google's."""
     words = {*options.never_split, *((*options.specials, *options.extras) if options.lowercase else ())}
     cut = Regex(f"[{_SPLIT}{_CHINESE if options.chinese_chars else ''}]")
-    return [w for w in words if norm.normalize_str(w) == w and len(pre_tokenizers.Split(cut, "isolated")
+    return [w for w in sorted(words) if norm(w) == w and len(pre_tokenizers.Split(cut, "isolated")
                                                                     .pre_tokenize_str(w)) == 1]
 
 
 def never_split_in_effect(backend: Tokenizer, options: TokenizerOptions) -> list[str]:
-    """The never_split words that give some text other ids: one the normalizer changes and the vocabulary
-    holds (an added token, `_add_tokens`), or one kept whole (`_whole_words`) that the plain pre-tokenizer
-    would cut. Old configs list the special tokens, or plain words like `cat` that stay whole anyway."""
-    if not options.basic:
+    """The never_split words that give some text other ids than the same tokenizer without never_split. Old
+    configs list the special tokens, or plain words like `cat` that stay whole anyway."""
+    if not options.basic or not options.never_split:
         return []
-    kept_whole = set(_whole_words(backend.normalizer, options))
-    plain = pre_tokenizer(options.chinese_chars)
-    return sorted(word for word in options.never_split if word not in (*options.specials, *options.extras) and (
-        (word in kept_whole and len(plain.pre_tokenize_str(word)) != 1)
-        or (backend.normalizer.normalize_str(word) != word and backend.token_to_id(word) is not None)))
+    plain = build_backend(backend.get_vocab(with_added_tokens=False), replace(options, never_split=()))
+    return sorted(word for word in set(options.never_split) if word not in (*options.specials, *options.extras)
+                  and backend.encode(word).ids != plain.encode(word).ids)
 
 
 class BertTokenizer:
