@@ -236,6 +236,9 @@ def _read_weights_file(path: Path) -> dict[str, Tensor]:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "WeightsUnpickler error:" in str(exc):  # not torch's advice to load it unsafely (weights_only=False)
+            found = str(exc).split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0]
+            reason = f"not a plain tensor file ({found}); bertctl never unpickles objects"
         raise BertctlError(f"cannot read weights {path}: {reason} (is the file complete? re-download or "
                            "re-save it)") from None
 

@@ -68,7 +68,7 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
 
     out = _check_required(cfg)
     sources = expand_inputs(list(cfg.inputs))
-    refuse_inputs_inside(out, [*sources, cfg.tokenizer])
+    refuse_inputs_inside(out, [*sources, cfg.tokenizer], read_whole=cfg.inputs)
     tokenizer = load_tokenizer(cfg.tokenizer, lowercase=cfg.lowercase)
     _check_length(cfg.max_seq_length, Path(cfg.tokenizer))
     inputs = _input_records(sources)

@@ -89,9 +89,11 @@ def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False
     return path
 
 
-def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], flag: str = "--out") -> None:
+def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], flag: str = "--out",
+                         read_whole: Iterable[Path | str] = ()) -> None:
     """An input that is OUT or inside it would be deleted when --overwrite replaces OUT; names that are no path
-    here (a hub id, a dataset name) are not inputs on this disk."""
+    here (a hub id, a dataset name) are not inputs on this disk. OUT inside an input folder that is `read_whole`
+    (every file in it is input) would be read as input by the next run of the same command."""
     out_at = out_location(out)
     for item in inputs:
         if item is None or not (given := user_path(item)).exists():
@@ -101,6 +103,10 @@ def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], f
             where = "is" if item_at == out_at else "holds"
             raise UsageError(f"{flag} {out} {where} the input {item}, which replacing it would delete; "
                              "choose a path outside it")
+    for item in read_whole:
+        if (folder := user_path(item)).is_dir() and out_at.is_relative_to(folder.resolve()):
+            raise UsageError(f"{flag} {out} is inside the input folder {item}, whose files are all read, so the "
+                             "next run would read this output as input; choose a path outside it")
 
 
 def file_sha256(path: Path | str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import reprlib
 import sys
 from collections.abc import Iterable
@@ -18,6 +19,8 @@ from bertctl.files import json_text, user_path
 from bertctl.tokenizer import BertTokenizer
 from bertctl.training import pick_device, to_device
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -29,8 +32,8 @@ class Prediction:
 @dataclass(frozen=True)
 class FillResult:
     text: str
-    predictions: list[list[Prediction]]  # one top-k list per [MASK], in order
-    filled: str  # the text with every [MASK] replaced by its best prediction
+    predictions: list[list[Prediction]]  # one top-k list per [MASK], in order ([] for one --truncate cut off)
+    filled: str  # the text with every [MASK] replaced by its best prediction (as truncated)
 
 
 def load_mlm(model: Path | str) -> tuple[torch.nn.Module, BertTokenizer]:
@@ -43,12 +46,14 @@ def load_mlm(model: Path | str) -> tuple[torch.nn.Module, BertTokenizer]:
     return build_model(ckpt, "BertForMaskedLM").eval(), tokenizer
 
 
-def _encode(texts: list[str], tokenizer: BertTokenizer, max_length: int, truncate: bool) -> list[list[int]]:
+def _encode(texts: list[str], tokenizer: BertTokenizer, max_length: int, truncate: bool) -> list[tuple[list[int], int]]:
+    """Each text's ids, with the number of its [MASK] tokens that --truncate cut off."""
     rows = []
     for number, (text, encoding) in enumerate(zip(texts, tokenizer.encode_batch(texts), strict=True), 1):
         ids = list(encoding.ids)
         if tokenizer.mask_id not in ids:
             raise UsageError(f"text {number} has no {tokenizer.special_token('mask')} token: {text[:60]!r}")
+        masks = ids.count(tokenizer.mask_id)
         if len(ids) > max_length:
             if not truncate:
                 raise UsageError(f"text {number} is {len(ids)} tokens long but the model takes at most "
@@ -57,7 +62,11 @@ def _encode(texts: list[str], tokenizer: BertTokenizer, max_length: int, truncat
             if tokenizer.mask_id not in ids:
                 raise UsageError(f"text {number}: no {tokenizer.special_token('mask')} is left within the first "
                                  f"{max_length} tokens")
-        rows.append(ids)
+            if masks > ids.count(tokenizer.mask_id):
+                log.warning("warning: text %d: --truncate cut off %d of its %d masks (after token %d); their "
+                            "prediction lists are empty", number, masks - ids.count(tokenizer.mask_id), masks,
+                            max_length)
+        rows.append((ids, masks - ids.count(tokenizer.mask_id)))
     return rows
 
 
@@ -84,7 +93,7 @@ def fill(
     rows = _encode(texts, tokenizer, mlm.config.max_position_embeddings, truncate)
     results = []
     for start in range(0, len(rows), batch_size):
-        chunk = rows[start: start + batch_size]
+        chunk = [ids for ids, _ in rows[start: start + batch_size]]
         batch = to_device({k: torch.from_numpy(v) for k, v in pad_batch(chunk, None, tokenizer.pad_id).items()},
                           run_on)
         hidden, _ = mlm.encode(batch["input_ids"], None, batch.get("attention_mask"))
@@ -97,7 +106,8 @@ def fill(
             per_mask = [[Prediction(_token(tokenizer, t), t, s) for t, s in zip(best[j], scores[j], strict=True)]
                         for j in range(cursor, cursor + count)]
             cursor += count
-            results.append(FillResult(texts[start + offset], per_mask, _filled(row, per_mask, tokenizer)))
+            cut_off = [[] for _ in range(rows[start + offset][1])]
+            results.append(FillResult(texts[start + offset], per_mask + cut_off, _filled(row, per_mask, tokenizer)))
     return results
 
 
@@ -152,16 +162,17 @@ def print_fill_results(results: list[FillResult], as_json: bool = False) -> None
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # tokens like [unused0] are text, not rich markup
 
     console = Console()
     for result in results:
-        table = Table(title=result.filled, title_justify="left", show_edge=False)
+        table = Table(title=Text(result.filled), title_justify="left", show_edge=False)
         table.add_column("mask", justify="right")
         table.add_column("rank", justify="right")
         table.add_column("token")
         table.add_column("probability", justify="right")
         for mask_number, predictions in enumerate(result.predictions, 1):
             for rank, prediction in enumerate(predictions, 1):
-                table.add_row(str(mask_number) if rank == 1 else "", str(rank), prediction.token,
+                table.add_row(str(mask_number) if rank == 1 else "", str(rank), Text(prediction.token),
                               f"{prediction.score:.4f}")
         console.print(table)

@@ -43,8 +43,9 @@ def print_info(summary: dict[str, Any], as_json: bool = False) -> None:
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # paths and labels like "q[/b]" are text, not rich markup
 
-    table = Table(title=summary["path"], show_header=False, title_justify="left")
+    table = Table(title=Text(summary["path"]), show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     tok = summary["tokenizer"]
@@ -66,5 +67,5 @@ def print_info(summary: dict[str, Any], as_json: bool = False) -> None:
         rows["weights dtype"] = f"{summary['weights_dtype']} (loaded as float32)"
     rows.update({k: str(v) for k, v in summary["config"].items()})
     for key, value in rows.items():
-        table.add_row(key, value)
+        table.add_row(key, Text(value))
     Console().print(table)

@@ -157,9 +157,10 @@ def masked_lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return total / counted.clamp(min=1)
 
 
-def classification_loss(logits: Tensor, labels: Tensor) -> Tensor:
-    """Cross-entropy for classes, mean squared error for a single regression output."""
-    if logits.shape[-1] == 1 and labels.is_floating_point():
+def classification_loss(logits: Tensor, labels: Tensor, regression: bool = False) -> Tensor:
+    """Cross-entropy for classes; mean squared error for a regression output, whatever the labels' dtype (as
+    transformers: whole-number scores are scores too)."""
+    if regression:
         return F.mse_loss(logits.squeeze(-1).float(), labels.float())
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
 
@@ -294,7 +295,7 @@ class BertForSequenceClassification(BertTaskModel):
                 labels: Tensor | None = None) -> ModelOutput:
         _, pooled = self.encode(input_ids, token_type_ids, attention_mask)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
-        loss = classification_loss(logits, labels) if labels is not None else None
+        loss = classification_loss(logits, labels, regression=self.num_labels == 1) if labels is not None else None
         return ModelOutput(loss=loss, logits=logits, pooled=pooled)
 
 

@@ -50,7 +50,7 @@ def train_tokenizer(cfg: TokenizerTrainConfig) -> dict[str, Any]:
     """Train, save into cfg.out, and return the provenance record written next to the vocabulary."""
     out = check_new_out(cfg.out or "", overwrite=cfg.overwrite)
     sources = expand_inputs(cfg.inputs)
-    refuse_inputs_inside(out, sources)
+    refuse_inputs_inside(out, sources, read_whole=cfg.inputs)
     stats = ReadStats.for_sources(sources)
     counts = count_characters(sources, cfg, stats)
     alphabet = choose_alphabet(counts, cfg.limit_alphabet)

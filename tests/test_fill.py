@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -188,6 +189,16 @@ def test_fill_truncate_keeps_early_masks(mlm_folder):
     assert len(result.predictions) == 1
 
 
+def test_fill_truncate_keeps_a_list_for_every_mask_it_cut_off(mlm_folder):
+    """One list per [MASK] in the text, in order: a consumer matching lists to masks must not be misled."""
+    text = "[MASK] " + "word " * 40 + "[MASK] and [MASK]"
+    result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), "--json", "--truncate", text])
+    assert result.exit_code == 0, result.output
+    predictions = json.loads(result.stdout)["predictions"]
+    assert [len(mask) for mask in predictions] == [5, 0, 0]
+    assert "cut off 2 of its 3 masks" in result.stderr
+
+
 def test_fill_refuses_encoder_without_mlm_head(minilm):
     result = CliRunner().invoke(app, ["fill", "--model", str(minilm), "a [MASK]"])
     assert result.exit_code == 2 and "no MLM head" in result.stderr
@@ -201,3 +212,32 @@ def test_fill_refuses_truncated_weights(mlm_folder, tmp_path):
     result = CliRunner().invoke(app, ["fill", "--model", str(broken), "a [MASK]"])
     assert result.exit_code == 1 and "cannot read weights" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_tables_show_brackets_as_text_not_markup(capsys):
+    """bert-base vocabularies hold 994 [unusedN] tokens; rich read them (and folders like q[/b]) as markup."""
+    from bertctl.fill import FillResult, Prediction, print_fill_results
+    from bertctl.info import print_info
+
+    print_fill_results([FillResult("hello [MASK] [b]world", [[Prediction("[unused0]", 1, 0.5)]],
+                                   "hello [unused0] [b]world")])
+    shown = capsys.readouterr().out
+    assert "hello [unused0] [b]world" in shown and shown.count("[unused0]") == 2
+    summary = {"path": "q[/b]", "format": "bertctl", "architecture": "BertForMaskedLM", "heads": ["mlm"],
+               "pooler": False, "parameters": 10, "vocab_size": 5, "labels": ["[neg]", "[pos]"], "problem_type": None,
+               "weights_dtype": "float32", "config": {"hidden_act": "[bold]gelu"}, "tokenizer": None}
+    print_info(summary)
+    shown = capsys.readouterr().out
+    assert "q[/b]" in shown and "[neg], [pos]" in shown and "[bold]gelu" in shown
+
+
+def test_a_pickle_with_objects_is_refused_without_torchs_unsafe_advice(mlm_folder, tmp_path):
+    import pickle
+
+    broken = tmp_path / "pickled"
+    shutil.copytree(mlm_folder, broken)
+    (broken / "model.safetensors").unlink()
+    (broken / "pytorch_model.bin").write_bytes(pickle.dumps({"w": Path("x")}, protocol=2))
+    result = CliRunner().invoke(app, ["fill", "--model", str(broken), "a [MASK]"])
+    assert result.exit_code == 1 and "not a plain tensor file" in result.stderr
+    assert "weights_only" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -190,6 +190,20 @@ def test_an_out_holding_an_input_is_refused_before_overwrite_deletes_it(models, 
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
+@pytest.mark.parametrize("command", ["tokenizer", "corpus"])
+def test_an_out_inside_an_input_folder_is_refused_before_it_is_read_as_input(models, tmp_path, command):
+    """`tokenizer train inp --out inp/tok` worked once; every later run read inp/tok's files as text."""
+    import shutil
+
+    folder = tmp_path / "inp"
+    folder.mkdir()
+    inside = {**models, "text": folder}
+    shutil.copy(models["text"], folder)
+    args = _commands(inside, folder / "out")[command]
+    _refused(_cli(*args), f"--out {folder / 'out'} is inside the input folder {folder}", "choose a path outside it")
+    assert [p.name for p in folder.iterdir()] == [models["text"].name]
+
+
 def _glue_copy(root: Path, layout: str) -> Path:
     """SST-2 as the official download (SST-2/*.tsv) or as a clone of the hub repository (sst2/*.parquet)."""
     if layout == "official":

@@ -184,3 +184,19 @@ def test_learning_rate_schedules_are_transformers_bit_for_bit(schedule, warmup, 
     args = (optimizer, warmup) if schedule == "constant" else (optimizer, warmup, total)
     theirs = make(*args).lr_lambdas[0]
     assert [optim.lr_factor(k, total, warmup, schedule) for k in range(total)] == [theirs(k) for k in range(total)]
+
+
+@pytest.mark.parametrize(("num_labels", "labels"), [
+    (1, [3, 0, 5]),  # a regression head with whole-number scores: MSE, as transformers (not a class index)
+    (1, [0.5, 4.25, 2.0]),
+    (5, [4, 0, 2]),
+])
+def test_sequence_classification_loss_matches_transformers(num_labels, labels, odd_config, tmp_path):
+    reference = reference_model("BertForSequenceClassification", odd_config, num_labels=num_labels)
+    reference.save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf").eval()
+    ids, types, mask = batch(odd_config)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=torch.tensor(labels)).loss
+        got = ours(ids, types, mask, labels=torch.tensor(labels)).loss
+    assert abs(got.item() - expected.item()) <= TOLERANCE * max(1.0, abs(expected.item()))
