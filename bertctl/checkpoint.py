@@ -227,6 +227,24 @@ def _foreign_weights_message(folder: Path) -> str | None:
     return None
 
 
+def _run_folder_hint(folder: Path) -> str | None:
+    """Where the model of a pretrain or multi-seed finetune run folder is."""
+    if (folder / "run.json").is_file():
+        saved = sorted(p.name for p in folder.glob("step-*") if (p / "config.json").is_file())
+        models = [name for name in ("final", *saved[-1:]) if (folder / name / "config.json").is_file()]
+        if models:
+            return f"it is a run folder: give {' or '.join(str(folder / name) for name in models)}"
+    seeds = sorted(p.name for p in folder.glob("seed-*") if (p / "config.json").is_file())
+    if seeds:
+        try:
+            best = json.loads((folder / "results.json").read_text(encoding="utf-8"))["best_model"]
+        except (OSError, ValueError, KeyError, TypeError):
+            best = None
+        chosen = f"{folder / best} (the best seed)" if best in seeds else f"one, e.g. {folder / seeds[0]}"
+        return f"it holds one model per seed: give {chosen}"
+    return None
+
+
 def _read_weights_file(path: Path) -> dict[str, Tensor]:
     try:
         if path.suffix == ".safetensors":
@@ -249,8 +267,8 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     if not folder.exists():  # named as given: Path("./x") would print as x, which reads like a hub id
         raise UsageError(f"model folder {path} does not exist")
     if not (folder / "config.json").is_file():
-        raise UsageError(_foreign_weights_message(folder) or f"{folder} is not a model folder: no config.json (give "
-                         "a folder written by bertctl or transformers' save_pretrained)")
+        hint = _run_folder_hint(folder) or "give a folder written by bertctl or transformers' save_pretrained"
+        raise UsageError(_foreign_weights_message(folder) or f"{folder} is not a model folder: no config.json ({hint})")
     try:
         raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

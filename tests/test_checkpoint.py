@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -216,6 +217,23 @@ def test_convert_and_info_cli(minilm, tmp_path):
 def test_info_on_a_folder_that_is_not_a_model(tmp_path):
     result = CliRunner().invoke(app, ["info", str(tmp_path)])
     assert result.exit_code == 2 and "no config.json" in result.stderr
+
+
+def test_a_run_folder_given_as_a_model_names_the_model_folders_in_it(odd_config, tmp_path):
+    """`info runs/pt` (a pretrain run) or `fill -m runs/rte` (seeds) said only "no config.json"."""
+    hf_pretraining_folder(odd_config, model := tmp_path / "hf")
+    run = tmp_path / "pt"
+    for name in ("step-000004", "step-000008", "final"):
+        shutil.copytree(model, run / name)
+    (run / "run.json").write_text("{}")
+    result = CliRunner().invoke(app, ["info", str(run)])
+    assert result.exit_code == 2 and f"give {run / 'final'} or {run / 'step-000008'}" in result.stderr
+    seeds = tmp_path / "rte"
+    for name in ("seed-1", "seed-2"):
+        shutil.copytree(model, seeds / name)
+    (seeds / "results.json").write_text(json.dumps({"best_model": "seed-2"}))
+    result = CliRunner().invoke(app, ["fill", "-m", str(seeds), "a [MASK]"])
+    assert result.exit_code == 2 and f"give {seeds / 'seed-2'} (the best seed)" in result.stderr
 
 
 def test_decoder_bias_of_older_files_is_the_mlm_bias(odd_config, tmp_path):
