@@ -249,6 +249,37 @@ def test_a_model_with_permuted_label_names_scores_as_in_task_order(tmp_path):
     assert files["theirs"] == files["ours"] and len(predicted) > 1  # the order matters for these logits
 
 
+def test_a_test_row_missing_a_text_is_predicted_with_an_empty_text_not_left_out(tmp_path):
+    """The GLUE server wants one prediction per test row: a test row without its question2 was skipped, so
+    QQP.tsv had 255 of 256 rows. Train and dev rows missing a field are still skipped, as the references do."""
+    from typer.testing import CliRunner
+
+    from bertctl.cli import app
+
+    data = write_glue_data(tmp_path / "glue", tasks=("qqp",), n_train=4, n_dev=200, n_test=256)
+    test = data / "QQP" / "test.tsv"
+    lines = test.read_text(encoding="utf-8").splitlines()
+    lines[10] = "\t".join(lines[10].split("\t")[:2])  # row 10: id and question1, no question2
+    test.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ids = [line.split("\t")[0] for line in lines[1:]]
+    examples = read_split("qqp", "test", data)
+    assert examples.ids == ids and examples.text_b[9] == "" and examples.text_a[9] == lines[10].split("\t")[1]
+    model = _transformers_model(tmp_path / "model", ["not_duplicate", "duplicate"], [0, 1])
+    result = CliRunner().invoke(app, ["predict", "glue", "qqp", "--model", str(model), "--data", str(data),
+                                      "--out", str(tmp_path / "sub"), "--max-seq-length", "32"])
+    assert result.exit_code == 0, result.output
+    assert ("QQP/test.tsv: 1 of 256 rows do not have 3 fields (first: line 11); 1 missing a text field (line 11) "
+            "predicted with an empty text for it") in result.stderr
+    assert "skipped" not in result.stderr
+    rows = (tmp_path / "sub" / "QQP.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    assert [row.split("\t")[0] for row in rows] == ids
+    dev = data / "QQP" / "dev.tsv"
+    lines = dev.read_text(encoding="utf-8").splitlines()
+    lines[5] = "\t".join(lines[5].split("\t")[:4])  # no question2, no label
+    dev.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert len(read_split("qqp", "dev", data)) == 199
+
+
 @pytest.mark.parametrize(("task", "names", "ok"), [
     ("sst2", ["positive", "negative"], True), ("cola", ["acceptable", "unacceptable"], True),
     ("mrpc", ["Not Equivalent", "equivalent"], True), ("qqp", ["LABEL_1", "LABEL_0"], True),

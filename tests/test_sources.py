@@ -199,3 +199,85 @@ def test_zstd_input_is_named_not_called_binary(tree: Path, caplog: pytest.LogCap
 def test_an_empty_input_name_is_refused_not_read_as_the_working_folder(empty) -> None:
     with pytest.raises(UsageError, match="INPUTS: an empty name; give a file, folder, glob or dataset"):
         expand_inputs([empty])
+
+
+LINE = b"some words on a line\n"  # 21 bytes
+
+
+def _late_problems(folder: Path) -> dict[str, tuple[Path, str]]:
+    """Files whose first 64 KiB are fine and whose problem comes later: (file, what the refusal says)."""
+    good = LINE * 6000  # 126,000 bytes
+    late_byte = folder / "late.txt"
+    late_byte.write_bytes(good[:100_800] + b"caf\xe9 " + good[100_800:])  # after line 4,800
+    gz = gzip.compress(good)
+    truncated = folder / "cut.txt.gz"
+    truncated.write_bytes(gz[:-20])  # its end marker and the last of its data lost, as a download cut short
+    late_xz = folder / "late.txt.xz"
+    late_xz.write_bytes(lzma.compress(good[:84_000] + b"\xff" + good[84_000:]))
+    return {"byte": (late_byte, f"{late_byte}: not UTF-8 at byte 100,803 (line 4,801); only a file's first 64 KiB "
+                                 "is checked before its text is used, so it cannot be skipped now: convert it to "
+                                 "UTF-8 (iconv -f ENCODING -t UTF-8) or leave it out of the inputs, then run again"),
+            "gz": (truncated, f"{truncated}: truncated gzip: its data ends after "),
+            "xz": (late_xz, f"{late_xz}: not UTF-8 at byte 84,000 of its text (line 4,001); ")}
+
+
+@pytest.mark.parametrize("kind", ["byte", "gz", "xz"])
+def test_a_problem_past_the_first_64_kib_refuses_the_file_instead_of_skipping_half_of_it(
+        tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The lines before a late bad byte (or the text of a .gz cut short) were already used when the error
+    came; calling the file skipped would misstate what the output holds, so the run stops, naming the place."""
+    (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
+    path, message = _late_problems(tmp_path)[kind]
+    sources = [tmp_path / "a.txt", path]
+    for read in (lambda: iter_texts(sources), lambda: iter_texts(sources, blocks=True),
+                 lambda: iter_lines(sources), lambda: iter_documents(sources)):
+        stats = ReadStats()
+        with caplog.at_level(logging.WARNING), pytest.raises(UsageError) as caught:
+            for _ in read():
+                pass
+        assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+        assert not stats.skipped and "warning: skipped" not in caplog.text
+    if kind == "gz":
+        assert re.search(r"ends after [\d,]+ bytes of text \(line [\d,]+\), before the gzip end-of-stream marker; "
+                         r".*re-create or re-download it", str(caught.value))
+
+
+def test_a_problem_within_the_first_64_kib_still_skips_the_file(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
+    (tmp_path / "early.txt").write_bytes(LINE * 100 + b"\xff\n" + LINE * 6000)
+    (tmp_path / "short.txt.gz").write_bytes(gzip.compress(LINE * 100)[:-20])  # all of it in the first 64 KiB
+    (tmp_path / "short.txt.bz2").write_bytes(bz2.compress(LINE * 100)[:-10])
+    stats = ReadStats()
+    sources = [tmp_path / "a.txt", tmp_path / "early.txt", tmp_path / "short.txt.gz", tmp_path / "short.txt.bz2"]
+    assert list(iter_texts(sources, stats=stats)) == TEXT.splitlines()
+    assert stats.skipped == [(str(sources[1]), "not UTF-8 (byte 2100)"),
+                             (str(sources[2]), "truncated gzip (it ends before the gzip end-of-stream marker)"),
+                             (str(sources[3]), "truncated bzip2 (it ends before the bzip2 end-of-stream marker)")]
+
+
+@pytest.mark.parametrize("kind", ["byte", "gz"])
+def test_corpus_build_and_tokenizer_train_refuse_a_late_problem_and_write_nothing(tmp_path: Path, kind: str) -> None:
+    """`corpus build` listed such a file as skipped while its first documents were in the corpus; `tokenizer
+    train` learned from them while provenance.json called the file skipped. Now both exit 2 in one line and
+    leave no output (and no .partial folder) behind."""
+    from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes((LINE * 30 + b"\n") * 20)
+    path, message = _late_problems(tmp_path)[kind]
+    path.rename(folder / path.name)
+    message = message.replace(str(path), str(folder / path.name))
+    BertTokenizer.from_vocab([*SPECIAL_TOKENS, "some", "words", "on", "a", "line", "caf"],
+                             lowercase=True).save(tmp_path / "tok")
+    commands = {"corpus": ["corpus", "build", str(folder), "--tokenizer", str(tmp_path / "tok"),
+                           "--max-seq-length", "32", "--workers", "1"],
+                "tokenizer": ["tokenizer", "train", str(folder), "--vocab-size", "200"]}
+    for name, command in commands.items():
+        out = tmp_path / f"{name}-out"
+        result = CliRunner().invoke(app, [*command, "--out", str(out)])
+        assert result.exit_code == 2, result.output
+        last = result.stderr.splitlines()[-1]  # after the progress bar's
+        assert last.startswith(f"bertctl: error: {message}") and result.stderr.endswith(last + "\n"), result.stderr
+        assert "warning: skipped" not in result.stderr
+        assert not [p.name for p in tmp_path.iterdir() if name in p.name]  # no OUT, no OUT.partial or such

@@ -7,7 +7,8 @@ with labels as indices into the task's `label_names`, so a recipe never sees whe
 The official TSVs are split on tabs line by line with no quote processing: MRPC and SST-2 hold unbalanced `"`
 characters that a csv reader would treat as the start of a quoted field and run on across lines. Some real
 files have a few rows with too few or too many fields (the older QQP train.tsv has questions broken across
-lines); those are skipped or read as GLUE's reference readers do, with a warning.
+lines); those are skipped or read as GLUE's reference readers do, with a warning. A test file's row is never
+skipped (the GLUE server wants a prediction for every test row): a missing text field is read as empty.
 
 A local folder may also be a copy of the hub dataset: a clone of the nyu-mll/glue repository
 (`mnli/validation_matched-00000-of-00001.parquet`, ...) or `DatasetDict.save_to_disk` folders.
@@ -317,7 +318,8 @@ def _positions(entry: SplitFile, header: list[str] | None, where: str) -> list[i
 
 def _read_local(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
     """Columns by header name; a row with a wrong field count is read or skipped as GLUE's reference readers
-    (transformers' processors, the `datasets` GLUE builder) do, unless such rows are too many to be a quirk."""
+    (transformers' processors, the `datasets` GLUE builder) do, unless such rows are too many to be a quirk.
+    A test file's short row is kept, its missing texts empty: a submission needs a prediction for every row."""
     path = _task_file(task, entry, root)
     rows = read_tsv(path)
     header_line, header = next(rows, (0, None)) if entry.has_header else (0, None)
@@ -336,7 +338,12 @@ def _read_local(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
         if len(fields) != width:
             malformed.append((line, len(fields)))
             if len(fields) < needed:
-                continue  # a field bertctl reads is missing: the references skip the row too
+                if not entry.submission:
+                    continue  # a field bertctl reads is missing: the references skip the row too
+                if at_index is not None and at_index >= len(fields):
+                    raise UsageError(f"{path}:{line}: the row has no {entry.index!r} field; a submission names "
+                                     "each row by it")
+                fields = fields + [""] * (needed - len(fields))  # predicted with an empty text
         text_a.append(fields[at_a])
         if text_b is not None:
             text_b.append(fields[at_b])
@@ -346,23 +353,32 @@ def _read_local(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
         if entry.submission and not row_id.strip():
             raise UsageError(f"{path}:{line}: column {entry.index!r} is empty; a submission names each row by it")
         ids.append(row_id)
-    _check_malformed(path, width, needed, malformed, count)
+    _check_malformed(path, width, needed, malformed, count, kept=bool(entry.submission))
     if not text_a:
         raise UsageError(f"{path}: no examples")
     return Examples(text_a, text_b, labels, ids, str(path))
 
 
-def _check_malformed(path: Path, width: int, needed: int, malformed: list[tuple[int, int]], rows: int) -> None:
-    """A few odd rows are a known quirk of real GLUE files and only warned about; many mean a wrong file."""
+def _check_malformed(path: Path, width: int, needed: int, malformed: list[tuple[int, int]], rows: int,
+                     kept: bool = False) -> None:
+    """A few odd rows are a known quirk of real GLUE files and only warned about; many mean a wrong file.
+    `kept`: rows missing a field were kept with an empty text (a test file), not skipped."""
     if not malformed:
         return
     line, found = malformed[0]
     if len(malformed) > MAX_MALFORMED * rows:
         raise UsageError(f"{path}:{line}: expected {width} tab-separated fields, found {found}")
-    skipped = sum(found < needed for _, found in malformed)
+    short = [number for number, found in malformed if found < needed]
+    if kept and short:
+        shown = ", ".join(map(str, short[:5])) + (", ..." if len(short) > 5 else "")
+        log.warning("warning: %s: %d of %d rows do not have %d fields (first: line %d); %d missing a text field "
+                    "(line %s) predicted with an empty text for it, since a submission needs every test row; %d "
+                    "read at the header's positions", path, len(malformed), rows, width, line, len(short), shown,
+                    len(malformed) - len(short))
+        return
     log.warning("warning: %s: %d of %d rows do not have %d fields (first: line %d); %d skipped for a missing "
                 "field, %d read at the header's positions, as GLUE's reference readers do",
-                path, len(malformed), rows, width, line, skipped, len(malformed) - skipped)
+                path, len(malformed), rows, width, line, len(short), len(malformed) - len(short))
 
 
 def parse_label(task: GlueTask, raw: str, where: str) -> int | float:

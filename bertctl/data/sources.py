@@ -7,10 +7,13 @@ one parquet batch, never a whole file (a .json array file is the exception: JSON
 Pipes, FIFOs, standard input ('-') and devices are refused: every input is read more than once (tokenizer
 training's two passes; corpus build hashes each file, then reads it).
 
-Binary, zstd-compressed and non-UTF-8 files are skipped with a warning and counted in `ReadStats`; when
-every source is skipped the readers raise `UsageError`. `ReadStats.bytes_read` advances as input is
-consumed (compressed bytes for compressed files), so a caller can draw a progress bar in MB and MB/s
-against `total_bytes`.
+Each file's first 64 KiB is checked before any of its text is used: binary, zstd-compressed, non-UTF-8,
+truncated and corrupt files found there are skipped with a warning and counted in `ReadStats`; when every
+source is skipped the readers raise `UsageError`. A problem that shows only further on (a byte that is not
+UTF-8 past 64 KiB, a .gz cut short) is found after some of the file's text was used, so it is not skipped:
+the readers raise `UsageError` naming the file, the place and what to do (outputs never hold part of a file
+they call skipped). `ReadStats.bytes_read` advances as input is consumed (compressed bytes for compressed
+files), so a caller can draw a progress bar in MB and MB/s against `total_bytes`.
 
     stats = ReadStats.for_sources(sources)
     for text in iter_texts(sources, "text", stats):
@@ -32,6 +35,7 @@ import lzma
 import re
 import reprlib
 import stat
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +57,10 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first bytes
 _NOT_REGULAR = ((stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                 (stat.S_ISSOCK, "a socket"))
 _READ_TWICE = "inputs are read more than once, so write it to a file first (.gz, .bz2 and .xz are read as they are)"
+_FORMATS = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}  # compression suffix -> the name messages use
+# What reading a file's data can raise: a byte that is not UTF-8, compressed data cut short (EOFError) or
+# damaged (gzip: BadGzipFile, an OSError, or zlib.error; bz2: OSError; xz: LZMAError).
+_DATA_ERRORS = (UnicodeDecodeError, EOFError, OSError, zlib.error, lzma.LZMAError)
 
 
 @dataclass
@@ -140,7 +148,21 @@ def is_table(source: Source) -> bool:
 # --- opening files ---------------------------------------------------------------------------------
 
 class SkipSource(Exception):
-    """A source that cannot be read as UTF-8 text (binary, other encoding, corrupt archive)."""
+    """A source found unreadable as UTF-8 text (binary, other encoding, corrupt archive) before any of its
+    text was used: it is skipped."""
+
+
+def _format(path: Path) -> str | None:
+    """'gzip', 'bzip2' or 'xz' for a compressed file (by its suffix), None for a plain one."""
+    return _FORMATS.get(path.suffix.lower())
+
+
+def _damage(exc: BaseException, path: Path) -> str:
+    """What a decompression error means, in words: 'truncated gzip', 'corrupt xz data (...)'."""
+    kind = _format(path) or "compressed"
+    if isinstance(exc, EOFError):
+        return f"truncated {kind} (it ends before the {kind} end-of-stream marker)"
+    return f"corrupt or not {kind} data ({exc})"
 
 
 def _decompressed(raw: IO[bytes], path: Path) -> contextlib.AbstractContextManager[IO[bytes]]:
@@ -154,13 +176,16 @@ def _decompressed(raw: IO[bytes], path: Path) -> contextlib.AbstractContextManag
     return contextlib.nullcontext(raw)
 
 
-def _sniff(stream: IO[bytes]) -> None:
-    """Refuse binary and non-UTF-8 data from the first 64 KiB (a cut multi-byte char at the end is fine).
-    zstd gets its own reason: its NUL bytes would call it binary, which sends the user looking elsewhere."""
+def _sniff(stream: IO[bytes], path: Path) -> None:
+    """Refuse binary and non-UTF-8 data from the first 64 KiB (a cut multi-byte char at the end is fine),
+    and compressed files that end or break there. zstd gets its own reason: its NUL bytes would call it
+    binary, which sends the user looking elsewhere."""
     try:
         head = stream.read(_SNIFF_BYTES)
-    except (OSError, EOFError, lzma.LZMAError) as exc:
-        raise SkipSource(f"corrupt or not {type(exc).__name__} data: {exc}") from None
+    except (EOFError, zlib.error, lzma.LZMAError) as exc:
+        raise SkipSource(_damage(exc, path)) from None
+    except OSError as exc:
+        raise SkipSource(_damage(exc, path) if _format(path) else f"cannot read: {exc.strerror or exc}") from None
     if head.startswith(_ZSTD_MAGIC):
         raise SkipSource("zstd-compressed input is not supported (use .gz, .bz2 or .xz, or decompress it)")
     if b"\x00" in head:
@@ -187,7 +212,7 @@ def _reading(path: Path) -> Iterator[tuple[IO[bytes], TextIO]]:
     except OSError as exc:
         raise SkipSource(f"cannot open: {exc.strerror or exc}") from None
     with raw, _decompressed(raw, path) as stream:
-        _sniff(stream)
+        _sniff(stream, path)
         stream.seek(0)
         yield raw, io.TextIOWrapper(stream, encoding="utf-8-sig")
 
@@ -222,18 +247,62 @@ def _file_blocks(path: Path, stats: ReadStats) -> Iterator[str]:
 
 def _guarded(source: Source, reader: Callable[[Any, ReadStats], Iterator[Any]],
              stats: ReadStats) -> Iterator[Any]:
-    """Run one source's reader; a source that turns out undecodable is counted and skipped."""
+    """Run one source's reader. A source the check of its start refuses (SkipSource: nothing of it was used)
+    is counted and skipped; a problem found past that check raises UsageError, since the caller already
+    has some of the file's text and a skip would misstate what the output holds."""
     start = stats.bytes_read
     try:
         yield from reader(source, stats)
-    except (SkipSource, UnicodeDecodeError, EOFError, lzma.LZMAError, gzip.BadGzipFile) as exc:
-        why = str(exc) if isinstance(exc, SkipSource) else f"not readable as UTF-8 text ({type(exc).__name__})"
-        stats.skipped.append((str(source), why))
-        log.warning("warning: skipped %s: %s", source, why)
+    except SkipSource as exc:
+        stats.skipped.append((str(source), str(exc)))
+        log.warning("warning: skipped %s: %s", source, exc)
+    except _DATA_ERRORS as exc:
+        if not isinstance(source, Path) or (isinstance(exc, OSError) and not _format(source)):
+            raise  # a disk's read error, or a dataset's: not a problem of the file's contents
+        raise UsageError(_late_problem(source, exc)) from None
     else:
         stats.files_read += 1
     if isinstance(source, Path):
         stats.bytes_read = start + source.stat().st_size
+
+
+def _late_problem(path: Path, exc: BaseException) -> str:
+    """One line for a file that turned out unreadable after some of its text was used: where, and what to do."""
+    offset, line = _first_problem(path)
+    checked = "only a file's first 64 KiB is checked before its text is used, so it cannot be skipped now"
+    kind = _format(path)
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"{path}: not UTF-8 at byte {offset:,}{' of its text' if kind else ''} (line {line:,}); {checked}: "
+                "convert it to UTF-8 (iconv -f ENCODING -t UTF-8) or leave it out of the inputs, then run again")
+    if isinstance(exc, EOFError):
+        what = (f"truncated {kind}: its data ends after {offset:,} bytes of text (line {line:,}), before the "
+                f"{kind} end-of-stream marker")
+    else:
+        what = f"corrupt {kind} data after {offset:,} bytes of text (line {line:,}): {exc}"
+    return (f"{path}: {what}; {checked}: re-create or re-download it, or leave it out of the inputs, "
+            "then run again")
+
+
+def _first_problem(path: Path) -> tuple[int, int]:
+    """(byte, line) of the decompressed data where reading `path` first fails: its first byte that is not
+    UTF-8, or where a truncated or corrupt archive stops giving data. Read again from the start, so this
+    costs time only when something is wrong."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset, lines = 0, 1
+    with contextlib.suppress(*_DATA_ERRORS), open(path, "rb") as raw, _decompressed(raw, path) as stream:
+        read = getattr(stream, "read1", stream.read)  # one decompressor step at a time: little data is lost
+        while True:
+            chunk = read(_SNIFF_BYTES)
+            pending = len(decoder.getstate()[0])  # bytes of a multi-byte character cut at the last chunk's end
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as exc:
+                return offset - pending + exc.start, lines + chunk.count(b"\n", 0, max(exc.start - pending, 0))
+            if not chunk:
+                break
+            offset += len(chunk)
+            lines += chunk.count(b"\n")
+    return offset, lines
 
 
 def _require_some(stats: ReadStats) -> None:
@@ -298,6 +367,8 @@ def _json_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:
     with _reading(path) as (_, text):
         try:
             data = json.load(text)
+        except UnicodeDecodeError:
+            raise  # the file's bytes, not its JSON: _guarded says where
         except ValueError as exc:
             raise UsageError(f"{path}: not valid JSON: {exc}") from None
     rows = data.get("data") if isinstance(data, dict) else data
