@@ -6,7 +6,8 @@ its Arrow files -> the shard files become the `train`/`validation` splits -> man
 
 Why shards: a shard (about `--shard-size-mb` of text) is the unit of work, of resume and of randomness.
 Its instances come from generators seeded by (seed, shard, split, dupe), and NotNext segments are drawn
-from the other documents of the same shard and split, so the output does not depend on the number of
+from the other documents of the same shard and split (a shard with one document of a split gets samples of
+the nearest other documents of that split instead), so the output does not depend on the number of
 workers, and memory holds a few shards, never the corpus. Everything lives in `OUT.partial/` until the
 end; rerunning the same command reuses the shards finished there, each checked against its recorded size
 and sha256 first (a damaged one is rebuilt).
@@ -42,6 +43,7 @@ from bertctl.data.instances import (
     init_worker,
     shard_file,
     shard_settings,
+    with_neighbours,
 )
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import (
@@ -159,7 +161,13 @@ def _worker_count(workers: int) -> int:
 
 
 def _jobs(cfg: CorpusConfig, sources: list[Any], read: Any) -> Iterator[ShardJob]:
-    """Whole documents grouped into shards of about shard_size_mb of text, in input order."""
+    """Whole documents grouped into shards of about shard_size_mb of text, in input order; for NSP, a shard
+    whose split holds one document also gets text of other documents of the split (`with_neighbours`)."""
+    jobs = _shards(cfg, sources, read)
+    return with_neighbours(jobs, cfg.validation_fraction) if cfg.objective == "mlm+nsp" else jobs
+
+
+def _shards(cfg: CorpusConfig, sources: list[Any], read: Any) -> Iterator[ShardJob]:
     from bertctl.data.sources import iter_documents
 
     limit = cfg.shard_size_mb * 1e6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -158,6 +159,78 @@ def test_instances_follow_the_objective(data, objective: str) -> None:
         assert body == 40 * 48  # contiguous pieces cover every token exactly once
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.25])
+def test_notnext_text_comes_from_another_document_when_a_shard_holds_one(data, fraction: float) -> None:
+    """Shards smaller than a document hold one each: NotNext B still comes from another document of the same
+    split (the nearest ones; the split's first document takes those after it), with any worker count."""
+    from bertctl.data.instances import is_validation
+
+    document = lambda token: (token - FIRST_BASE) // 48  # noqa: E731 - 48 words per generated document
+    folders = []
+    for workers in (1, 2):
+        out = f"lone-{fraction}-{workers}"
+        corpus, manifest = build(data, out, "ordered", split_sentences=False, max_seq_length=32,
+                                 shard_size_mb=0.0001, validation_fraction=fraction, workers=workers)
+        folders.append(data["root"] / out)
+    assert len(list((folders[0] / "train").glob("*.arrow"))) == 40 - 40 * fraction  # a shard per document
+    for split in corpus:
+        notnext, ranks = 0, [d for d in range(40) if is_validation(d, fraction) == (split == "validation")]
+        for row in rows(corpus[split]):
+            ids = row["input_ids"]
+            sep = ids.index(3)
+            a, b = document(ids[1]), document(ids[sep + 1])
+            if row["next_sentence_label"] == 1:
+                notnext += 1
+                assert a != b and is_validation(b, fraction) == (split == "validation")
+                assert abs(ranks.index(a) - ranks.index(b)) <= 4  # one of the 4 nearest of the split
+        assert notnext > len(ranks) // 2
+    files = sorted(p.relative_to(folders[0]) for p in folders[0].rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(folders[1]) for p in folders[1].rglob("*") if p.is_file())
+    for name in files:
+        assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
+
+
+def test_neighbours_are_the_nearest_documents_and_a_bounded_sample() -> None:
+    from bertctl.data.instances import (
+        MIN_SAMPLE_CHARS,
+        NEIGHBOURS,
+        RUN_CHARS,
+        SAMPLE_CHARS,
+        ShardJob,
+        _sample,
+        with_neighbours,
+    )
+
+    text = [[f"doc{d} line{k} " + "word " * 40 for k in range(3)] for d in range(9)]
+    big = [" ".join(f"{d}" for d in range(200_000))]  # one line of 1.3 MB
+    lone = [ShardJob(d, d, [doc], 100, 0) for d, doc in enumerate([*text, big])]
+    lone.append(ShardJob(10, 10, [["after big"]], 40_000, 0))  # takes half its size from its 4 neighbours
+    lone.insert(3, ShardJob(3, 3, [["two a"], ["two b"]], 10, 0))  # a shard of two documents: no neighbours
+    lone = [dataclasses.replace(job, index=i, first_document=i + (i > 3)) for i, job in enumerate(lone)]
+    jobs = list(with_neighbours(lone, 0.0))
+    assert [job.index for job in jobs] == [1, 2, 0, *range(3, 12)]  # the first waits for those after
+    first = jobs[2]
+    assert [n[0].split()[0] for n in first.neighbours[0]] == ["doc1", "doc2", "two", "two"]
+    assert [n[0].split()[0] for n in jobs[0].neighbours[0]] == ["doc0"]
+    assert jobs[3].neighbours == ([], [])
+    assert [n[0].split()[0] for n in jobs[-3].neighbours[0]] == ["doc7", "doc6", "doc5", "doc4"]
+    assert len(jobs[-2].neighbours[0]) == NEIGHBOURS
+    assert jobs[-2].neighbours[0][0] == text[-1]  # a short document whole
+    assert [len(n) for n in jobs[-2].neighbours[0]] == [3, 3, 3, 3]  # a small shard: each at least MIN_SAMPLE_CHARS
+    near = jobs[-1].neighbours[0][0]  # the big document, cut to its share: 40,000 / 2 / 4 characters
+    assert MIN_SAMPLE_CHARS < 5_000 - 10 <= sum(len(line) + 1 for line in near) <= 5_000 and len(near) == 1
+    sample = _sample(big)  # a long one in evenly spread runs, cut at spaces
+    assert sum(len(line) + 1 for line in sample) <= SAMPLE_CHARS and len(sample) == SAMPLE_CHARS // RUN_CHARS
+    starts = [int(line.split()[0]) for line in sample]
+    assert starts[0] == 0 and starts == sorted(starts) and starts[-1] > 180_000
+    for line in sample:  # whole numbers, consecutive
+        numbers = [int(word) for word in line.split()]
+        assert numbers == list(range(numbers[0], numbers[-1] + 1))
+    unspaced = _sample(["字" * 1_000_000])  # text without spaces is cut where the runs fall
+    assert len(unspaced) == SAMPLE_CHARS // RUN_CHARS and sum(len(line) + 1 for line in unspaced) == SAMPLE_CHARS
+    assert _sample(sample) == sample  # a sample fits its own size: cutting again changes nothing
+
+
 def test_same_bytes_for_any_worker_count(data) -> None:
     for workers in (1, 2):
         build(data, f"w{workers}", "small", masking="static", workers=workers, shard_size_mb=0.02,
@@ -187,7 +260,7 @@ def test_whole_word_masking_keeps_words_whole(data) -> None:
     corpus, manifest = build(data, "wwm", "small", masking="static", whole_word_masking=True)
     assert manifest["whole_word_masking"] is True
     pieces = {VOCAB.index(f"##{s}") for s in SUFFIXES}
-    continued = mixed = 0
+    continued = mixed = across = 0
     for row in rows(corpus["train"]):
         original = list(row["input_ids"])
         for position, token in zip(row["masked_lm_positions"], row["masked_lm_ids"], strict=True):
@@ -199,7 +272,10 @@ def test_whole_word_masking_keeps_words_whole(data) -> None:
                 if i in masked:
                     continued += 1
                     mixed += (row["input_ids"][i] == 4) != (row["input_ids"][i - 1] == 4)  # a draw per piece
-    assert continued > 100 and mixed > 10
+            elif original[i] in pieces and original[i - 1] == 3 and i > 2:  # B starts with a piece: as Google,
+                assert (i in masked) == (i - 2 in masked)  # it belongs to A's last word across the [SEP]
+                across += 1
+    assert continued > 100 and mixed > 10 and across > 10
 
 
 def _interrupt_after(monkeypatch, shards: int) -> tuple:

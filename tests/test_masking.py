@@ -80,28 +80,57 @@ def test_random_tokens_span_the_whole_vocabulary(kind: str) -> None:
     assert abs(np.mean(randoms < VOCAB // 2) - 0.5) < 0.03
 
 
+def google_words(row: np.ndarray) -> list[list[int]]:
+    """Google's `cand_indexes` with whole-word masking: [CLS]/[SEP] skipped, a `##` piece appended to the last
+    candidate before it (across a [SEP]); [PAD] (which Google's unpadded rows lack) skipped too."""
+    words: list[list[int]] = []
+    for i, token in enumerate(row):
+        if token in (CLS, SEP, PAD):
+            continue
+        if words and CONTINUES[token]:
+            words[-1].append(i)
+        else:
+            words.append([i])
+    return words
+
+
 def test_whole_words_are_chosen_whole_and_each_piece_drawn_on_its_own() -> None:
     """Google's code picks a word's pieces together, then masks, replaces or keeps each one on its own draw."""
     ids = batch(rows=500)
     result = mask_tokens(ids, rng=np.random.default_rng(5), is_continuation=CONTINUES, **OPTIONS)
     chosen = mlm_labels(result.positions, result.label_ids, ids.shape[1]) != IGNORE_INDEX
-    words = mixed = 0
+    words = mixed = across = 0
     for row in range(len(ids)):
-        start = None
-        for col in range(ids.shape[1] + 1):
-            continues = col < ids.shape[1] and CONTINUES[ids[row, col]] and start is not None
-            if continues:
-                continue
-            if start is not None:  # the word [start, col) is chosen entirely or not at all
-                span = chosen[row, start:col]
-                assert span.all() or not span.any()
-                if span.all():
-                    words += 1
-                    shown = result.input_ids[row, start:col] == MASK
-                    mixed += bool(shown.any() and not shown.all())
-            special = col == ids.shape[1] or ids[row, col] in (CLS, SEP, PAD)
-            start = None if special else col
-    assert words > 1000 and mixed > 50
+        for word in google_words(ids[row]):
+            span = chosen[row, word]
+            assert span.all() or not span.any()  # the word is chosen entirely or not at all
+            if span.all():
+                words += 1
+                shown = result.input_ids[row, word] == MASK
+                mixed += bool(shown.any() and not shown.all())
+                across += len(word) > 1 and word[-1] - word[0] >= len(word)  # a [SEP] inside
+    assert words > 1000 and mixed > 50 and across > 20
+
+
+def test_a_piece_starting_b_joins_a_last_word_across_sep_as_in_google() -> None:
+    """Front truncation can leave B starting with a `##` piece: Google appends it to A's last word (the [SEP]
+    between them is no candidate), so the two are masked together; one before any word starts its own."""
+    ids = np.array([CLS, *range(10, 28), 700, SEP, 701, 29, SEP])  # 24 tokens: budget 4
+    with_piece = {18, 19, 21}  # [27, ##700] [SEP] [##701]: one word of three pieces
+    assert with_piece == set(google_words(ids)[-2])
+    both = alone = 0
+    for seed in range(300):
+        result = mask_tokens(ids, rng=np.random.default_rng(seed), is_continuation=CONTINUES, **OPTIONS)
+        picked = set(result.positions.tolist()) & with_piece
+        assert picked in (set(), with_piece), (seed, result.positions)
+        both += picked == with_piece
+        alone += 19 in result.positions or 21 in result.positions
+    assert both > 10 and alone == both
+    opening = np.array([CLS, 702, 30, SEP, 703, 31, SEP])  # ## at the very start: a word of its own
+    assert google_words(opening) == [[1], [2, 4], [5]]
+    for seed in range(50):
+        result = mask_tokens(opening, rng=np.random.default_rng(seed), is_continuation=CONTINUES, **OPTIONS)
+        assert set(result.positions.tolist()) in ({1}, {5})  # budget 1: [30, ##703] (two) never fits
 
 
 def test_budget_skips_words_that_do_not_fit() -> None:

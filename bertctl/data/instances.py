@@ -14,7 +14,10 @@ copied until an instance is assembled. Per document (see `document_instances`):
 - the longer of A and B loses a token from a random end until the pair fits (`_truncate`).
 
 The NotNext document is drawn uniformly from `pool` (the other documents of the same shard and split), so
-the result depends only on the shard, never on how shards are spread over worker processes.
+the result depends only on the shard, never on how shards are spread over worker processes. A shard whose
+split holds a single document (a document at least the shard size) has no other one: `with_neighbours`
+gives such a shard samples of the nearest other documents of that split (before it, or after it for the
+split's first document), and those are its pool.
 
 `ShardBuilder` is the worker side of `bertctl corpus build`: one shard of raw documents -> sentences ->
 token ids -> instances (generators seeded by seed, shard, split, dupe) -> shuffled -> static masks ->
@@ -31,8 +34,10 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +50,7 @@ from bertctl.files import file_sha256, write_json_atomic, write_text_atomic
 
 __all__ = ["OBJECTIVES", "SPLITS", "DamagedShard", "Document", "Instances", "Packed", "ShardBuilder", "ShardJob",
            "ShardSettings", "build_shard", "document_instances", "finished_shard", "init_worker",
-           "mask_packed", "pack", "shard_file", "shard_settings"]
+           "mask_packed", "pack", "shard_file", "shard_settings", "with_neighbours"]
 
 
 @dataclass(frozen=True)
@@ -249,6 +254,106 @@ class ShardJob:
     documents: list[list[str]]  # lines of each document
     nbytes: int  # UTF-8 bytes of its text
     read_to: int  # input bytes read (on disk) when the shard was complete, for progress
+    # Per split (train, validation): samples (lines) of other documents of that split, given only where the
+    # shard holds a single document of the split, so that its NotNext text can come from another document.
+    neighbours: tuple[Sequence[list[str]], Sequence[list[str]]] = ((), ())
+
+
+NEIGHBOURS = 4  # other documents a shard's lone document draws NotNext text from
+SAMPLE_CHARS = 128_000  # of each at most (a longer one is sampled in evenly spaced runs of RUN_CHARS)
+RUN_CHARS = 8_000  # a run: about 2,000 tokens, several times the longest NotNext segment (509)
+MIN_SAMPLE_CHARS = 2_000  # of each at least, however small the shard
+
+
+def with_neighbours(jobs: Iterable[ShardJob], fraction: float) -> Iterator[ShardJob]:
+    """The jobs, where a split of a shard holds a single document, with samples of up to NEIGHBOURS other
+    documents of that split: the nearest ones before it, or, for the split's first document (nothing before
+    it), the nearest ones after it (that shard is held back until they are read, or the input ends; only the
+    first document of a split can wait, so at most one shard per split is held).
+
+    The samples of a shard hold at most half as much text as the shard itself (each neighbour at least
+    MIN_SAMPLE_CHARS, at most SAMPLE_CHARS), so tokenising them costs a worker at most about half as much
+    again, however small the shards. Only the input decides the samples (never timing or the worker count);
+    a shard with two or more documents of a split gets none and is built exactly as before.
+    """
+    recent: tuple[deque[list[str]], ...] = (deque(maxlen=NEIGHBOURS), deque(maxlen=NEIGHBOURS))
+    waiting: list[tuple[ShardJob, list[int]]] = []  # (job, the splits for which it waits for documents)
+    taken: dict[int, tuple[list[list[str]], list[list[str]]]] = {}  # the samples given to each job (by index)
+    for job in jobs:
+        per_split: tuple[list[int], list[int]] = ([], [])
+        for i in range(len(job.documents)):
+            per_split[is_validation(job.first_document + i, fraction)].append(i)
+        for split, members in enumerate(per_split):  # this shard's documents come after the waiting ones
+            for i in members[:NEIGHBOURS]:
+                for held, splits in waiting:
+                    if split in splits and len(taken[held.index][split]) < NEIGHBOURS:
+                        taken[held.index][split].append(_sample(job.documents[i]))
+        still = []
+        for held, splits in waiting:
+            if all(len(taken[held.index][split]) >= NEIGHBOURS for split in splits):
+                yield _with_samples(held, taken.pop(held.index))
+            else:
+                still.append((held, splits))
+        waiting = still
+        samples: tuple[list[list[str]], list[list[str]]] = ([], [])
+        wants = []
+        for split, members in enumerate(per_split):
+            if len(members) == 1:
+                samples[split].extend(reversed(recent[split]))  # the nearest first
+                if not recent[split]:
+                    wants.append(split)
+            for i in members[-NEIGHBOURS:]:
+                recent[split].append(_sample(job.documents[i]))
+        if wants:
+            waiting.append((job, wants))
+            taken[job.index] = samples
+        else:
+            yield _with_samples(job, samples)
+    for held, _ in waiting:  # the input ended: a split with one document has nothing else to draw from
+        yield _with_samples(held, taken.pop(held.index))
+
+
+def _with_samples(job: ShardJob, samples: tuple[list[list[str]], list[list[str]]]) -> ShardJob:
+    """The job with its neighbours' samples, cut to at most half its own text between them."""
+    fitted = []
+    for split in samples:
+        chars = max(MIN_SAMPLE_CHARS, min(SAMPLE_CHARS, job.nbytes // (2 * max(1, len(split)))))
+        fitted.append([_sample(lines, chars) for lines in split])
+    return dataclasses.replace(job, neighbours=(fitted[0], fitted[1]))
+
+
+def _sample(lines: list[str], chars: int = SAMPLE_CHARS) -> list[str]:
+    """A document's lines when they hold at most `chars` characters; else runs of text (of about RUN_CHARS,
+    or one of `chars`) at evenly spaced points of it, `chars` in all (a line longer than a run is cut at
+    spaces)."""
+    sizes = [len(line) + 1 for line in lines]
+    total = sum(sizes)
+    if total <= chars:
+        return lines
+    runs = max(1, chars // RUN_CHARS)
+    run, sample = chars // runs, []
+    ends = list(accumulate(sizes))
+    for k in range(runs):
+        at = total * k // runs
+        i = bisect.bisect_right(ends, at)
+        offset = at - (ends[i] - sizes[i]) if sizes[i] > run else 0  # a long line: start inside it
+        left = run
+        while i < len(lines) and left > 1:
+            line = lines[i][offset:]
+            space = line.find(" ", 0, 100) if offset else -1
+            line = line[space + 1:]  # begin at a word (text without spaces, as CJK, where it falls)
+            full = len(line) + 1 > left
+            if full:  # end at a word, so that `chars` is never exceeded; cut a word only in text without spaces
+                head = line[:left - 1]
+                space = head.rfind(" ")
+                line = head[:space] if space > 0 else head if left == run else ""
+            if line.strip():
+                sample.append(line.strip())
+            if full:
+                break
+            left -= len(line) + 1
+            i, offset = i + 1, 0
+    return sample
 
 
 @dataclass(frozen=True)
@@ -315,25 +420,30 @@ class ShardBuilder:
         self.backend.encode_special_tokens = True  # "[SEP]" in the text is text, as in Google's tokenizer
 
     def build(self, job: ShardJob) -> dict[str, dict[str, int]]:
-        documents = self._tokenize(job)
+        documents = self._tokenize(job.documents)
         fraction = self.s.cfg.validation_fraction
         stats, files = {}, {}
         for split_id, split in enumerate(SPLITS):
             members = [i for i, doc in enumerate(documents) if doc.num_sentences
                        and is_validation(job.first_document + i, fraction) == bool(split_id)]
-            stats[split], written = self._split(job.index, split_id, documents, members)
+            pool, extended = members, documents
+            if len(members) == 1 and job.neighbours[split_id]:  # no other document here: draw from neighbours
+                others = [doc for doc in self._tokenize(job.neighbours[split_id]) if doc.num_sentences]
+                extended = documents + others
+                pool = members + list(range(len(documents), len(extended)))
+            stats[split], written = self._split(job.index, split_id, extended, members, pool)
             if written is not None:
                 files[shard_file(split, job.index)] = written
         # The shard is done; the files' sizes and hashes let a resumed build check them before reuse.
         write_json_atomic(_record_path(self.s.folder, job.index), {"stats": stats, "files": files})
         return stats
 
-    def _tokenize(self, job: ShardJob) -> list[Document]:
+    def _tokenize(self, raw: list[list[str]]) -> list[Document]:
         """Documents of sentence token ids; sentences that tokenise to nothing are dropped, as Google does."""
         from itertools import chain
 
         texts, per_document = [], []
-        for lines in job.documents:
+        for lines in raw:
             if self.s.cfg.split_sentences:
                 sentences = [s for line in lines for s in split_sentences(line)]
             else:
@@ -355,9 +465,10 @@ class ShardBuilder:
             sentence, token = sentence + count, token + int(bounds[-1])
         return documents
 
-    def _split(self, shard: int, split_id: int, documents: list[Document], members: list[int]
+    def _split(self, shard: int, split_id: int, documents: list[Document], members: list[int], pool: list[int]
                ) -> tuple[dict[str, int], dict[str, Any] | None]:
-        """The split's counts, and its Arrow file's size and sha256 (None when it has no instance)."""
+        """The split's counts, and its Arrow file's size and sha256 (None when it has no instance); NotNext
+        text comes from `pool` (sorted indices into documents: the members, or one and its neighbours)."""
         from functools import partial
 
         from bertctl.data.masking import mask_tokens
@@ -371,7 +482,7 @@ class ShardBuilder:
         for dupe in range(cfg.dupe_factor):
             generator = rng(0, dupe)
             for index in members:
-                document_instances(collected, documents, index, members, objective=cfg.objective,
+                document_instances(collected, documents, index, pool, objective=cfg.objective,
                                    max_seq_length=cfg.max_seq_length, short_seq_prob=cfg.short_seq_prob,
                                    cls_id=self.s.cls_id, sep_id=self.s.sep_id, rng=generator)
         stats = {"documents": len(members), "sentences": sum(documents[i].num_sentences for i in members),

@@ -7,7 +7,8 @@
   len(tokens) does); rounding is half-to-even, like Python's round;
 - candidates are all tokens except the special ids ([CLS], [SEP], [PAD] are never masked), picked in a
   uniformly random order; with whole-word masking a candidate is a word (a token plus the `##` pieces that
-  follow it), and a word that would overshoot the number to predict is skipped, as in Google's code;
+  follow it, [CLS] and [SEP] between them skipped as Google's `cand_indexes` does: a `##` piece that starts
+  segment B joins A's last word), and a word that would overshoot the number to predict is skipped;
 - each chosen token is replaced by [MASK] with probability 0.8, by a random token (uniform over the whole
   vocabulary) with 0.1, and kept with 0.1; with whole-word masking too, as in Google's code (a word's pieces
   are chosen together, and each is still masked, replaced or kept on its own draw).
@@ -137,10 +138,13 @@ def mask_tokens(input_ids: np.ndarray, *, special_ids: Collection[int], pad_id: 
     budget = budget.astype(np.int64)
 
     # A unit is what gets chosen: a token, or with whole-word masking a word (a token and its ## pieces).
+    # Google's cand_indexes: a `##` piece joins the last candidate before it, so [SEP] between them does not
+    # count (a `##` piece that starts B after front truncation joins A's last word); only a `##` piece with
+    # no candidate before it starts a word.
     starts = candidate.copy()
     if is_continuation is not None and width > 1:
-        continues = np.asarray(is_continuation)[rows[:, 1:]] & candidate[:, :-1]
-        starts[:, 1:] &= ~continues
+        after_candidate = np.logical_or.accumulate(candidate[:, :-1], axis=1)
+        starts[:, 1:] &= ~(np.asarray(is_continuation)[rows[:, 1:]] & after_candidate)
     unit_start = np.maximum.accumulate(np.where(starts, np.arange(width), -1), axis=1)  # (B, T)
     order = np.argsort(np.where(starts, rng.random((batch, width)), 2.0), axis=1, kind="stable")
     chosen = _choose_units(starts, candidate, unit_start, order, budget)
