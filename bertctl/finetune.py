@@ -362,19 +362,22 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                     progress.window = []
                     bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}")
                 if saving:
-                    anchored = save_checkpoint(model, prep, optimizer, scaler, progress, work, env)
+                    with speed.paused():
+                        anchored = save_checkpoint(model, prep, optimizer, scaler, progress, work, env)
                     if stopping:
                         raise _Stopped(f"stopped at step {progress.step} of {total} ({task.name} seed {seed})")
-            if prep.dev:
-                scores = score(task, model, prep.dev, pad_id, cfg.eval_batch_size, device, precision, env=env)
-                log.write({"step": progress.step, "epoch": epoch, **_flat(scores)})
-                if env.is_main:
-                    bar.write(f"{task.name} seed {seed} epoch {epoch}: {_show(_flat(scores))}", file=sys.stderr)
-                keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)
+            with speed.paused():
+                if prep.dev:
+                    scores = score(task, model, prep.dev, pad_id, cfg.eval_batch_size, device, precision, env=env)
+                    log.write({"step": progress.step, "epoch": epoch, **_flat(scores)})
+                    if env.is_main:
+                        bar.write(f"{task.name} seed {seed} epoch {epoch}: {_show(_flat(scores))}", file=sys.stderr)
+                    keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)
             stopping = training.any_rank(stop.requested, env)  # an epoch's last step saves after its evaluation
             if progress.step < total and (stopping or _save_due(cfg, progress.step)):
                 _read_steps(pending, progress, cfg.max_bad_steps)
-                anchored = save_checkpoint(model, prep, optimizer, scaler, progress, work, env)
+                with speed.paused():
+                    anchored = save_checkpoint(model, prep, optimizer, scaler, progress, work, env)
                 if stopping:
                     raise _Stopped(f"stopped after epoch {epoch} of {cfg.epochs} ({task.name} seed {seed})")
     finally:

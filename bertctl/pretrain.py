@@ -132,7 +132,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     with training.GracefulStop() as stop, training.loader_batches(loader) as batches, bar, contextlib.closing(log):
         while step < cfg.steps:
             host_batches = [next(batches) for _ in range(accum)]
-            tokens = sum(int(b["attention_mask"].sum()) for b in host_batches) * env.world_size
+            tokens = sum(int(b["attention_mask"].sum()) for b in host_batches)  # this rank's; summed when logged
             micro_batches = [training.to_device(b, env.device) for b in host_batches]
             lr = cfg.lr * optim.lr_factor(step, cfg.steps, cfg.warmup(), cfg.schedule)
             optim.set_lr(optimizer, lr)
@@ -154,18 +154,19 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
             skipped_total += sum(r.skipped for r in results)
             window += results
             if log_due:
-                row = _log_row(step, window, lr, speed, has_nsp, skipped_total)
+                row = _log_row(step, window, lr, speed, has_nsp, skipped_total, env)
                 log.write(row)
                 window = [] if step % cfg.log_every == 0 else window  # a closing row's steps stay, for final/
                 bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
-            if evaluating:
-                log.write({"step": step, **evaluate_pretraining(model, validation, collate, micro, cfg, env)})
-            if saving:
-                _save(model, training_state.step_folder(run, step), tokenizer, optimizer, scaler,
-                      {"step": step, "samples_seen": samples_seen, "bad_steps": skipped_total, "bad_in_row": bad_in_row,
-                       "log_window": [r.to_json() for r in window]}, env)
-                if env.is_main:
-                    training_state.prune_checkpoints(run, cfg.keep)
+            with speed.paused():
+                if evaluating:
+                    log.write({"step": step, **evaluate_pretraining(model, validation, collate, micro, cfg, env)})
+                if saving:
+                    _save(model, training_state.step_folder(run, step), tokenizer, optimizer, scaler,
+                          {"step": step, "samples_seen": samples_seen, "bad_steps": skipped_total,
+                           "bad_in_row": bad_in_row, "log_window": [r.to_json() for r in window]}, env)
+                    if env.is_main:
+                        training_state.prune_checkpoints(run, cfg.keep)
             if stopping:
                 break
         if step >= cfg.steps:
@@ -386,13 +387,13 @@ def evaluate_pretraining(model: nn.Module, table: Any, collate: Collator, micro:
 
 
 def _log_row(step: int, window: list[training.StepResult], lr: float, speed: training.Throughput,
-             has_nsp: bool, skipped_total: int) -> dict[str, Any]:
+             has_nsp: bool, skipped_total: int, env: training.Distributed) -> dict[str, Any]:
     means = training.window_means(window)
     row: dict[str, Any] = {"step": step, "loss": means["loss"], "mlm_loss": means["mlm"],
                            "mlm_accuracy": means["mlm_correct"]}
     if has_nsp:
         row.update({"nsp_loss": means["nsp"], "nsp_accuracy": means["nsp_correct"]})
-    row.update({"lr": lr, "grad_norm": means["grad_norm"], "tokens_per_second": speed.rate(),
+    row.update({"lr": lr, "grad_norm": means["grad_norm"], "tokens_per_second": speed.rate(env),
                 "elapsed": speed.elapsed(), "skipped_steps": skipped_total})
     return row
 

@@ -425,8 +425,8 @@ def _json_row(line: str) -> dict[str, Any] | None:
 
 
 class Throughput:
-    """Tokens per second over the last logging window, and the run's clock (`elapsed`: what a resumed run
-    had already spent, plus its own time)."""
+    """Training tokens (padding left out) per second over the last logging window, and the run's clock
+    (`elapsed`: what a resumed run had already spent, plus its own time)."""
 
     def __init__(self, elapsed: float = 0.0) -> None:
         self.window = time.perf_counter()
@@ -436,9 +436,24 @@ class Throughput:
     def add(self, tokens: int) -> None:
         self.tokens += tokens
 
-    def rate(self) -> float:
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Validation and saves inside are not training: the window's clock leaves their time out."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.window += time.perf_counter() - began
+
+    def rate(self, env: Distributed | None = None) -> float:
+        """With `env`, the tokens added are this rank's and are summed over the ranks (host-side group)."""
+        tokens = self.tokens
+        if env is not None and env.world_size > 1:
+            total = torch.tensor([float(tokens)], dtype=torch.float64)
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=env.control)
+            tokens = int(total.item())
         now = time.perf_counter()
-        rate = self.tokens / max(now - self.window, 1e-9)
+        rate = tokens / max(now - self.window, 1e-9)
         self.window, self.tokens = now, 0
         return rate
 

@@ -247,6 +247,25 @@ def test_a_resume_on_the_same_corpus_rebuilt_elsewhere_goes_on(corpus, tmp_path)
         pretrain(small_run(moved / "corpus", tmp_path / "run", steps=8, save_every=4, resume=True))
 
 
+def test_tokens_per_second_leaves_validation_and_saves_out(corpus, tmp_path, monkeypatch):
+    """The window after a validation pass or a save was charged its time: a 44x "slowdown" in one row."""
+    import time
+
+    from bertctl import pretrain as module
+
+    evaluate = module.evaluate_pretraining
+
+    def slow_evaluation(*args, **kwargs):
+        time.sleep(1.5)
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(module, "evaluate_pretraining", slow_evaluation)
+    module.pretrain(small_run(corpus, tmp_path / "run", steps=6, save_every=0, eval_every=3, eval_samples=8))
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rate = {row["step"]: row["tokens_per_second"] for row in rows if "tokens_per_second" in row}
+    assert rate[4] > rate[3] / 10 and rate[4] > rate[5] / 10  # step 4's window began with the slow validation
+
+
 def test_a_resume_that_changes_the_schedule_says_so(corpus, tmp_path, caplog):
     """A flag left off a resume is back at its default: the schedule may change, but not unannounced."""
     from bertctl.pretrain import pretrain
