@@ -255,10 +255,15 @@ def _never_split_words(vocab: dict[str, int], options: TokenizerOptions) -> list
         raise UsageError(f"the vocabulary holds one of the private-use characters U+{ord(UNKNOWN_WORD):X}... that "
                          "bertctl marks never_split words with; drop never_split from tokenizer_config.json")
     cleaned = normalizers.Sequence(_clean_up())  # never_split is compared after it, before casing
-    cut = Regex(f"[{_SPLIT}{_CHINESE if options.chinese_chars else ''}]")
     added = {*options.specials, *options.extras, *(token.content for token in options.added)}
     return sorted(word for word in set(options.never_split) if word not in added and cleaned.normalize_str(word) == word
-                  and len(pre_tokenizers.Split(cut, "isolated").pre_tokenize_str(word)) == 1)
+                  and _one_word(word, options.chinese_chars))
+
+
+def _one_word(word: str, chinese_chars: bool) -> bool:
+    """Whether BasicTokenizer's whitespace split (after CJK ideographs are spaced apart) leaves `word` whole."""
+    cut = Regex(f"[{_SPLIT}{_CHINESE if chinese_chars else ''}]")
+    return len(pre_tokenizers.Split(cut, "isolated").pre_tokenize_str(word)) == 1
 
 
 def _whole_words(norm: Callable[[str], str], options: TokenizerOptions) -> list[str]:
@@ -267,9 +272,7 @@ def _whole_words(norm: Callable[[str], str], options: TokenizerOptions) -> list[
     Without lowercasing a special token reaching the pre-tokenizer unmatched is only possible with control
     characters inside it; leaving those out keeps `encode_special_tokens` (corpus building) Google's."""
     words = {*options.never_split, *((*options.specials, *options.extras) if options.lowercase else ())}
-    cut = Regex(f"[{_SPLIT}{_CHINESE if options.chinese_chars else ''}]")
-    return [w for w in sorted(words) if norm(w) == w and len(pre_tokenizers.Split(cut, "isolated")
-                                                                    .pre_tokenize_str(w)) == 1]
+    return [word for word in sorted(words) if norm(word) == word and _one_word(word, options.chinese_chars)]
 
 
 def never_split_in_effect(backend: Tokenizer, options: TokenizerOptions) -> list[str]:
