@@ -75,7 +75,8 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
     _check_length(cfg.max_seq_length, Path(cfg.tokenizer))
     inputs = _input_records(sources)
     params = {k: v for k, v in config_to_dict(cfg).items() if k not in _EXECUTION_ONLY}
-    key = _digest({"params": params, "tokenizer_sha256": tokenizer.sha256(), "inputs": inputs,
+    settings_held, inputs_held = _path_free(params, inputs)  # `../x.txt` and `/abs/x.txt` are one build
+    key = _digest({"params": settings_held, "tokenizer_sha256": tokenizer.sha256(), "inputs": inputs_held,
                    "bertctl": __version__})
     partial = _open_partial(out, key)
     settings = shard_settings(cfg, tokenizer, partial / "shards")
@@ -283,6 +284,8 @@ def _open_partial(out: Path, key: str) -> Path:
     except (OSError, ValueError, KeyError):
         same = False
     if partial.exists() and not same:
+        log.warning("warning: %s holds an interrupted build of other inputs, tokenizer or settings; starting over",
+                    partial)
         _remove(partial)
     make_folder(partial / "shards")
     for leftover in (partial / "shards").glob("*.tmp"):
@@ -393,11 +396,17 @@ def same_instances(manifest: dict[str, Any], other: dict[str, Any]) -> bool:
     """Whether two manifests describe the same instances: the paths the corpus was built from and into don't
     count (the inputs' sha256 and the tokenizer's fingerprint do), so a corpus rebuilt elsewhere still matches."""
     def contents(record: dict[str, Any]) -> dict[str, Any]:
-        config = {key: value for key, value in record.get("config", {}).items() if key not in ("inputs", "tokenizer")}
-        inputs = [{key: value for key, value in source.items() if key != "path"} for source in record.get("inputs", [])]
+        config, inputs = _path_free(record.get("config", {}), record.get("inputs", []))
         return {**record, "config": config, "inputs": inputs, "skipped": len(record.get("skipped", []))}
 
     return contents(manifest) == contents(other)
+
+
+def _path_free(config: dict[str, Any], inputs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A build's settings and input records without the paths they were given by (the files' sha256 and the
+    tokenizer's fingerprint say what they hold)."""
+    return ({key: value for key, value in config.items() if key not in ("inputs", "tokenizer")},
+            [{key: value for key, value in source.items() if key != "path"} for source in inputs])
 
 
 def corpus_tokenizer(path: Path | str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -309,6 +310,29 @@ def test_resume_reuses_finished_shards(data, monkeypatch) -> None:
     resumed, _ = build(data, "resumed", "small", shard_size_mb=0.02)
     assert calls and min(calls) == 2  # shards 0 and 1 came from the partial folder
     assert rows(resumed["train"]) == rows(reference["train"])
+
+
+def test_resume_takes_the_same_files_named_another_way_and_says_when_it_starts_over(data, monkeypatch, caplog,
+                                                                                     tmp_path) -> None:
+    """`../x.txt` and `/abs/x.txt` are one input: the build key held the paths as typed, so a rerun so spelt
+    threw the finished shards away without a word."""
+    from bertctl.data import instances
+
+    real_build, calls = _interrupt_after(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        build(data, "respelt", "small", shard_size_mb=0.02)
+    calls.clear()
+    monkeypatch.setattr(instances.ShardBuilder, "build", lambda self, job: calls.append(job.index) or
+                        real_build(self, job))
+    monkeypatch.chdir(tmp_path)
+    relative = os.path.relpath(data["small"], tmp_path)
+    build_corpus(CorpusConfig(inputs=(relative,), tokenizer=Path(os.path.relpath(data["tok"], tmp_path)),
+                              out=data["root"] / "respelt", max_seq_length=64, workers=1, shard_size_mb=0.02))
+    assert calls and min(calls) == 2 and "starting over" not in caplog.text
+    (data["root"] / "changed.partial").mkdir()
+    (data["root"] / "changed.partial" / "build.json").write_text('{"key": "another build"}')
+    build(data, "changed", "small", shard_size_mb=0.02)
+    assert "changed.partial holds an interrupted build of other inputs, tokenizer or settings" in caplog.text
 
 
 @pytest.mark.parametrize("workers", [1, 2])
