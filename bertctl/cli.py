@@ -7,6 +7,8 @@ exit code. The fine-tuning groups (finetune, evaluate, predict) live in cli_task
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -302,4 +304,14 @@ def info(
 
 def main() -> None:
     """Console-script entry point."""
-    app(prog_name="bertctl")
+    try:
+        app(prog_name="bertctl")
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _exit_at_once)
+
+
+def _exit_at_once(signum: int, frame: object) -> None:
+    """The command is over: a signal while the interpreter shuts down (a second Ctrl-C after a graceful stop
+    lands in torch's exit hooks) ends the process at once, not with "Exception ignored" and exit code 0."""
+    os._exit(128 + signum)

@@ -29,6 +29,18 @@ def test_version_and_module_entry_point():
     assert out.returncode == 0 and out.stdout.strip() == f"bertctl {__version__}"
 
 
+@pytest.mark.parametrize(("sig", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_after_the_command_ends_exits_at_once_without_a_traceback(sig, code):
+    """A second Ctrl-C after a graceful stop landed in torch's exit hooks: "Exception ignored ...", exit 0."""
+    script = ("import atexit, os, signal, sys, time\n"
+              f"atexit.register(lambda: (os.kill(os.getpid(), signal.{sig}), time.sleep(5)))\n"
+              "sys.argv = ['bertctl', '--version']\n"
+              "from bertctl.cli import main\n"
+              "main()\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == code and out.stderr == "", out.stderr
+
+
 @pytest.mark.parametrize("args", [["info", "/no/such/model"], ["fill", "--model", "/no/such", "a [MASK]"]])
 def test_user_mistakes_give_one_line_and_exit_2(args):
     result = CliRunner().invoke(app, args)
