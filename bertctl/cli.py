@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -307,8 +308,9 @@ def main() -> None:
     try:
         app(prog_name="bertctl")
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, _exit_at_once)
+        if threading.current_thread() is threading.main_thread():  # only there may signal handlers be set
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, _exit_at_once)
 
 
 def _exit_at_once(signum: int, frame: object) -> None:

@@ -93,7 +93,7 @@ def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], f
                          read_whole: Iterable[Path | str] = ()) -> None:
     """An input that is OUT or inside it would be deleted when --overwrite replaces OUT; names that are no path
     here (a hub id, a dataset name) are not inputs on this disk. OUT inside an input folder that is `read_whole`
-    (every file in it is input) would be read as input by the next run of the same command."""
+    (every file in it is input, hidden ones aside) would be read as input by the next run of the same command."""
     out_at = out_location(out)
     for item in inputs:
         if item is None or not (given := user_path(item)).exists():
@@ -104,7 +104,9 @@ def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], f
             raise UsageError(f"{flag} {out} {where} the input {item}, which replacing it would delete; "
                              "choose a path outside it")
     for item in read_whole:
-        if (folder := user_path(item)).is_dir() and out_at.is_relative_to(folder.resolve()):
+        folder = user_path(item)
+        if (folder.is_dir() and out_at.is_relative_to(folder.resolve())
+                and not any(part.startswith(".") for part in out_at.relative_to(folder.resolve()).parts)):
             raise UsageError(f"{flag} {out} is inside the input folder {item}, whose files are all read, so the "
                              "next run would read this output as input; choose a path outside it")
 

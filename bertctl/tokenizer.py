@@ -37,7 +37,7 @@ SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0-4 in every vocabulary bertc
 CONTINUATION = "##"  # WordPiece prefix of a piece that continues a word
 MAX_WORD_CHARS = 100  # longer words become [UNK], as in Google's tokenization.py
 MODEL_MAX_LENGTH = 512  # written to tokenizer_config.json; BERT's position table size
-UNKNOWN_WORD = "\U000F0000"  # private use, so no text keeps it past the clean-up: never_split words not in the vocab
+UNKNOWN_WORD = "\U000F0000"  # private use (no text keeps it past the clean-up): never_split words the vocab lacks
 
 # The reference (transformers' pure-Python BasicTokenizer) decides with Python's unicodedata. The Rust
 # BertNormalizer/BertPreTokenizer use older tables (they keep unassigned code points, miss newer marks and
@@ -72,34 +72,55 @@ def _casing(lowercase: bool, strip_accents: bool | None) -> list[normalizers.Nor
     return steps
 
 
-def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions) -> normalizers.Normalizer:
-    """normalizer() with transformers' never_split rule: a never_split word is looked up whole, skipping
-    WordPiece, where it stands alone (compared before casing, and after: then it is not split at punctuation)
-    and where it is one piece after the split at punctuation.
+def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions) -> tuple[normalizers.Normalizer,
+                                                                                      list[str]]:
+    """normalizer() with transformers' never_split rule, and the words the pre-tokenizer must then keep whole.
 
-    One that casing would change is set aside as a private-use marker before casing and put back after; one
-    the vocabulary lacks becomes UNKNOWN_WORD, one [UNK]. While lacking words are replaced where they are
-    pieces, the words kept whole that have pieces (`c++`, "<mask>" uncased) are set aside too."""
+    transformers looks a never_split word up whole, skipping WordPiece, where it stands alone (compared before
+    casing, and after: then it is not split at punctuation) and where it is one piece after the split at
+    punctuation. One the vocabulary lacks is one [UNK] there: its first character becomes UNKNOWN_WORD, which
+    no vocabulary entry holds, so WordPiece gives the whole piece [UNK]. One that casing would change and the
+    vocabulary holds is set aside as private-use markers, one per character, before casing and put back
+    after; while lacking words are replaced where they are pieces, the words kept whole that have pieces
+    (`c++`, "<mask>" uncased) are set aside too. Only single characters are replaced, so offsets keep
+    pointing at each word's own characters (tokenizers maps a longer replacement onto its last character)."""
     casing = _casing(options.lowercase, options.strip_accents)
     cased = normalizers.Sequence(casing).normalize_str
     words = _never_split_words(vocab, options)
     changed = [word for word in words if cased(word) != word]
-    unknown = [word for word in words if word not in vocab and word not in changed]
-    pieces = [word for word in unknown if len(pre_tokenizer(options.chinese_chars).pre_tokenize_str(word)) == 1]
-    whole = [word for word in _whole_words(cased, options) if word not in unknown
-             and len(pre_tokenizer(options.chinese_chars).pre_tokenize_str(word)) > 1] if pieces else []
-    marked = [*(word for word in changed if word in vocab), *whole]
-    markers = {word: chr(ord(UNKNOWN_WORD) + 1 + i) for i, word in enumerate(marked)}
-    alone = functools.partial(_standing_alone, chinese_chars=options.chinese_chars)
-    steps = _clean_up()
-    steps += [normalizers.Replace(Regex(alone([word])), markers.get(word, UNKNOWN_WORD)) for word in changed]
-    steps += casing
-    steps += [normalizers.Replace(Regex(alone([word])), markers[word]) for word in whole]
-    for replaced, as_pieces in (([word for word in unknown if word not in pieces], False), (pieces, True)):
-        if replaced:
-            steps.append(normalizers.Replace(Regex(alone(replaced, pieces=as_pieces)), UNKNOWN_WORD))
-    steps += [normalizers.Replace(marker, word) for word, marker in markers.items()]
-    return normalizers.Sequence(steps)
+    lacking_before = [word for word in changed if word not in vocab]
+    lacking_after = [word for word in words if word not in vocab and word not in changed]
+    pieces = [word for word in lacking_after if _pieces(word, options.chinese_chars) == 1]
+    whole = [word for word in _whole_words(cased, options) if word not in lacking_after
+             and _pieces(word, options.chinese_chars) > 1] if pieces else []
+    kept = [word for word in changed if word in vocab]
+    markers = {at: chr(ord(UNKNOWN_WORD) + 1 + i) for i, at in enumerate(
+        (word, k) for word in [*kept, *whole] for k in range(len(word)))}
+    if words and any({UNKNOWN_WORD, *markers.values()} & set(token) for token in vocab):
+        raise UsageError(f"the vocabulary holds one of the private-use characters from U+{ord(UNKNOWN_WORD):X} that "
+                         "bertctl marks never_split words with; drop never_split from tokenizer_config.json")
+    first = functools.partial(_first_chars, chinese_chars=options.chinese_chars)
+
+    def set_aside(names: list[str]) -> list[normalizers.Normalizer]:  # each character after the previous ones
+        return [normalizers.Replace(Regex(first([word]) if k == 0 else
+                                          _spelt("".join(markers[word, j] for j in range(k))) + "\\K" + _spelt(char)),
+                                    markers[word, k]) for word in names for k, char in enumerate(word)]
+
+    def to_unknown(names: list[str], as_pieces: bool = False) -> list[normalizers.Normalizer]:
+        return [normalizers.Replace(Regex(first(names, pieces=as_pieces)), UNKNOWN_WORD)] if names else []
+
+    steps = [*_clean_up(), *set_aside(kept), *to_unknown(lacking_before), *casing, *set_aside(whole),
+             *to_unknown([word for word in lacking_after if word not in pieces]), *to_unknown(pieces, True),
+             *(normalizers.Replace(marker, word[k]) for (word, k), marker in markers.items())]
+    unknown_whole = [*(cased(UNKNOWN_WORD + word[1:]) for word in lacking_before
+                       if _pieces(word, options.chinese_chars) > 1),
+                     *(UNKNOWN_WORD + word[1:] for word in lacking_after if word not in pieces)]
+    return normalizers.Sequence(steps), unknown_whole
+
+
+def _pieces(word: str, chinese_chars: bool) -> int:
+    """How many pieces the split at punctuation (and CJK ideographs) makes of `word`."""
+    return len(pre_tokenizer(chinese_chars).pre_tokenize_str(word))
 
 
 @functools.cache
@@ -151,13 +172,28 @@ def pre_tokenizer(chinese_chars: bool = True, whole: Sequence[str] = ()) -> pre_
     return pre_tokenizers.Split(Regex(piece), behavior="removed", invert=True)
 
 
-def _standing_alone(words: Iterable[str], chinese_chars: bool, pieces: bool = False) -> str:
+def _standing_alone(words: Iterable[str], chinese_chars: bool) -> str:
     """A regex for any of `words` as one item of BasicTokenizer's whitespace split, which comes after the
-    clean-up and after every CJK ideograph was spaced apart (tokenize_chinese_chars); or, with `pieces`, as
-    one piece of the split at punctuation that follows."""
-    apart = _SPLIT + (_CHINESE if chinese_chars else "") + (_PUNCT if pieces else "")
-    spelt = ("".join(f"\\x{{{ord(c):X}}}" for c in w) for w in sorted(words, key=lambda w: (-len(w), w)))
+    clean-up and after every CJK ideograph was spaced apart (tokenize_chinese_chars)."""
+    apart = _SPLIT + (_CHINESE if chinese_chars else "")
+    spelt = (_spelt(w) for w in sorted(words, key=lambda w: (-len(w), w)))
     return f"(?<![^{apart}])(?:{'|'.join(spelt)})(?![^{apart}])"
+
+
+def _first_chars(words: Iterable[str], chinese_chars: bool, pieces: bool = False) -> str:
+    """A regex for the first character of any of `words` standing alone, or, with `pieces`, as one piece of the
+    split at punctuation. Each alternative begins with its own character, so the regex engine skips ahead to
+    the places worth trying (a long never_split list costs little)."""
+    apart = _SPLIT + (_CHINESE if chinese_chars else "") + (_PUNCT if pieces else "")
+    rests: dict[str, list[str]] = {}
+    for word in sorted(words):
+        rests.setdefault(word[0], []).append(_spelt(word[1:]))
+    return "|".join(f"{_spelt(char)}(?<![^{apart}][\\s\\S])(?=(?:{'|'.join(after)})(?![^{apart}]))"
+                    for char, after in rests.items())
+
+
+def _spelt(text: str) -> str:
+    return "".join(f"\\x{{{ord(c):X}}}" for c in text)
 
 
 def encodable_pre_tokenizer(alphabet: Sequence[str]) -> pre_tokenizers.PreTokenizer:
@@ -220,9 +256,9 @@ def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOp
     backend = Tokenizer(models.WordPiece(vocab, unk_token=unk, continuing_subword_prefix=CONTINUATION,
                                          max_input_chars_per_word=MAX_WORD_CHARS))
     if options.basic:
-        backend.normalizer = _never_split_normalizer(vocab, options)
-        backend.pre_tokenizer = pre_tokenizer(options.chinese_chars, _whole_words(backend.normalizer.normalize_str,
-                                                                                  options))
+        backend.normalizer, unknown_whole = _never_split_normalizer(vocab, options)
+        whole = [*_whole_words(backend.normalizer.normalize_str, options), *unknown_whole]
+        backend.pre_tokenizer = pre_tokenizer(options.chinese_chars, whole)
     else:  # transformers' BertTokenizer then neither cleans, cases nor splits punctuation
         backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{_python_whitespace()}]"), behavior="removed")
     backend.decoder = decoders.WordPiece(prefix=CONTINUATION, cleanup=False)  # cleaned whole in decode()
@@ -250,10 +286,6 @@ def _add_tokens(backend: Tokenizer, vocab: dict[str, int], options: TokenizerOpt
 def _never_split_words(vocab: dict[str, int], options: TokenizerOptions) -> list[str]:
     """The never_split words some text can hold standing alone, other than special and added tokens (matched
     before the normalizer anyway)."""
-    markers = len(options.never_split) + len(options.specials) + len(options.extras) + 1
-    if options.never_split and any(chr(ord(UNKNOWN_WORD) + i) in vocab for i in range(markers)):
-        raise UsageError(f"the vocabulary holds one of the private-use characters U+{ord(UNKNOWN_WORD):X}... that "
-                         "bertctl marks never_split words with; drop never_split from tokenizer_config.json")
     cleaned = normalizers.Sequence(_clean_up())  # never_split is compared after it, before casing
     added = {*options.specials, *options.extras, *(token.content for token in options.added)}
     return sorted(word for word in set(options.never_split) if word not in added and cleaned.normalize_str(word) == word

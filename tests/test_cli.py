@@ -41,6 +41,27 @@ def test_a_signal_after_the_command_ends_exits_at_once_without_a_traceback(sig, 
     assert out.returncode == code and out.stderr == "", out.stderr
 
 
+def test_main_run_from_a_thread_exits_as_usual(monkeypatch, capsys):
+    """Signal handlers can only be set in the main thread: main() from another one raised ValueError."""
+    import threading
+
+    from bertctl.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["bertctl", "--version"])
+    codes = []
+
+    def run() -> None:
+        try:
+            main()
+        except SystemExit as exc:
+            codes.append(exc.code)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert codes == [0] and capsys.readouterr().out.strip() == f"bertctl {__version__}"
+
+
 @pytest.mark.parametrize("args", [["info", "/no/such/model"], ["fill", "--model", "/no/such", "a [MASK]"]])
 def test_user_mistakes_give_one_line_and_exit_2(args):
     result = CliRunner().invoke(app, args)

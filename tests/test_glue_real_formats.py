@@ -278,6 +278,12 @@ def test_a_test_row_missing_a_text_is_predicted_with_an_empty_text_not_left_out(
     lines[5] = "\t".join(lines[5].split("\t")[:4])  # no question2, no label
     dev.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert len(read_split("qqp", "dev", data)) == 199
+    broken = test.read_text(encoding="utf-8").splitlines()  # a question broken across two lines
+    first, second = broken[20].split("\t")[2][:5], broken[20].split("\t")[2][5:]
+    broken[20:21] = ["\t".join(broken[20].split("\t")[:2] + [first]), f"{second} and more\tof it"]
+    test.write_text("\n".join(broken) + "\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"test.tsv:22: a short row without a numeric 'id'"):
+        read_split("qqp", "test", data)
 
 
 @pytest.mark.parametrize(("task", "names", "ok"), [

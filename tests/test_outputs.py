@@ -202,6 +202,8 @@ def test_an_out_inside_an_input_folder_is_refused_before_it_is_read_as_input(mod
     args = _commands(inside, folder / "out")[command]
     _refused(_cli(*args), f"--out {folder / 'out'} is inside the input folder {folder}", "choose a path outside it")
     assert [p.name for p in folder.iterdir()] == [models["text"].name]
+    hidden = _cli(*_commands(inside, folder / ".out")[command])  # hidden files and folders are not read as input
+    assert "inside the input folder" not in hidden.output
 
 
 def _glue_copy(root: Path, layout: str) -> Path:

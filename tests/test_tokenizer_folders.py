@@ -175,6 +175,19 @@ def slow_reference(folder: Path, tmp_path: Path) -> object:
     return Slow.from_pretrained(str(copy), **flags)
 
 
+def test_never_split_words_keep_their_offsets(vocab: dict[str, list[str]], tmp_path: Path) -> None:
+    """Words set aside from casing, or made [UNK], still point at their own characters (NER/QA offsets):
+    a multi-character replacement mapped the whole word onto its last character."""
+    folder = write(tmp_path, [*vocab["uncased"], "C++", "ΣΑΣ"], tokenizer_config={
+        "never_split": ["C++", "ΣΑΣ", "Ωmega", "zzqx", "c++"]})
+    text = "I like C++ and ΣΑΣ , Ωmega zzqx. c++ (zzqx)"
+    encoding = load_tokenizer(folder).backend.encode(text)
+    shown = [(token, text[start:end]) for token, (start, end) in zip(encoding.tokens, encoding.offsets, strict=True)]
+    assert shown == [("[CLS]", ""), ("i", "I"), ("like", "like"), ("C++", "C++"), ("and", "and"), ("ΣΑΣ", "ΣΑΣ"),
+                     (",", ","), ("[UNK]", "Ωmega"), ("[UNK]", "zzqx"), (".", "."), ("[UNK]", "c++"), ("(", "("),
+                     ("[UNK]", "zzqx"), (")", ")"), ("[SEP]", "")]
+
+
 @pytest.mark.parametrize("name", list(FOLDERS))
 def test_folder_ids_match_transformers_slow_tokenizer(name: str, vocab: dict[str, list[str]],
                                                       tmp_path: Path) -> None:

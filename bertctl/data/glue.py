@@ -340,9 +340,10 @@ def _read_local(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
             if len(fields) < needed:
                 if not entry.submission:
                     continue  # a field bertctl reads is missing: the references skip the row too
-                if at_index is not None and at_index >= len(fields):
-                    raise UsageError(f"{path}:{line}: the row has no {entry.index!r} field; a submission names "
-                                     "each row by it")
+                if at_index is not None and not (at_index < len(fields) and fields[at_index].strip().isdigit()):
+                    raise UsageError(f"{path}:{line}: a short row without a numeric {entry.index!r}: the end of a "
+                                     "text broken across lines? Join it to the line above; a submission needs "
+                                     "every test row, named by its index")
                 fields = fields + [""] * (needed - len(fields))  # predicted with an empty text
         text_a.append(fields[at_a])
         if text_b is not None:
