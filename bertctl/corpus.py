@@ -76,8 +76,9 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
     inputs = _input_records(sources)
     params = {k: v for k, v in config_to_dict(cfg).items() if k not in _EXECUTION_ONLY}
     settings_held, inputs_held = _path_free(params, inputs)  # `../x.txt` and `/abs/x.txt` are one build
-    key = _digest({"params": settings_held, "tokenizer_sha256": tokenizer.sha256(), "inputs": inputs_held,
-                   "bertctl": __version__})
+    encoding = _encoding_settings(tokenizer)  # sha256 is the vocabulary's; casing and the like count too
+    key = _digest({"params": settings_held, "tokenizer_sha256": tokenizer.sha256(), "tokenizer_settings": encoding,
+                   "inputs": inputs_held, "bertctl": __version__})
     partial = _open_partial(out, key)
     settings = shard_settings(cfg, tokenizer, partial / "shards")
     read = ReadStats.for_sources(sources)
@@ -94,7 +95,7 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
         "masked_lm_prob": cfg.masked_lm_prob, "max_predictions_per_seq": cfg.max_predictions_per_seq,
         "whole_word_masking": cfg.whole_word_masking, "short_seq_prob": cfg.short_seq_prob,
         "dupe_factor": cfg.dupe_factor, "seed": cfg.seed, "validation_fraction": cfg.validation_fraction,
-        "tokenizer_sha256": tokenizer.sha256(), "vocab_size": tokenizer.vocab_size,
+        "tokenizer_sha256": tokenizer.sha256(), "tokenizer_settings": encoding, "vocab_size": tokenizer.vocab_size,
         "special_ids": {"pad": tokenizer.pad_id, "unk": tokenizer.unk_id, "cls": tokenizer.cls_id,
                         "sep": tokenizer.sep_id, "mask": tokenizer.mask_id},
         "splits": [s for s in SPLITS if counts[s]["instances"]], "counts": counts,
@@ -149,6 +150,12 @@ def _input_records(sources: list[Any]) -> list[dict[str, Any]]:
         else:
             inputs.append({"dataset": str(source)})  # a datasets name: no file to digest
     return inputs
+
+
+def _encoding_settings(tokenizer: Any) -> dict[str, Any]:
+    """What decides the tokenizer's ids besides its vocabulary (tokenizer_config.json, less length and decoding)."""
+    return {key: value for key, value in tokenizer.config().items()
+            if key not in ("model_max_length", "clean_up_tokenization_spaces")}
 
 
 def _digest(value: Any) -> str:

@@ -329,6 +329,15 @@ def test_resume_takes_the_same_files_named_another_way_and_says_when_it_starts_o
     build_corpus(CorpusConfig(inputs=(relative,), tokenizer=Path(os.path.relpath(data["tok"], tmp_path)),
                               out=data["root"] / "respelt", max_seq_length=64, workers=1, shard_size_mb=0.02))
     assert calls and min(calls) == 2 and "starting over" not in caplog.text
+    cased = data["root"] / "tok-cased"  # the same vocab.txt, other settings: another build, not a resume
+    BertTokenizer.from_vocab(VOCAB, lowercase=False).save(cased)
+    _interrupt_after(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        build(data, "retokenized", "small", shard_size_mb=0.02)
+    monkeypatch.setattr(instances.ShardBuilder, "build", real_build)
+    build_corpus(CorpusConfig(inputs=(str(data["small"]),), tokenizer=cased, out=data["root"] / "retokenized",
+                              max_seq_length=64, workers=1, shard_size_mb=0.02))
+    assert "retokenized.partial holds an interrupted build of other inputs, tokenizer or settings" in caplog.text
     (data["root"] / "changed.partial").mkdir()
     (data["root"] / "changed.partial" / "build.json").write_text('{"key": "another build"}')
     build(data, "changed", "small", shard_size_mb=0.02)
