@@ -78,8 +78,9 @@ def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions) ->
 
     transformers looks a never_split word up whole, skipping WordPiece, where it stands alone (compared before
     casing, and after: then it is not split at punctuation) and where it is one piece after the split at
-    punctuation. One the vocabulary lacks is one [UNK] there: its first character becomes UNKNOWN_WORD, which
-    no vocabulary entry holds, so WordPiece gives the whole piece [UNK]. One that casing would change and the
+    punctuation. One the vocabulary lacks is one [UNK] there: its first character becomes UNKNOWN_WORD (or, as
+    a piece, the character after it), which no vocabulary entry holds, so WordPiece gives the whole piece
+    [UNK]. One that casing would change and the
     vocabulary holds is set aside as private-use markers, one per character, before casing and put back
     after; while lacking words are replaced where they are pieces, the words kept whole that have pieces
     (`c++`, "<mask>" uncased) are set aside too. Only single characters are replaced, so offsets keep
@@ -94,9 +95,10 @@ def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions) ->
     whole = [word for word in _whole_words(cased, options) if word not in lacking_after
              and _pieces(word, options.chinese_chars) > 1] if pieces else []
     kept = [word for word in changed if word in vocab]
-    markers = {at: chr(ord(UNKNOWN_WORD) + 1 + i) for i, at in enumerate(
+    piece = chr(ord(UNKNOWN_WORD) + 1)  # a piece's own marker: never the start of a lacking word kept whole
+    markers = {at: chr(ord(UNKNOWN_WORD) + 2 + i) for i, at in enumerate(
         (word, k) for word in [*kept, *whole] for k in range(len(word)))}
-    if words and any({UNKNOWN_WORD, *markers.values()} & set(token) for token in vocab):
+    if words and any({UNKNOWN_WORD, piece, *markers.values()} & set(token) for token in vocab):
         raise UsageError(f"the vocabulary holds one of the private-use characters from U+{ord(UNKNOWN_WORD):X} that "
                          "bertctl marks never_split words with; drop never_split from tokenizer_config.json")
     first = functools.partial(_first_chars, chinese_chars=options.chinese_chars)
@@ -107,7 +109,8 @@ def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions) ->
                                     markers[word, k]) for word in names for k, char in enumerate(word)]
 
     def to_unknown(names: list[str], as_pieces: bool = False) -> list[normalizers.Normalizer]:
-        return [normalizers.Replace(Regex(first(names, pieces=as_pieces)), UNKNOWN_WORD)] if names else []
+        return [normalizers.Replace(Regex(first(names, pieces=as_pieces)), piece if as_pieces else UNKNOWN_WORD)
+                ] if names else []
 
     steps = [*_clean_up(), *set_aside(kept), *to_unknown(lacking_before), *casing, *set_aside(whole),
              *to_unknown([word for word in lacking_after if word not in pieces]), *to_unknown(pieces, True),
