@@ -78,13 +78,13 @@ def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions) ->
 
     transformers looks a never_split word up whole, skipping WordPiece, where it stands alone (compared before
     casing, and after: then it is not split at punctuation) and where it is one piece after the split at
-    punctuation. One the vocabulary lacks is one [UNK] there: its first character becomes UNKNOWN_WORD (or, as
-    a piece, the character after it), which no vocabulary entry holds, so WordPiece gives the whole piece
-    [UNK]. One that casing would change and the
-    vocabulary holds is set aside as private-use markers, one per character, before casing and put back
-    after; while lacking words are replaced where they are pieces, the words kept whole that have pieces
-    (`c++`, "<mask>" uncased) are set aside too. Only single characters are replaced, so offsets keep
-    pointing at each word's own characters (tokenizers maps a longer replacement onto its last character)."""
+    punctuation. One the vocabulary lacks is one [UNK] there: its first character becomes UNKNOWN_WORD (or, as a
+    piece, the character after it), which no vocabulary entry holds, so WordPiece gives the whole piece [UNK].
+    One that casing would change and the vocabulary holds is set aside as private-use markers, one per
+    character, before casing and put back after; while lacking words are replaced where they are pieces, the
+    words kept whole that have pieces (`c++`, "<mask>" uncased) are set aside too. Only single characters are
+    replaced, so offsets keep pointing at each word's own characters (tokenizers maps a longer replacement onto
+    its last character)."""
     casing = _casing(options.lowercase, options.strip_accents)
     cased = normalizers.Sequence(casing).normalize_str
     words = _never_split_words(vocab, options)
