@@ -26,7 +26,7 @@ from bertctl import __version__
 from bertctl.config import BertConfig
 from bertctl.config_types import take_int
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import building_folder, check_new_out, write_json_atomic
+from bertctl.files import building_folder, check_new_out, read_json_object, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, Bert, BertTaskModel, architecture_name
 
@@ -236,13 +236,18 @@ def _run_folder_hint(folder: Path) -> str | None:
             return f"it is a run folder: give {' or '.join(str(folder / name) for name in models)}"
     seeds = sorted(p.name for p in folder.glob("seed-*") if (p / "config.json").is_file())
     if seeds:
-        try:
-            best = json.loads((folder / "results.json").read_text(encoding="utf-8"))["best_model"]
-        except (OSError, ValueError, KeyError, TypeError):
-            best = None
-        chosen = f"{folder / best} (the best seed)" if best in seeds else f"one, e.g. {folder / seeds[0]}"
+        best = best_seed_folder(folder)
+        chosen = f"{best} (the best seed)" if best is not None else f"one, e.g. {folder / seeds[0]}"
         return f"it holds one model per seed: give {chosen}"
     return None
+
+
+def best_seed_folder(folder: Path) -> Path | None:
+    """The best seed's model folder that a multi-seed fine-tuning run's results.json names, if any."""
+    if not (folder / "results.json").is_file():
+        return None
+    best = read_json_object(folder / "results.json").get("best_model")
+    return folder / best if isinstance(best, str) and best and (folder / best / "config.json").is_file() else None
 
 
 def _read_weights_file(path: Path) -> dict[str, Tensor]:

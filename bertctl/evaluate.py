@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import training
-from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
+from bertctl.checkpoint import Checkpoint, best_seed_folder, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig
 from bertctl.config_types import split_list, take_int
 from bertctl.data.batches import pad_batch
@@ -169,12 +169,7 @@ def model_folder(model: Path | str | None) -> Path:
 def resolve_model_folder(path: Path | str) -> Path:
     """A model folder, or a multi-seed run folder (its results.json names the best seed's model)."""
     folder = model_folder(path)
-    results = folder / "results.json"
-    if not (folder / "config.json").is_file() and results.is_file():
-        best = read_json_object(results).get("best_model")
-        if isinstance(best, str) and best:
-            return folder / best
-    return folder
+    return (None if (folder / "config.json").is_file() else best_seed_folder(folder)) or folder
 
 
 def read_classifier(folder: Path, finetune: str) -> Checkpoint:
