@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from bertctl import optim, training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
 from bertctl.config import (
+    PRESETS,
     BertConfig,
     PretrainConfig,
     changed_settings,
@@ -29,6 +30,7 @@ from bertctl.config import (
     model_config,
     refuse_changed_settings,
 )
+from bertctl.config_files import read_config_file
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError
@@ -160,7 +162,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                 bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
             with speed.paused():
                 if evaluating:
-                    log.write({"step": step, **evaluate_pretraining(model, validation, collate, micro, cfg, env)})
+                    scores = evaluate_pretraining(model, validation, collate, micro, cfg, env, precision)
+                    log.write({"step": step, **scores})
                 if saving:
                     _save(model, training_state.step_folder(run, step), tokenizer, optimizer, scaler,
                           {"step": step, "samples_seen": samples_seen, "bad_steps": skipped_total,
@@ -329,15 +332,30 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
         ckpt.config = ckpt.config.replace(**dropout)
         model = build_model(ckpt, architecture)
     else:
-        config: BertConfig = model_config(cfg.model_name(), vocab_size=tokenizer.vocab_size, **dropout)
+        rows = {} if _file_vocab_size(cfg.model_name()) else {"vocab_size": tokenizer.vocab_size}
+        config: BertConfig = model_config(cfg.model_name(), **rows, **dropout)
         model = ARCHITECTURES[architecture](config)
     if model.config.vocab_size < tokenizer.vocab_size:  # more rows is fine: a padded vocabulary, as on the hub
+        if source is None:
+            raise UsageError(f"--model-config {cfg.model_name()} sets vocab_size {model.config.vocab_size} but the "
+                             f"tokenizer has {tokenizer.vocab_size} tokens; raise it to at least "
+                             f"{tokenizer.vocab_size}, or leave it out (the model then takes the tokenizer's size)")
         raise UsageError(f"the model has {model.config.vocab_size} embedding rows but the tokenizer has "
                          f"{tokenizer.vocab_size} tokens; use the matching tokenizer")
     if manifest["max_seq_length"] > model.config.max_position_embeddings:
         raise UsageError(f"corpus {cfg.corpus} has sequences of {manifest['max_seq_length']} tokens but the model "
                          f"takes at most {model.config.max_position_embeddings}")
     return model
+
+
+def _file_vocab_size(name: str) -> bool:
+    """Whether --model-config is a config.json that sets vocab_size: a new model then has that many embedding
+    rows, as transformers and Google's run_pretraining.py build it (a padded vocabulary, 30528 rows for 30522
+    tokens in NVIDIA's BERT configs); a preset, or a file without it, takes the tokenizer's size."""
+    if name in PRESETS:
+        return False
+    path = Path(name).expanduser()
+    return "vocab_size" in read_config_file(path / "config.json" if path.is_dir() else path, "--model-config")
 
 
 def _loss_terms(model: nn.Module, batch: dict[str, Tensor], predictions: int | None = None
@@ -365,13 +383,15 @@ def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
 
 @torch.no_grad()
 def evaluate_pretraining(model: nn.Module, table: Any, collate: Collator, micro: int, cfg: PretrainConfig,
-                         env: training.Distributed) -> dict[str, float]:
-    """MLM loss/accuracy and NSP accuracy on the validation split (each rank its share, then summed)."""
+                         env: training.Distributed, precision: str = "fp32") -> dict[str, float]:
+    """MLM loss/accuracy and NSP accuracy on the validation split (each rank its share, then summed), under the
+    training step's autocast, as transformers' Trainer evaluates."""
     model.eval()
     totals = torch.zeros(5, dtype=torch.float64, device=env.device)  # mlm loss sum, mlm n, correct, nsp n, correct
     for batch in EvalBatches(table, collate, micro, cfg.eval_samples, env.rank, env.world_size):
         batch = training.to_device(batch, env.device)
-        terms = _loss_terms(model, batch)
+        with training.autocast(precision, env.device):
+            terms = _loss_terms(model, batch)
         counts = _weights(batch)
         totals[0] += terms["mlm"][0].double() * counts["mlm"]
         totals[1] += counts["mlm"]

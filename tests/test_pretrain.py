@@ -266,6 +266,24 @@ def test_tokens_per_second_leaves_validation_and_saves_out(corpus, tmp_path, mon
     assert rate[4] > rate[3] / 10 and rate[4] > rate[5] / 10  # step 4's window began with the slow validation
 
 
+def test_validation_runs_under_the_runs_precision(corpus, tmp_path, monkeypatch):
+    """A bf16 run was validated in fp32: slower and larger on a GPU, and not the arithmetic it trains with."""
+    from bertctl import pretrain as module
+
+    evaluate, scores = module.evaluate_pretraining, []
+
+    def both_precisions(*args):
+        scores.append((evaluate(*args), evaluate(*args[:6], "fp32")))
+        return scores[-1][0]
+
+    monkeypatch.setattr(module, "evaluate_pretraining", both_precisions)
+    module.pretrain(small_run(corpus, tmp_path / "run", steps=2, save_every=0, eval_every=2, eval_samples=8,
+                              precision="bf16"))
+    (run_precision, fp32), = scores
+    assert run_precision["val_mlm_loss"] != pytest.approx(fp32["val_mlm_loss"], rel=1e-6)
+    assert run_precision["val_mlm_loss"] == pytest.approx(fp32["val_mlm_loss"], rel=0.05)
+
+
 def test_a_resume_that_changes_the_schedule_says_so(corpus, tmp_path, caplog):
     """A flag left off a resume is back at its default: the schedule may change, but not unannounced."""
     from bertctl.pretrain import pretrain
@@ -412,6 +430,27 @@ def test_init_from_trains_with_the_corpus_tokenizer_on_a_model_with_spare_rows(c
     assert json.loads((final / "config.json").read_text())["vocab_size"] == tokens + 8
     assert json.loads((final / "tokenizer_config.json").read_text())["clean_up_tokenization_spaces"] is True
     assert drawn == [tokens]
+
+
+def test_a_model_config_file_keeps_its_vocab_size(corpus, tmp_path):
+    """A config.json that sets vocab_size (a padded vocabulary, as NVIDIA's BERT configs have) gets that many
+    embedding rows, as transformers and Google's run_pretraining.py build it; it used to be replaced by the
+    tokenizer's size without a word. One without vocab_size takes the tokenizer's; a smaller one is refused."""
+    from bertctl.pretrain import pretrain
+    from bertctl.tokenizer_folder import load_tokenizer
+
+    tokens = load_tokenizer(corpus / "tokenizer").vocab_size
+    shape = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+    for name, rows, expected in (("padded", tokens + 8, tokens + 8), ("plain", None, tokens)):
+        file = tmp_path / f"{name}.json"
+        file.write_text(json.dumps(shape if rows is None else {**shape, "vocab_size": rows}))
+        final = pretrain(small_run(corpus, tmp_path / name, model_config=str(file), steps=1, save_every=0))
+        assert json.loads((final / "config.json").read_text())["vocab_size"] == expected
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps({**shape, "vocab_size": tokens - 1}))
+    with pytest.raises(UsageError, match=f"sets vocab_size {tokens - 1} but the tokenizer has {tokens} tokens"):
+        pretrain(small_run(corpus, tmp_path / "small", model_config=str(small), steps=1))
+    assert not (tmp_path / "small").exists()
 
 
 def test_a_corpus_without_its_own_tokenizer_compares_the_vocabulary_only(corpus, tmp_path):
