@@ -295,8 +295,27 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
         raise BertctlError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
     _check_encoder(folder, weights_file, set(weights), config, raw, state)
     parts = frozenset(p for p in map(_part, state) if p is not None)
-    return Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
+    ckpt = Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
                       untied)
+    _check_labels(ckpt)
+    return ckpt
+
+
+def _check_labels(ckpt: Checkpoint) -> None:
+    """A classifier whose id2label names another number of classes than its head has rows: every recipe would
+    build the head config.json describes and silently replace the trained one with a random one (transformers
+    refuses the folder too). A multiple-choice head has one row whatever num_labels says."""
+    weight = ckpt.state.get("classifier.weight")
+    if weight is None or ckpt.architecture == "BertForMultipleChoice":
+        return
+    try:
+        labels = ckpt.labels
+    except UsageError:
+        return  # a malformed id2label is refused where the labels are read
+    if labels and len(labels) != weight.shape[0]:
+        raise UsageError(f"{ckpt.path / 'config.json'} names {len(labels)} classes in id2label, but the weights "
+                         f"hold a classifier with {weight.shape[0]} output(s) (classifier.weight of shape "
+                         f"{tuple(weight.shape)}); fix id2label/label2id in config.json")
 
 
 _OTHER_KEYS = {"architectures": (list, "a list of class names"), "bertctl": (dict, "a mapping"),
@@ -369,6 +388,11 @@ def _architecture(raw: dict[str, Any], parts: frozenset[str]) -> str:
                                                                                        "token_classification",
                                                                                        "multiple_choice"}:
             return name
+    return inferred_architecture(parts)
+
+
+def inferred_architecture(parts: frozenset[str]) -> str:
+    """The architecture the heads present make up, whatever config.json says."""
     if {"mlm", "nsp"} <= parts:
         return "BertForPreTraining"
     if "mlm" in parts:
@@ -444,10 +468,18 @@ def load_model(path: Path | str, architecture: str | None = None, **head_kwargs:
     return build_model(read_checkpoint(path), architecture, **head_kwargs)
 
 
-def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: str | None,
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def saved_architecture(model: nn.Module, keep: dict[str, Tensor] | None = None) -> str:
+    """The `architectures` entry of a saved folder: the model's class, or transformers' BertForNextSentencePrediction
+    for an encoder saved with a kept NSP head and no MLM head (bertctl has no class of its own for it)."""
     name = architecture_name(model)
-    parts = sorted({p for p in map(_part, model.state_dict()) if p is not None})
+    kept = {_part(k) for k in keep or {}}
+    return "BertForNextSentencePrediction" if name == "BertModel" and "nsp" in kept and "mlm" not in kept else name
+
+
+def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: str | None,
+                 extra: dict[str, Any] | None = None, keep: dict[str, Tensor] | None = None) -> dict[str, Any]:
+    name = saved_architecture(model, keep)
+    parts = sorted({p for p in map(_part, [*model.state_dict(), *(keep or {})]) if p is not None})
     data: dict[str, Any] = {"architectures": [name], "model_type": "bert", **model.config.to_dict(),
                             "position_embedding_type": "absolute", "classifier_dropout": None}
     data.update({k: v for k, v in (extra or {}).items() if k in KEPT_CONFIG_KEYS})
@@ -479,6 +511,7 @@ def save_model(
     problem_type: str | None = None,
     config_extra: dict[str, Any] | None = None,
     extra: Callable[[Path], None] | None = None,
+    keep: dict[str, Tensor] | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Write a model folder atomically: a temp folder beside the target, renamed when complete.
@@ -486,7 +519,8 @@ def save_model(
     `tokenizer` is a bertctl BertTokenizer (its files are written) or a folder to copy them from;
     `config_extra` holds config.json entries to carry over (only KEPT_CONFIG_KEYS: a converted fine-tuned folder
     keeps its classifier_dropout, finetuning_task, tokenizer_class); `extra(tmp_folder)` may add files (e.g.
-    training state) before the rename.
+    training state) before the rename; `keep` holds weights (our names) of heads the model's class does not
+    have, written beside its own (convert keeps an NSP-only head, or a pooler beside an MLM head, this way).
     """
     from safetensors.torch import save_file
 
@@ -494,10 +528,12 @@ def save_model(
     model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
     target = check_new_out(folder, overwrite=overwrite)
     with building_folder(target) as tmp:
-        bare = architecture_name(model) == "BertModel"
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+        keep = {k: v for k, v in (keep or {}).items() if k not in state}
+        state.update({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in keep.items()})
+        bare = saved_architecture(model, keep) == "BertModel"  # transformers' BertModel files have no `bert.`
         save_file(to_transformers_names(state, bare=bare), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        write_json_atomic(tmp / "config.json", _config_json(model, labels, problem_type, config_extra))
+        write_json_atomic(tmp / "config.json", _config_json(model, labels, problem_type, config_extra, keep))
         _write_tokenizer(tokenizer, tmp)
         if extra is not None:
             extra(tmp)

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl.checkpoint import build_model, heads_present, model_tokenizer, read_checkpoint, save_model
+from bertctl.checkpoint import (
+    build_model,
+    heads_present,
+    inferred_architecture,
+    model_tokenizer,
+    read_checkpoint,
+    save_model,
+    saved_architecture,
+)
 from bertctl.config_types import take_bool
 from bertctl.errors import UsageError
 from bertctl.files import check_new_out, refuse_inputs_inside, user_path
-from bertctl.model import architecture_name
 
 
 def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str:
@@ -18,13 +25,18 @@ def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str
     ckpt = read_checkpoint(source)  # the name as given: Path("./x") would read like the hub id x
     # bert-base-uncased's config says BertForMaskedLM but its file has the NSP head too: keep both
     model = build_model(ckpt, "BertForPreTraining" if {"mlm", "nsp"} <= ckpt.parts else None)
+    if model.fresh_heads:  # config.json names a head the weights lack (a classifier never trained): never write
+        model = build_model(ckpt, inferred_architecture(ckpt.parts))  # a random head as if it were trained
+    # heads the class has no place for (an NSP head without MLM, a pooler beside an MLM head) are written as read
+    own = model.state_dict()
+    keep = {k: v for k, v in ckpt.state.items() if k not in own}
     tokenizer = model_tokenizer(ckpt, required=False)
     outputs = getattr(model, "num_labels", None)
     labels = ckpt.labels if outputs is not None and outputs == len(ckpt.labels or []) else None
     save_model(model, out, tokenizer, labels=labels, problem_type=ckpt.problem_type, config_extra=ckpt.kept_config,
-               overwrite=overwrite)
+               keep=keep, overwrite=overwrite)
     heads = ", ".join(heads_present(ckpt)) or "encoder only"
-    return f"wrote {out} ({architecture_name(model)}: {heads}; tokenizer: {'yes' if tokenizer else 'none'})"
+    return f"wrote {out} ({saved_architecture(model, keep)}: {heads}; tokenizer: {'yes' if tokenizer else 'none'})"
 
 
 def _check_apart(source: Path, out: Path) -> None:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 transformers = pytest.importorskip("transformers")
@@ -124,3 +125,61 @@ def test_an_id2label_that_does_not_number_the_outputs_is_refused_in_one_line(odd
     result = CliRunner().invoke(app, ["info", str(folder)])
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"bertctl: error: {folder / 'config.json'}: id2label must map the outputs 0, 1")
+
+
+def test_convert_keeps_the_head_of_a_next_sentence_prediction_folder(odd_config, tmp_path):
+    """BertForNextSentencePrediction has no bertctl class: convert wrote an encoder and dropped the NSP head (which
+    transformers then initialised at random)."""
+    from bertctl.convert import convert
+    from bertctl.info import info
+
+    reference = reference_model("BertForNextSentencePrediction", odd_config)
+    reference.save_pretrained(tmp_path / "hf")
+    assert "BertForNextSentencePrediction: nsp" in convert(tmp_path / "hf", tmp_path / "conv")
+    reloaded, loading = transformers.BertForNextSentencePrediction.from_pretrained(tmp_path / "conv",
+                                                                                   output_loading_info=True)
+    assert not any(loading.values()), loading
+    ids = torch.randint(1, odd_config.vocab_size, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(reloaded.eval()(ids).logits, reference(ids).logits)
+    assert info(tmp_path / "conv")["heads"] == ["nsp"]
+    assert "BertForNextSentencePrediction: nsp" in convert(tmp_path / "conv", tmp_path / "again")
+
+
+def test_convert_keeps_a_pooler_beside_an_mlm_head(odd_config, tmp_path):
+    from bertctl.convert import convert
+
+    reference_model("BertForPreTraining", odd_config).save_pretrained(tmp_path / "hf")
+    state = load_file(tmp_path / "hf" / "model.safetensors")
+    save_file({k: v for k, v in state.items() if "seq_relationship" not in k}, tmp_path / "hf" / "model.safetensors")
+    convert(tmp_path / "hf", tmp_path / "conv")
+    converted = load_file(tmp_path / "conv" / "model.safetensors")
+    assert torch.equal(converted["bert.pooler.dense.weight"], state["bert.pooler.dense.weight"])
+
+
+def test_convert_never_writes_a_classifier_head_the_weights_lack(odd_config, tmp_path):
+    """config.json says BertForSequenceClassification, the file has no classifier: convert wrote a random head
+    and labels, which predict and evaluate then used as a trained one."""
+    from bertctl.convert import convert
+    from bertctl.info import info
+
+    reference_model("BertForSequenceClassification", odd_config, num_labels=3).save_pretrained(tmp_path / "hf")
+    state = load_file(tmp_path / "hf" / "model.safetensors")
+    encoder = {k: v for k, v in state.items() if not k.startswith("classifier.")}
+    save_file(encoder, tmp_path / "hf" / "model.safetensors")
+    convert(tmp_path / "hf", tmp_path / "conv")
+    assert not any(k.startswith("classifier.") for k in load_file(tmp_path / "conv" / "model.safetensors"))
+    assert info(tmp_path / "conv")["heads"] == []
+
+
+def test_an_id2label_of_another_size_than_the_head_is_refused(odd_config, tmp_path):
+    """transformers refuses the folder; bertctl built the head config.json describes and replaced the trained one
+    with a random one in convert, predict and evaluate."""
+    folder_with_config("BertForSequenceClassification", odd_config, tmp_path / "hf",
+                       {**HUB_CONFIGS["bert-base-uncased"], "architectures": ["BertForSequenceClassification"],
+                        "id2label": {"0": "a", "1": "b"}, "label2id": {"a": 0, "b": 1}}, num_labels=3)
+    for command in (["info", str(tmp_path / "hf")], ["convert", str(tmp_path / "hf"), "--out", str(tmp_path / "c")]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert "names 2 classes in id2label, but the weights hold a classifier with 3 output(s)" in result.stderr
+    assert not (tmp_path / "c").exists()
