@@ -63,28 +63,50 @@ def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[l
     return a, b
 
 
-def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length: int) -> Features:
-    """Tokenize every text in one batched call each, truncate pairs as BERT does, add [CLS]/[SEP]."""
-    pieces_a = [e.ids for e in tokenizer.encode_batch(examples.text_a, add_special_tokens=False)]
-    pieces_b: list[Any] = [None] * len(pieces_a)
-    if examples.text_b is not None:
-        pieces_b = [e.ids for e in tokenizer.encode_batch(examples.text_b, add_special_tokens=False)]
+ENCODE_CHUNK = 4096  # texts per tokenizer call: a whole table's untruncated encodings took ~190 bytes a token
+
+
+def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length: int,
+                    show: bool = True) -> Features:
+    """Tokenize the texts a chunk at a time, truncate pairs as BERT does, add [CLS]/[SEP].
+
+    Only the truncated ids are kept (int32 ids, int8 segments), so memory grows with rows x max_seq_length, not
+    with the texts' length: encoding a 500k-row table in one call would have held ~8 GB of encodings.
+    """
     room = max_seq_length - (3 if examples.text_b is not None else 2)
     cls, sep = tokenizer.cls_id, tokenizer.sep_id
     ids, types, truncated = [], [], 0
-    for a, b in zip(pieces_a, pieces_b, strict=True):
-        short_a, short_b = truncate_pair(a, b, room)
-        truncated += len(short_a) + len(short_b or ()) < len(a) + len(b or ())
-        first = [cls, *short_a, sep]
-        second = [*short_b, sep] if short_b is not None else []
-        ids.append(np.asarray(first + second, dtype=np.int64))
-        types.append(np.asarray([0] * len(first) + [1] * len(second), dtype=np.int64))
+    with _bar(len(examples.text_a), "encoding", "row", enabled=show) as bar:
+        for lo in range(0, len(examples.text_a), ENCODE_CHUNK):
+            chunk = slice(lo, lo + ENCODE_CHUNK)
+            pieces_a = [e.ids for e in tokenizer.encode_batch(examples.text_a[chunk], add_special_tokens=False)]
+            pieces_b: list[Any] = [None] * len(pieces_a)
+            if examples.text_b is not None:
+                pieces_b = [e.ids for e in tokenizer.encode_batch(examples.text_b[chunk], add_special_tokens=False)]
+            for a, b in zip(pieces_a, pieces_b, strict=True):
+                short_a, short_b = truncate_pair(a, b, room)
+                truncated += len(short_a) + len(short_b or ()) < len(a) + len(b or ())
+                row = np.asarray([cls, *short_a, sep, *(short_b or ()), *([sep] if short_b is not None else [])],
+                                 dtype=np.int32)
+                segments = np.zeros(len(row), dtype=np.int8)
+                segments[len(short_a) + 2:] = 1
+                ids.append(row)
+                types.append(segments)
+            bar.update(len(pieces_a))
     labels = None
     if examples.labels is not None:
         regression = any(isinstance(v, float) for v in examples.labels)
         labels = np.asarray(examples.labels, dtype=np.float64 if regression else np.int64)
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     return Features(ids, types, lengths, labels, truncated)
+
+
+def _bar(total: int, desc: str, unit: str, enabled: bool = True) -> Any:
+    """A bar for scoring and encoding that shows only once the work has taken two seconds (a dev set scored
+    after every epoch stays quiet) and leaves no line behind."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, delay=2, leave=False, dynamic_ncols=True, disable=not enabled)
 
 
 def collate(features: Features, rows: np.ndarray, pad_id: int, with_labels: bool = True) -> dict[str, Tensor]:
@@ -116,7 +138,7 @@ def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size
     rank, world = (env.rank, env.world_size) if env is not None else (0, 1)
     out = np.zeros((len(features), model.num_labels), dtype=np.float32)
     _fill_logits(out, model, features, list(eval_order(features.lengths, batch_size))[rank::world], pad_id,
-                 device, precision)
+                 device, precision, show=rank == 0)
     if world > 1:
         torch.distributed.all_reduce(torch.from_numpy(out), group=env.control)  # gloo, on the host
     return out if label_order is None else out[:, label_order]
@@ -124,13 +146,15 @@ def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size
 
 @torch.inference_mode()
 def _fill_logits(out: np.ndarray, model: nn.Module, features: Features, batches: list[np.ndarray], pad_id: int,
-                 device: torch.device, precision: str) -> None:
+                 device: torch.device, precision: str, show: bool = True) -> None:
     model.eval()
-    for rows in batches:
-        batch = training.to_device(collate(features, rows, pad_id, with_labels=False), device)
-        with training.autocast(precision, device):
-            logits = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask")).logits
-        out[rows] = logits.float().cpu().numpy()
+    with _bar(sum(map(len, batches)), "scoring", "row", enabled=show) as bar:
+        for rows in batches:
+            batch = training.to_device(collate(features, rows, pad_id, with_labels=False), device)
+            with training.autocast(precision, device):
+                logits = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask")).logits
+            out[rows] = logits.float().cpu().numpy()
+            bar.update(len(rows))
 
 
 def to_predictions(logits: np.ndarray, regression: bool) -> np.ndarray:

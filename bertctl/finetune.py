@@ -290,8 +290,8 @@ def load_base(cfg: FinetuneConfig, precision: str) -> Base:
 def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: dict[str, Examples],
              env: training.Distributed) -> Prepared:
     ckpt, tokenizer = base.ckpt, base.tokenizer
-    features = encode_examples(tokenizer, train, cfg.max_seq_length)
-    dev_features = {split: encode_examples(tokenizer, examples, cfg.max_seq_length)
+    features = encode_examples(tokenizer, train, cfg.max_seq_length, show=env.is_main)
+    dev_features = {split: encode_examples(tokenizer, examples, cfg.max_seq_length, show=env.is_main)
                     for split, examples in dev.items()}
     for split, feats in {"train": features, **dev_features}.items():
         if feats.truncated and env.is_main:

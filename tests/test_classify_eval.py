@@ -289,3 +289,26 @@ def test_predict_glue_all_with_a_single_run_names_the_folders_it_expected(pair_r
     assert f"--model {run} is not a `bertctl finetune glue all` run folder" in result.stderr
     assert "(cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli); it has none of them" in result.stderr
     assert not (tmp_path / "sub").exists()
+
+
+def test_encoding_a_big_table_holds_only_the_truncated_ids(monkeypatch):
+    """The whole table was tokenized in one call and kept untruncated: ~190 bytes a token, 8 GB for a 500k-row
+    table of paragraphs. Encoded a chunk at a time, memory is rows x max_seq_length."""
+    import tracemalloc
+
+    import bertctl.evaluate as module
+
+    monkeypatch.setattr(module, "ENCODE_CHUNK", 64, raising=False)
+    words = [f"w{i}" for i in range(600)]  # ids above 256: each a Python int of its own while the encodings live
+    tokenizer = BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])
+    long_text = " ".join(words[300:])
+    texts = [long_text] * 2000  # 600,000 tokens
+    tracemalloc.start()
+    features = encode_examples(tokenizer, Examples(texts, texts, None, [str(i) for i in range(2000)], "rows"), 16)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert features.truncated == 2000 and set(features.lengths.tolist()) == {16}
+    assert features.input_ids[0].tolist() == [tokenizer.cls_id, *range(305, 312), tokenizer.sep_id,
+                                              *range(305, 311), tokenizer.sep_id]  # the odd token to A
+    assert features.token_type_ids[0].tolist() == [0] * 9 + [1] * 7
+    assert peak < 8e6, f"{peak / 1e6:.1f} MB"
