@@ -401,6 +401,19 @@ def test_a_label_that_is_a_list_or_object_is_refused_and_booleans_are_classes(tm
     assert task.label_names == ("1", "false", "true") and task.train.labels == [2, 1, 0]
 
 
+def test_booleans_spelled_as_pandas_writes_them_name_the_boolean_classes(tmp_path):
+    """A model trained on parquet/jsonl booleans (classes false, true) refused the dev set pandas wrote as csv
+    (`True`, `False`); and a csv-trained one (False, True) refused JSON booleans."""
+    written = tmp_path / "pandas.csv"
+    written.write_text("text,label\na,True\nb,False\n", encoding="utf-8")
+    assert read_examples(written, ["text"], "label", ["false", "true"])[0].labels == [1, 0]
+    flags = tmp_path / "flags.jsonl"
+    flags.write_text('{"text": "a", "label": true}\n{"text": "b", "label": false}\n', encoding="utf-8")
+    assert read_examples(flags, ["text"], "label", ["False", "True"])[0].labels == [1, 0]
+    with pytest.raises(UsageError, match="label 'True' is not one of false, TRUE, true"):
+        read_examples(written, ["text"], "label", ["false", "TRUE", "true"])  # two classes would fit: none is taken
+
+
 @pytest.mark.parametrize(("name", "content", "error"), [
     ("a.jsonl", '{"text": "fine"}\n{"text": {"a": 1}}\n',
      r"a.jsonl:2: text column 'text' holds dict \{'a': 1\}, not text"),

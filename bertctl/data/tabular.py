@@ -260,12 +260,24 @@ def _to_examples(table: _Table, label_names: tuple[str, ...], label_column: str)
             if value is None:
                 raise UsageError(f"{table.where(row)}: label {text!r} is not a finite number (regression)")
             labels.append(value)
-        elif text in label_names:
-            labels.append(label_names.index(text))
+        elif (index := _class_index(text, label_names)) is not None:
+            labels.append(index)
         else:
             raise UsageError(f"{table.where(row)}: label {text!r} is not one of {', '.join(label_names)}")
     text_b = table.texts[1] if len(table.texts) == 2 else None
     return Examples(table.texts[0], text_b, labels, table.row_ids(), str(table.path))
+
+
+def _class_index(text: str, label_names: tuple[str, ...]) -> int | None:
+    """The class a label names. A boolean spelled another way (pandas and Python's csv write True, JSON and
+    parquet give true) names the one class spelled like it but for case."""
+    if text in label_names:
+        return label_names.index(text)
+    if text.lower() in ("true", "false"):
+        same = [i for i, name in enumerate(label_names) if name.lower() == text.lower()]
+        if len(same) == 1:
+            return same[0]
+    return None
 
 
 def _check_text_columns(text_columns: tuple[str, ...]) -> None:
