@@ -20,7 +20,7 @@ from bertctl import __version__
 from bertctl.cli_base import Group, command_group, set_debug, show_warnings
 from bertctl.cli_tasks import evaluate_app, finetune_app, predict_app
 from bertctl.config import PretrainConfig
-from bertctl.errors import UsageError
+from bertctl.errors import Terminated, UsageError
 from bertctl.hub import path_as_given
 
 app = typer.Typer(cls=Group, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -305,12 +305,21 @@ def info(
 
 def main() -> None:
     """Console-script entry point."""
+    main_thread = threading.current_thread() is threading.main_thread()  # only there may signal handlers be set
+    if main_thread and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         app(prog_name="bertctl")
     finally:
-        if threading.current_thread() is threading.main_thread():  # only there may signal handlers be set
+        if main_thread:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _exit_at_once)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM while a command runs stops it as Ctrl-C does (cleanup, one line), with exit code 143; training
+    installs its own graceful handler for the time it trains."""
+    raise Terminated
 
 
 def _exit_at_once(signum: int, frame: object) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, Terminated
 
 _debug = False  # set by the root --debug option
 ClickUsageError = typer.BadParameter.__mro__[1]  # click's UsageError, wherever typer takes click from
@@ -57,8 +57,8 @@ class Group(TyperGroup):
             if _debug:
                 traceback.print_exc()
             raise fail(str(exc), exc.exit_code) from None
-        except KeyboardInterrupt:
-            raise fail("interrupted", 130) from None
+        except KeyboardInterrupt as exc:
+            raise (fail("terminated", 143) if isinstance(exc, Terminated) else fail("interrupted", 130)) from None
         except BrokenPipeError as exc:
             if not _reader_gone():
                 raise _failure(exc) from None

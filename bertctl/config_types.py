@@ -156,6 +156,8 @@ def _coerce(hint: Any, value: Any, commas: bool = False) -> Any:
         return str(value)
     if hint is int and number and (isinstance(value, numbers.Integral) or float(value).is_integer()):
         return int(value)
+    if hint is int and isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value) and float(value).is_integer():
+        return int(float(value))  # `steps: 1e6`, which PyYAML reads as text and JSON as the number 1000000.0
     if hint is float and (number or (isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value))):
         return float(value)
     if hint is Path and isinstance(value, (str, Path)) and str(value):  # "" would be the working folder

@@ -11,3 +11,9 @@ class UsageError(BertctlError):
     """A mistake in how bertctl was called: a bad flag value, a missing or wrong input (exit code 2)."""
 
     exit_code = 2
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, `timeout`, systemd, a batch scheduler) as an exception, so that a command stops the way
+    Ctrl-C stops it: temp outputs removed, workers shut down, one line and exit code 143, rather than dying at
+    once with a hidden half-written folder beside OUT and multiprocessing's leaked-semaphore warnings."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -39,6 +40,27 @@ def test_a_signal_after_the_command_ends_exits_at_once_without_a_traceback(sig, 
               "main()\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == code and out.stderr == "", out.stderr
+
+
+def test_sigterm_during_a_command_stops_it_like_ctrl_c_without_a_half_written_output(tmp_path):
+    """kill/timeout/systemd send SIGTERM: it killed bertctl on the spot, leaving tokenizer train's hidden
+    OUT.partial-* folder beside OUT (and corpus build's workers printing leaked-semaphore warnings)."""
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat. the dog sat on the log.\n" * 50, encoding="utf-8")
+    script = ("import os, signal, sys\n"
+              "import bertctl.files as files\n"
+              "def killed(tmp, target):\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "files.replace_folder = killed\n"
+              f"sys.argv = ['bertctl', 'tokenizer', 'train', {str(text)!r}, '--out', {str(tmp_path / 'tok')!r}, "
+              "'--vocab-size', '60']\n"
+              "from bertctl.cli import main\n"
+              "main()\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TQDM_DISABLE": "1"})
+    assert out.returncode == 143, out.stderr
+    assert out.stderr.strip() == "bertctl: error: terminated"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]
 
 
 def test_main_run_from_a_thread_exits_as_usual(monkeypatch, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import typing
 from dataclasses import fields
 from pathlib import Path
@@ -222,6 +223,20 @@ def test_yaml_exponents_without_a_dot_are_numbers(tmp_path):
     assert read_config_file(path)["lr"] == "1e-4"
     cfg = build_config(PretrainConfig, read_config_file(path))
     assert (cfg.lr, cfg.adam_eps) == (1e-4, 1.5e-8)
+
+
+def test_yaml_exponents_for_whole_number_fields_are_the_numbers_json_gives(tmp_path):
+    """`steps: 1e6` was refused ("must be a whole number, got '1e6'") although `"steps": 1e6` in JSON works."""
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 1e6\nwarmup_steps: 1E+4\nbatch_size: 2.56e2\n")
+    cfg = build_config(PretrainConfig, read_config_file(path))
+    assert (cfg.steps, cfg.warmup_steps, cfg.batch_size) == (1_000_000, 10_000, 256)
+    assert type(cfg.steps) is int
+    for text, said in (("steps: 1.5e0\n", "steps must be a whole number, got '1.5e0'"),
+                       ("steps: 1e30\n", "steps must be below 2^32")):
+        path.write_text(text)
+        with pytest.raises(UsageError, match=f"^--config: {re.escape(said)}"):
+            build_config(PretrainConfig, read_config_file(path))
 
 
 def test_a_lone_string_for_a_list_field_is_one_item_not_its_characters(tmp_path):
