@@ -107,8 +107,14 @@ def take_bool(name: str, value: Any) -> bool:
 
 def split_list(text: str, cast: Callable[[str], Any] = str) -> tuple[Any, ...]:
     """The items of a comma-separated list as the list flags write it (`--seeds 1,2`, `--text-columns a,b`):
-    stripped, empty ones dropped, each through `cast` (which raises ValueError for a bad one)."""
-    return tuple(cast(item.strip()) for item in text.split(",") if item.strip())
+    stripped, each through `cast` (which raises ValueError for a bad one). An empty item (`1,,2`, `a,b,`) is a
+    ValueError too: dropping it would hide a typo. A blank text has no items."""
+    if not text.strip():
+        return ()
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise ValueError(f"an empty item in {text!r}")
+    return tuple(cast(item) for item in items)
 
 
 def _shown(value: Any) -> str:
@@ -148,6 +154,8 @@ def _coerce(hint: Any, value: Any, commas: bool = False) -> Any:
         if commas and isinstance(value, str):
             return split_list(value, kind)
         items = value if isinstance(value, (list, tuple)) else (value,)
+        if kind is str:  # `label_names: [0, 1]`: YAML reads the class names as numbers
+            items = [str(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else i for i in items]
         return tuple(_coerce(kind, item) for item in items)
     number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
     if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):

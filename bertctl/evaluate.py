@@ -370,7 +370,11 @@ def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None
     record = read_run_record(folder)
     saved = record.get("config", {})
     if isinstance(text_columns, str):  # "premise" or "premise,hypothesis", as --text-columns takes them
-        text_columns = split_list(text_columns)
+        try:
+            text_columns = split_list(text_columns)
+        except ValueError:
+            raise UsageError(f"--text-columns: give one or two column names, comma-separated, not "
+                             f"{text_columns!r}") from None
     if text_columns is not None and (not isinstance(text_columns, (list, tuple)) or not text_columns
                                      or not all(isinstance(c, str) for c in text_columns)):
         raise UsageError(f"--text-columns: give one or two column names, comma-separated, not "

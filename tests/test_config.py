@@ -197,7 +197,7 @@ def test_the_quick_start_config_is_the_commands_small_run():
     (PretrainConfig, "out: [a, b]", "--config: out must be a path, got ['a', 'b']"),
     (CorpusConfig, "inputs: {a: 1}", "--config: inputs must be a list of strings, got {'a': 1}"),
     (FinetuneConfig, "seeds: [1, x]", "--config: seeds must be a list of whole numbers, got [1, 'x']"),
-    (FinetuneConfig, "label_names: [0, 1]", "--config: label_names must be a list of strings (or null)"),
+    (FinetuneConfig, "label_names: [0.5, 1]", "--config: label_names must be a list of strings (or null)"),
 ])
 def test_config_file_values_of_the_wrong_type_are_refused_in_one_line(tmp_path, cls, text, message):
     path = tmp_path / "run.yaml"
@@ -243,6 +243,17 @@ def test_a_lone_string_for_a_list_field_is_one_item_not_its_characters(tmp_path)
     path = tmp_path / "corpus.yaml"
     path.write_text("inputs: /data/file.txt\n")
     assert build_config(CorpusConfig, read_config_file(path)).inputs == ("/data/file.txt",)
+
+
+def test_list_items_left_empty_are_refused_and_whole_numbers_name_classes(tmp_path):
+    """`--seeds 1,,2` ran seeds 1 and 2, hiding a typo; `label_names: [0, 1]`, the commonest class names, was
+    refused as not strings although the docs say lists may be written as YAML lists."""
+    for text in ("1,,2", "1,2,"):
+        with pytest.raises(UsageError, match=f"^--seeds must be a list of whole numbers, got '{text}'$"):
+            build_config(FinetuneConfig, seeds=text)
+    path = tmp_path / "run.yaml"
+    path.write_text("label_names: [0, 1]\n")
+    assert build_config(FinetuneConfig, read_config_file(path)).label_names == ("0", "1")
 
 
 def test_seeds_in_a_config_file_may_be_written_as_the_flag_takes_them(tmp_path):
@@ -519,7 +530,7 @@ def test_devices_bertctl_does_not_run_on_are_refused_in_one_line(device):
 
 
 @pytest.mark.parametrize(("values", "said"), [
-    ({"label_names": ","}, "--label-names: give the class names"),
+    ({"label_names": ","}, "label_names must be a list of strings"),
     ({"label_names": []}, "--label-names: give the class names"),
     ({"label_names": "a,b", "problem": "regression"}, "--problem regression has none"),
 ])
