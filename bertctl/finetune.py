@@ -17,6 +17,7 @@ the work folder is removed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -153,12 +154,15 @@ def _require(cfg: FinetuneConfig, *names: str) -> None:
         raise UsageError(f"give {' and '.join(missing)}")
 
 
-_GLUE_ONLY, _CLASSIFY_ONLY = ("task", "data"), ("train", "validation", "text_columns", "label_names")
+_GLUE_ONLY = ("task", "data")
+_CLASSIFY_ONLY = ("train", "validation", "text_columns", "label_column", "problem", "label_names")
 
 
 def _refuse_the_other_commands(cfg: FinetuneConfig, names: tuple[str, ...], command: str) -> None:
-    """A --config file shared between the two commands must not have one's fields silently ignored by the other."""
-    given = [name for name in names if getattr(cfg, name) not in (None, ())]
+    """A --config file shared between the two commands must not have one's fields silently ignored by the other
+    (a field left at its default is not given)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+    given = [name for name in names if getattr(cfg, name) not in (None, (), defaults[name])]
     if given:
         raise UsageError(f"{', '.join(given)}: for `bertctl finetune {command}` only; leave them out here")
 
@@ -290,6 +294,10 @@ def load_base(cfg: FinetuneConfig, precision: str) -> Base:
 def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: dict[str, Examples],
              env: training.Distributed) -> Prepared:
     ckpt, tokenizer = base.ckpt, base.tokenizer
+    if train.text_b is not None and ckpt.config.type_vocab_size < 2:  # the second text's segment id would be 1
+        raise UsageError(f"{task.name} has sentence pairs but {ckpt.path} has type_vocab_size "
+                         f"{ckpt.config.type_vocab_size} (one segment embedding); give a model with 2, or one text "
+                         "column")
     features = encode_examples(tokenizer, train, cfg.max_seq_length, show=env.is_main)
     dev_features = {split: encode_examples(tokenizer, examples, cfg.max_seq_length, show=env.is_main)
                     for split, examples in dev.items()}

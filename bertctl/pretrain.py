@@ -34,7 +34,7 @@ from bertctl.config_files import read_config_file
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import check_out, make_folder, read_json_object, write_json_atomic
+from bertctl.files import check_out, make_folder, out_location, read_json_object, user_path, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
 from bertctl.tokenizer import BertTokenizer, never_split_in_effect
@@ -56,6 +56,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     from bertctl.corpus import load_corpus, same_instances
 
     check_out(cfg.out)
+    _refuse_out_in_corpus(cfg)
     run = Path(cfg.out)
     resume_from = _resume_point(cfg, run, env)  # refusals come before the quick start builds anything
     started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
@@ -320,6 +321,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
+def _refuse_out_in_corpus(cfg: PretrainConfig) -> None:
+    """A run written into its corpus folder would be deleted by the next `corpus build --overwrite` of it."""
+    if cfg.corpus is None or not (corpus := user_path(cfg.corpus)).is_dir():
+        return
+    if out_location(cfg.out).is_relative_to(corpus.resolve()):
+        raise UsageError(f"--out {cfg.out} is inside the corpus {cfg.corpus}, which `corpus build --overwrite` "
+                         "replaces whole; choose a path outside it")
+
+
 def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, Any],
            resume_from: Path | None) -> BertTaskModel:
     architecture = "BertForMaskedLM" if manifest["objective"] == "mlm" else "BertForPreTraining"
@@ -342,6 +352,10 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
                              f"{tokenizer.vocab_size}, or leave it out (the model then takes the tokenizer's size)")
         raise UsageError(f"the model has {model.config.vocab_size} embedding rows but the tokenizer has "
                          f"{tokenizer.vocab_size} tokens; use the matching tokenizer")
+    if manifest["objective"] != "mlm" and model.config.type_vocab_size < 2:  # segment B's ids would be out of range
+        raise UsageError(f"corpus {cfg.corpus} holds sentence pairs ({manifest['objective']}) but the model has "
+                         f"type_vocab_size {model.config.type_vocab_size} (one segment embedding); give a model "
+                         "with 2, or a corpus built with --objective mlm")
     if manifest["max_seq_length"] > model.config.max_position_embeddings:
         raise UsageError(f"corpus {cfg.corpus} has sequences of {manifest['max_seq_length']} tokens but the model "
                          f"takes at most {model.config.max_position_embeddings}")

@@ -317,6 +317,16 @@ def test_bad_input_is_one_line_and_writes_nothing(encoder, broken_glue, tmp_path
     assert not out.exists() and (not out.parent.exists() or not list(out.parent.iterdir()))
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no folder can be made")
+def test_an_out_that_cannot_be_made_is_one_line(encoder, small_glue):
+    """The work folder was made with a bare mkdir: `FileNotFoundError: ... (rerun with --debug)`, exit 1."""
+    result = _cli("finetune", "glue", "sst2", "--max-seq-length", "32", "--model", encoder, "--data", small_glue,
+                  "--out", "/proc/bertctl-test/out")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == ("bertctl: error: --out: cannot create the folder /proc/bertctl-test/.out.work: "
+                                     "No such file or directory; choose another path")
+
+
 def test_glue_all_reads_every_tasks_data_before_the_first_task_trains(encoder, tmp_path):
     """A bad label in the last task's dev file stops `glue all` before CoLA trains, not after eight tasks."""
     root = write_glue_data(tmp_path / "glue", n_train=8, n_dev=4, n_test=2)
@@ -422,6 +432,8 @@ def test_the_classifier_dropout_is_the_models_own_unless_dropout_is_given(tmp_pa
     ("classify", {"data": "glue"}, "data: for `bertctl finetune glue` only"),
     ("glue", {"task": "sst2", "data": "glue", "train": "t.csv"}, "train: for `bertctl finetune classify` only"),
     ("glue", {"task": "sst2", "data": "glue", "label_names": "a,b"}, "label_names: for `bertctl finetune classify`"),
+    ("glue", {"task": "sst2", "data": "glue", "label_column": "y", "problem": "regression"},
+     "label_column, problem: for `bertctl finetune classify` only"),  # were dropped: their defaults are not None
 ])
 def test_a_field_of_the_other_command_is_refused_not_ignored(tmp_path, command, fields, said):
     """A --config file written for one command must not have fields the other would silently drop."""
@@ -432,3 +444,17 @@ def test_a_field_of_the_other_command_is_refused_not_ignored(tmp_path, command, 
     with pytest.raises(UsageError, match=said):
         run(FinetuneConfig(**base, **fields))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_one_segment_model_on_a_pair_task_is_refused_in_one_line(small_glue, tmp_path):
+    """type_vocab_size 1 (some hub encoders) on MRPC failed mid-step: `IndexError: index out of range in self`."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, type_vocab_size=1)
+    model = save_model(BertForMaskedLM(config), tmp_path / "one_segment", BertTokenizer.from_vocab(VOCAB))
+    result = _cli("finetune", "glue", "mrpc", "--model", model, "--data", small_glue, "--out", tmp_path / "out",
+                  "--max-seq-length", "32")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (f"bertctl: error: mrpc has sentence pairs but {model} has type_vocab_size 1 "
+                                     "(one segment embedding); give a model with 2, or one text column")
+    assert not (tmp_path / "out").exists() and not (tmp_path / ".out.work").exists()

@@ -766,3 +766,19 @@ def test_phase_two_resumes_without_its_init_from_and_from_its_recorded_config(co
     result = CliRunner().invoke(app, ["pretrain", "--config", str(tmp_path / "phase2.json"), "--resume",
                                       "--steps", "9"])
     assert result.exit_code == 0, result.output
+
+def test_a_one_segment_model_on_sentence_pairs_and_an_out_inside_the_corpus_are_refused(corpus, tmp_path):
+    """type_vocab_size 1 on an NSP corpus failed mid-step as `IndexError: index out of range in self` after
+    run.json was written; a run written into its corpus folder was deleted by the next `corpus build --overwrite`."""
+    from bertctl.pretrain import pretrain
+
+    one_segment = tmp_path / "one_segment.json"
+    one_segment.write_text(json.dumps({"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                       "intermediate_size": 64, "type_vocab_size": 1}))
+    with pytest.raises(UsageError, match=r"holds sentence pairs \(mlm\+nsp\) but the model has type_vocab_size 1"):
+        pretrain(small_run(corpus, tmp_path / "run", model_config=str(one_segment), steps=1))
+    assert not (tmp_path / "run").exists()
+    for inside in (corpus, corpus / "runs" / "pt"):
+        with pytest.raises(UsageError, match="is inside the corpus .*, which `corpus build --overwrite` replaces"):
+            pretrain(small_run(corpus, inside, steps=1))
+    assert not (corpus / "runs").exists()
