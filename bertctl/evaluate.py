@@ -384,8 +384,9 @@ def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None
                          "the run's)")
     columns = tuple(text_columns or saved.get("text_columns") or ())
     if not columns:
-        raise UsageError(f"--text-columns: {folder} has no run.json naming the text columns it was trained on; "
-                         "give them")
+        why = (f"{folder} was fine-tuned on GLUE's {saved['task']}, not on columns of a table" if saved.get("task")
+               else f"{folder} has no run.json naming the text columns it was trained on")
+        raise UsageError(f"--text-columns: {why}; give them")
     task = classify_task(record["labels"] if "labels" in record else _model_classes(ckpt))
     scorer = open_scorer(folder, task, max_seq_length, batch_size, ckpt)
     return ClassifyRun(scorer, task, columns, label_column or saved.get("label_column") or "label")

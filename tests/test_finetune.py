@@ -458,3 +458,11 @@ def test_a_one_segment_model_on_a_pair_task_is_refused_in_one_line(small_glue, t
     assert result.stderr.strip() == (f"bertctl: error: mrpc has sentence pairs but {model} has type_vocab_size 1 "
                                      "(one segment embedding); give a model with 2, or one text column")
     assert not (tmp_path / "out").exists() and not (tmp_path / ".out.work").exists()
+
+
+def test_evaluate_classify_says_a_glue_run_names_no_columns(sst2_run, tmp_path):
+    """It said the run "has no run.json", next to the run.json it had read."""
+    (tmp_path / "t.csv").write_text("text,label\na,0\n", encoding="utf-8")
+    result = _cli("evaluate", "classify", "--model", sst2_run, "--data", tmp_path / "t.csv")
+    assert result.exit_code == 2, result.output
+    assert f"--text-columns: {sst2_run} was fine-tuned on GLUE's sst2, not on columns of a table" in result.stderr
