@@ -107,11 +107,13 @@ def take_bool(name: str, value: Any) -> bool:
 
 def split_list(text: str, cast: Callable[[str], Any] = str) -> tuple[Any, ...]:
     """The items of a comma-separated list as the list flags write it (`--seeds 1,2`, `--text-columns a,b`):
-    stripped, each through `cast` (which raises ValueError for a bad one). An empty item (`1,,2`, `a,b,`) is a
-    ValueError too: dropping it would hide a typo. A blank text has no items."""
+    stripped, each through `cast` (which raises ValueError for a bad one). An empty item between commas (`1,,2`)
+    is a ValueError too: dropping it would hide a typo. A trailing comma ends the list; a blank text has no items."""
     if not text.strip():
         return ()
     items = [item.strip() for item in text.split(",")]
+    if len(items) > 1 and not items[-1]:
+        items.pop()
     if not all(items):
         raise ValueError(f"an empty item in {text!r}")
     return tuple(cast(item) for item in items)
