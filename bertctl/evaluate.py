@@ -63,6 +63,14 @@ def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[l
     return a, b
 
 
+def scoring_device(device: str | None) -> torch.device:
+    """The device to score on, with TF32 matmuls on CUDA as `finetune` scored its dev sets, so that an fp32 run's
+    eval_results.json is reproduced exactly there too."""
+    chosen = pick_device(device)
+    training.enable_fast_math(chosen)
+    return chosen
+
+
 ENCODE_CHUNK = 4096  # texts per tokenizer call: a whole table's untruncated encodings took ~190 bytes a token
 
 
@@ -327,7 +335,7 @@ def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, spl
     scorer = open_scorer(model, task, max_seq_length, batch_size)
     features = {s: encode_examples(scorer.tokenizer, read_split(task, s, data), scorer.max_seq_length)
                 for s in splits}
-    run_on = pick_device(device)
+    run_on = scoring_device(device)
     return score(task, scorer.model.to(run_on), features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
                  scorer.precision_on(precision, run_on), scorer.label_order)
 
@@ -411,7 +419,7 @@ def evaluate_classify(model: Path | str, data: str | Path, text_columns: str | S
     run = open_classify_run(model, text_columns, label_column, max_seq_length, batch_size)
     examples, _ = read_examples(data, run.text_columns, run.label_column, run.task.label_names)
     features = encode_examples(run.scorer.tokenizer, examples, run.scorer.max_seq_length)
-    run_on = pick_device(device)
+    run_on = scoring_device(device)
     results = score(run.task, run.scorer.model.to(run_on), {"data": features}, run.scorer.tokenizer.pad_id,
                     run.scorer.batch_size, run_on, run.scorer.precision_on(precision, run_on),
                     run.scorer.label_order)

@@ -62,7 +62,14 @@ def pick_device(device: str | None) -> torch.device:
         raise UsageError(f"--device: {device!r} is not a device bertctl runs on; use cpu, cuda or cuda:N")
     if chosen.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
+    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {device}: this machine has {_gpus(torch.cuda.device_count())} (cuda:0 to "
+                         f"cuda:{torch.cuda.device_count() - 1}); pick one of them")
     return chosen
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" + ("" if count == 1 else "s")
 
 
 def to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
@@ -97,6 +104,10 @@ def setup_distributed(device: str | None = None) -> Distributed:
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     chosen = pick_device(device)
     if chosen.type == "cuda":
+        if world > 1 and local >= torch.cuda.device_count():  # more processes on this node than its GPUs
+            raise UsageError(f"torchrun: process {local} of this node has no GPU of its own (the node shows "
+                             f"{_gpus(torch.cuda.device_count())}); give --nproc_per_node at most "
+                             f"{torch.cuda.device_count()}, or --device cpu")
         chosen = torch.device("cuda", local if world > 1 else (chosen.index or 0))
         torch.cuda.set_device(chosen)
     control, owned = None, []

@@ -78,7 +78,9 @@ def set_rng_state(tensors: dict[str, Tensor], info: dict[str, Any], rank: int = 
     else:
         torch.set_rng_state(saved)
         cuda = tensors.get(f"rng.cuda.rank{rank}")
-        if cuda is not None and torch.cuda.is_available():
+        # Only where this run uses its GPU (it moved the model there first): a GPU run resumed with --device cpu
+        # on a GPU machine must not open a CUDA context (on GPU 0, for every rank) just to seed it.
+        if cuda is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.set_rng_state(cuda, torch.cuda.current_device())
     version, state, gauss = info["python"]
     random.setstate((version, tuple(state), gauss))

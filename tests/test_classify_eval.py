@@ -312,3 +312,16 @@ def test_encoding_a_big_table_holds_only_the_truncated_ids(monkeypatch):
                                               *range(305, 311), tokenizer.sep_id]  # the odd token to A
     assert features.token_type_ids[0].tolist() == [0] * 9 + [1] * 7
     assert peak < 8e6, f"{peak / 1e6:.1f} MB"
+
+
+def test_scoring_uses_the_matmul_precision_fine_tuning_scored_with(pair_run, tmp_path, monkeypatch):
+    """finetune turns TF32 on (on CUDA) before it scores its dev sets; evaluate and predict did not, so an fp32
+    run's eval_results.json was not reproduced exactly on a GPU."""
+    from bertctl import training
+
+    asked = []
+    monkeypatch.setattr(training, "enable_fast_math", asked.append)
+    run, dev = pair_run
+    evaluate_classify(run, dev)
+    predict_classify(run, dev, tmp_path / "p.csv")
+    assert [device.type for device in asked] == ["cpu", "cpu"]

@@ -68,6 +68,21 @@ def test_rng_states_are_kept_per_rank_and_a_new_rank_gets_its_own():
     assert torch.equal(torch.rand(4), rank1) and not torch.equal(rank1, expected)
 
 
+
+def test_a_gpu_runs_rng_state_resumed_on_the_cpu_opens_no_cuda_context(monkeypatch):
+    """A checkpoint of a GPU run resumed with --device cpu on a machine with GPUs: the CUDA generator is left
+    alone (restoring it would initialise CUDA on GPU 0 in every rank), the CPU one restored."""
+    torch.manual_seed(3)
+    tensors, info = training_state.rng_state()
+    expected = torch.rand(4)
+    tensors["rng.cuda.rank0"] = torch.zeros(16, dtype=torch.uint8)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: pytest.fail("CUDA initialised"))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda *args: pytest.fail("CUDA generator restored"))
+    training_state.set_rng_state(tensors, info, rank=0)
+    assert torch.equal(torch.rand(4), expected)
+
 def test_sparse_word_gradients_give_the_dense_gradient_and_only_where_allowed():
     """Eager one-process pre-training lets the tied embeddings' backward be sparse: the summed gradient is the
     same dense tensor (so the fused AdamW takes it); DDP, compile and models without an MLM head keep dense."""
@@ -110,6 +125,25 @@ def test_a_process_group_the_caller_opened_stays_open(tmp_path, monkeypatch):
     finally:
         dist.destroy_process_group()
 
+
+
+def test_a_gpu_the_machine_lacks_is_a_usage_error(monkeypatch):
+    """--device cuda:N past the GPUs, or torchrun with more processes than GPUs: one line, before CUDA fails
+    with a multi-line "invalid device ordinal" (exit 1)."""
+    from bertctl.errors import UsageError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert training.pick_device("cuda:1") == torch.device("cuda:1")
+    assert training.pick_device("cuda") == torch.device("cuda")
+    with pytest.raises(UsageError, match=r"^--device cuda:2: this machine has 2 GPUs \(cuda:0 to cuda:1\)"):
+        training.pick_device("cuda:2")
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: pytest.fail("no GPU to set"))
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(UsageError, match="^torchrun: process 2 of this node has no GPU of its own .* at most 2"):
+        training.setup_distributed("cuda")
 
 class _Pids(torch.utils.data.Dataset):
     """Item i: the pid of the process that made it (the loader worker)."""
