@@ -26,7 +26,7 @@ from bertctl import __version__
 from bertctl.config import BertConfig
 from bertctl.config_types import take_int
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import building_folder, check_new_out, read_json_object, write_json_atomic
+from bertctl.files import building_folder, check_new_out, read_json_object, user_path, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, Bert, BertTaskModel, architecture_name
 
@@ -527,6 +527,7 @@ def save_model(
     model = getattr(model, "module", model)  # unwrap DDP
     model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
     target = check_new_out(folder, overwrite=overwrite)
+    tokenizer = _checked_tokenizer(tokenizer, model.config.vocab_size)
     with building_folder(target) as tmp:
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
         keep = {k: v for k, v in (keep or {}).items() if k not in state}
@@ -543,17 +544,32 @@ def save_model(
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
-def _write_tokenizer(tokenizer: Any, folder: Path) -> None:
-    from bertctl.tokenizer_folder import has_tokenizer
+def _checked_tokenizer(tokenizer: Any, rows: int) -> Any:
+    """`save_model`'s tokenizer, a folder's path with `~` expanded, refused before anything is written when it
+    lacks tokenizer files or has more tokens than the model has embedding rows (every reader would refuse the
+    folder: its last ids index out of range)."""
+    from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 
     if tokenizer is None:
-        return
+        return None
     if isinstance(tokenizer, (str, Path)):
+        tokenizer = user_path(tokenizer, "tokenizer")
         if not has_tokenizer(tokenizer):
             raise UsageError(f"tokenizer {tokenizer} has no tokenizer.json or vocab.txt; give a tokenizer folder")
+    tokens = (load_tokenizer(tokenizer) if isinstance(tokenizer, Path) else tokenizer).vocab_size
+    if tokens > rows:
+        raise UsageError(f"the tokenizer has {tokens} tokens but the model has only {rows} embedding rows; save "
+                         "the model with its own tokenizer")
+    return tokenizer
+
+
+def _write_tokenizer(tokenizer: Any, folder: Path) -> None:
+    if tokenizer is None:
+        return
+    if isinstance(tokenizer, Path):
         for name in TOKENIZER_FILES:
-            if (Path(tokenizer) / name).is_file():
-                shutil.copyfile(Path(tokenizer) / name, folder / name)
+            if (tokenizer / name).is_file():
+                shutil.copyfile(tokenizer / name, folder / name)
         return
     tokenizer.save(folder)
 

@@ -86,7 +86,8 @@ def fill(
         raise UsageError(f"fill: give a list of texts, not {reprlib.repr(texts)}")
     texts = list(texts)  # a generator too
     truncate = take_bool("truncate", truncate)
-    mlm, tokenizer = load_mlm(model)
+    with torch.random.fork_rng(devices=[]):  # building the model draws its (then replaced) random init: the
+        mlm, tokenizer = load_mlm(model)     # caller's torch generator must not move, as with from_pretrained
     run_on = pick_device(device)
     mlm.to(run_on)
     top_k = min(top_k, mlm.config.vocab_size)  # rows, not tokens: a padded matrix's spare rows compete too

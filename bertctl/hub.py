@@ -61,6 +61,8 @@ def local_folder(name: str | Path, weights: bool = True) -> Path:
     """
     if name is None or str(name) == "":
         raise UsageError(f"no {'model' if weights else 'tokenizer'} given: pass a folder or a hub id")
+    if not isinstance(name, (str, os.PathLike)):  # a number or a list would be looked up on the hub, or fail there
+        raise UsageError(f"{'model' if weights else 'tokenizer'}: give a folder or a hub id, not {name!r}")
     if not is_hub_id(name):
         return Path(name).expanduser()
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     if compiled:  # after DDP, so the compiler sees its bucket boundaries
         train_model = torch.compile(train_model)
         if env.is_main:
-            print("pretrain: torch.compile: the first steps compile the model (a minute or two); --no-compile skips it")
+            print("pretrain: torch.compile: the first steps compile the model (a minute or two); --no-compile "
+                  "skips it", file=sys.stderr)
 
     masking = None
     if manifest["masking"] == "dynamic":
@@ -187,7 +189,7 @@ def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> 
     latest = training_state.latest_checkpoint(run) if run.exists() else None
     if cfg.resume:
         if latest is None and env.is_main:
-            print(f"--resume: no complete checkpoint in {run} yet; starting from step 0")
+            print(f"--resume: no complete checkpoint in {run} yet; starting from step 0", file=sys.stderr)
         return latest
     if latest is not None:
         raise UsageError(f"--out {run} already holds checkpoints; pass --resume to continue it or choose "

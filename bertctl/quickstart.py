@@ -8,6 +8,7 @@ once RUN holds a checkpoint (a plain rerun is refused then, as for any run folde
 from __future__ import annotations
 
 import dataclasses
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -33,10 +34,11 @@ def prepare_quickstart(cfg: PretrainConfig, env: Distributed) -> PretrainConfig:
     text = str(bundled_text())
     if env.is_main:
         if not has_tokenizer(tokenizer):
-            print(f"quick start: training a {VOCAB_SIZE}-token WordPiece vocabulary on {text}")
+            print(f"quick start: training a {VOCAB_SIZE}-token WordPiece vocabulary on {text}", file=sys.stderr)
             train_tokenizer(TokenizerTrainConfig(inputs=(text,), out=tokenizer, vocab_size=VOCAB_SIZE))
         if not (corpus / "manifest.json").is_file():
-            print(f"quick start: building pre-training instances of {MAX_SEQ_LENGTH} tokens into {corpus}")
+            print(f"quick start: building pre-training instances of {MAX_SEQ_LENGTH} tokens into {corpus}",
+                  file=sys.stderr)
             build_corpus(CorpusConfig(inputs=(text,), tokenizer=tokenizer, out=corpus, max_seq_length=MAX_SEQ_LENGTH,
                                       validation_fraction=0.02, seed=cfg.seed))
     barrier(env)

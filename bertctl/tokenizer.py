@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import numbers
+import operator
 import reprlib
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
@@ -29,8 +31,9 @@ from tokenizers import (
     processors,
 )
 
+from bertctl.config_types import take_bool
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import make_folder, write_text_atomic
+from bertctl.files import make_folder, user_path, write_text_atomic
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0-4 in every vocabulary bertctl trains
@@ -338,11 +341,13 @@ class BertTokenizer:
     def from_vocab(cls, vocab: Sequence[str] | dict[str, int], lowercase: bool = True,
                    strip_accents: bool | None = None, options: TokenizerOptions | None = None) -> BertTokenizer:
         """Build from tokens in id order (or a token -> id mapping); `options` replaces the two flags."""
-        mapping = vocab if isinstance(vocab, dict) else {t: i for i, t in enumerate(vocab)}
+        mapping = _vocab_mapping(vocab)
+        if options is None:
+            options = TokenizerOptions(lowercase=take_bool("lowercase", lowercase),
+                                       strip_accents=_bool_or_none("strip_accents", strip_accents))
         if sorted(mapping.values()) != list(range(len(mapping))):
             raise UsageError(f"vocabulary ids must run 0..{len(mapping) - 1} without gaps or repeats")
-        options = options or TokenizerOptions(lowercase=lowercase, strip_accents=strip_accents)
-        return cls(build_backend(dict(mapping), options), options)
+        return cls(build_backend(mapping, options), options)
 
     @property
     def lowercase(self) -> bool:
@@ -359,17 +364,25 @@ class BertTokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         """The id of a vocabulary or added token; None for a string that is not one."""
+        if not isinstance(token, str):
+            raise UsageError(f"token_to_id: give a token string, not {reprlib.repr(token)}")
         return self.backend.token_to_id(token)
 
     def id_to_token(self, token_id: int) -> str:
-        """The token of an id; an id outside the vocabulary is a one-line error, not None."""
-        token = self.backend.id_to_token(token_id)
+        """The token of an id; an id outside the vocabulary (a negative one too) is a one-line error, not None."""
+        try:
+            token = self.backend.id_to_token(token_id)
+        except (TypeError, OverflowError):  # not an integer, or below 0 (or past 2^32)
+            _token_id(token_id)
+            token = None
         if token is None:
             raise BertctlError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
         return token
 
     def special_token(self, role: str) -> str:
         """The string of a special token by role ("pad", "unk", "cls", "sep", "mask"): "[MASK]" or a custom one."""
+        if role not in ROLES:
+            raise UsageError(f"special token role {role!r}: choose one of {', '.join(ROLES)}")
         return self.options.specials[ROLES.index(role)]
 
     @property
@@ -398,6 +411,7 @@ class BertTokenizer:
 
     def encode(self, text: str, pair: str | None = None, add_special_tokens: bool = True) -> Encoding:
         """`[CLS] text [SEP]` (and `pair [SEP]`, segment 1) as a tokenizers Encoding: .ids, .tokens, .type_ids."""
+        add_special_tokens = take_bool("add_special_tokens", add_special_tokens)
         try:
             return self.backend.encode(text, pair, add_special_tokens=add_special_tokens)
         except (TypeError, ValueError):
@@ -410,7 +424,12 @@ class BertTokenizer:
         """Encode many texts at once (the Rust side runs them in parallel)."""
         if isinstance(texts, str) or isinstance(pairs, str):  # its characters would be encoded one by one
             raise UsageError("encode_batch: give lists of texts and pairs, not one string")
+        for given in (texts, pairs) if pairs is not None else (texts,):
+            if not isinstance(given, Iterable) or isinstance(given, bytes):  # None, a number
+                raise UsageError(f"encode_batch: give lists of texts and pairs, not {reprlib.repr(given)}")
+        add_special_tokens = take_bool("add_special_tokens", add_special_tokens)
         texts = list(texts)
+        pairs = None if pairs is None else list(pairs)  # a generator too
         if pairs is not None and len(pairs) != len(texts):
             raise UsageError(f"encode_batch: {len(texts)} texts but {len(pairs)} pairs")
         inputs = texts if pairs is None else list(zip(texts, pairs, strict=True))
@@ -424,7 +443,18 @@ class BertTokenizer:
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """Text from ids; clean_up_tokenization_spaces as transformers applies it, to the whole string (the
         decoder's own cleanup goes token by token and misses "it ' s")."""
-        text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise UsageError(f"decode: give a list of token ids, not {reprlib.repr(ids)}")
+        ids = list(ids)
+        skip_special_tokens = take_bool("skip_special_tokens", skip_special_tokens)
+        try:
+            text = self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+        except (TypeError, OverflowError):  # a token id that is no integer, or a negative one (-100 labels)
+            for token_id in ids:
+                if _token_id(token_id) < 0:
+                    raise UsageError(f"decode: token id {token_id} is negative (-100 marks a position without "
+                                     "a label); leave such ids out") from None
+            raise
         if not self.options.clean_up_spaces:
             return text
         for spaced, joined in _CLEAN_UP:
@@ -463,13 +493,45 @@ class BertTokenizer:
 
     def save(self, folder: Path | str) -> None:
         """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json into folder."""
-        folder = Path(folder)
+        folder = user_path(folder, "folder")  # `~` expanded; None or a number is one line
         make_folder(folder)
         base = self.backend.get_vocab_size(with_added_tokens=False)  # vocab.txt; added tokens go in the config
         write_text_atomic(folder / "vocab.txt", "".join(f"{self.id_to_token(i)}\n" for i in range(base)))
         write_text_atomic(folder / "tokenizer.json", self.backend.to_str(pretty=True) + "\n")
         write_text_atomic(folder / "tokenizer_config.json", json.dumps(self.config(), indent=2) + "\n")
         write_text_atomic(folder / "special_tokens_map.json", json.dumps(self._special_map(), indent=2) + "\n")
+
+
+def _vocab_mapping(vocab: Any) -> dict[str, int]:
+    """`from_vocab`'s tokens in id order (or token -> id mapping) as a fresh dict, refusing what is neither in
+    one line rather than a TypeError from tokenizers."""
+    if isinstance(vocab, dict):
+        mapping = dict(vocab)
+    elif isinstance(vocab, Iterable) and not isinstance(vocab, (str, bytes)):
+        mapping = {t: i for i, t in enumerate(vocab)}
+    else:
+        raise UsageError(f"from_vocab: give the tokens in id order (or a token -> id mapping), not "
+                         f"{reprlib.repr(vocab)}")
+    for token, token_id in mapping.items():
+        if not isinstance(token, str):
+            raise UsageError(f"from_vocab: the token of id {token_id} is {reprlib.repr(token)}, not a string")
+        if not isinstance(token_id, numbers.Integral) or isinstance(token_id, bool):
+            raise UsageError(f"from_vocab: token {token!r} has the id {reprlib.repr(token_id)}, not a whole number")
+    return {token: int(token_id) for token, token_id in mapping.items()}
+
+
+def _bool_or_none(name: str, value: Any) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise UsageError(f"{name} must be true, false or None, got {reprlib.repr(value)}")
+    return value
+
+
+def _token_id(value: Any) -> int:
+    """A token id as an int (numpy's and torch's integers too), or a one-line error saying what it is instead."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise UsageError(f"token id {reprlib.repr(value)} is not a whole number") from None
 
 
 def require_text(texts: Sequence[Any], what: str = "text") -> None:

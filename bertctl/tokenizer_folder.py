@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import reprlib
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -178,6 +179,8 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     """
     from bertctl.hub import local_folder
 
+    if lowercase is not None and not isinstance(lowercase, bool):  # "no" would read as true
+        raise UsageError(f"lowercase must be true, false or None, got {reprlib.repr(lowercase)}")
     given, path = path, local_folder(path, weights=False)
     if path.is_dir():
         json_path, vocab_path = path / "tokenizer.json", path / "vocab.txt"

@@ -42,9 +42,84 @@ def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
         (lambda: bertctl.fill.fill(["a [MASK]"], mlm, batch_size=0), "--batch-size must be at least 1"),
         (lambda: bertctl.fill.fill("a [MASK]", mlm), "a list of texts"),
         (lambda: bertctl.load_model(None), "no model given"),
+        (lambda: bertctl.load_model(5), "^model: give a folder or a hub id, not 5$"),  # was looked up on the hub
+        (lambda: bertctl.load_model(["m"]), "^model: give a folder or a hub id, not \\['m'\\]$"),  # was a TypeError
     ]
     for call, message in calls:
         with pytest.raises(bertctl.UsageError, match=message) as error:
             call()
         assert "\n" not in str(error.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlm"]
+
+
+def test_tokenizer_methods_refuse_odd_arguments_in_one_line(tmp_path, monkeypatch):
+    """What a Python caller gets wrong (None for a list, a generator of pairs, -100 label ids, "no" for a flag)
+    was a TypeError, OverflowError or ValueError from tokenizers or a tuple lookup, or silently accepted."""
+    import numpy as np
+    import pytest
+    import torch
+
+    import bertctl
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "##b"]
+    tok = bertctl.BertTokenizer.from_vocab(vocab)
+    calls = [
+        (lambda: tok.encode_batch(None), "^encode_batch: give lists of texts and pairs, not None$"),
+        (lambda: tok.encode_batch(5), "^encode_batch: give lists of texts and pairs, not 5$"),
+        (lambda: tok.encode_batch(["a"], 5), "^encode_batch: give lists of texts and pairs, not 5$"),
+        (lambda: tok.encode("a", add_special_tokens="no"), "^add_special_tokens must be true or false"),
+        (lambda: tok.decode(None), "^decode: give a list of token ids, not None$"),
+        (lambda: tok.decode("ab"), "^decode: give a list of token ids, not 'ab'$"),
+        (lambda: tok.decode([5, -100]), "^decode: token id -100 is negative"),
+        (lambda: tok.decode([5, 1.5]), "^token id 1.5 is not a whole number$"),
+        (lambda: tok.decode([5], skip_special_tokens="no"), "^skip_special_tokens must be true or false"),
+        (lambda: tok.id_to_token(-1), "^token id -1 is outside the vocabulary of 8$"),
+        (lambda: tok.id_to_token("5"), "^token id '5' is not a whole number$"),
+        (lambda: tok.token_to_id(None), "^token_to_id: give a token string, not None$"),
+        (lambda: tok.special_token("bos"), "^special token role 'bos': choose one of pad, unk, cls, sep, mask$"),
+        (lambda: tok.save(None), "^folder: give a file or folder name, got None$"),
+        (lambda: bertctl.BertTokenizer.from_vocab(None), "^from_vocab: give the tokens in id order"),
+        (lambda: bertctl.BertTokenizer.from_vocab([*vocab, 5]), "^from_vocab: the token of id 8 is 5, not a string$"),
+        (lambda: bertctl.BertTokenizer.from_vocab({"[PAD]": "0"}), "^from_vocab: token '\\[PAD\\]' has the id '0'"),
+        (lambda: bertctl.BertTokenizer.from_vocab(vocab, lowercase="no"), "^lowercase must be true or false"),
+        (lambda: bertctl.BertTokenizer.from_vocab(vocab, strip_accents=1), "^strip_accents must be true, false or"),
+        (lambda: bertctl.load_tokenizer(["tok"]), "^tokenizer: give a folder or a hub id, not \\["),
+        (lambda: bertctl.load_tokenizer(5), "^tokenizer: give a folder or a hub id, not 5$"),
+        (lambda: bertctl.load_tokenizer(tmp_path, lowercase="no"), "^lowercase must be true, false or None"),
+    ]
+    for call, message in calls:
+        with pytest.raises(bertctl.BertctlError, match=message) as error:
+            call()
+        assert "\n" not in str(error.value)
+    # what they take: any iterable of texts and pairs, numpy's and torch's integers as ids
+    assert [e.tokens for e in tok.encode_batch(["a"], (p for p in ["b"]))] == [["[CLS]", "a", "[SEP]", "b", "[SEP]"]]
+    assert tok.decode(np.array([5, 6])) == tok.decode(torch.tensor([5, 6])) == tok.decode([5, 6]) == "a b"
+    assert tok.decode([5, 10**6]) == "a"  # an id past the vocabulary gives nothing, as transformers' fast decode
+    assert tok.id_to_token(np.int64(5)) == "a"
+    # ~ is the home folder, not a folder named ~ here
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    tok.save("~/tok")
+    assert bertctl.load_tokenizer("~/tok").sha256() == tok.sha256() and not (tmp_path / "~").exists()
+
+
+def test_fill_leaves_the_callers_torch_generator_where_it_was(tmp_path):
+    """Building the model drew its random initialisation (then overwritten by the saved weights) from the global
+    generator, so `torch.manual_seed(0); fill(...); torch.rand(1)` gave other numbers than without the fill;
+    transformers' from_pretrained draws nothing for a model whose weights are all saved."""
+    import torch
+
+    import bertctl
+    from bertctl.model import BertForMaskedLM
+
+    tok = bertctl.BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])
+    config = bertctl.BertConfig(vocab_size=7, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=16, max_position_embeddings=16)
+    mlm = bertctl.save_model(BertForMaskedLM(config), tmp_path / "mlm", tok)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    first = bertctl.fill.fill(["a [MASK]"], mlm, top_k=2)
+    assert torch.equal(torch.rand(3), expected)
+    assert bertctl.fill.fill(["a [MASK]"], mlm, top_k=2) == first
+

@@ -280,3 +280,17 @@ def test_paths_and_yes_no_arguments_of_the_wrong_type_are_one_line(minilm, tmp_p
         with pytest.raises(UsageError, match=re.escape(said)):
             call()
     assert not (tmp_path / "c").exists()
+
+
+def test_save_model_reads_a_tokenizer_folder_under_home_and_refuses_one_too_large(models, tmp_path, monkeypatch):
+    """`save_model(m, out, "~/tok")` said "~/tok has no tokenizer.json"; a tokenizer with more tokens than the
+    model has rows was saved, and every reader then refused the folder."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    BertTokenizer.from_vocab(VOCAB).save(tmp_path / "tok")
+    model = load_model(models["mlm"])
+    saved = save_model(model, tmp_path / "out", "~/tok")
+    assert (saved / "vocab.txt").read_text() == (tmp_path / "tok" / "vocab.txt").read_text()
+    large = BertTokenizer.from_vocab([*VOCAB, *(f"w{i}" for i in range(20))])
+    _one_line_error(lambda: save_model(model, tmp_path / "big", large),
+                    f"^the tokenizer has {len(VOCAB) + 20} tokens but the model has only {len(VOCAB)} embedding rows")
+    assert not (tmp_path / "big").exists()

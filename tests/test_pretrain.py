@@ -189,6 +189,15 @@ def test_second_run_without_resume_is_refused(corpus, tmp_path):
     assert result.exit_code == 2 and "--resume" in result.stderr
 
 
+def test_notices_go_to_stderr_and_the_result_to_stdout(corpus, tmp_path):
+    """`--resume: no complete checkpoint ...` (a warning) was printed on stdout, beside the command's result."""
+    result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
+                                      "--model-config", "tiny", "--steps", "1", "--resume", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "--resume: no complete checkpoint" in result.stderr
+    assert result.stdout.startswith(f"saved {tmp_path / 'run' / 'final'} (step 1); try: bertctl fill")
+
+
 @pytest.mark.parametrize(("change", "said"), [
     ({"weight_decay": 0.5}, "--weight-decay 0.01 (now 0.5)"), ({"optimizer": "lamb"}, "--optimizer adamw (now lamb)"),
     ({"seed": 8}, "--seed 7 (now 8)"), ({"model_config": "mini"}, "--model-config mini is not the shape of the model"),
@@ -654,7 +663,7 @@ def _run_processes(corpus: Path, out: Path, processes: int, *flags: str, port: i
     done = subprocess.run([*launcher, *_cli(corpus, out, *flags)], capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+    return done.stdout + done.stderr
 
 
 DDP_FLAGS = ("--batch-size", "8", "--micro-batch-size", "4", "--dropout", "0")
