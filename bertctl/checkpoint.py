@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import numbers
 import re
 import reprlib
 import shutil
@@ -24,7 +25,7 @@ from torch import Tensor, nn
 
 from bertctl import __version__
 from bertctl.config import BertConfig
-from bertctl.config_types import take_int
+from bertctl.config_types import take_bool, take_int
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import building_folder, check_new_out, read_json_object, user_path, write_json_atomic
 from bertctl.hub import local_folder
@@ -430,6 +431,10 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
     if unknown:
         raise UsageError(f"{name} takes no {', '.join(unknown)} (its options: "
                          f"{', '.join(p for p in params if p not in ('self', 'cfg')) or 'none'})")
+    if "add_pooler" in head_kwargs:  # "no" would read as true
+        head_kwargs["add_pooler"] = take_bool("add_pooler", head_kwargs["add_pooler"])
+    if head_kwargs.get("classifier_dropout") is not None:  # a str fails deep in torch
+        head_kwargs["classifier_dropout"] = _dropout_rate(head_kwargs["classifier_dropout"])
     if "num_labels" in head_kwargs:  # a str or 0 would build a broken head, or fail deep in torch
         head_kwargs["num_labels"] = take_int("num_labels", head_kwargs["num_labels"], minimum=1)
     elif "num_labels" in params:
@@ -461,6 +466,13 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
 
 def to_transformers_name(key: str) -> str:
     return next(iter(to_transformers_names({key: torch.empty(3)})))
+
+
+def _dropout_rate(value: Any) -> float:
+    """A classifier_dropout argument: a number in [0, 1), or a one-line error (torch's is a TypeError)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+        raise UsageError(f"classifier_dropout must be a number in [0, 1), got {reprlib.repr(value)}")
+    return float(value)
 
 
 def load_model(path: Path | str, architecture: str | None = None, **head_kwargs: Any) -> BertTaskModel:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,8 @@ class BertConfig:
     def from_dict(cls, values: dict[str, Any]) -> BertConfig:
         """Read a transformers-style config: keep our fields, ignore the rest (generation settings, `directionality`,
         `pooler_*`, `gradient_checkpointing`, `dtype` ...), refuse BERT variants we would compute wrongly."""
+        if not isinstance(values, dict):
+            raise UsageError(f"model config: give a mapping of config fields, not {reprlib.repr(values)}")
         refusal = _unsupported(values)
         if refusal:
             raise UsageError(f"model config: {refusal}")
