@@ -37,10 +37,10 @@ FAST = {"lr": 5e-3, "batch_size": 16, "max_seq_length": 32, "eval_batch_size": 1
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _encoder(folder: Path, vocab_size: int = len(VOCAB)) -> Path:
+def _encoder(folder: Path) -> Path:
     """A random 2-layer BERT with an MLM head and no pooler, as pre-training with `--objective mlm` leaves it."""
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=64)
     return save_model(BertForMaskedLM(config), folder, BertTokenizer.from_vocab(VOCAB))
 
@@ -374,7 +374,10 @@ def test_fp16_on_a_cpu_is_refused_before_the_run_says_anything(encoder, small_gl
 
 
 def test_a_model_with_fewer_embedding_rows_than_its_tokenizer_has_tokens_is_refused(small_glue, tmp_path):
-    model = _encoder(tmp_path / "odd", vocab_size=len(VOCAB) - 3)  # its last token ids would be out of range
+    config = BertConfig(vocab_size=len(VOCAB) - 3, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    model = save_model(BertForMaskedLM(config), tmp_path / "odd", BertTokenizer.from_vocab(VOCAB[:-3]))
+    BertTokenizer.from_vocab(VOCAB).save(model)  # another tokenizer copied in: its last ids would be out of range
     result = _cli("finetune", "glue", "rte", "--model", model, "--data", small_glue, "--out", tmp_path / "out",
                   "--max-seq-length", "32")
     assert result.exit_code == 1, result.output
