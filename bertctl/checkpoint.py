@@ -538,7 +538,7 @@ def save_model(
 
     model = getattr(model, "module", model)  # unwrap DDP
     model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
-    target = check_new_out(folder, overwrite=overwrite)
+    target = check_new_out(folder, overwrite=take_bool("overwrite", overwrite))  # "yes" is no yes
     tokenizer = _checked_tokenizer(tokenizer, model.config.vocab_size)
     with building_folder(target) as tmp:
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}

@@ -294,3 +294,4 @@ def test_save_model_reads_a_tokenizer_folder_under_home_and_refuses_one_too_larg
     _one_line_error(lambda: save_model(model, tmp_path / "big", large),
                     f"^the tokenizer has {len(VOCAB) + 20} tokens but the model has only {len(VOCAB)} embedding rows")
     assert not (tmp_path / "big").exists()
+    _one_line_error(lambda: save_model(model, saved, "~/tok", overwrite="yes"), "^overwrite must be true or false")
