@@ -123,10 +123,12 @@ def preset(name: str, **overrides: Any) -> BertConfig:
     return BertConfig(**{**PRESETS[name], **overrides})
 
 
-def model_config(name_or_path: str, **overrides: Any) -> BertConfig:
-    """A preset name or the path of a config.json (a model folder works too)."""
+def model_config(name_or_path: str, defaults: dict[str, Any] | None = None, **overrides: Any) -> BertConfig:
+    """A preset name or the path of a config.json (a model folder works too). `defaults` fill what a config.json
+    leaves out and replace a preset's own values; `overrides` win over both."""
+    defaults = defaults or {}
     if name_or_path in PRESETS:
-        return preset(name_or_path, **overrides)
+        return preset(name_or_path, **{**defaults, **overrides})
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         path = path / "config.json"
@@ -138,7 +140,7 @@ def model_config(name_or_path: str, **overrides: Any) -> BertConfig:
     if not any(key in values for key in shape):  # another file (a run's --config, say): BERT-base, unasked
         raise UsageError(f"--model-config: {path} sets none of {', '.join(shape)}; give a model config.json "
                          f"or a preset ({', '.join(PRESETS)})")
-    return BertConfig.from_dict({**values, **overrides})
+    return BertConfig.from_dict({**defaults, **values, **overrides})
 
 
 def _require(cfg: Any, name: str, ok: bool, wanted: str) -> None:

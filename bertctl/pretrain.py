@@ -23,7 +23,6 @@ from torch import Tensor, nn
 from bertctl import optim, training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
 from bertctl.config import (
-    PRESETS,
     BertConfig,
     PretrainConfig,
     changed_settings,
@@ -31,7 +30,6 @@ from bertctl.config import (
     model_config,
     refuse_changed_settings,
 )
-from bertctl.config_files import read_config_file
 from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError
@@ -344,8 +342,9 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
         ckpt.config = ckpt.config.replace(**dropout)
         model = build_model(ckpt, architecture)
     else:
-        rows = {} if _file_vocab_size(cfg.model_name()) else {"vocab_size": tokenizer.vocab_size}
-        config: BertConfig = model_config(cfg.model_name(), **rows, **dropout)
+        # a config.json's own vocab_size wins (a padded vocabulary, 30528 rows for 30522 tokens in NVIDIA's BERT
+        # configs), as transformers and Google's run_pretraining.py build it; presets take the tokenizer's size
+        config: BertConfig = model_config(cfg.model_name(), {"vocab_size": tokenizer.vocab_size}, **dropout)
         model = ARCHITECTURES[architecture](config)
     if model.config.vocab_size < tokenizer.vocab_size:  # more rows is fine: a padded vocabulary, as on the hub
         if source is None:
@@ -362,16 +361,6 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
         raise UsageError(f"corpus {cfg.corpus} has sequences of {manifest['max_seq_length']} tokens but the model "
                          f"takes at most {model.config.max_position_embeddings}")
     return model
-
-
-def _file_vocab_size(name: str) -> bool:
-    """Whether --model-config is a config.json that sets vocab_size: a new model then has that many embedding
-    rows, as transformers and Google's run_pretraining.py build it (a padded vocabulary, 30528 rows for 30522
-    tokens in NVIDIA's BERT configs); a preset, or a file without it, takes the tokenizer's size."""
-    if name in PRESETS:
-        return False
-    path = Path(name).expanduser()
-    return "vocab_size" in read_config_file(path / "config.json" if path.is_dir() else path, "--model-config")
 
 
 def _loss_terms(model: nn.Module, batch: dict[str, Tensor], predictions: int | None = None

@@ -210,12 +210,13 @@ def window_means(window: list[StepResult]) -> dict[str, float]:
     return {name: sum(f[name] for f in figures) / len(figures) for name in figures[0]}
 
 
-def progress_bar(total: int, initial: int, desc: str, enabled: bool) -> Any:
-    """A training loop's step bar (silent when not `enabled`: other ranks); used as a context, so an error
-    line never lands on its last line."""
+def progress_bar(total: int, initial: int, desc: str, enabled: bool, unit: str = "step", **options: Any) -> Any:
+    """A loop's bar (silent when not `enabled`: other ranks); used as a context, so an error line never lands on
+    its last line. `options` go to tqdm (scoring passes delay and leave)."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True, disable=not enabled)
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, disable=not enabled,
+                **options)
 
 
 @dataclass
