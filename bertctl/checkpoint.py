@@ -483,9 +483,13 @@ def load_model(path: Path | str, architecture: str | None = None, **head_kwargs:
 def saved_architecture(model: nn.Module, keep: dict[str, Tensor] | None = None) -> str:
     """The `architectures` entry of a saved folder: the model's class, or transformers' BertForNextSentencePrediction
     for an encoder saved with a kept NSP head and no MLM head (bertctl has no class of its own for it)."""
-    name = architecture_name(model)
-    kept = {_part(k) for k in keep or {}}
-    return "BertForNextSentencePrediction" if name == "BertModel" and "nsp" in kept and "mlm" not in kept else name
+    return transformers_architecture(architecture_name(model), {_part(k) for k in keep or {}})
+
+
+def transformers_architecture(name: str, parts: set[str] | frozenset[str]) -> str:
+    """transformers' class for a bertctl architecture with these parts: an encoder with NSP and no MLM head is
+    BertForNextSentencePrediction there."""
+    return "BertForNextSentencePrediction" if name == "BertModel" and "nsp" in parts and "mlm" not in parts else name
 
 
 def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: str | None,

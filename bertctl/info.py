@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertctl.checkpoint import heads_present, read_checkpoint
+from bertctl.checkpoint import heads_present, read_checkpoint, transformers_architecture
 from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 
 
@@ -24,7 +24,7 @@ def info(model: Path | str) -> dict[str, Any]:
     return {
         "path": str(model),
         "format": f"bertctl v{bertctl_block['format_version']}" if bertctl_block else "transformers",
-        "architecture": ckpt.architecture,
+        "architecture": transformers_architecture(ckpt.architecture, ckpt.parts),
         "heads": heads_present(ckpt),
         "pooler": "pooler" in ckpt.parts,
         "parameters": sum(t.numel() for t in ckpt.state.values()),

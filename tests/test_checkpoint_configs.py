@@ -142,7 +142,9 @@ def test_convert_keeps_the_head_of_a_next_sentence_prediction_folder(odd_config,
     ids = torch.randint(1, odd_config.vocab_size, (2, 9))
     with torch.no_grad():
         assert torch.equal(reloaded.eval()(ids).logits, reference(ids).logits)
-    assert info(tmp_path / "conv")["heads"] == ["nsp"]
+    for folder in ("hf", "conv"):  # `info` named it BertModel
+        assert (info(tmp_path / folder)["heads"], info(tmp_path / folder)["architecture"]) == (
+            ["nsp"], "BertForNextSentencePrediction")
     assert "BertForNextSentencePrediction: nsp" in convert(tmp_path / "conv", tmp_path / "again")
 
 
