@@ -55,6 +55,10 @@ _CHINESE = (r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{
 _PUNCT = r"\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}"  # _is_punctuation: likewise
 # A piece is a run of other characters, or one CJK/punctuation character (one regex: 2x faster than 3).
 _PIECE = f"[^{_SPLIT}{_CHINESE}{_PUNCT}]+|[{_CHINESE}{_PUNCT}]"
+# Canonical decompositions tokenizers' NFD and NFC lack (its Unicode tables predate them; a sweep of every code
+# point finds only this one): both characters are combining class 0, so a plain replacement is Python's NFD/NFC.
+_LATE_DECOMPOSITIONS = {c: parts for c, parts in {"\U00011938": "\U00011935\U00011930"}.items()  # DIVES AKURU O
+                        if unicodedata.normalize("NFD", c) == parts}  # as the running Python decomposes it
 # Python's str.lower() writes a capital sigma as "ς" when, skipping case-ignorable characters, a cased one
 # comes before it and none after; Rust lowercases char by char ("σ"). \K keeps the letters before it out of
 # the replaced match: Oniguruma has no lookbehind of unbounded length.
@@ -71,7 +75,8 @@ def _casing(lowercase: bool, strip_accents: bool | None) -> list[normalizers.Nor
     if lowercase:
         steps += [normalizers.Replace(Regex(_final_sigma()), "ς"), normalizers.Lowercase()]
     if strip_accents or (strip_accents is None and lowercase):
-        steps += [normalizers.NFD(), normalizers.Replace(Regex(f"[{_python_class('Mn')}]"), "")]
+        steps += [normalizers.NFD(), *(normalizers.Replace(c, parts) for c, parts in _LATE_DECOMPOSITIONS.items()),
+                  normalizers.Replace(Regex(f"[{_python_class('Mn')}]"), "")]
     return steps
 
 
@@ -163,7 +168,7 @@ def _class_body(codes: Sequence[int]) -> str:
 def _clean_up() -> list[normalizers.Normalizer]:
     return [normalizers.Replace(Regex(_CONTROL.format(unassigned=_python_class("Cn"))), ""),
             normalizers.Replace(Regex(_SPACE), " "),
-            normalizers.NFC()]
+            normalizers.NFC(), *(normalizers.Replace(parts, c) for c, parts in _LATE_DECOMPOSITIONS.items())]
 
 
 def pre_tokenizer(chinese_chars: bool = True, whole: Sequence[str] = ()) -> pre_tokenizers.PreTokenizer:

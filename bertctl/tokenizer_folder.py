@@ -32,10 +32,14 @@ def has_tokenizer(folder: Path | str) -> bool:
 
 
 def read_vocab_file(path: Path) -> list[str]:
-    """Google's vocab.txt: one token a line, the line number is the id (read as transformers reads it)."""
+    """Google's vocab.txt: one token a line, the line number is the id (read as transformers reads it).
+
+    Lines end at "\\n"; a "\\r" before it (a file saved with Windows line ends) is no part of the token, as
+    in Google's tokenization.py and both transformers tokenizers."""
     try:
         with open(path, encoding="utf-8", newline="") as handle:
-            tokens = [line[:-1] if line.endswith("\n") else line for line in handle]
+            lines = handle.read().split("\n")
+        tokens = [line.removesuffix("\r") for line in (lines if lines[-1] else lines[:-1])]
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read vocabulary {path}: {getattr(exc, 'strerror', None) or exc}") from None
     seen: dict[str, int] = {}

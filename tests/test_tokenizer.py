@@ -14,7 +14,7 @@ import pytest
 
 from bertctl.config import TokenizerTrainConfig
 from bertctl.errors import UsageError
-from bertctl.tokenizer import BertTokenizer
+from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
 from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 from bertctl.tokenizer_train import train_tokenizer
 
@@ -94,6 +94,30 @@ def test_bert_base_uncased_ids_match_reference(minilm: Path, tmp_path: Path) -> 
         30522, 0, 100, 101, 102, 103)
     assert mismatches(ours, reference(tmp_path / "vocab.txt", True), HARD + sweep()) == []
     assert ours.sha256() == hashlib.sha256((minilm / "vocab.txt").read_bytes()).hexdigest()
+
+
+def test_vocab_with_windows_line_ends_reads_as_transformers_reads_it(minilm: Path, tmp_path: Path) -> None:
+    """A vocab.txt saved with CRLF: the "\\r" is no part of the token (Google's strip(), transformers' both)."""
+    tokens = (minilm / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    (tmp_path / "vocab.txt").write_bytes("".join(f"{t}\r\n" for t in tokens).encode("utf-8"))
+    ours = load_tokenizer(tmp_path / "vocab.txt")
+    assert (ours.vocab_size, ours.unk_id, ours.mask_id, ours.token_to_id("dog")) == (30522, 100, 103, 3899)
+    assert mismatches(ours, reference(tmp_path / "vocab.txt", True), HARD) == []
+    assert ours.sha256() == hashlib.sha256((minilm / "vocab.txt").read_bytes()).hexdigest()  # the same vocabulary
+
+
+@pytest.mark.parametrize(("lowercase", "strip_accents"), [(True, None), (False, None), (False, True)])
+def test_decomposition_missing_from_tokenizers_tables_is_pythons(tmp_path: Path, lowercase: bool,
+                                                                 strip_accents: bool | None) -> None:
+    """U+11938 = U+11935 U+11930 (Unicode 13): tokenizers' NFC did not compose it nor its NFD decompose it."""
+    o, a, b = "\U00011938", "\U00011935", "\U00011930"
+    tokens = [*SPECIAL_TOKENS, "x", "##x", a, b, o, f"##{a}", f"##{b}", f"##{o}", a + b, f"##{a}{b}"]
+    (tmp_path / "vocab.txt").write_text("".join(f"{t}\n" for t in tokens), encoding="utf-8")
+    ref = reference(tmp_path / "vocab.txt", lowercase)
+    ref.basic_tokenizer.strip_accents = strip_accents
+    ours = BertTokenizer.from_vocab(tokens, lowercase, strip_accents)
+    texts = [o, a + b, f"x{o}x", f"x{a}{b}", f"{a}\u0301{b}", f"{o}\u0301", f"{a}\u200b{b}", f"{b}{a}", o + o]
+    assert [ours.encode(t).ids for t in texts] == [ref(t)["input_ids"] for t in texts]
 
 
 def test_foreign_tokenizer_json_gets_the_exact_pipeline(minilm: Path) -> None:
