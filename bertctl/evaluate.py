@@ -259,6 +259,17 @@ class Scorer:
     label_order: list[int] | None = None  # the model's output for each task class, when not in task order
     run_precision: str | None = None  # what the fine-tuning run computed in (its run.json), if known
     run_device: str | None = None  # and on which kind of device (cpu, cuda)
+    folder: Path | None = None  # the model folder, for messages
+
+    def encode(self, examples: Examples) -> Features:
+        """The examples as this model's inputs, refusing sentence pairs a model with one segment embedding
+        cannot take (the second text's segment id 1 would index past it)."""
+        segments = self.model.config.type_vocab_size
+        if examples.text_b is not None and segments < 2:
+            raise UsageError(f"{self.folder or 'the model'} has type_vocab_size {segments} (one segment embedding) "
+                             f"but {examples.source} is read as sentence pairs; give a model with 2, or one text "
+                             "column")
+        return encode_examples(self.tokenizer, examples, self.max_seq_length)
 
     def precision_on(self, precision: str | None, device: torch.device) -> str:
         """--precision, else the run's own on the same kind of device (so scores reproduce its
@@ -290,7 +301,8 @@ def open_scorer(path: Path | str, task: GlueTask | TabularTask, max_seq_length: 
     if max_len > positions:
         raise UsageError(f"--max-seq-length {max_len}: the model takes at most {positions} tokens")
     batch_size = _setting(batch_size, saved.get("eval_batch_size"), FinetuneConfig.eval_batch_size)
-    return Scorer(model, tokenizer, max_len, batch_size, order, record.get("precision"), record.get("device"))
+    return Scorer(model, tokenizer, max_len, batch_size, order, record.get("precision"), record.get("device"),
+                  folder)
 
 
 def _setting(flag: int | None, saved: int | None, default: int) -> int:
@@ -331,8 +343,7 @@ def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, spl
         raise UsageError(f"--split {split}: GLUE test sets have no labels; "
                          f"use bertctl predict glue {task.name}")
     scorer = open_scorer(model, task, max_seq_length, batch_size)
-    features = {s: encode_examples(scorer.tokenizer, read_split(task, s, data), scorer.max_seq_length)
-                for s in splits}
+    features = {s: scorer.encode(read_split(task, s, data)) for s in splits}
     run_on = scoring_device(device)
     return score(task, scorer.model.to(run_on), features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
                  scorer.precision_on(precision, run_on), scorer.label_order)
@@ -364,6 +375,23 @@ class ClassifyRun:
     task: TabularTask
     text_columns: tuple[str, ...]
     label_column: str
+    generic: bool = False  # a model trained elsewhere whose classes are LABEL_0, LABEL_1, ...: class ids 0, 1, ...
+
+    def read_labelled(self, data: str | Path) -> Examples:
+        """The file's examples with their labels as the model's classes. A model with generic class names was
+        fine-tuned (transformers' Trainer) on class ids: a file labelled 0, 1, ... is read with label i as
+        LABEL_i; a file that names none of them so is refused with the model's names."""
+        names = self.task.label_names
+        try:
+            return read_examples(data, self.text_columns, self.label_column, names)[0]
+        except UsageError as exc:
+            if not self.generic:
+                raise
+            refused = exc
+        try:
+            return read_examples(data, self.text_columns, self.label_column, [str(i) for i in range(len(names))])[0]
+        except UsageError:
+            raise refused from None
 
 
 def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None = None,
@@ -393,9 +421,11 @@ def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None
         why = (f"{folder} was fine-tuned on GLUE's {saved['task']}, not on columns of a table" if saved.get("task")
                else f"{folder} has no run.json naming the text columns it was trained on")
         raise UsageError(f"--text-columns: {why}; give them")
-    task = classify_task(record["labels"] if "labels" in record else _model_classes(ckpt))
+    classes = record["labels"] if "labels" in record else _model_classes(ckpt)
+    task = classify_task(classes)
     scorer = open_scorer(folder, task, max_seq_length, batch_size, ckpt)
-    return ClassifyRun(scorer, task, columns, label_column or saved.get("label_column") or "label")
+    generic = "labels" not in record and len(classes) > 1 and classes == [f"LABEL_{i}" for i in range(len(classes))]
+    return ClassifyRun(scorer, task, columns, label_column or saved.get("label_column") or "label", generic)
 
 
 def _model_classes(ckpt: Checkpoint) -> list[str]:
@@ -415,8 +445,7 @@ def evaluate_classify(model: Path | str, data: str | Path, text_columns: str | S
     eval_results.json. Labels outside the model's classes are refused: it could never predict them.
     """
     run = open_classify_run(model, text_columns, label_column, max_seq_length, batch_size)
-    examples, _ = read_examples(data, run.text_columns, run.label_column, run.task.label_names)
-    features = encode_examples(run.scorer.tokenizer, examples, run.scorer.max_seq_length)
+    features = run.scorer.encode(run.read_labelled(data))
     run_on = scoring_device(device)
     results = score(run.task, run.scorer.model.to(run_on), {"data": features}, run.scorer.tokenizer.pad_id,
                     run.scorer.batch_size, run_on, run.scorer.precision_on(precision, run_on),

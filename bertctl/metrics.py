@@ -89,8 +89,12 @@ def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
     pred, gold = _pair(predictions, labels, np.float64)
     if np.all(pred == pred[0]) or np.all(gold == gold[0]):
         return 0.0  # tested exactly: a constant's deviations from its float mean are rounding noise, not 0
+    if len(pred) == 2:  # two distinct points lie on a line; their float mean may not lie halfway (scipy's case)
+        return float(np.sign(pred[1] - pred[0]) * np.sign(gold[1] - gold[0]))
     pred = pred - pred.mean()
     gold = gold - gold.mean()
+    pred /= np.abs(pred).max()  # as scipy does: no under- or overflow in the sums of squares at any scale
+    gold /= np.abs(gold).max()
     spread = float(np.sqrt((pred @ pred) * (gold @ gold)))
     return float(np.clip((pred @ gold) / spread, -1.0, 1.0))
 

@@ -22,7 +22,6 @@ from bertctl.data.tabular import read_examples
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
     Scorer,
-    encode_examples,
     model_folder,
     open_classify_run,
     open_scorer,
@@ -94,7 +93,7 @@ def _predict_task(task: GlueTask, model: Path, data: str | Path, batch_size: int
 
 def _task_logits(scorer: Scorer, examples: Examples, device: torch.device, precision: str) -> np.ndarray:
     """(N, outputs) logits in the examples' order, columns in the task's class order."""
-    features = encode_examples(scorer.tokenizer, examples, scorer.max_seq_length)
+    features = scorer.encode(examples)
     return predict_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, device, precision,
                           label_order=scorer.label_order)
 

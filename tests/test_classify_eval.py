@@ -325,3 +325,55 @@ def test_scoring_uses_the_matmul_precision_fine_tuning_scored_with(pair_run, tmp
     evaluate_classify(run, dev)
     predict_classify(run, dev, tmp_path / "p.csv")
     assert [device.type for device in asked] == ["cpu", "cpu"]
+
+
+@pytest.mark.parametrize("id2label", [{"0": "LABEL_0", "1": "LABEL_1"}, None])
+def test_a_model_with_generic_labels_is_scored_on_class_ids(pair_run, tmp_path, id2label):
+    """transformers' Trainer fine-tunes on class ids 0, 1, ... and names the outputs LABEL_0, LABEL_1, ... (or,
+    for two classes, writes no id2label at all); a file labelled with those ids was refused ("label '1' is not
+    one of LABEL_0, LABEL_1"), so such a model could not be scored on its own data."""
+    run, dev = pair_run
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for item in run.iterdir():
+        if item.is_file() and item.name != "run.json":
+            (bare / item.name).write_bytes(item.read_bytes())
+    config = json.loads((bare / "config.json").read_text())
+    config.pop("id2label")
+    config.pop("label2id")
+    if id2label:
+        config.update(id2label=id2label, label2id={name: int(i) for i, name in id2label.items()})
+    (bare / "config.json").write_text(json.dumps(config))
+    rows = list(csv.reader(dev.open(encoding="utf-8")))
+    ids = _write_csv(tmp_path / "ids.csv", tuple(rows[0]), [(*r[:2], ["no", "yes"].index(r[2])) for r in rows[1:]])
+    names = _write_csv(tmp_path / "names.csv", tuple(rows[0]), [(*r[:2], f"LABEL_{['no', 'yes'].index(r[2])}")
+                                                                for r in rows[1:]])
+    expected = evaluate_classify(run, dev)
+    for data in (ids, names):
+        assert evaluate_classify(bare, data, ("premise", "answer"), "y", batch_size=16, max_seq_length=32) == expected
+    bad = _write_csv(tmp_path / "bad.csv", tuple(rows[0]), [("a", "b", 2)])
+    result = _cli("evaluate", "classify", "--model", bare, "--data", bad, "--text-columns", "premise,answer",
+                  "--label-column", "y")
+    assert result.exit_code == 2 and "bad.csv:2: label '2' is not one of LABEL_0, LABEL_1" in result.stderr
+
+
+def test_sentence_pairs_are_refused_for_a_model_with_one_segment_embedding(tmp_path):
+    """The second text's segment id 1 indexed past a one-row token_type embedding: `IndexError: index out of
+    range in self`, exit 1, where finetune refuses such a model with one line."""
+    from bertctl.model import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, type_vocab_size=1)
+    model = save_model(BertForSequenceClassification(config), tmp_path / "one", BertTokenizer.from_vocab(VOCAB),
+                       labels=["no", "yes"])
+    data = _write_csv(tmp_path / "pairs.csv", ("premise", "answer", "y"), [("cold warm", "yes", "yes")])
+    for command, extra in (("evaluate", ["--label-column", "y"]), ("predict", ["--out", tmp_path / "p.csv"])):
+        result = _cli(command, "classify", "--model", model, "--data", data, "--text-columns", "premise,answer",
+                      *extra)
+        assert result.exit_code == 2, result.output
+        assert len(result.stderr.strip().splitlines()) == 1 and "type_vocab_size 1" in result.stderr
+    assert not (tmp_path / "p.csv").exists()
+    single = _cli("evaluate", "classify", "--model", model, "--data", data, "--text-columns", "premise",
+                  "--label-column", "y", "--json")
+    assert single.exit_code == 0, single.output

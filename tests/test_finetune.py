@@ -469,3 +469,70 @@ def test_evaluate_classify_says_a_glue_run_names_no_columns(sst2_run, tmp_path):
     result = _cli("evaluate", "classify", "--model", sst2_run, "--data", tmp_path / "t.csv")
     assert result.exit_code == 2, result.output
     assert f"--text-columns: {sst2_run} was fine-tuned on GLUE's sst2, not on columns of a table" in result.stderr
+
+
+@pytest.mark.parametrize("problem", ["classification", "regression"])
+def test_training_is_a_transformers_loop_step_for_step(encoder, tmp_path, problem):
+    """With dropout off, `finetune classify` trains exactly as a hand-written transformers loop over the same
+    batches: BertForSequenceClassification's loss, AdamW over the Trainer's decay groups (no decay on biases
+    and LayerNorm), get_linear_schedule_with_warmup with ceil(0.1 x steps) warmup steps, clipping at 1.0, and
+    gradient accumulation over micro-batches (the last batch partial) that averages as the whole batch does."""
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import load_file
+
+    from bertctl import training_state
+    from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint, to_transformers_names
+    from bertctl.data.glue import Examples
+    from bertctl.evaluate import encode_examples
+
+    rng = np.random.default_rng(0)
+    words = [w for w in VOCAB[8:] if w.isalpha()]
+    rows = [(" ".join(rng.choice(words, rng.integers(1, 20))), " ".join(rng.choice(words, rng.integers(1, 20))),
+             f"{rng.uniform(0, 5):.2f}" if problem == "regression" else str(rng.choice(["no", "yes"])))
+            for _ in range(10)]
+    train = tmp_path / "train.csv"
+    with open(train, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([("a", "b", "y"), *rows])
+    seed, batch, epochs, lr = 5, 4, 2, 1e-2
+    out = finetune_classify(FinetuneConfig(model=encoder, train=train, text_columns=("a", "b"), label_column="y",
+                                           out=tmp_path / "run", lr=lr, epochs=epochs, batch_size=batch,
+                                           micro_batch_size=2, max_seq_length=16, seeds=(seed,), dropout=0.0,
+                                           problem=problem, log_every=1, device="cpu"))
+    labels = 1 if problem == "regression" else 2
+    ckpt = read_checkpoint(encoder)
+    training_state.seed_everything(seed)  # the fresh head and pooler finetune drew
+    ours = build_model(ckpt, "BertForSequenceClassification", num_labels=labels, classifier_dropout=0.0)
+    theirs = transformers.BertForSequenceClassification(transformers.BertConfig.from_pretrained(
+        encoder, num_labels=labels, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    theirs.load_state_dict(to_transformers_names(ours.state_dict()))
+    y = [float(r[2]) for r in rows] if problem == "regression" else [["no", "yes"].index(r[2]) for r in rows]
+    features = encode_examples(model_tokenizer(ckpt), Examples([r[0] for r in rows], [r[1] for r in rows], y,
+                                                              [str(i) for i in range(10)], "rows"), 16, show=False)
+    decay = set(transformers.Trainer.get_decay_parameter_names(None, theirs))
+    optimizer = torch.optim.AdamW([{"params": [p for n, p in theirs.named_parameters() if n in decay],
+                                    "weight_decay": 0.01},
+                                   {"params": [p for n, p in theirs.named_parameters() if n not in decay],
+                                    "weight_decay": 0.0}], lr=lr, eps=1e-6)
+    total = 3 * epochs  # ceil(10 / 4) steps an epoch
+    schedule = transformers.get_linear_schedule_with_warmup(optimizer, 1, total)
+    losses = []
+    theirs.train()
+    for epoch in range(1, epochs + 1):
+        for rows_of_step in train_batches(features.lengths, batch, seed, epoch, False):
+            losses.append(0.0)
+            for micro in np.split(rows_of_step, range(2, len(rows_of_step), 2)):
+                inputs = collate(features, micro, 0)
+                loss = theirs(input_ids=inputs["input_ids"].long(), token_type_ids=inputs["token_type_ids"].long(),
+                              attention_mask=inputs.get("attention_mask"), labels=inputs["labels"]).loss
+                (loss * len(micro) / len(rows_of_step)).backward()
+                losses[-1] += loss.item() * len(micro) / len(rows_of_step)
+            torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+    logged = [row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in row]
+    assert [row["loss"] for row in logged] == pytest.approx(losses, abs=1e-6)
+    assert [row["lr"] for row in logged] == pytest.approx([lr * f for f in (0, 1, 0.8, 0.6, 0.4, 0.2)], abs=1e-12)
+    trained = load_file(out / "model.safetensors")
+    for name, weight in theirs.state_dict().items():
+        assert torch.allclose(trained[name], weight, atol=1e-6), name

@@ -125,3 +125,18 @@ def test_user_tables_are_scored_through_the_same_call():
     scores = compute_task_metrics(task, [1, 0, 1, 1], [1, 0, 0, 1])
     assert scores == {"accuracy": 0.75, "f1": pytest.approx(0.8),
                       "matthews_correlation": pytest.approx(2 / np.sqrt(12))}  # tp=2 tn=1 fp=1 fn=0
+
+
+@pytest.mark.filterwarnings("ignore::scipy.stats.NearConstantInputWarning")  # its reference values are right
+def test_pearson_is_scipys_at_any_scale_and_for_two_points():
+    """The dot products of the deviations under- or overflowed (values ~1e-200 or ~1e200: r of ±1.0 or 0.0 for
+    a true 0.35), and two points a float's last bit apart had r 0.71: the mean's rounding left the deviations
+    lopsided. scipy scales the deviations by their largest first, and two distinct points are ±1."""
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=20), rng.normal(size=20)
+    expected = stats.pearsonr(x, y).statistic
+    for scale_x, scale_y in ((1e-200, 1e150), (1e200, 1.0), (1e-170, 1e-170)):
+        assert pearson(x * scale_x, y * scale_y) == pytest.approx(expected, abs=1e-12)
+    for pair in (([2.5000000000000004, 2.5], [-0.3, -0.5]), ([1e-300, 0.0], [5.0, 4.0])):
+        assert pearson(*pair) == stats.pearsonr(*pair).statistic == 1.0
+    assert pearson([2.5, 2.5000000000000004], [-0.3, -0.5]) == -1.0
