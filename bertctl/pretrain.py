@@ -59,10 +59,6 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     run = Path(cfg.out)
     resume_from = _resume_point(cfg, run, env)  # refusals come before the quick start builds anything
     started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
-    changed = changed_settings(cfg, started.get("config", {}), RESUMED_AS_GIVEN)
-    if env.is_main and changed:
-        logger.warning("warning: --resume: the run in %s trained with %s; a resume takes the settings given now, "
-                       "so give them again to keep the run's", run, changed)
     if resume_from is None and cfg.init_from is None:
         model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
     precision = training.resolve_precision(cfg.precision, env.device)
@@ -97,6 +93,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         window = training.resumed_window(record.get("log_window", []), step, cfg.log_every)
         bad_in_row = record.get("bad_in_row", 0)
     carried = 0.0  # seconds the run had already trained (resumed), so `elapsed` goes on from there
+    changed = changed_settings(cfg, started.get("config", {}), RESUMED_AS_GIVEN)
+    if env.is_main and changed:  # after every refusal, which is then the one line said
+        logger.warning("warning: --resume: the run in %s trained with %s; a resume takes the settings given now, "
+                       "so give them again to keep the run's", run, changed)
     if env.is_main:
         make_folder(run)
         training_state.remove_interrupted_saves(run)

@@ -324,11 +324,21 @@ def optimizer_step(
 
 # --- signals, logging ----------------------------------------------------------------------------------
 
+DUPLICATE_SIGNAL_SECONDS = 1.0  # a stop signal this soon after the first is the same request, passed on
+
+
 class GracefulStop:
-    """First SIGINT/SIGTERM: finish the step, save, exit. A second one: stop at once."""
+    """First SIGINT/SIGTERM: finish the step, save, exit. A second one: stop at once.
+
+    A signal within DUPLICATE_SIGNAL_SECONDS of the first is the same request again, not a second one: SLURM
+    (scancel, a time limit) and systemd signal every process of the job, and torchrun's agent, which gets it
+    too, passes it on to its ranks milliseconds later; taken as a second signal, that copy would stop the ranks
+    before they save.
+    """
 
     def __init__(self) -> None:
         self.requested = False
+        self._first = 0.0  # time.monotonic() of the first signal
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> GracefulStop:
@@ -337,9 +347,11 @@ class GracefulStop:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
+        now = time.monotonic()
+        if not self.requested:
+            self.requested, self._first = True, now
+        elif now - self._first >= DUPLICATE_SIGNAL_SECONDS:
             raise KeyboardInterrupt
-        self.requested = True
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():

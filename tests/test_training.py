@@ -247,3 +247,21 @@ def test_resume_trims_metrics_past_the_checkpoint_and_a_half_written_last_row(tm
     (tmp_path / "metrics.jsonl").write_text("\n".join([*rows[:2], '{"step": 20, "val_mlm_loss": 2.0}']) + "\n")
     assert training.trim_metrics(tmp_path, 20, drop_closing_row=True) == 20.0
     assert (tmp_path / "metrics.jsonl").read_text().splitlines() == [rows[0], '{"step": 20, "val_mlm_loss": 2.0}']
+
+
+def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):
+    """SLURM and systemd signal every process of the job, and torchrun's agent passes the signal it got on to its
+    ranks a few milliseconds later: that copy is the same stop request, not a second one (which would stop the
+    rank at once, without its checkpoint). A second signal later than DUPLICATE_SIGNAL_SECONDS still stops it."""
+    clock = [100.0]
+    monkeypatch.setattr(training.time, "monotonic", lambda: clock[0])
+    with training.GracefulStop() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        clock[0] += 0.01
+        os.kill(os.getpid(), signal.SIGTERM)  # the launcher's copy
+        clock[0] += training.DUPLICATE_SIGNAL_SECONDS / 2
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested
+        clock[0] += training.DUPLICATE_SIGNAL_SECONDS
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
