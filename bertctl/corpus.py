@@ -400,13 +400,16 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
 
 
 def same_instances(manifest: dict[str, Any], other: dict[str, Any]) -> bool:
-    """Whether two manifests describe the same instances: the paths the corpus was built from and into don't
-    count (the inputs' sha256 and the tokenizer's fingerprint do), so a corpus rebuilt elsewhere still matches."""
-    def contents(record: dict[str, Any]) -> dict[str, Any]:
-        config, inputs = _path_free(record.get("config", {}), record.get("inputs", []))
-        return {**record, "config": config, "inputs": inputs, "skipped": len(record.get("skipped", []))}
+    """Whether two manifests describe the same instances."""
+    return instances_fingerprint(manifest) == instances_fingerprint(other)
 
-    return contents(manifest) == contents(other)
+
+def instances_fingerprint(manifest: dict[str, Any]) -> str:
+    """sha256 of what a manifest says of its instances: the paths the corpus was built from and into don't
+    count (the inputs' sha256 and the tokenizer's fingerprint do), so a corpus rebuilt elsewhere still matches."""
+    config, inputs = _path_free(manifest.get("config", {}), manifest.get("inputs", []))
+    contents = {**manifest, "config": config, "inputs": inputs, "skipped": len(manifest.get("skipped", []))}
+    return hashlib.sha256(json.dumps(contents, sort_keys=True).encode()).hexdigest()
 
 
 def _path_free(config: dict[str, Any], inputs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -52,7 +52,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
 
 
 def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
-    from bertctl.corpus import load_corpus, same_instances
+    from bertctl.corpus import instances_fingerprint, load_corpus, same_instances
 
     check_out(cfg.out)
     _refuse_out_in_corpus(cfg)
@@ -72,6 +72,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     if not same_instances(started.get("corpus_manifest", manifest), manifest):
         raise UsageError(f"--resume: --corpus {cfg.corpus} is not the corpus the run in {run} was started on (their "
                          "manifests differ); resume it on that corpus, or start a new run with another --out")
+    differing = training.ranks_differing(instances_fingerprint(manifest), env)
+    if differing:
+        raise UsageError(f"--corpus {cfg.corpus}: rank {differing[0]} reads other instances than rank 0 there (their "
+                         "manifests differ); give every node a copy of the same corpus")
     tokenizer = _tokenizer(cfg, manifest)
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
     training.enable_fast_math(env.device)

@@ -158,6 +158,16 @@ def any_rank(flag: bool, env: Distributed) -> bool:
     return bool(value.item())
 
 
+def ranks_differing(fingerprint: str, env: Distributed) -> list[int]:
+    """The ranks whose hex digest differs from rank 0's, the same list on every rank (host-side, gloo)."""
+    if env.world_size == 1:
+        return []
+    mine = torch.tensor([int(fingerprint[:15], 16)], dtype=torch.int64)  # 60 bits: collisions are no concern
+    every = [torch.zeros_like(mine) for _ in range(env.world_size)]
+    dist.all_gather(every, mine, group=env.control)
+    return [rank for rank, value in enumerate(every) if not torch.equal(value, every[0])]
+
+
 def all_reduce_sum(value: Tensor, env: Distributed) -> Tensor:
     if env.world_size > 1:
         dist.all_reduce(value, op=dist.ReduceOp.SUM)

@@ -792,3 +792,23 @@ def test_a_one_segment_model_on_sentence_pairs_and_an_out_inside_the_corpus_are_
         with pytest.raises(UsageError, match="is inside the corpus .*, which `corpus build --overwrite` replaces"):
             pretrain(small_run(corpus, inside, steps=1))
     assert not (corpus / "runs").exists()
+
+
+def test_ranks_reading_different_corpora_are_refused(corpus, tmp_path):
+    """Nodes without shared storage each read their own copy of --corpus: a copy that differs trained every rank
+    on mismatched data, silently (same shapes, so nothing failed)."""
+    for rank, seed_shift in ((0, 0), (1, 1)):
+        copy = Path(shutil.copytree(corpus, tmp_path / f"node{rank}" / "corpus"))
+        manifest = json.loads((copy / "manifest.json").read_text())
+        (copy / "manifest.json").write_text(json.dumps({**manifest, "seed": manifest["seed"] + seed_shift}))
+    (tmp_path / "node.py").write_text(  # each rank in its own "node", reading the relative path `corpus`
+        "import os, sys\nos.chdir(f'node{os.environ[\"RANK\"]}')\n"
+        "from bertctl.cli import main\nsys.argv[0] = 'bertctl'\nmain()\n")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(29700 + os.getpid() % 1000), str(tmp_path / "node.py"),
+                           *_cli(Path("corpus"), tmp_path / "run", "--steps", "2", "--batch-size", "8")],
+                          capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          timeout=120)
+    assert done.returncode != 0
+    assert "--corpus corpus: rank 1 reads other instances than rank 0" in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "run" / "final").exists()
