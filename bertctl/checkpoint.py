@@ -158,6 +158,9 @@ class Checkpoint:
     parts: frozenset[str] = field(default_factory=frozenset)  # heads present (+ "pooler")
     stored_dtype: str = "float32"  # floating dtype(s) of the file's tensors; loaded as float32
     untied_decoder: bool = False  # the MLM head cannot be used (bertctl ties it); the encoder and other heads can
+    # config.json's tie_word_embeddings false: transformers' decoder is a parameter of its own even while it equals
+    # the embeddings (an untied model saved before training), or a random one when the file has none
+    untied_by_config: bool = False
 
     @property
     def labels(self) -> list[str] | None:
@@ -295,9 +298,10 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise BertctlError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
     _check_encoder(folder, weights_file, set(weights), config, raw, state)
+    _check_heads(weights_file, set(weights), config, state)
     parts = frozenset(p for p in map(_part, state) if p is not None)
     ckpt = Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
-                      untied)
+                      untied, raw.get("tie_word_embeddings") is False)
     _check_labels(ckpt)
     return ckpt
 
@@ -358,6 +362,28 @@ def _check_encoder(folder: Path, weights_file: Path, in_file: set[str], config: 
                          for f in shaped_by)
         raise UsageError(f"{folder / 'config.json'} says {said}, but the weights hold {name} of shape "
                          f"{tuple(stored.shape)}; fix config.json")
+
+
+def _check_heads(weights_file: Path, in_file: set[str], config: BertConfig, state: dict[str, Tensor]) -> None:
+    """The pooler and every head must fit the encoder config.json describes (its shape was checked first), as
+    transformers requires: build_model would otherwise create a head of another shape afresh, at random (fill,
+    pretrain --init-from). Only a classifier may have another number of outputs (fine-tuning on other labels)."""
+    with torch.device("meta"):  # shapes only, no memory
+        expected = {**ARCHITECTURES["BertForPreTraining"](config).state_dict(),
+                    **ARCHITECTURES["BertForQuestionAnswering"](config).state_dict()}
+    classifier = state.get("classifier.weight")
+    if classifier is not None:
+        rows = classifier.shape[0] if classifier.ndim else 0
+        expected.update({"classifier.weight": torch.empty(rows, config.hidden_size, device="meta"),
+                         "classifier.bias": torch.empty(rows, device="meta")})
+    bare = not any(name.startswith("bert.") for name in in_file)
+    for key, found in state.items():
+        target = expected.get(key)
+        if _part(key) is None or target is None or found.shape == target.shape:
+            continue
+        name = next(iter(to_transformers_names({key: found}, bare=bare)))
+        raise BertctlError(f"{weights_file}: {name} has shape {tuple(found.shape)} but the model config.json "
+                           f"describes needs {tuple(target.shape)} (is the file complete? re-download or re-save it)")
 
 
 def _check_layer_count(folder: Path, config: BertConfig, raw: dict[str, Any], state: dict[str, Tensor]) -> None:

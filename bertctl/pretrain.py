@@ -78,6 +78,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                          "manifests differ); give every node a copy of the same corpus")
     tokenizer = _tokenizer(cfg, manifest)
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
+    if env.is_main and resume_from is None and cfg.init_from is not None and model.fresh_heads:
+        *most, last = model.fresh_heads
+        print(f"pretrain: {cfg.init_from} has no {', '.join(most) + ' or ' if most else ''}{last}; "
+              f"{'they start' if most else 'it starts'} fresh (--seed {cfg.seed})", file=sys.stderr)
     training.enable_fast_math(env.device)
     compiled = cfg.compile if cfg.compile is not None else _can_compile(env.device)
     if env.is_main and cfg.warmup() >= cfg.steps:
@@ -343,6 +347,10 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
     torch.manual_seed(cfg.seed)  # the weights of a fresh model, or of the heads --init-from's model lacks
     if source is not None:
         ckpt = read_checkpoint(source)
+        if ckpt.untied_by_config:
+            raise UsageError(f"--init-from {source}: config.json sets tie_word_embeddings false, so transformers "
+                             "trains its MLM decoder apart from the word embeddings; bertctl ties them and would "
+                             "train another model (set it to true in config.json to train them tied)")
         ckpt.config = ckpt.config.replace(**dropout)
         model = build_model(ckpt, architecture)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -300,3 +301,44 @@ def test_a_saved_classifier_records_the_dropout_its_head_used(odd_config, tmp_pa
     save_model(tuned, tmp_path / "tuned", config_extra=source.kept_config)
     assert json.loads((tmp_path / "tuned" / "config.json").read_text())["classifier_dropout"] is None
     assert load_model(tmp_path / "tuned").dropout.p == odd_config.hidden_dropout_prob
+
+
+@pytest.mark.parametrize(("name", "shape", "needs"), [
+    ("cls.predictions.bias", lambda c: (c.vocab_size - 6,), lambda c: (c.vocab_size,)),
+    ("cls.predictions.transform.dense.weight", lambda c: (c.hidden_size, c.hidden_size - 1),
+     lambda c: (c.hidden_size, c.hidden_size)),
+    ("cls.seq_relationship.weight", lambda c: (3, c.hidden_size), lambda c: (2, c.hidden_size)),
+    ("bert.pooler.dense.bias", lambda c: (c.hidden_size + 2,), lambda c: (c.hidden_size,)),
+])
+def test_a_head_of_another_shape_than_config_json_gives_is_refused_not_replaced_at_random(
+        odd_config, tmp_path, name, shape, needs):
+    """A trained MLM/NSP head or pooler whose weights do not fit the model was silently created afresh: `fill`
+    filled masks with a random head and `pretrain --init-from` trained one, where transformers refuses the folder
+    (a size mismatch). Now one line from every command that reads the folder, `info` included."""
+    hf_pretraining_folder(odd_config, tmp_path / "hf")
+    path = tmp_path / "hf" / "model.safetensors"
+    state = load_file(path)
+    state[name] = torch.zeros(shape(odd_config))
+    save_file(state, path, metadata={"format": "pt"})
+    result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip() == (f"bertctl: error: {path}: {name} has shape {shape(odd_config)} but the model "
+                                     f"config.json describes needs {needs(odd_config)} (is the file complete? "
+                                     "re-download or re-save it)")
+    with pytest.raises(Exception, match=re.escape(name)):
+        load_model(tmp_path / "hf", "BertForPreTraining")
+
+
+def test_a_classifier_may_have_another_number_of_outputs_but_not_another_width(odd_config, tmp_path):
+    """Another number of labels makes a fresh classifier (fine-tuning a model on another task); another input
+    width is a broken file, not a fresh head."""
+    from bertctl.model import BertForSequenceClassification
+
+    save_model(BertForSequenceClassification(odd_config, num_labels=3), tmp_path / "mnli")
+    assert load_model(tmp_path / "mnli", num_labels=2).fresh_heads == ("classifier",)
+    path = tmp_path / "mnli" / "model.safetensors"
+    state = load_file(path)
+    state["classifier.weight"] = torch.zeros(3, odd_config.hidden_size + 1)
+    save_file(state, path, metadata={"format": "pt"})
+    with pytest.raises(Exception, match=re.escape(f"classifier.weight has shape (3, {odd_config.hidden_size + 1})")):
+        read_checkpoint(tmp_path / "mnli")

@@ -812,3 +812,24 @@ def test_ranks_reading_different_corpora_are_refused(corpus, tmp_path):
     assert done.returncode != 0
     assert "--corpus corpus: rank 1 reads other instances than rank 0" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "run" / "final").exists()
+
+
+def test_init_from_says_which_heads_start_fresh_and_refuses_an_untied_decoder(corpus, tmp_path):
+    """A masked-LM folder has no NSP head and no pooler: they were trained from scratch without a word. A config
+    with tie_word_embeddings false (transformers trains that decoder apart from the embeddings) was trained tied,
+    so from the second step on another model than transformers' (and saved tied)."""
+    from bertctl.checkpoint import load_model
+
+    masked = _model_folder(tmp_path / "masked", corpus / "tokenizer", architecture="BertForMaskedLM")
+    result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--steps",
+                                      "1", "--batch-size", "4", "--init-from", str(masked), "--num-workers", "0",
+                                      "--device", "cpu", "--seed", "7"])
+    assert result.exit_code == 0, result.output
+    assert f"pretrain: {masked} has no nsp or pooler; they start fresh (--seed 7)" in result.stderr
+    config = json.loads((masked / "config.json").read_text())
+    (masked / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+    untied = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "untied"),
+                                      "--steps", "1", "--init-from", str(masked), "--device", "cpu"])
+    assert untied.exit_code == 2 and "tie_word_embeddings false" in untied.stderr, untied.output
+    assert not (tmp_path / "untied").exists()
+    assert load_model(masked).fresh_heads == ()  # fill reads it: the decoder it holds is the embeddings
