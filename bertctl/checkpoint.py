@@ -382,7 +382,7 @@ def _check_heads(weights_file: Path, in_file: set[str], config: BertConfig, stat
         if _part(key) is None or target is None or found.shape == target.shape:
             continue
         name = next(iter(to_transformers_names({key: found}, bare=bare)))
-        raise BertctlError(f"{weights_file}: {name} has shape {tuple(found.shape)} but the model config.json "
+        raise BertctlError(f"{weights_file}: {name} has shape {tuple(found.shape)} but the model its config.json "
                            f"describes needs {tuple(target.shape)} (is the file complete? re-download or re-save it)")
 
 

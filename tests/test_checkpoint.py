@@ -322,7 +322,7 @@ def test_a_head_of_another_shape_than_config_json_gives_is_refused_not_replaced_
     save_file(state, path, metadata={"format": "pt"})
     result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
     assert result.exit_code == 1, result.output
-    assert result.stderr.strip() == (f"bertctl: error: {path}: {name} has shape {shape(odd_config)} but the model "
+    assert result.stderr.strip() == (f"bertctl: error: {path}: {name} has shape {shape(odd_config)} but the model its "
                                      f"config.json describes needs {needs(odd_config)} (is the file complete? "
                                      "re-download or re-save it)")
     with pytest.raises(Exception, match=re.escape(name)):
