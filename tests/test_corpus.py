@@ -191,6 +191,26 @@ def test_notnext_text_comes_from_another_document_when_a_shard_holds_one(data, f
         assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
 
 
+@pytest.mark.parametrize("junk", ["\ufffd\ufffd", "\u200b \x07", "\ufeff\n\u00ad"])
+def test_a_document_without_tokens_beside_a_lone_one_does_not_make_it_its_own_notnext(data, junk: str) -> None:
+    """A document that tokenises to nothing (replacement characters, zero-width or control characters: the
+    tokenizer's cleaning removes them) is no document: the one beside it in its shard is alone there and still
+    draws NotNext text from other documents, never from itself."""
+    document = lambda token: (token - FIRST_BASE) // 48  # noqa: E731 - 48 words per generated document
+    parts = _ordered(documents=8).split("\n\n")
+    parts.insert(4, junk)  # shards of one document each; the junk joins document 4's shard
+    path = data["root"] / f"junk-{len(junk)}-{ord(junk[0])}.txt"
+    path.write_text("\n\n".join(parts), encoding="utf-8")
+    data = {**data, "junk": path}
+    corpus, manifest = build(data, f"junk-{len(junk)}-{ord(junk[0])}", "junk", split_sentences=False,
+                             max_seq_length=32, shard_size_mb=0.0001, dupe_factor=5)
+    assert manifest["counts"]["train"]["documents"] == 8
+    pairs = [(document(row["input_ids"][1]), document(row["input_ids"][row["input_ids"].index(3) + 1]))
+             for row in rows(corpus["train"]) if row["next_sentence_label"] == 1]
+    assert sum(a == 4 for a, _ in pairs) >= 5
+    assert all(a != b for a, b in pairs), pairs
+
+
 def test_neighbours_are_the_nearest_documents_and_a_bounded_sample() -> None:
     from bertctl.data.instances import (
         MIN_SAMPLE_CHARS,

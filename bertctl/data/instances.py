@@ -35,6 +35,7 @@ import math
 import os
 import threading
 import time
+import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -297,7 +298,8 @@ def with_neighbours(jobs: Iterable[ShardJob], fraction: float) -> Iterator[Shard
     for job in jobs:
         per_split: tuple[list[int], list[int]] = ([], [])
         for i in range(len(job.documents)):
-            per_split[is_validation(job.first_document + i, fraction)].append(i)
+            if _may_hold_tokens(job.documents[i]):  # a document the tokenizer empties is no document
+                per_split[is_validation(job.first_document + i, fraction)].append(i)
         for split, members in enumerate(per_split):  # this shard's documents come after the waiting ones
             for i in members[:NEIGHBOURS]:
                 for held, splits in waiting:
@@ -326,6 +328,13 @@ def with_neighbours(jobs: Iterable[ShardJob], fraction: float) -> Iterator[Shard
             yield _with_samples(job, samples)
     for held, _ in waiting:  # the input ended: a split with one document has nothing else to draw from
         yield _with_samples(held, taken.pop(held.index))
+
+
+def _may_hold_tokens(lines: list[str]) -> bool:
+    """False when every character of the document is one BERT's tokenizer drops (control, format, private use,
+    unassigned, U+FFFD, white space: Google's clean_text and split): such a document has no token, so it is no
+    shard's other document. Checking stops at the first other character, so ordinary text costs nothing."""
+    return any(unicodedata.category(char)[0] not in "CZ" and char != "\ufffd" for line in lines for char in line)
 
 
 def _with_samples(job: ShardJob, samples: tuple[list[list[str]], list[list[str]]]) -> ShardJob:
