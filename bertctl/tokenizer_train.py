@@ -16,7 +16,9 @@ pieces in the order learned, then `[unusedN]` if the corpus ran out of pairs see
 
 from __future__ import annotations
 
+import functools
 import logging
+import unicodedata
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -89,9 +91,10 @@ def _bar(stats: ReadStats, desc: str) -> Any:
                 dynamic_ncols=True, disable=None)
 
 
-def _batches(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadStats, bar: Any
-             ) -> Iterator[list[str]]:
-    """Lists of texts of about BATCH_CHARS characters; the bar follows the bytes read."""
+def _batches(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadStats, bar: Any,
+             chars: int = BATCH_CHARS) -> Iterator[list[str]]:
+    """Lists of whole lines (long ones cut at white space) of about `chars` characters; the bar follows the
+    bytes read."""
     batch: list[str] = []
     size = 0
     stats.bytes_read = stats.files_read = 0  # pass 2 reads only what pass 1 could (skips stay recorded)
@@ -99,7 +102,7 @@ def _batches(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadSt
         for text in _cut_at_spaces(line) if len(line) > LINE_CHARS else (line,):
             batch.append(text)
             size += len(text)
-            if size >= BATCH_CHARS:
+            if size >= chars:
                 yield batch
                 bar.update(stats.bytes_read - bar.n)
                 batch, size = [], 0
@@ -114,44 +117,71 @@ def _cut_at_spaces(text: str) -> Iterator[str]:
     start = 0
     while len(text) - start > LINE_CHARS:
         cut = max(text.rfind(space, start + 1, start + LINE_CHARS) for space in " \t")
+        if cut <= start:  # no space or tab: any other white space (CJK text, a table cell's line breaks)
+            cut = max(text.rfind(space, start + 1, start + LINE_CHARS) for space in _white_space())
         end = cut if cut > start else start + LINE_CHARS  # no space at all: a word far over 100 characters
         yield text[start:end]
         start = end
     yield text[start:] if start else text
 
 
+@functools.cache
+def _white_space() -> str:
+    """What the clean-up leaves as white space, words' ends: tab, line breaks, U+2028/9 and the Zs spaces."""
+    return "\t\n\r\u2028\u2029" + "".join(chr(c) for c in range(0x10000) if unicodedata.category(chr(c)) == "Zs")
+
+
 def count_characters(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadStats) -> dict[str, int]:
-    """Pass 1: how often each character occurs after normalisation (lowercasing, accents...)."""
-    raw = np.zeros(0x110000, dtype=np.int64)
+    """Pass 1: how often each character occurs after normalisation (lowercasing, accents...).
 
-    def count(texts: list[str]) -> None:
-        text = "\n".join(texts)
-        for start in range(0, len(text), COUNT_CHARS):  # small pieces: buffers the allocator reuses
-            codes = text[start:start + COUNT_CHARS].encode("utf-32-le", "surrogatepass")
-            part = np.bincount(np.frombuffer(codes, dtype=np.uint32))  # up to the highest code point seen
-            raw[:part.size] += part
-
+    Code points are counted with numpy and normalised one by one, which is cheap. A batch holding a character
+    the normaliser changes by its neighbours (NFC composing a letter and a separate accent when accents are kept,
+    a word-final Σ lowercased to ς) is normalised whole instead, as encoding sees it. Batches are whole lines (a
+    long one cut at white space), as pass 2 reads them."""
+    raw = np.zeros(0x110000, dtype=np.int64)  # code points as read; normalised one by one below
+    whole = np.zeros(0x110000, dtype=np.int64)  # code points of the batches normalised whole
+    context = _neighbour_dependent(cfg.lowercase, cfg.strip_accents)
+    clean = normalizer(cfg.lowercase, cfg.strip_accents).normalize_str
     with _bar(stats, "pass 1/2 characters") as bar:
-        pending, size = [], 0
-        for text in iter_texts(sources, cfg.text_column, stats, blocks=True):  # line breaks count as spaces
-            pending.append(text)
-            size += len(text)
-            if size >= COUNT_CHARS:
-                count(pending)
-                pending, size = [], 0
-                bar.update(stats.bytes_read - bar.n)
-        count(pending)
-        bar.update(stats.bytes_read - bar.n)
+        for batch in _batches(sources, cfg, stats, bar, COUNT_CHARS):
+            text = "\n".join(batch)  # line breaks count as spaces
+            part = _code_points(text)
+            if part[context[context < part.size]].any():
+                part = _code_points(clean(text))
+                whole[:part.size] += part
+            else:
+                raw[:part.size] += part
     raw[0xD800:0xE000] = 0  # lone surrogates (not UTF-8 text) cannot reach Rust; the readers replace them
-    clean = normalizer(cfg.lowercase, cfg.strip_accents)
     counts: dict[str, int] = {}
-    for code in np.flatnonzero(raw):
-        for char in clean.normalize_str(chr(code)):
+    normalised = [(clean(chr(code)), int(raw[code])) for code in np.flatnonzero(raw)]
+    for text, times in [*normalised, *((chr(code), int(whole[code])) for code in np.flatnonzero(whole))]:
+        for char in text:
             if char not in _SEPARATORS:
-                counts[char] = counts.get(char, 0) + int(raw[code])
+                counts[char] = counts.get(char, 0) + times
     if not counts:
         raise UsageError(f"INPUTS hold no text: {stats.files_read} source(s) read, no character in a word")
     return counts
+
+
+def _code_points(text: str) -> np.ndarray:
+    """How often each code point occurs in `text`, indexed by code point (up to the highest one seen)."""
+    return np.bincount(np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32))
+
+
+@functools.cache
+def _neighbour_dependent(lowercase: bool, strip_accents: bool | None) -> np.ndarray:
+    """The code points the normaliser may change by their neighbours. Lowercasing: `Σ` (`ς` at a word's end).
+    Accents kept: every character NFC may compose with the one before it (the second of a two-character
+    canonical decomposition, Hangul's vowel and final jamo); with accents stripped, NFD undoes NFC and the marks
+    go, so one by one gives the same characters."""
+    chars = {"\u03a3"} if lowercase else set()
+    if not (strip_accents or (strip_accents is None and lowercase)):
+        chars.update(map(chr, (*range(0x1161, 0x1176), *range(0x11A8, 0x11C3))))
+        for code in range(0x30000):  # no canonical decomposition lies further out
+            parts = unicodedata.decomposition(chr(code)).split()
+            if len(parts) == 2 and not parts[0].startswith("<"):
+                chars.add(chr(int(parts[1], 16)))
+    return np.array(sorted(map(ord, chars)), dtype=np.int64)
 
 
 def choose_alphabet(counts: dict[str, int], limit: int) -> list[str]:

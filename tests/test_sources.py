@@ -229,8 +229,7 @@ def test_a_problem_past_the_first_64_kib_refuses_the_file_instead_of_skipping_ha
     (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
     path, message = _late_problems(tmp_path)[kind]
     sources = [tmp_path / "a.txt", path]
-    for read in (lambda: iter_texts(sources), lambda: iter_texts(sources, blocks=True),
-                 lambda: iter_lines(sources), lambda: iter_documents(sources)):
+    for read in (lambda: iter_texts(sources), lambda: iter_lines(sources), lambda: iter_documents(sources)):
         stats = ReadStats()
         with caplog.at_level(logging.WARNING), pytest.raises(UsageError) as caught:
             for _ in read():

@@ -165,3 +165,52 @@ def test_a_very_long_line_trains_in_pieces_with_its_words_whole(tmp_path: Path) 
         assert run("tokenizer", "train", tmp_path / f"{name}.txt", "--out", tmp_path / name,
                    "--vocab-size", "300").exit_code == 0
     assert vocab_lines(tmp_path / "one") == vocab_lines(tmp_path / "many")
+    ideographic = "\u3000".join(["abcdef"] * 30_000)  # CJK text: no space, but U+3000 between words
+    pieces = list(_cut_at_spaces(ideographic))
+    assert len(pieces) > 2 and "".join(pieces) == ideographic
+    assert all(word == "abcdef" for piece in pieces for word in piece.split("\u3000") if word)
+
+
+def test_characters_their_neighbours_change_are_in_the_alphabet(tmp_path: Path) -> None:
+    """Pass 1 counts code points one by one; a character the normaliser changes by its neighbours (NFC composing
+    decomposed accents or Hangul jamo with accents kept, a word-final Σ lowercased to ς) must still be counted as
+    encoding sees it, also in a line longer than LINE_CHARS (read in pieces) and not across table rows. Every word
+    then encodes without [UNK], with transformers' pure-Python tokenizer's ids."""
+    import unicodedata
+
+    from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
+
+    from bertctl import load_tokenizer
+    from bertctl.tokenizer_train import LINE_CHARS
+
+    nfd = unicodedata.normalize("NFD", "Café naïve résumé Ångström 한국어 ")
+    filler = "plain words here "
+    head = filler * (LINE_CHARS // len(filler) - 1)
+    head += "x" * (LINE_CHARS - len(head) - 4) + " ca" + unicodedata.normalize("NFD", "ñ")  # ñ at the cut
+    assert len(head) == LINE_CHARS + 1  # the ñ's n ends the first LINE_CHARS, its tilde comes after
+    (tmp_path / "nfd.txt").write_text(head + " end\n" + (nfd * 3 + "\n") * 3, encoding="utf-8")
+    (tmp_path / "greek.txt").write_text("ΟΔΥΣΣΕΥΣ ΚΑΙ ΠΗΝΕΛΟΠΗ ΛΟΓΟΣ\n" * 3, encoding="utf-8")
+    (tmp_path / "rows.jsonl").write_text('{"text": "ΑΓΟΣ"}\n{"text": "ΑΓΑ"}\n' * 3, encoding="utf-8")
+    cases = {"cased": ("nfd.txt", "--cased"), "accents": ("nfd.txt", "--keep-accents"),
+             "greek": ("greek.txt", "--lowercase"), "rows": ("rows.jsonl", "--lowercase")}
+    for name, (source, flag) in cases.items():
+        result = run("tokenizer", "train", tmp_path / source, "--out", tmp_path / name, "--vocab-size", "200", flag)
+        assert result.exit_code == 0, result.output
+        ours, ref = load_tokenizer(tmp_path / name), BertTokenizerLegacy.from_pretrained(tmp_path / name)
+        texts = ["ΑΓΟΣ ΑΓΑ"] if name == "rows" else (tmp_path / source).read_text(encoding="utf-8").split()
+        for text in texts:
+            ids = ours.encode(text).ids
+            assert ids == ref(text)["input_ids"] and ours.unk_id not in ids, (name, text, ref.tokenize(text))
+    assert "\u0301" not in vocab_lines(tmp_path / "cased") and "ñ" in vocab_lines(tmp_path / "cased")
+    assert "ς" in vocab_lines(tmp_path / "rows")
+
+
+def test_the_order_of_inputs_and_lines_does_not_change_the_vocabulary(corpus: Path, tmp_path: Path) -> None:
+    lines = (corpus / "texts" / "part1.txt").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "a.txt").write_text("\n".join(lines[:len(lines) // 2]) + "\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("\n".join(lines[len(lines) // 2:]) + "\n", encoding="utf-8")
+    (tmp_path / "r.txt").write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
+    for name, inputs in (("ab", ["a.txt", "b.txt"]), ("ba", ["b.txt", "a.txt"]), ("r", ["r.txt"])):
+        assert run("tokenizer", "train", *(tmp_path / i for i in inputs), "--out", tmp_path / name,
+                   "--vocab-size", "700").exit_code == 0
+    assert vocab_lines(tmp_path / "ab") == vocab_lines(tmp_path / "ba") == vocab_lines(tmp_path / "r")

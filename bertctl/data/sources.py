@@ -52,7 +52,6 @@ TABLES = (".jsonl", ".json", ".csv", ".parquet")  # read through a text column, 
 _DATASET_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(:[\w.-]+)?$")  # owner/name[:config]
 _SNIFF_BYTES = 1 << 16  # how much of each file is checked for NUL bytes and UTF-8 up front
 _UPDATE_EVERY = 1024  # lines between bytes_read updates (tell() is a syscall)
-_BLOCK_CHARS = 1 << 16  # characters per block when files are read in blocks rather than lines
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first bytes
 _NOT_REGULAR = ((stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                 (stat.S_ISSOCK, "a socket"))
@@ -234,15 +233,6 @@ def _file_lines(path: Path, stats: ReadStats) -> Iterator[str]:
             yield line.rstrip("\n")
             if count % _UPDATE_EVERY == 0:
                 stats.bytes_read = start + raw.tell()
-
-
-def _file_blocks(path: Path, stats: ReadStats) -> Iterator[str]:
-    """The same text as _file_lines, a block of characters at a time with its line breaks kept."""
-    start = stats.bytes_read
-    with _reading(path) as (raw, text):
-        while block := text.read(_BLOCK_CHARS):
-            yield block
-            stats.bytes_read = start + raw.tell()
 
 
 def _guarded(source: Source, reader: Callable[[Any, ReadStats], Iterator[Any]],
@@ -444,17 +434,14 @@ def _dataset_text(row: dict[str, Any], text_column: str, name: str, stats: ReadS
 
 
 def iter_texts(sources: Iterable[Source], text_column: str = "text",
-               stats: ReadStats | None = None, blocks: bool = False) -> Iterator[str]:
-    """Lines of text files and column values of tables, in source order: what a tokenizer learns from.
-
-    `blocks`: files come in blocks of characters, line breaks included, for readers that only count
-    characters (several times faster than line by line)."""
+               stats: ReadStats | None = None) -> Iterator[str]:
+    """Lines of text files and column values of tables, in source order: what a tokenizer learns from."""
     stats = stats if stats is not None else ReadStats()
     for source in sources:
         if is_table(source):
             yield from _guarded(source, lambda s, st: iter_records(s, text_column, st), stats)
         else:
-            yield from _guarded(source, _file_blocks if blocks else _file_lines, stats)
+            yield from _guarded(source, _file_lines, stats)
     _require_some(stats)
 
 
