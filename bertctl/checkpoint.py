@@ -467,7 +467,8 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
         head_kwargs["num_labels"] = ckpt.num_labels
     if "classifier_dropout" in params and ckpt.raw_config.get("classifier_dropout") is not None:
         head_kwargs.setdefault("classifier_dropout", ckpt.raw_config["classifier_dropout"])
-    model = cls(ckpt.config, **head_kwargs)
+    with torch.device("meta"):  # no memory, and no random draws, for weights the checkpoint's replace
+        model = cls(ckpt.config, **head_kwargs)
     expected = model.state_dict()
     if ckpt.untied_decoder and "mlm" in map(_part, expected):
         raise BertctlError(f"{ckpt.path}: {_DECODER_WEIGHT} differs from the word embeddings (an untied MLM decoder, "
@@ -483,9 +484,13 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
             raise BertctlError(f"{ckpt.path}: missing parameter {to_transformers_name(key)} for {name}")
         else:
             state[key] = source  # an encoder weight: read_checkpoint checked its shape against the config
-    for key, target in expected.items():  # a fresh head keeps its initialisation as a whole
-        state[key] = target if _part(key) in fresh else state[key]
-    model.load_state_dict(state, strict=True)
+    model.to_empty(device="cpu")
+    fresh_keys = {key for key in expected if _part(key) in fresh}
+    model.init_weights(module for prefix, module in model.named_modules()  # from the caller's RNG, as transformers
+                       if any(f"{prefix}.{name}".lstrip(".") in fresh_keys for name, _ in module.named_parameters(
+                           recurse=False)))
+    current = model.state_dict()
+    model.load_state_dict({**state, **{key: current[key] for key in fresh_keys}}, strict=True)
     model.fresh_heads = tuple(sorted(fresh))
     return model
 

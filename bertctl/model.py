@@ -7,6 +7,7 @@ Parameter names are our own; bertctl.checkpoint maps them to and from transforme
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 
@@ -197,10 +198,11 @@ class BertTaskModel(nn.Module):
         self.config = cfg
         self.bert = Bert(cfg, add_pooler=self.uses_pooler)
 
-    def init_weights(self) -> None:
-        """Normal(0, initializer_range) weights, zero biases, LayerNorm 1/0, zero padding embedding."""
+    def init_weights(self, modules: Iterable[nn.Module] | None = None) -> None:
+        """Normal(0, initializer_range) weights, zero biases, LayerNorm 1/0, zero padding embedding; of every module,
+        or of `modules` only (the heads a checkpoint lacks)."""
         std = self.config.initializer_range
-        for module in self.modules():
+        for module in self.modules() if modules is None else modules:
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, mean=0.0, std=std)
             if isinstance(module, nn.Linear) and module.bias is not None:

@@ -342,3 +342,26 @@ def test_a_classifier_may_have_another_number_of_outputs_but_not_another_width(o
     save_file(state, path, metadata={"format": "pt"})
     with pytest.raises(Exception, match=re.escape(f"classifier.weight has shape (3, {odd_config.hidden_size + 1})")):
         read_checkpoint(tmp_path / "mnli")
+
+
+@pytest.mark.parametrize(("architecture", "options"), [("BertForSequenceClassification", {"num_labels": 3}),
+                                                       ("BertForPreTraining", {}), ("BertForQuestionAnswering", {})])
+def test_fresh_heads_are_drawn_as_transformers_draws_them(tmp_path, architecture, options):
+    """transformers' from_pretrained draws only the heads a folder lacks from the caller's RNG. bertctl initialised
+    the whole model at random first, so for one seed a new head differed from transformers' (and the caller's RNG
+    had moved on by a whole model's draws)."""
+    from bertctl.checkpoint import to_transformers_names
+
+    torch.manual_seed(1)
+    config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64)
+    transformers.BertForMaskedLM(config).save_pretrained(tmp_path)  # no pooler, no NSP head
+    torch.manual_seed(0)
+    theirs = getattr(transformers, architecture).from_pretrained(tmp_path, **options).state_dict()
+    after_theirs = torch.rand(4)
+    torch.manual_seed(0)
+    ours = load_model(tmp_path, architecture, **options)
+    assert torch.equal(torch.rand(4), after_theirs)
+    assert ours.fresh_heads
+    for name, value in to_transformers_names(ours.state_dict(), bare=False).items():
+        assert torch.equal(value, theirs[name]), name

