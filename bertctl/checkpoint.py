@@ -465,8 +465,9 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
         head_kwargs["num_labels"] = take_int("num_labels", head_kwargs["num_labels"], minimum=1)
     elif "num_labels" in params:
         head_kwargs["num_labels"] = ckpt.num_labels
-    if "classifier_dropout" in params and ckpt.raw_config.get("classifier_dropout") is not None:
-        head_kwargs.setdefault("classifier_dropout", ckpt.raw_config["classifier_dropout"])
+    folder_dropout = ckpt.raw_config.get("classifier_dropout")
+    if "classifier_dropout" in params and folder_dropout is not None and "classifier_dropout" not in head_kwargs:
+        head_kwargs["classifier_dropout"] = _dropout_rate(folder_dropout, ckpt.path / "config.json")
     with torch.device("meta"):  # no memory, and no random draws, for weights the checkpoint's replace
         model = cls(ckpt.config, **head_kwargs)
     expected = model.state_dict()
@@ -499,10 +500,13 @@ def to_transformers_name(key: str) -> str:
     return next(iter(to_transformers_names({key: torch.empty(3)})))
 
 
-def _dropout_rate(value: Any) -> float:
-    """A classifier_dropout argument: a number in [0, 1), or a one-line error (torch's is a TypeError)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
-        raise UsageError(f"classifier_dropout must be a number in [0, 1), got {reprlib.repr(value)}")
+def _dropout_rate(value: Any, config_file: Path | None = None) -> float:
+    """A classifier_dropout argument, or config.json's: a number in [0, 1], or a one-line error (torch's is a
+    TypeError naming no file; `true` would drop every input)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        where, fix = (f"{config_file}: ", "; fix config.json") if config_file else ("", "")
+        raise UsageError(f"{where}classifier_dropout must be a number in [0, 1]{' or null' if config_file else ''}, "
+                         f"got {reprlib.repr(value)}{fix}")
     return float(value)
 
 

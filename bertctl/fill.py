@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
+from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint, transformers_architecture
 from bertctl.config_types import take_bool, take_int
 from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
@@ -40,8 +40,9 @@ def load_mlm(model: Path | str) -> tuple[torch.nn.Module, BertTokenizer]:
     """A model folder's MLM head and tokenizer, refusing folders that cannot fill masks."""
     ckpt = read_checkpoint(model)
     if "mlm" not in ckpt.parts:
-        raise UsageError(f"{model} has no MLM head (it is a {ckpt.architecture}); fill needs a pre-trained "
-                         "model with its MLM head, e.g. a bertctl pretrain folder or a BertForMaskedLM")
+        kind = transformers_architecture(ckpt.architecture, ckpt.parts)
+        raise UsageError(f"{model} has no MLM head (it is a {kind}); fill needs a pre-trained model with its MLM "
+                         "head, e.g. a bertctl pretrain folder or a BertForMaskedLM")
     tokenizer = model_tokenizer(ckpt)
     return build_model(ckpt, "BertForMaskedLM").eval(), tokenizer
 

@@ -61,6 +61,10 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
     if resume_from is None and cfg.init_from is None:
         model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
+    if cfg.corpus is None and cfg.init_from is not None:  # the quick start's own new vocabulary cannot fit it
+        raise UsageError(f"--init-from {cfg.init_from} needs --corpus: build one with its tokenizer (bertctl corpus "
+                         f"build TEXT --tokenizer {cfg.init_from} --out CORPUS); the quick start trains a vocabulary "
+                         "of its own")
     precision = training.resolve_precision(cfg.precision, env.device)
     micro, accum = cfg.micro_batches(env.world_size)
     quickstart = cfg.corpus is None

@@ -45,7 +45,7 @@ def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
         (lambda: bertctl.load_model(5), "^model: give a folder or a hub id, not 5$"),  # was looked up on the hub
         (lambda: bertctl.load_model(mlm, "BertModel", add_pooler="no"), "^add_pooler must be true or false"),
         (lambda: bertctl.load_model(mlm, "BertForSequenceClassification", classifier_dropout="x"),
-         "^classifier_dropout must be a number in \\[0, 1\\), got 'x'$"),  # a TypeError in torch
+         "^classifier_dropout must be a number in \\[0, 1\\], got 'x'$"),  # a TypeError in torch
         (lambda: bertctl.BertConfig.from_dict(None), "^model config: give a mapping of config fields, not None$"),
         (lambda: bertctl.load_model(["m"]), "^model: give a folder or a hub id, not \\['m'\\]$"),  # was a TypeError
     ]

@@ -170,6 +170,27 @@ def test_classifier_dropout_is_the_folders_unless_given(odd_config, tmp_path):
     assert load_model(folder, classifier_dropout=0.05).dropout.p == 0.05
 
 
+
+@pytest.mark.parametrize("value", ["0.3", True, -0.5, 2, [0.1]])
+def test_a_malformed_classifier_dropout_in_config_json_is_blamed_in_one_line(odd_config, tmp_path, value):
+    """config.json's classifier_dropout went to torch unchecked: "0.3" or [0.1] stopped with "TypeError: '<' not
+    supported between instances of 'str' and 'int'", 2 with torch's ValueError (neither naming the file), and true
+    built a head that drops every input in training. Now one line naming config.json (exit 2); a value the head
+    does not use (an encoder, a given classifier_dropout) is left alone, as transformers leaves it."""
+    from bertctl.model import BertForSequenceClassification
+
+    folder = save_model(BertForSequenceClassification(odd_config, num_labels=2), tmp_path / "clf")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "classifier_dropout": value}))
+    with pytest.raises(UsageError, match=re.escape(f"{folder / 'config.json'}: classifier_dropout must be a number "
+                                                   f"in [0, 1] or null, got {value!r}")):
+        load_model(folder)
+    result = CliRunner().invoke(app, ["convert", str(folder), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "classifier_dropout must be a number" in result.stderr, result.output
+    assert load_model(folder, classifier_dropout=0.2).dropout.p == 0.2
+    assert load_model(folder, "BertModel").fresh_heads == ()
+
+
 def test_save_is_atomic_and_refuses_to_overwrite(odd_config, tmp_path):
     model = BertForPreTraining(odd_config)
     save_model(model, tmp_path / "out")

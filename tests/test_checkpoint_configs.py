@@ -19,6 +19,7 @@ from test_parity import TOLERANCE, reference_model  # noqa: E402
 from bertctl.checkpoint import load_model, read_checkpoint  # noqa: E402
 from bertctl.cli import app  # noqa: E402
 from bertctl.config import ACTIVATIONS  # noqa: E402
+from bertctl.errors import UsageError  # noqa: E402
 
 SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
               "max_position_embeddings", "type_vocab_size")
@@ -131,6 +132,7 @@ def test_convert_keeps_the_head_of_a_next_sentence_prediction_folder(odd_config,
     """BertForNextSentencePrediction has no bertctl class: convert wrote an encoder and dropped the NSP head (which
     transformers then initialised at random)."""
     from bertctl.convert import convert
+    from bertctl.fill import load_mlm
     from bertctl.info import info
 
     reference = reference_model("BertForNextSentencePrediction", odd_config)
@@ -142,9 +144,11 @@ def test_convert_keeps_the_head_of_a_next_sentence_prediction_folder(odd_config,
     ids = torch.randint(1, odd_config.vocab_size, (2, 9))
     with torch.no_grad():
         assert torch.equal(reloaded.eval()(ids).logits, reference(ids).logits)
-    for folder in ("hf", "conv"):  # `info` named it BertModel
+    for folder in ("hf", "conv"):  # `info` and `fill` named it BertModel
         assert (info(tmp_path / folder)["heads"], info(tmp_path / folder)["architecture"]) == (
             ["nsp"], "BertForNextSentencePrediction")
+        with pytest.raises(UsageError, match=r"has no MLM head \(it is a BertForNextSentencePrediction\)"):
+            load_mlm(tmp_path / folder)
     assert "BertForNextSentencePrediction: nsp" in convert(tmp_path / "conv", tmp_path / "again")
 
 

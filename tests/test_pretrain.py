@@ -833,3 +833,6 @@ def test_init_from_says_which_heads_start_fresh_and_refuses_an_untied_decoder(co
     assert untied.exit_code == 2 and "tie_word_embeddings false" in untied.stderr, untied.output
     assert not (tmp_path / "untied").exists()
     assert load_model(masked).fresh_heads == ()  # fill reads it: the decoder it holds is the embeddings
+    quick = CliRunner().invoke(app, ["pretrain", "--out", str(tmp_path / "quick"), "--init-from", str(masked)])
+    assert quick.exit_code == 2 and "needs --corpus" in quick.stderr, quick.output  # the quick start built its data
+    assert not (tmp_path / "quick").exists()
