@@ -126,6 +126,10 @@ def _launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | 
     data folders OUT must keep clear of), signals, and what a failed run leaves (its work folder only when
     there is something to resume)."""
     env = training.setup_distributed(cfg.device)
+    logger = logging.getLogger("bertctl")
+    level = logger.level
+    if not env.is_main:  # every rank reads the same files and model: rank 0 alone warns about them
+        logger.setLevel(logging.ERROR)
     try:
         precision = training.resolve_precision(cfg.precision, env.device)  # before anything is said or read
         out, work = check_work(cfg, env, reads or [])
@@ -145,6 +149,7 @@ def _launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | 
                 raise
         return out
     finally:
+        logger.setLevel(level)
         training.cleanup_distributed(env)
 
 
@@ -262,7 +267,9 @@ def run_task(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
     runs = {seed: finished_results(seed_folder(work, seed)) for seed in cfg.seeds}
     if any(results is None for results in runs.values()):
         prepared = _prepare(cfg, base, task, train, dev, env)
-        runs = {seed: results or _train_seed(cfg, prepared, seed, seed_folder(work, seed), env, stop)
+        first = next(seed for seed, results in runs.items() if results is None)  # says what it fine-tunes
+        runs = {seed: results or _train_seed(cfg, prepared, seed, seed_folder(work, seed), env, stop,
+                                             announce=seed == first and env.is_main)
                 for seed, results in runs.items()}
     return summarize(task, runs)
 
@@ -309,14 +316,14 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
 
 
 def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env: training.Distributed,
-                stop: training.GracefulStop) -> dict[str, Any]:
+                stop: training.GracefulStop, announce: bool = False) -> dict[str, Any]:
     """Train one seed in `work` (from its newest checkpoint, if any) until work/done holds the best epoch's
     model folder; returns its eval_results."""
     if training.any_rank(stop.requested, env):
         raise _Stopped(f"stopped before {prep.task.name} seed {seed}")
     task, device, pad_id, precision = prep.task, env.device, prep.tokenizer.pad_id, prep.precision
     training_state.seed_everything(seed)
-    model = _model(cfg, prep, announce=seed == cfg.seeds[0] and env.is_main).to(device)
+    model = _model(cfg, prep, announce).to(device)
     if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
         training_state.seed_everything(seed + env.rank)
     training.enable_fast_math(device)

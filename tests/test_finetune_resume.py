@@ -153,7 +153,8 @@ def test_resume_after_sigterm_mid_epoch_equals_the_uninterrupted_run(encoder, gl
     assert runs[0] == runs[1]
 
 
-def test_a_resumed_multi_seed_run_does_not_train_finished_seeds_again(encoder, glue, tmp_path, monkeypatch):
+def test_a_resumed_multi_seed_run_does_not_train_finished_seeds_again(encoder, glue, tmp_path, monkeypatch,
+                                                                     capsys):
     settings = {"seeds": (1, 2, 3), "epochs": 2, "save_every": 5}
     full = finetune_glue(_config(encoder, glue, tmp_path / "full", **settings))
     trained = _stop_at(monkeypatch, 2, PER_EPOCH - 1)  # seed 2, in epoch 1's last step: saved after its dev scores
@@ -163,8 +164,10 @@ def test_a_resumed_multi_seed_run_does_not_train_finished_seeds_again(encoder, g
     assert sorted(p.name for p in (work / "seed-2").glob("step-*")) == [f"step-{PER_EPOCH:06d}"]
     assert _dev(work / "seed-2" / "metrics.jsonl")[-1]["step"] == PER_EPOCH
     trained.clear()
+    capsys.readouterr()
     resumed = finetune_glue(_config(encoder, glue, tmp_path / "run", resume=True, **settings))
     assert {seed for seed, _ in trained} == {2, 3} and trained[0] == (2, PER_EPOCH)
+    assert capsys.readouterr().err.count("rte: fine-tuning") == 1  # said by the first seed it trains
     assert sorted(p.name for p in resumed.iterdir()) == ["results.json", "results.md", "seed-1", "seed-2", "seed-3"]
     assert (full / "results.json").read_text() == (resumed / "results.json").read_text()
     for seed in (1, 2, 3):
@@ -193,3 +196,17 @@ def test_sigterm_stops_the_command_cleanly_and_resume_finishes_it(encoder, glue,
     assert resumed.exit_code == 0, resumed.output
     assert sorted(_losses(out / "metrics.jsonl")) == list(range(1, 20 * PER_EPOCH + 1))
     assert not work.exists()
+
+
+def test_under_torchrun_a_warning_about_the_data_is_given_once(encoder, tmp_path):
+    """Every rank reads the same files and model; rank 0 alone says what it found in them."""
+    data = write_glue_data(tmp_path / "glue", tasks=("sst2",), n_train=100, n_dev=4, n_test=1, seed=2)
+    train = data / "SST-2" / "train.tsv"
+    lines = train.read_text().splitlines(keepends=True)
+    lines[5] = lines[5].split("\t")[0] + "\n"  # a row missing its label: skipped, with a warning
+    train.write_text("".join(lines))
+    two = _torchrun(["finetune", "glue", "sst2", "--model", str(encoder), "--data", str(data), "--epochs", "1",
+                     "--batch-size", "50", "--max-seq-length", "16", "--device", "cpu",
+                     "--out", str(tmp_path / "run")], 2, 29800)
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.stderr.count("do not have 2 fields") == 1, two.stderr[-2000:]
