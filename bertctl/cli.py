@@ -7,6 +7,7 @@ exit code. The fine-tuning groups (finetune, evaluate, predict) live in cli_task
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -17,7 +18,7 @@ from typing import Annotated
 import typer
 
 from bertctl import __version__
-from bertctl.cli_base import Group, command_group, set_debug, show_warnings
+from bertctl.cli_base import ClosedStdout, Group, command_group, set_debug, show_warnings
 from bertctl.cli_tasks import evaluate_app, finetune_app, predict_app
 from bertctl.config import PretrainConfig
 from bertctl.errors import Terminated, UsageError
@@ -306,6 +307,13 @@ def info(
 def main() -> None:
     """Console-script entry point."""
     main_thread = threading.current_thread() is threading.main_thread()  # only there may signal handlers be set
+    if sys.stdout is None:  # started with stdout closed (`>&-`): keep fd 1 from being reused by an output file
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != 1:
+                os.dup2(null, 1)
+                os.close(null)
+        sys.stdout = ClosedStdout()
     if main_thread and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -7,6 +7,8 @@ Library code raises `BertctlError`; only the command groups made here turn it in
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import logging
 import os
 import select
@@ -64,18 +66,47 @@ class Group(TyperGroup):
                 raise _failure(exc) from None
             with contextlib.suppress(OSError, ValueError):  # no more flushes into the closed pipe at exit
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise typer.Exit(1) from None
+            raise typer.Exit(128 + SIGPIPE) from None  # as a Unix tool killed by SIGPIPE: `yes | head -1`
         except Exception as exc:
             if type(exc).__module__.split(".")[0] in ("click", "typer"):
                 raise  # usage errors and exits, which click reports itself
             raise _failure(exc) from None
 
 
+SIGPIPE = 13
+
+
 def _failure(exc: Exception) -> Exception:
-    """An unexpected error in one line (its traceback first under --debug)."""
+    """An unexpected error in one line (its traceback first under --debug); a file system error names its file
+    (or standard output) and what to do."""
     if _debug:
         traceback.print_exception(exc)
+    if isinstance(exc, OSError) and exc.errno:
+        from bertctl.files import write_hint
+
+        if isinstance(sys.stdout, ClosedStdout) and exc.errno == errno.EBADF and exc.filename is None:
+            return fail("cannot write standard output: it is closed; run without `>&-`, or send it to /dev/null", 1)
+        if exc.errno in _WRITE_ERRNOS:
+            where = os.fsdecode(exc.filename) if exc.filename is not None else "standard output or an output file"
+            return fail(f"cannot write {where}: {write_hint(exc)}", 1)
+        if exc.filename is not None:
+            return fail(f"{os.fsdecode(exc.filename)}: {os.strerror(exc.errno)} (rerun with --debug for the "
+                        "traceback)", 1)
     return fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}  # only writing fails so
+
+
+class ClosedStdout(io.TextIOBase):
+    """sys.stdout when bertctl was started with it closed (`>&-`): output fails as it does for cat or ls
+    ("Bad file descriptor", exit 1) instead of vanishing with exit code 0."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
 
 
 def _reader_gone() -> bool:

@@ -9,12 +9,17 @@ through.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
 import os
+import re
+import secrets
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,6 +51,48 @@ def user_path(path: Path | str, flag: str = "path") -> Path:
     return Path(path).expanduser()
 
 
+# What to do when writing fails, by errno: every failure to write is one line naming the output and this.
+_WRITE_HINTS = {
+    errno.ENOSPC: "free some disk space or choose another path",
+    errno.EDQUOT: "free some space under your disk quota or choose another path",
+    errno.EFBIG: "a file-size limit (ulimit -f) stopped it; raise the limit or choose another path",
+    errno.EACCES: "you may not write there; choose another path",
+    errno.EPERM: "you may not write there; choose another path",
+    errno.EROFS: "that file system is read-only; choose another path",
+    errno.ENAMETOOLONG: "choose a shorter name",
+    errno.ELOOP: "a symbolic link there points back at itself; fix it or choose another path",
+}
+NAME_ROOM = 32  # bytes a temp name beside OUT adds to OUT's name (`.OUT.partial-xxxxxxxx`, `.OUT.old-PID-xxxxxxxx`)
+
+
+def os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind `exc`: itself, or the one a writer wrapped (safetensors' "I/O error: ... (os error
+    27)"); None for anything else."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, WriteFailed):
+        return exc.os_error
+    found = re.search(r"\(os error (\d+)\)", str(exc)) if type(exc).__name__ == "SafetensorError" else None
+    return OSError(int(found.group(1)), os.strerror(int(found.group(1)))) if found else None
+
+
+def write_hint(exc: OSError) -> str:
+    """The reason (the errno's own words, not a writer's wrapping) and what to do, for a failed write."""
+    reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+    return f"{reason}; {_WRITE_HINTS.get(exc.errno, 'choose another path')}"
+
+
+class WriteFailed(BertctlError):
+    """Writing an output failed (disk full, a size limit, no permission): one line naming the output."""
+
+    def __init__(self, target: Path | str, exc: OSError) -> None:
+        super().__init__(f"cannot write {target}: {write_hint(exc)}")
+        self.target, self.os_error = target, exc
+
+    def __reduce__(self) -> tuple[Any, ...]:  # from a worker process: its arguments, not its message
+        return (type(self), (self.target, OSError(self.os_error.errno, self.os_error.strerror)))
+
+
 def _named(path: Path) -> Path:
     """`path` with a last part that names the folder: `.`, `/` and `x/..` resolved (only the file system knows
     which folder they mean); temp names beside OUT and the final rename need that name."""
@@ -64,15 +111,48 @@ def check_out(path: Path | str, flag: str = "--out", folder: bool = True) -> Pat
     goes, a folder where a file goes. Whether it may already exist is the command's call (--overwrite,
     --resume). Returns the path to write, `~` expanded, and resolved when its last part is no name (`.`, `..`),
     which temp names beside it and the final rename need."""
-    path = _named(user_path(path, flag))
-    blocker = file_above(path)
-    if blocker is not None:
-        raise UsageError(f"{flag} {path}: its parent {blocker} is a file, not a folder; choose another path")
-    if folder and path.exists() and not path.is_dir():
-        raise UsageError(f"{flag} {path} is a file, not a folder; choose another path")
-    if not folder and path.is_dir():
-        raise UsageError(f"{flag} {path} is a folder, not a file; give a file name")
+    try:
+        path = _named(user_path(path, flag))
+        path.resolve()  # a link loop raises here, not deep inside the command
+        blocker = file_above(path)
+        if blocker is not None:
+            raise UsageError(f"{flag} {path}: its parent {blocker} is a file, not a folder; choose another path")
+        if folder and path.exists() and not path.is_dir():
+            raise UsageError(f"{flag} {path} is a file, not a folder; choose another path")
+        if not folder and path.is_dir():
+            raise UsageError(f"{flag} {path} is a folder, not a file; give a file name")
+        _check_writable(path, flag)
+    except RuntimeError:  # Python < 3.13: a link loop
+        raise UsageError(f"{flag} {path}: {write_hint(OSError(errno.ELOOP, ''))}") from None
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: {write_hint(exc)}") from None
     return path
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """A new OUT is made in its nearest existing folder, with temp names longer than its own beside it: refuse
+    a folder the user may not write in (read-only, another's) and a name the file system cannot hold with
+    those temp names, before any work, rather than when the work is done."""
+    if path.exists() or path.is_symlink():
+        return
+    where = next((parent for parent in path.parents if parent.exists()), None)
+    if where is None:
+        return
+    room = os.pathconf(where, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+    longest = max(len(os.fsencode(part)) for part in path.relative_to(where).parts)
+    if longest + NAME_ROOM > room:
+        raise UsageError(f"{flag} {path}: a name of {longest} bytes leaves no room for the temporary names "
+                         f"beside it (this file system allows {room}); choose a shorter name")
+    if not os.access(where, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        raise UsageError(f"{flag} {path}: cannot create it in {where}: "
+                         f"{write_hint(OSError(errno.EROFS if _read_only(where) else errno.EACCES, ''))}")
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (AttributeError, OSError):
+        return False
 
 
 def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False, folder: bool = True) -> Path:
@@ -137,12 +217,18 @@ def write_text_atomic(path: Path | str, text: str) -> None:
     """Write through a temp file and rename, so a reader never sees half a file."""
     path = Path(path)
     make_folder(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise WriteFailed(path, exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise WriteFailed(path, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -186,31 +272,62 @@ def temp_folder_beside(target: Path | str, tag: str = "tmp") -> Path:
     """A hidden, empty folder next to `target` (same file system, so the final rename is atomic)."""
     target = Path(target)
     make_folder(target.parent)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}-", dir=target.parent))
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}-", dir=target.parent))
+    except OSError as exc:
+        raise WriteFailed(target, exc) from None
 
 
 def replace_folder(tmp: Path | str, target: Path | str) -> None:
     """Rename the finished tmp folder onto target; an existing target is moved aside first, removed after.
 
     Everything inside gets the usual permissions first: mkdtemp makes 0700 folders, and some writers
-    (safetensors, mkstemp) make 0600 files.
+    (safetensors, mkstemp) make 0600 files. The two renames are one step: SIGINT/SIGTERM wait until both are
+    done, and when the second fails the old target is put back, so target is never missing.
     """
     tmp, target = Path(tmp), Path(target)
     mask = _umask()
-    for folder, _, names in os.walk(tmp):
-        os.chmod(folder, 0o777 & ~mask)
-        for name in names:
-            os.chmod(os.path.join(folder, name), 0o666 & ~mask)
     old = None
-    if target.exists() or target.is_symlink():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-    os.replace(tmp, target)
-    if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
+    try:
+        for folder, _, names in os.walk(tmp):
+            os.chmod(folder, 0o777 & ~mask)
+            for name in names:
+                os.chmod(os.path.join(folder, name), 0o666 & ~mask)
+        with _signals_held():  # a signal held here is raised as the block ends, and the old one still goes
+            if target.exists() or target.is_symlink():
+                # a name no other save uses: a leftover of one killed while removing it must not block this one
+                old = target.with_name(f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+            try:
+                if old is not None:
+                    os.replace(target, old)
+                os.replace(tmp, target)
+            except BaseException:  # also a KeyboardInterrupt whose signal came just before the mask
+                if old is not None and os.path.lexists(old) and not os.path.lexists(target):
+                    os.replace(old, target)
+                    old = None
+                raise
+    except OSError as exc:
+        raise WriteFailed(target, exc) from None
+    finally:
+        if old is not None:
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait (they are delivered when the block ends) where a signal mask can be set."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 @contextmanager
@@ -219,7 +336,21 @@ def building_folder(target: Path | str, tag: str = "tmp") -> Iterator[Path]:
     block raises, so `target` is only ever absent, the old folder, or the complete new one."""
     tmp = temp_folder_beside(target, tag)
     try:
-        yield tmp
+        try:
+            yield tmp
+        except Exception as exc:  # a write into tmp failed: name the output, not the temp folder
+            failed = os_error(exc)
+            if failed is None or not _written_in(failed, tmp):
+                raise
+            raise WriteFailed(target, failed) from None
         replace_folder(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _written_in(exc: OSError, tmp: Path) -> bool:
+    """Whether a failure is the temp folder's (a file it names is in it, or it names none, as a full disk's
+    write does), not some input's read while filling it."""
+    if exc.filename is None:
+        return True
+    return any(Path(os.fsdecode(name)).is_relative_to(tmp) for name in (exc.filename, exc.filename2) if name)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import json_ready, json_text, write_text_atomic
+from bertctl.files import WriteFailed, json_ready, json_text, write_text_atomic
 
 # --- precision and devices ---------------------------------------------------------------------------
 
@@ -405,7 +405,8 @@ class MetricsLog:
 
     def __init__(self, run: Path, enabled: bool = True) -> None:
         self.enabled = enabled
-        self._file = open(run / "metrics.jsonl", "a", encoding="utf-8") if enabled else None  # noqa: SIM115
+        self._path = run / "metrics.jsonl"
+        self._file = open(self._path, "a", encoding="utf-8") if enabled else None  # noqa: SIM115
         self._board = None
         if enabled:
             with contextlib.suppress(ImportError):
@@ -418,8 +419,11 @@ class MetricsLog:
         if not self.enabled:
             return
         row = json_ready(row)
-        self._file.write(json_text(row) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json_text(row) + "\n")
+            self._file.flush()
+        except OSError as exc:  # a full disk: name the file
+            raise WriteFailed(self._path, exc) from None
         if self._board is not None:
             for key, value in row.items():
                 if isinstance(value, (int, float)) and key != "step":

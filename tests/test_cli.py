@@ -200,8 +200,29 @@ def test_a_reader_that_goes_away_stops_the_output_quietly(tmp_path):
                                   stderr=subprocess.PIPE)
     assert encode.stdout.readline().startswith(b'{"text": "a a"')
     encode.stdout.close()
-    assert encode.wait(timeout=120) == 1
+    assert encode.wait(timeout=120) == 141  # as `yes | head -1`: 128 + SIGPIPE, not a failure of its own
     assert encode.stderr.read() == b""
+
+
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+def test_output_that_cannot_be_written_is_one_line_not_a_silent_success(tmp_path, stdout):
+    """`bertctl info --json >&-` exited 0 printing nothing; `> /dev/full` gave a bare OSError line."""
+    from bertctl.tokenizer import BertTokenizer
+
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]).save(tmp_path / "tok")
+    command = [sys.executable, "-m", "bertctl", "tokenizer", "encode", "--tokenizer", str(tmp_path / "tok"), "a"]
+    if stdout == "closed":
+        result = subprocess.run(command, capture_output=False, stderr=subprocess.PIPE, text=True, timeout=120,
+                                preexec_fn=lambda: os.close(1))
+        expected = "cannot write standard output: it is closed"
+    else:
+        if not os.path.exists("/dev/full"):
+            pytest.skip("no /dev/full")
+        with open("/dev/full", "w") as full:
+            result = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        expected = "cannot write standard output or an output file: No space left on device; free some disk space"
+    lines = result.stderr.splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"bertctl: error: {expected}"), lines
 
 
 def test_encode_reads_crlf_lines_from_stdin_without_their_carriage_return(tmp_path):

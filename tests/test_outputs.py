@@ -295,3 +295,150 @@ def test_a_linked_out_is_replaced_as_a_link_so_inputs_in_its_target_are_not_refu
     refuse_inputs_inside(tmp_path / "latest", [tmp_path / "real" / "a.txt"])
     with pytest.raises(UsageError, match="holds the input"):
         refuse_inputs_inside(tmp_path / "real", [tmp_path / "latest" / "a.txt"])
+
+
+# --- a write that fails: one line naming the output, the old output kept ------------------------------
+
+def _limited(size: int):
+    """preexec_fn: writes past `size` bytes fail with EFBIG (Python ignores SIGXFSZ), as `ulimit -f` makes them."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+def test_a_failed_overwrite_names_the_output_and_keeps_the_old_one(models, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "converted"
+    assert _cli("convert", models["encoder"], "--out", out).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    result = subprocess.run([sys.executable, "-m", "bertctl", "convert", str(models["encoder"]), "--out", str(out),
+                             "--overwrite"], capture_output=True, text=True, preexec_fn=_limited(512), timeout=300)
+    assert result.returncode == 1 and result.stderr.splitlines() == [
+        f"bertctl: error: cannot write {out}: File too large; a file-size limit (ulimit -f) stopped it; raise the "
+        "limit or choose another path"], result.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["converted"]  # no temp folder left beside it
+
+
+def test_a_text_output_that_cannot_be_written_is_named_and_left_as_it_was(tmp_path, monkeypatch):
+    from bertctl.files import WriteFailed
+
+    (tmp_path / "p.csv").write_text("old\n")
+    real = open
+
+    def full_disk(*args, **kwargs):
+        handle = real(*args, **kwargs)
+        if str(getattr(handle, "name", "")).startswith(str(tmp_path / ".p.csv.")) or isinstance(args[0], int):
+            def write(text):
+                raise OSError(28, "No space left on device")
+            handle.write = write
+        return handle
+
+    monkeypatch.setattr("os.fdopen", lambda fd, *a, **k: full_disk(fd, *a, **k))
+    with pytest.raises(WriteFailed, match=f"^cannot write {tmp_path / 'p.csv'}: No space left on device; free some"):
+        write_text_atomic(tmp_path / "p.csv", "new\n")
+    assert (tmp_path / "p.csv").read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["p.csv"]
+
+
+def test_a_leftover_of_a_save_killed_while_removing_the_old_folder_blocks_no_later_save(tmp_path):
+    """The old folder moved aside had a name made of the process id alone: a leftover of a killed save (or of an
+    interrupted one in the same process, or a container's same pid) made every later replace fail, ENOTEMPTY."""
+    import os
+
+    from bertctl.files import building_folder
+
+    target = tmp_path / "final"
+    for text in ("one", "two"):
+        with building_folder(target) as tmp:
+            (tmp / "x").write_text(text)
+        leftover = tmp_path / f".final.old-{os.getpid()}"
+        leftover.mkdir(exist_ok=True)
+        (leftover / "x").write_text("half removed")
+    assert (target / "x").read_text() == "two"
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
+def test_the_old_folder_comes_back_when_the_new_one_cannot_take_its_place(tmp_path, monkeypatch, failure):
+    """Between the two renames of a replace (old aside, new in), a Ctrl-C (its signal arrived just before) or a
+    failed rename left no folder under the target's name at all."""
+    import os
+
+    from bertctl import files
+
+    target = tmp_path / "final"
+    with files.building_folder(target) as tmp:
+        (tmp / "x").write_text("old")
+    real, calls = os.replace, []
+
+    def second_fails(src, dst):
+        calls.append(src)
+        if len(calls) == 2:
+            raise failure(5, "Input/output error") if failure is OSError else failure()
+        real(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", second_fails)
+    expected = KeyboardInterrupt if failure is KeyboardInterrupt else files.WriteFailed
+    with pytest.raises(expected), files.building_folder(target) as tmp:
+        (tmp / "x").write_text("new")
+    assert (target / "x").read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["final"]
+
+
+def test_an_out_that_can_never_be_written_is_refused_before_any_work(tmp_path, monkeypatch):
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    with pytest.raises(UsageError, match="^--out .*loop1/x: Too many levels of symbolic links; a symbolic link"):
+        check_out(tmp_path / "loop1" / "x")
+    with pytest.raises(UsageError, match="leaves no room for the temporary names beside it"):
+        check_out(tmp_path / ("a" * 240))
+    assert check_out(tmp_path / ("a" * 200)) == tmp_path / ("a" * 200)
+    monkeypatch.setattr("os.access", lambda *a, **k: False)  # a folder of another user (the tests may run as root)
+    with pytest.raises(UsageError, match=f"^--out {tmp_path}/new/x: cannot create it in {tmp_path}: Permission denied"):
+        check_new_out(tmp_path / "new" / "x")
+
+
+def test_predict_into_a_full_disk_fails_in_one_line_naming_the_file(models, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "p.csv"
+    out.write_text("old\n")
+    result = subprocess.run([sys.executable, "-m", "bertctl", "predict", "classify", "-m", str(models["classifier"]),
+                             "--data", str(models["table"]), "--text-columns", "text", "--out", str(out),
+                             "--overwrite"], capture_output=True, text=True, preexec_fn=_limited(64), timeout=300)
+    assert result.returncode == 1 and result.stderr.splitlines() == [
+        f"bertctl: error: cannot write {out}: File too large; a file-size limit (ulimit -f) stopped it; raise the "
+        "limit or choose another path"], result.stderr
+    assert out.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["p.csv"]
+
+
+def test_a_write_failure_in_a_worker_process_reaches_the_command_whole():
+    """Corpus workers write their records with write_text_atomic; the error is pickled back to the main process."""
+    import pickle
+
+    from bertctl.files import WriteFailed
+
+    again = pickle.loads(pickle.dumps(WriteFailed("/x/y.json", OSError(28, "No space left on device"))))
+    assert isinstance(again, WriteFailed) and str(again).startswith("cannot write /x/y.json: No space left on device")
+
+
+def test_a_corpus_shard_that_cannot_be_written_is_named(tmp_path):
+    """A full disk or size limit while writing a shard said "cannot write standard output or an output file"."""
+    import random
+    import subprocess
+    import sys
+
+    words = [f"w{i}" for i in range(50)]
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]).save(tmp_path / "tok")
+    rng = random.Random(0)
+    (tmp_path / "docs.txt").write_text("\n\n".join("\n".join(" ".join(rng.choices(words, k=12)) + " ."
+                                                             for _ in range(8)) for _ in range(300)) + "\n")
+    result = subprocess.run([sys.executable, "-m", "bertctl", "corpus", "build", str(tmp_path / "docs.txt"),
+                             "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "corpus"),
+                             "--max-seq-length", "32", "--workers", "1"],
+                            capture_output=True, text=True, preexec_fn=_limited(64 * 1024), timeout=300)
+    said = result.stderr.strip().splitlines()[-1]  # after the progress bar
+    assert result.returncode == 1 and said.startswith("bertctl: error: cannot write "), result.stderr
+    assert "train-000000.arrow: File too large" in said and "Traceback" not in result.stderr
+    assert not (tmp_path / "corpus").exists()

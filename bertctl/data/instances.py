@@ -48,7 +48,7 @@ import numpy as np
 from bertctl.config import CORPUS_OBJECTIVES as OBJECTIVES
 from bertctl.config import CorpusConfig
 from bertctl.data.sentences import split_sentences
-from bertctl.files import file_sha256, write_json_atomic, write_text_atomic
+from bertctl.files import WriteFailed, file_sha256, write_json_atomic, write_text_atomic
 
 __all__ = ["OBJECTIVES", "SPLITS", "DamagedShard", "Document", "Instances", "Packed", "ShardBuilder", "ShardJob",
            "ShardSettings", "build_shard", "document_instances", "finished_shard", "init_worker",
@@ -556,10 +556,13 @@ class ShardBuilder:
             columns["masked_lm_ids"] = pa.ListArray.from_arrays(masked, pa.array(packed.masked_ids, id_type))
         table = pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
         tmp = path.with_name(path.name + ".tmp")
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-            writer.write_table(table, max_chunksize=1000)
-        written = {"bytes": tmp.stat().st_size, "sha256": file_sha256(tmp)}
-        os.replace(tmp, path)
+        try:
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+                writer.write_table(table, max_chunksize=1000)
+            written = {"bytes": tmp.stat().st_size, "sha256": file_sha256(tmp)}
+            os.replace(tmp, path)
+        except OSError as exc:  # a full disk, a size limit: name the shard (the next run removes the .tmp)
+            raise WriteFailed(path, exc) from None
         return written
 
 
