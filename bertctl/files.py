@@ -143,16 +143,10 @@ def _check_writable(path: Path, flag: str) -> None:
     if longest + NAME_ROOM > room:
         raise UsageError(f"{flag} {path}: a name of {longest} bytes leaves no room for the temporary names "
                          f"beside it (this file system allows {room}); choose a shorter name")
-    if not os.access(where, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
-        raise UsageError(f"{flag} {path}: cannot create it in {where}: "
-                         f"{write_hint(OSError(errno.EROFS if _read_only(where) else errno.EACCES, ''))}")
-
-
-def _read_only(folder: Path) -> bool:
-    try:
-        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except (AttributeError, OSError):
-        return False
+    try:  # the file system's own answer (permissions, ACLs, read-only mounts), not a guess from mode bits
+        os.rmdir(tempfile.mkdtemp(prefix=".bertctl-probe-", dir=where))
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create it in {where}: {write_hint(exc)}") from None
 
 
 def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False, folder: bool = True) -> Path:

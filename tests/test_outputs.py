@@ -393,7 +393,10 @@ def test_an_out_that_can_never_be_written_is_refused_before_any_work(tmp_path, m
     with pytest.raises(UsageError, match="leaves no room for the temporary names beside it"):
         check_out(tmp_path / ("a" * 240))
     assert check_out(tmp_path / ("a" * 200)) == tmp_path / ("a" * 200)
-    monkeypatch.setattr("os.access", lambda *a, **k: False)  # a folder of another user (the tests may run as root)
+    def refused(*args, **kwargs):  # a folder of another user (the tests may run as root, whom chmod cannot stop)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("tempfile.mkdtemp", refused)
     with pytest.raises(UsageError, match=f"^--out {tmp_path}/new/x: cannot create it in {tmp_path}: Permission denied"):
         check_new_out(tmp_path / "new" / "x")
 
