@@ -86,6 +86,13 @@ class BertConfig:
         """A copy with some fields changed, checked like a new config."""
         return dataclasses.replace(self, **changes)
 
+    def refuse_pairs(self, model: Path | str, pairs: str, instead: str) -> None:
+        """Sentence pairs give the second text segment id 1, past a one-row token_type embedding (an IndexError
+        deep in a forward pass): refused in one line, `pairs` saying where they come from."""
+        if self.type_vocab_size < 2:
+            raise UsageError(f"{pairs} but {model} has type_vocab_size {self.type_vocab_size} (one segment "
+                             f"embedding); give a model with 2, or {instead}")
+
 
 def _unsupported(values: dict[str, Any]) -> str | None:
     """Why a config.json describes a model bertctl's encoder would compute differently from transformers, if it does."""

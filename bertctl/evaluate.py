@@ -7,6 +7,7 @@ longest example (dynamic padding), and predictions in the examples' order.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import reprlib
@@ -264,11 +265,9 @@ class Scorer:
     def encode(self, examples: Examples) -> Features:
         """The examples as this model's inputs, refusing sentence pairs a model with one segment embedding
         cannot take (the second text's segment id 1 would index past it)."""
-        segments = self.model.config.type_vocab_size
-        if examples.text_b is not None and segments < 2:
-            raise UsageError(f"{self.folder or 'the model'} has type_vocab_size {segments} (one segment embedding) "
-                             f"but {examples.source} is read as sentence pairs; give a model with 2, or one text "
-                             "column")
+        if examples.text_b is not None:
+            self.model.config.refuse_pairs(self.folder or "the model", f"{examples.source} is read as sentence pairs",
+                                           "one text column")
         return encode_examples(self.tokenizer, examples, self.max_seq_length)
 
     def precision_on(self, precision: str | None, device: torch.device) -> str:
@@ -382,16 +381,11 @@ class ClassifyRun:
         fine-tuned (transformers' Trainer) on class ids: a file labelled 0, 1, ... is read with label i as
         LABEL_i; a file that names none of them so is refused with the model's names."""
         names = self.task.label_names
-        try:
+        if not self.generic:
             return read_examples(data, self.text_columns, self.label_column, names)[0]
-        except UsageError as exc:
-            if not self.generic:
-                raise
-            refused = exc
-        try:
-            return read_examples(data, self.text_columns, self.label_column, [str(i) for i in range(len(names))])[0]
-        except UsageError:
-            raise refused from None
+        either = [*names, *(str(i) for i in range(len(names)))]  # one read, so a bad label is named as it is
+        examples = read_examples(data, self.text_columns, self.label_column, either)[0]
+        return dataclasses.replace(examples, labels=[label % len(names) for label in examples.labels])
 
 
 def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None = None,

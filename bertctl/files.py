@@ -139,9 +139,12 @@ def _check_writable(path: Path, flag: str) -> None:
     if where is None:
         return
     room = os.pathconf(where, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
-    longest = max(len(os.fsencode(part)) for part in path.relative_to(where).parts)
-    if longest + NAME_ROOM > room:
-        raise UsageError(f"{flag} {path}: a name of {longest} bytes leaves no room for the temporary names "
+    *above, last = (len(os.fsencode(part)) for part in path.relative_to(where).parts)
+    if above and max(above) > room:  # folders made above OUT need room for their own names only
+        raise UsageError(f"{flag} {path}: a folder name of {max(above)} bytes is longer than this file system allows "
+                         f"({room}); choose a shorter name")
+    if last + NAME_ROOM > room:
+        raise UsageError(f"{flag} {path}: a name of {last} bytes leaves no room for the temporary names "
                          f"beside it (this file system allows {room}); choose a shorter name")
     try:  # the file system's own answer (permissions, ACLs, read-only mounts), not a guess from mode bits
         os.rmdir(tempfile.mkdtemp(prefix=".bertctl-probe-", dir=where))
@@ -312,16 +315,22 @@ def replace_folder(tmp: Path | str, target: Path | str) -> None:
 
 @contextmanager
 def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait (they are delivered when the block ends) where a signal mask can be set."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    """SIGINT and SIGTERM wait until the block ends, then reach their own handlers. The Python handlers are
+    swapped, not the thread's signal mask: torch's worker threads leave the signals unblocked, the kernel hands
+    them one, and Python runs the handler in the main thread all the same."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)
 
 
 @contextmanager

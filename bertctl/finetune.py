@@ -301,10 +301,8 @@ def load_base(cfg: FinetuneConfig, precision: str) -> Base:
 def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: dict[str, Examples],
              env: training.Distributed) -> Prepared:
     ckpt, tokenizer = base.ckpt, base.tokenizer
-    if train.text_b is not None and ckpt.config.type_vocab_size < 2:  # the second text's segment id would be 1
-        raise UsageError(f"{task.name} has sentence pairs but {ckpt.path} has type_vocab_size "
-                         f"{ckpt.config.type_vocab_size} (one segment embedding); give a model with 2, or one text "
-                         "column")
+    if train.text_b is not None:
+        ckpt.config.refuse_pairs(ckpt.path, f"{task.name} has sentence pairs", "one text column")
     features = encode_examples(tokenizer, train, cfg.max_seq_length, show=env.is_main)
     dev_features = {split: encode_examples(tokenizer, examples, cfg.max_seq_length, show=env.is_main)
                     for split, examples in dev.items()}

@@ -369,10 +369,9 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
                              f"{tokenizer.vocab_size}, or leave it out (the model then takes the tokenizer's size)")
         raise UsageError(f"the model has {model.config.vocab_size} embedding rows but the tokenizer has "
                          f"{tokenizer.vocab_size} tokens; use the matching tokenizer")
-    if manifest["objective"] != "mlm" and model.config.type_vocab_size < 2:  # segment B's ids would be out of range
-        raise UsageError(f"corpus {cfg.corpus} holds sentence pairs ({manifest['objective']}) but the model has "
-                         f"type_vocab_size {model.config.type_vocab_size} (one segment embedding); give a model "
-                         "with 2, or a corpus built with --objective mlm")
+    if manifest["objective"] != "mlm":
+        model.config.refuse_pairs("the model", f"corpus {cfg.corpus} holds sentence pairs ({manifest['objective']})",
+                                  "a corpus built with --objective mlm")
     if manifest["max_seq_length"] > model.config.max_position_embeddings:
         raise UsageError(f"corpus {cfg.corpus} has sequences of {manifest['max_seq_length']} tokens but the model "
                          f"takes at most {model.config.max_position_embeddings}")

@@ -377,3 +377,19 @@ def test_sentence_pairs_are_refused_for_a_model_with_one_segment_embedding(tmp_p
     single = _cli("evaluate", "classify", "--model", model, "--data", data, "--text-columns", "premise",
                   "--label-column", "y", "--json")
     assert single.exit_code == 0, single.output
+
+
+def test_generic_model_label_error_names_the_bad_label(tmp_path: Path) -> None:
+    """A LABEL_0/LABEL_1 model scored on a file labelled 0, 1, 2: the error must name 2, not the valid 0."""
+    from bertctl.errors import UsageError
+    from bertctl.evaluate import ClassifyRun, classify_task
+
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\nhello,0\nthere,1\nagain,2\n", encoding="utf-8")
+    run = ClassifyRun(None, classify_task(["LABEL_0", "LABEL_1"]), ("text",), "label", generic=True)
+    with pytest.raises(UsageError) as refused:
+        run.read_labelled(data)
+    assert "'2'" in str(refused.value) and "'0'" not in str(refused.value)
+    ids = tmp_path / "ids.csv"
+    ids.write_text("text,label\nhello,0\nthere,1\n", encoding="utf-8")
+    assert run.read_labelled(ids).labels == [0, 1]

@@ -445,3 +445,48 @@ def test_a_corpus_shard_that_cannot_be_written_is_named(tmp_path):
     assert result.returncode == 1 and said.startswith("bertctl: error: cannot write "), result.stderr
     assert "train-000000.arrow: File too large" in said and "Traceback" not in result.stderr
     assert not (tmp_path / "corpus").exists()
+
+
+def test_ctrl_c_between_the_renames_waits_even_with_other_threads(tmp_path: Path) -> None:
+    """torch's OpenMP threads leave SIGINT unblocked, so a thread's signal mask holds nothing: the signal must
+    still wait until both renames are done (replace_folder's docstring), not roll a finished save back."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import os, signal, sys, threading, time
+        from pathlib import Path
+        import bertctl.files as F
+        base = Path(sys.argv[1])
+        (base / "out").mkdir(); (base / "out" / "v").write_text("old")
+        tmp = base / ".out.tmp-x"; tmp.mkdir(); (tmp / "v").write_text("new")
+        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()  # as torch's worker threads
+        real, calls = os.replace, []
+        def replace(a, b):
+            real(a, b); calls.append(1)
+            if len(calls) == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+        F.os.replace = replace
+        try:
+            F.replace_folder(tmp, base / "out")
+        except KeyboardInterrupt:
+            pass
+        print((base / "out" / "v").read_text())
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}, timeout=60)
+    assert done.stdout.strip() == "new", done.stdout + done.stderr
+
+
+def test_a_long_folder_name_above_out_is_not_refused(tmp_path: Path) -> None:
+    """Only OUT's own name gets temp names beside it; a folder made above it needs no room for them."""
+    out = tmp_path / ("a" * 240) / "model"
+    assert check_out(out) == out
+
+
+def test_a_long_out_name_is_still_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no room for the temporary names"):
+        check_out(tmp_path / ("a" * 240))
