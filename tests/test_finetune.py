@@ -323,7 +323,7 @@ def test_an_out_that_cannot_be_made_is_one_line(encoder, small_glue):
     result = _cli("finetune", "glue", "sst2", "--max-seq-length", "32", "--model", encoder, "--data", small_glue,
                   "--out", "/proc/bertctl-test/out")
     assert result.exit_code == 2, result.output
-    assert result.stderr.strip() == ("bertctl: error: --out: cannot create the folder /proc/bertctl-test/.out.work: "
+    assert result.stderr.strip() == ("bertctl: error: --out /proc/bertctl-test/out: cannot create it in /proc: "
                                      "No such file or directory; choose another path")
 
 
