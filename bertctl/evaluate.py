@@ -378,8 +378,7 @@ class ClassifyRun:
 
     def read_labelled(self, data: str | Path) -> Examples:
         """The file's examples with their labels as the model's classes. A model with generic class names was
-        fine-tuned (transformers' Trainer) on class ids: a file labelled 0, 1, ... is read with label i as
-        LABEL_i; a file that names none of them so is refused with the model's names."""
+        fine-tuned (transformers' Trainer) on class ids: label i is read as LABEL_i too."""
         names = self.task.label_names
         if not self.generic:
             return read_examples(data, self.text_columns, self.label_column, names)[0]

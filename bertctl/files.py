@@ -298,7 +298,7 @@ def replace_folder(tmp: Path | str, target: Path | str) -> None:
                 if old is not None:
                     os.replace(target, old)
                 os.replace(tmp, target)
-            except BaseException:  # also a KeyboardInterrupt whose signal came just before the mask
+            except BaseException:  # also a KeyboardInterrupt whose signal came before the handlers were swapped
                 if old is not None and os.path.lexists(old) and not os.path.lexists(target):
                     os.replace(old, target)
                     old = None
