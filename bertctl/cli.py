@@ -68,7 +68,8 @@ def tokenizer_train(
     min_frequency: Annotated[int | None, typer.Option(help="Least count of a pair to merge [2].")] = None,
     limit_alphabet: Annotated[int | None, typer.Option(help="Most characters kept [1000].")] = None,
     text_column: Annotated[str | None, typer.Option(help="Column of table/dataset inputs [text].")] = None,
-    overwrite: Annotated[bool | None, typer.Option("--overwrite", help="Replace OUT if it exists.")] = None,
+    overwrite: Annotated[bool | None, typer.Option("--overwrite/--no-overwrite",
+                                                   help="Replace OUT if it exists.")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields "
                                                 "(flags win).")] = None,
 ) -> None:
@@ -137,8 +138,9 @@ def corpus_build(
                                                             help="Mask whole words [off].")] = None,
     validation_fraction: Annotated[float | None, typer.Option(help="Share of documents held out [0].")] = None,
     text_column: Annotated[str | None, typer.Option(help="Column of table/dataset inputs [text].")] = None,
-    document_per_line: Annotated[bool | None, typer.Option("--document-per-line", help="Each line of a text "
-                                                           "file is a document [blank lines separate]")] = None,
+    document_per_line: Annotated[bool | None, typer.Option("--document-per-line/--no-document-per-line",
+                                                           help="Each line of a text file is a document [blank "
+                                                           "lines separate]")] = None,
     split_sentences: Annotated[bool | None, typer.Option("--split-sentences/--no-split-sentences", help="Split "
                                                          "lines into sentences [on].")] = None,
     lowercase: Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing of a bare vocab.txt "
@@ -147,7 +149,8 @@ def corpus_build(
     seed: Annotated[int | None, typer.Option(help="[12345]")] = None,
     workers: Annotated[int | None, typer.Option(help="Processes, 0 = all cores; never changes the "
                                                 "output [0].")] = None,
-    overwrite: Annotated[bool | None, typer.Option("--overwrite", help="Replace OUT if it exists.")] = None,
+    overwrite: Annotated[bool | None, typer.Option("--overwrite/--no-overwrite",
+                                                   help="Replace OUT if it exists.")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields "
                                                 "(flags win).")] = None,
 ) -> None:

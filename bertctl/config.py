@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bertctl.config_files import layered, read_config_file, refuse_unknown
-from bertctl.config_types import field_types, fields_named, flag_name, take_types
+from bertctl.config_types import LOCAL_NAMES, field_types, fields_named, flag_name, take_types
 from bertctl.errors import UsageError
+from bertctl.hub import written_like_path
 
 # Every parameter-free name of transformers' ACT2FN (5.24), computed exactly as transformers does
 # (bertctl.model._ACTIVATIONS); the ones with trained parameters (prelu, xielu) are refused.
@@ -220,8 +221,14 @@ def changed_settings(cfg: Any, saved: dict[str, Any], compared: Collection[str],
 
 
 def config_to_dict(obj: Any) -> dict[str, Any]:
-    """A JSON-ready view of a (nested) config dataclass."""
-    def plain(value: Any) -> Any:
+    """A JSON-ready view of a (nested) config dataclass. A local folder in a field that may name a hub id
+    (`model`, `init_from`, `tokenizer`) keeps a `./` when its name reads like one (`runs/final`, `tok`): a
+    Path has lost the `./` given, and the record read back from another working folder would otherwise
+    fetch (or take from the cache) the hub repository of that name instead of saying the folder is not there."""
+    def plain(value: Any, name: str = "") -> Any:
+        if isinstance(value, Path) and name in LOCAL_NAMES and value.exists() and not value.is_absolute() \
+                and not written_like_path(str(value)):
+            return f"./{value}"
         if isinstance(value, Path):
             return str(value)
         if isinstance(value, (list, tuple)):
@@ -230,7 +237,7 @@ def config_to_dict(obj: Any) -> dict[str, Any]:
             return {k: plain(v) for k, v in value.items()}
         return value
 
-    return {k: plain(v) for k, v in dataclasses.asdict(obj).items()}
+    return {k: plain(v, k) for k, v in dataclasses.asdict(obj).items()}
 
 
 CORPUS_OBJECTIVES = ("mlm+nsp", "mlm", "mlm+sop")

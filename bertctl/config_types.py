@@ -26,7 +26,7 @@ from bertctl.hub import path_as_given
 
 # Fields naming a model or tokenizer, which may be a hub id: Path("./x") and Path("x/") are `x`, which reads like
 # one, so a str is checked while it is still spelt as given (a flag, a --config value, a Python argument).
-_LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer": "tokenizer"}
+LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer": "tokenizer"}
 # List fields whose flag takes comma-separated items (--seeds 1,2, --text-columns a,b, --label-names x,y): a
 # string is read as the flag reads it. Not `inputs`, whose items are file names that may hold a comma.
 _COMMA_LISTS = {"seeds", "text_columns", "label_names"}
@@ -70,8 +70,8 @@ def take_types(cfg: Any) -> None:
     naming the field."""
     for name, hint in field_types(type(cfg)).items():
         given = value = getattr(cfg, name)
-        if name in _LOCAL_NAMES and isinstance(value, str):
-            value = path_as_given(value, _LOCAL_NAMES[name])
+        if name in LOCAL_NAMES and isinstance(value, str):
+            value = path_as_given(value, LOCAL_NAMES[name])
         try:
             typed = _coerce(hint, value, commas=name in _COMMA_LISTS)
         except (ValueError, OverflowError):

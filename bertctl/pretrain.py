@@ -113,7 +113,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         make_folder(run)
         training_state.remove_interrupted_saves(run)
         write_json_atomic(run / "run.json", {"config": _recorded_config(cfg, started), "model": model.config.to_dict(),
-                                            "world_size": env.world_size, "precision": precision, "compile": compiled,
+                                            "world_size": env.world_size, "device": env.device.type,
+                                            "precision": precision, "compile": compiled,
                                             "warmup_steps": cfg.warmup(), "corpus_manifest": manifest,
                                             "quickstart": started.get("quickstart", quickstart),
                                             "resumed_from": str(resume_from or "")})

@@ -253,3 +253,16 @@ def test_finetune_glue_takes_its_task_from_the_config_file(tmp_path):
     assert result.exit_code == 2 and result.stderr.strip() == "bertctl: error: give --model and --data"
     result = CliRunner().invoke(app, ["finetune", "glue", "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and result.stderr.strip() == "bertctl: error: give TASK and --model and --data"
+
+
+def test_a_flag_switches_off_what_a_config_file_switched_on(tmp_path):
+    """`tokenizer train` and `corpus build` had no --no-overwrite (nor --no-document-per-line): a --config file's
+    `overwrite: true` could not be taken back by a flag, although flags win."""
+    (tmp_path / "text.txt").write_text("one two three four five six.\n" * 40, encoding="utf-8")
+    (tmp_path / "run.yaml").write_text("overwrite: true\n", encoding="utf-8")
+    train = ["tokenizer", "train", str(tmp_path / "text.txt"), "--out", str(tmp_path / "tok"), "--vocab-size", "60",
+             "--config", str(tmp_path / "run.yaml")]
+    assert CliRunner().invoke(app, train).exit_code == 0
+    assert CliRunner().invoke(app, train).exit_code == 0  # the file's overwrite: true
+    refused = CliRunner().invoke(app, [*train, "--no-overwrite"])
+    assert refused.exit_code == 2 and "already exists" in refused.stderr, refused.output

@@ -537,3 +537,22 @@ def test_devices_bertctl_does_not_run_on_are_refused_in_one_line(device):
 def test_label_names_that_would_be_ignored_are_refused(values, said):
     with pytest.raises(UsageError, match=said):
         FinetuneConfig(**values)
+
+
+@pytest.mark.parametrize(("cls", "field", "others"), [
+    (FinetuneConfig, "model", {}), (PretrainConfig, "init_from", {}), (PretrainConfig, "tokenizer", {}),
+    (CorpusConfig, "tokenizer", {}), (FinetuneConfig, "model", {"task": "sst2"})])
+def test_a_recorded_local_folder_is_not_read_back_as_a_hub_id(tmp_path, monkeypatch, cls, field, others):
+    """run.json recorded `--model ./runs/final` as `runs/final`, a hub id once the record is given back as --config
+    from another working folder: the run fetched (or took from the cache) that hub repository and trained another
+    model without a word. The record keeps it a path, so there it is refused as a folder that is not there."""
+    (tmp_path / "here" / "runs" / "final").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    record = json.loads(json.dumps(config_to_dict(cls(**{field: "./runs/final"}, **others))))
+    assert record[field] == "./runs/final"
+    assert getattr(build_config(cls, record), field) == Path("runs/final")  # read back here: the same folder
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with pytest.raises(UsageError, match=r"does not exist$"):
+        build_config(cls, record)
+    assert config_to_dict(cls(**{field: "bert-base-uncased"}, **others))[field] == "bert-base-uncased"  # a hub id

@@ -313,7 +313,8 @@ def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_
     pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2))
     shutil.rmtree(tmp_path / "run" / "final")
     pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2, resume=True, model_config=None))
-    assert json.loads((tmp_path / "run" / "run.json").read_text())["config"]["model_config"] == "tiny"
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (record["config"]["model_config"], record["device"]) == ("tiny", "cpu")  # the device it ran on, too
     phase2 = small_run(corpus, tmp_path / "p2", steps=4, save_every=2, init_from=tmp_path / "run" / "final")
     pretrain(phase2)
     shutil.rmtree(tmp_path / "p2" / "final")
