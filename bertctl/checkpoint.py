@@ -29,7 +29,7 @@ from bertctl.config_types import take_bool, take_int
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import building_folder, check_new_out, read_json_object, user_path, write_json_atomic
 from bertctl.hub import local_folder
-from bertctl.model import ARCHITECTURES, Bert, BertTaskModel, architecture_name
+from bertctl.model import ARCHITECTURES, Bert, BertTaskModel, architecture_name, shapes_only
 
 FORMAT_VERSION = 1
 # transformers' order of preference when a folder holds several (hub repos often have both formats)
@@ -341,7 +341,7 @@ def _check_encoder(folder: Path, weights_file: Path, in_file: set[str], config: 
     gives it: build_model relies on it. A config.json that lacks vocab_size, hidden_size ... gets BERT-base's
     defaults; say so here, where the file is at fault, rather than later as a tokenizer that does not fit the
     model or a weight that does not load. `in_file`: the file's own names, to name what is missing as it would."""
-    with torch.device("meta"):  # shapes only, no memory
+    with shapes_only():
         expected = Bert(config, add_pooler=False).state_dict()
     _check_layer_count(folder, config, raw, state)
     bare = not any(name.startswith("bert.") for name in in_file)  # a BertModel file: names without the prefix
@@ -368,7 +368,7 @@ def _check_heads(weights_file: Path, in_file: set[str], config: BertConfig, stat
     """The pooler and every head must fit the encoder config.json describes (its shape was checked first), as
     transformers requires: build_model would otherwise create a head of another shape afresh, at random (fill,
     pretrain --init-from). Only a classifier may have another number of outputs (fine-tuning on other labels)."""
-    with torch.device("meta"):  # shapes only, no memory
+    with shapes_only():
         expected = {**ARCHITECTURES["BertForPreTraining"](config).state_dict(),
                     **ARCHITECTURES["BertForQuestionAnswering"](config).state_dict()}
     classifier = state.get("classifier.weight")
@@ -468,7 +468,7 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, **head_kwargs
     folder_dropout = ckpt.raw_config.get("classifier_dropout")
     if "classifier_dropout" in params and folder_dropout is not None and "classifier_dropout" not in head_kwargs:
         head_kwargs["classifier_dropout"] = _dropout_rate(folder_dropout, ckpt.path / "config.json")
-    with torch.device("meta"):  # no memory, and no random draws, for weights the checkpoint's replace
+    with shapes_only():  # weights the checkpoint replaces are never drawn
         model = cls(ckpt.config, **head_kwargs)
     expected = model.state_dict()
     if ckpt.untied_decoder and "mlm" in map(_part, expected):

@@ -7,7 +7,8 @@ Parameter names are our own; bertctl.checkpoint maps them to and from transforme
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
@@ -378,6 +379,20 @@ ARCHITECTURES: dict[str, type[BertTaskModel]] = {
     "BertForQuestionAnswering": BertForQuestionAnswering,
     "BertForMultipleChoice": BertForMultipleChoice,
 }
+
+
+@contextmanager
+def shapes_only() -> Iterator[None]:
+    """Build modules on the meta device, for their shapes alone: no memory, no random draws, and nn.init.normal_
+    a no-op there (on meta tensors it first imports torch._dynamo, ~1 s at a command's start; they hold no values
+    anyway)."""
+    normal = nn.init.normal_
+    nn.init.normal_ = lambda tensor, *args, **kwargs: tensor
+    try:
+        with torch.device("meta"):
+            yield
+    finally:
+        nn.init.normal_ = normal
 
 
 def architecture_name(model: nn.Module) -> str:
