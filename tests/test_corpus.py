@@ -554,3 +554,78 @@ def test_a_shard_of_one_large_document_holds_a_few_bytes_a_token(data, tmp_path)
     tokens = stats["train"]["tokens"]
     assert tokens > 80_000 and stats["train"]["documents"] == 1
     assert peak / tokens < 45, f"{peak / tokens:.1f} bytes a token"  # 73 before, 33 now (many short instances)
+
+
+class _Uniforms:
+    """One stream of uniforms read by both sides: numpy-style calls for bertctl, random.Random-style for the port
+    of Google's code (randint(a, b) inclusive), so equal call sequences give equal draws."""
+
+    def __init__(self, seed: int) -> None:
+        self.values, self.at = np.random.default_rng(seed).random(100_000), 0
+
+    def _next(self) -> float:
+        self.at += 1
+        return float(self.values[self.at - 1])
+
+    def random(self, size: int | None = None):  # numpy's Generator.random and random.Random.random
+        return self._next() if size is None else np.array([self._next() for _ in range(size)])
+
+    def integers(self, low: int, high: int) -> int:
+        return low + int(self._next() * (high - low))
+
+    def randint(self, low: int, high: int) -> int:
+        return low + int(self._next() * (high - low + 1))
+
+
+def _google_instances(documents: list[list[list[int]]], index: int, max_seq_length: int, short_seq_prob: float,
+                      rng: _Uniforms) -> list[tuple[list[int], int]]:
+    """create_instances_from_document of google-research/bert (masking left out), the random document drawn in
+    one step among the others as bertctl does (Google retries up to 10 times)."""
+    document, max_tokens = documents[index], max_seq_length - 3
+    target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
+    instances, chunk, length, i = [], [], 0, 0
+    while i < len(document):
+        chunk.append(document[i])
+        length += len(document[i])
+        if i == len(document) - 1 or length >= target:
+            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+            a = [t for sentence in chunk[:a_end] for t in sentence]
+            b: list[int] = []
+            if len(chunk) == 1 or rng.random() < 0.5:
+                others = [d for d in range(len(documents)) if d != index]
+                other = documents[others[rng.randint(0, len(others) - 1)]]
+                for sentence in other[rng.randint(0, len(other) - 1):]:
+                    b += sentence
+                    if len(b) >= target - len(a):
+                        break
+                i -= len(chunk) - a_end
+                label = 1
+            else:
+                b, label = [t for sentence in chunk[a_end:] for t in sentence], 0
+            while len(a) + len(b) > max_tokens:  # truncate_seq_pair
+                longer = a if len(a) > len(b) else b
+                del longer[0 if rng.random() < 0.5 else -1]
+            instances.append(([2, *a, 3, *b, 3], label))
+            chunk, length = [], 0
+        i += 1
+    return instances
+
+
+def test_nsp_instances_equal_a_port_of_googles_code_draw_for_draw() -> None:
+    from bertctl.data.instances import Document, Instances, document_instances
+
+    gen = np.random.default_rng(0)
+    for _ in range(150):
+        documents = [[gen.integers(10, 99, int(gen.choice([1, 3, 8, 30, 200]))).tolist()
+                      for _ in range(int(gen.integers(1, 12)))] for _ in range(int(gen.integers(2, 5)))]
+        docs = [Document(np.array([t for s in d for t in s], np.int32), np.cumsum([0, *map(len, d)]))
+                for d in documents]
+        max_seq_length, short_seq_prob = int(gen.choice([5, 16, 64, 128])), float(gen.choice([0.0, 0.1, 1.0]))
+        for index in range(len(documents)):
+            seed, out = int(gen.integers(1 << 30)), Instances()
+            document_instances(out, docs, index, list(range(len(docs))), objective="mlm+nsp",
+                               max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, cls_id=2, sep_id=3,
+                               rng=_Uniforms(seed))
+            ours = [(np.concatenate(out.pieces[out.starts[k]:out.starts[k + 1]]).tolist(), out.labels[k])
+                    for k in range(len(out.lengths))]
+            assert ours == _google_instances(documents, index, max_seq_length, short_seq_prob, _Uniforms(seed))

@@ -163,6 +163,19 @@ def test_same_seed_same_masks_and_edge_rows() -> None:
         mask_tokens(np.zeros((2, 2, 2), dtype=int), rng=np.random.default_rng(0), **OPTIONS)
 
 
+def test_a_cap_above_the_row_width_allocates_by_the_width_and_masks_as_google() -> None:
+    """--max-predictions-per-seq 10**9 ("no cap", harmless in Google's script) sized the padded outputs by the
+    cap: 2048-row static blocks asked for 15 GiB at 10**6 (MemoryError)."""
+    ids = batch(rows=40, width=64)
+    capped = mask_tokens(ids, rng=np.random.default_rng(3), **{**OPTIONS, "max_predictions_per_seq": 64})
+    huge = mask_tokens(ids, rng=np.random.default_rng(3), **{**OPTIONS, "max_predictions_per_seq": 10**12})
+    assert huge.positions.shape == huge.label_ids.shape == (40, 64)
+    assert (huge.input_ids == capped.input_ids).all() and (huge.positions == capped.positions).all()
+    every = mask_tokens(ids, rng=np.random.default_rng(3), **{**OPTIONS, "max_predictions_per_seq": 10**12,
+                                                                "masked_lm_prob": 1.0})
+    assert ((every.positions >= 0).sum(axis=1) == (~np.isin(ids, (CLS, SEP, PAD))).sum(axis=1)).all()
+
+
 def test_labels_helper() -> None:
     assert mlm_labels(np.array([1, 3]), np.array([50, 60]), 5).tolist() == [-100, 50, -100, 60, -100]
     labels = mlm_labels(np.array([[2, -1], [0, 4]]), np.array([[7, -1], [8, 9]]), 5)

@@ -45,7 +45,8 @@ class MaskedTokens(NamedTuple):
     """Result of `mask_tokens`, shaped like its input.
 
     For a row `(T,)`: `positions` and `label_ids` are 1-D, sorted by position, one entry per masked token.
-    For a batch `(B, T)`: both are `(B, max_predictions_per_seq)`, sorted per row, padded with -1.
+    For a batch `(B, T)`: both are `(B, min(max_predictions_per_seq, T))`, sorted per row, padded with -1 (a
+    row never has more than T masks, so a huge cap, as "no cap", costs no memory).
     """
 
     input_ids: np.ndarray  # the ids after masking ([MASK] / random / kept), same shape and dtype as input
@@ -191,8 +192,9 @@ def _result(rows: np.ndarray, masked: np.ndarray, chosen: np.ndarray, ndim: int,
         return MaskedTokens(masked[0], col.astype(np.int64), labels)
     counts = chosen.sum(axis=1)
     slot = np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts)
-    positions = np.full((rows.shape[0], max_predictions), -1, dtype=np.int64)
-    label_ids = np.full((rows.shape[0], max_predictions), -1, dtype=np.int64)
+    slots = min(max_predictions, rows.shape[1])  # no row has more masks than tokens
+    positions = np.full((rows.shape[0], slots), -1, dtype=np.int64)
+    label_ids = np.full((rows.shape[0], slots), -1, dtype=np.int64)
     positions[row, slot] = col
     label_ids[row, slot] = labels
     return MaskedTokens(masked, positions, label_ids)
