@@ -160,6 +160,15 @@ def test_instances_follow_the_objective(data, objective: str) -> None:
         assert body == 40 * 48  # contiguous pieces cover every token exactly once
 
 
+@pytest.mark.parametrize("fraction, first", [(0.07, [0, 14, 28, 42, 57, 71, 85, 100]), (0.02, [0, 50, 100])])
+def test_validation_documents_are_spaced_by_the_written_fraction(fraction: float, first: list[int]) -> None:
+    """0.07 is 7/100: document 100 is held out, never 99 (a float product once rounded 100 * 0.07 up)."""
+    from bertctl.data.instances import is_validation
+
+    held = [d for d in range(10_000) if is_validation(d, fraction)]
+    assert held[:len(first)] == first and len(held) == round(10_000 * fraction)
+
+
 @pytest.mark.parametrize("fraction", [0.0, 0.25])
 def test_notnext_text_comes_from_another_document_when_a_shard_holds_one(data, fraction: float) -> None:
     """Shards smaller than a document hold one each: NotNext B still comes from another document of the same

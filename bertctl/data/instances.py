@@ -31,7 +31,6 @@ import bisect
 import dataclasses
 import functools
 import json
-import math
 import os
 import threading
 import time
@@ -39,6 +38,7 @@ import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -257,8 +257,21 @@ ENCODE_BATCH = 4096  # sentences per tokenizers call
 
 
 def is_validation(document: int, fraction: float) -> bool:
-    """Evenly spaced held-out documents (0, 1/F, 2/F ...): no randomness, exactly the asked share."""
-    return fraction > 0 and math.ceil((document + 1) * fraction) > math.ceil(document * fraction)
+    """Evenly spaced held-out documents (0, 1/F, 2/F ...): no randomness, exactly the asked share. F is taken
+    as the decimal it was written as (0.07 is 7/100), so rounding never moves a document (100, not 99)."""
+    numerator, denominator = _as_ratio(fraction)
+    return numerator > 0 and _ceil_ratio((document + 1) * numerator, denominator) > _ceil_ratio(
+        document * numerator, denominator)
+
+
+@functools.lru_cache(maxsize=8)
+def _as_ratio(fraction: float) -> tuple[int, int]:
+    exact = Fraction(repr(fraction))
+    return exact.numerator, exact.denominator
+
+
+def _ceil_ratio(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
 
 
 @dataclass(frozen=True)
