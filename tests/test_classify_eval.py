@@ -393,3 +393,65 @@ def test_generic_model_label_error_names_the_bad_label(tmp_path: Path) -> None:
     ids = tmp_path / "ids.csv"
     ids.write_text("text,label\nhello,0\nthere,1\n", encoding="utf-8")
     assert run.read_labelled(ids).labels == [0, 1]
+
+
+def test_one_whole_number_spelled_several_ways_is_one_class_in_a_fixed_order(tmp_path):
+    """pandas and `datasets` read 1, 01 and 1.0 as one number; their order (and so label2id) must not depend
+    on Python's string hashing, and a file spelling the numbers otherwise (a csv's 1.0, JSON's 1) scores on it."""
+    from bertctl.data.tabular import load_labelled_data, read_examples
+
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\na,1\nb,01\nc,2\nd,1.0\ne,10\n", encoding="utf-8")
+    task = load_labelled_data(train, None, ["text"], "label")
+    assert task.label_names == ("1", "2", "10") and task.train.labels == [0, 0, 1, 0, 2]
+    floats = tmp_path / "floats.parquet"  # pandas writes a label column with a gap as floats
+    pq.write_table(pa.table({"text": ["a", "b"], "label": [2.0, 10.0]}), floats)
+    spelled = tmp_path / "spelled.csv"
+    spelled.write_text("text,label\na,1.0\nb,02\nc,1e1\n", encoding="utf-8")
+    assert read_examples(floats, ["text"], "label", task.label_names)[0].labels == [1, 2]
+    assert read_examples(spelled, ["text"], "label", task.label_names)[0].labels == [0, 1, 2]
+    codes = tmp_path / "codes.csv"  # without the plain spelling the first one names the class; long codes stay exact
+    codes.write_text("text,label\na,01\nb,1.0\nc,12345678901234567890\nd,12345678901234567891\n", encoding="utf-8")
+    assert load_labelled_data(codes, None, ["text"], "label").label_names == (
+        "01", "12345678901234567890", "12345678901234567891")
+
+
+def test_a_nan_in_a_numeric_label_column_is_refused_at_its_row_not_made_a_class(tmp_path):
+    from bertctl.data.tabular import load_labelled_data
+    from bertctl.errors import UsageError
+
+    scores = tmp_path / "scores.parquet"
+    pq.write_table(pa.table({"text": ["a", "b", "c"], "label": [0.5, float("nan"), 1.5]}), scores)
+    with pytest.raises(UsageError, match=r"scores.parquet row 2: label 'nan' is not a finite number"):
+        load_labelled_data(scores, None, ["text"], "label")
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text('{"text": "a", "label": 0}\n{"text": "b", "label": 1}\n{"text": "c", "label": NaN}\n',
+                   encoding="utf-8")
+    with pytest.raises(UsageError, match=r"ids.jsonl:3: label 'nan' is not a finite number"):
+        load_labelled_data(ids, None, ["text"], "label")
+    forced = load_labelled_data(ids, None, ["text"], "label", problem="classification")  # a class, when asked
+    assert forced.label_names == ("0", "1", "nan")
+
+
+def test_an_empty_training_label_is_named_by_its_line_and_an_unused_id_column_may_have_gaps(encoder, tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("text,label\nyes,\nno,neg\n", encoding="utf-8")
+    result = _cli("finetune", "classify", "--model", encoder, "--train", empty, "--text-columns", "text",
+                  "--max-seq-length", 32, "--out", tmp_path / "run")
+    assert result.exit_code == 2 and "empty.csv:2: label column 'label' is empty" in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists()
+    gaps = tmp_path / "gaps.csv"  # an id column training never reads: a gap in it is no reason to refuse
+    gaps.write_text("id,text,label\n7,yes,pos\n,no,neg\n", encoding="utf-8")
+    run = finetune_classify(FinetuneConfig(model=encoder, train=gaps, validation=gaps, text_columns=("text",),
+                                           out=tmp_path / "run", epochs=1, **FAST))
+    assert json.loads((run / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
+
+
+@pytest.mark.parametrize("problem", ["auto", "regression"])
+def test_an_empty_label_column_name_is_a_usage_error(encoder, tmp_path, problem):
+    train = _write_csv(tmp_path / "train.csv", ("text", "label"), [("yes", "1.5"), ("no", "2")])
+    result = _cli("finetune", "classify", "--model", encoder, "--train", train, "--text-columns", "text",
+                  "--label-column", "", "--problem", problem, "--max-seq-length", 32, "--out", tmp_path / "run")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == "bertctl: error: --label-column: give the label column's name, not ''"
+    assert not (tmp_path / "run").exists()

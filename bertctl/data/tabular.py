@@ -22,6 +22,7 @@ import math
 import reprlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -159,8 +160,10 @@ def _parquet_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dic
 _READERS = {".csv": _csv_rows, ".tsv": _tsv_rows, ".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
 
 
-def read_table(path: str | Path, text_columns: Sequence[str], label_column: str | None) -> _Table:
-    """The text and label columns (None: no labels) of one file, and its ids, checked row by row."""
+def read_table(path: str | Path, text_columns: Sequence[str], label_column: str | None, ids: bool = True) -> _Table:
+    """The text and label columns (None: no labels) of one file, and its ids, checked row by row. With
+    `ids=False` (training, scoring: no row is named) a row's id may be missing (kept as ""): a gap in an
+    `id`/`idx` column the run never uses is no reason to refuse the file."""
     path = user_path(path, "--data")
     suffix = path.suffix.lower()
     if suffix not in _READERS:
@@ -171,7 +174,7 @@ def read_table(path: str | Path, text_columns: Sequence[str], label_column: str 
     try:
         required = [*text_columns, *([label_column] if label_column else [])]
         for number, record in _READERS[suffix](path, required):
-            _add_row(table, number, record, text_columns, label_column)
+            _add_row(table, number, record, text_columns, label_column, ids)
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
@@ -182,7 +185,7 @@ def read_table(path: str | Path, text_columns: Sequence[str], label_column: str 
 
 
 def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: Sequence[str],
-             label_column: str | None) -> None:
+             label_column: str | None, ids: bool = True) -> None:
     where = f"{table.path}{table.unit}{number}"
     if not table.numbers:  # the first row (a csv/tsv header, a parquet schema) says whether there are ids
         table.id_column = next((c for c in ID_COLUMNS if c in record), None)
@@ -197,8 +200,10 @@ def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: S
     if label_column:
         table.labels.append(_scalar(record[label_column], f"{where}: label column {label_column!r}"))
     if table.id_column:
-        row_id = _label_text(_scalar(record.get(table.id_column), f"{where}: id column {table.id_column!r}"))
-        if row_id is None:
+        value = record.get(table.id_column)
+        if not ids:
+            row_id = "" if isinstance(value, (list, tuple, dict, bytes)) else _label_text(value) or ""
+        elif (row_id := _label_text(_scalar(value, f"{where}: id column {table.id_column!r}"))) is None:
             raise UsageError(f"{where}: id column {table.id_column!r} is empty")
         table.ids.append(row_id)
     table.numbers.append(number)
@@ -231,26 +236,53 @@ def _as_float(text: str | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _whole(text: str | None) -> int | None:
+    """The whole number a label spells (1, 01, 1.0, 1e3), exactly (long codes are not rounded as floats)."""
+    if _as_float(text) is None:
+        return None
+    try:
+        value = Decimal(text)  # type: ignore[arg-type]  # float() took it, so it is a finite number
+    except ArithmeticError:
+        return None
+    return int(value) if value == value.to_integral_value() else None
+
+
 def _is_whole(text: str | None) -> bool:
-    value = _as_float(text)
-    return value is not None and value.is_integer()
+    return _whole(text) is not None
+
+
+def _is_number(text: str | None) -> bool:
+    """A number, NaN and infinities included (a numeric column's missing value is NaN in JSON and parquet)."""
+    try:
+        float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _is_regression(labels: list[str | None]) -> bool:
-    """Auto-detection: every label a number and at least one not a whole number."""
-    return all(_as_float(t) is not None for t in labels) and not all(_is_whole(t) for t in labels)
+    """Auto-detection: every label a number and at least one not a whole number (NaN: a regression column
+    with a missing value, refused at its row, not a class "nan")."""
+    return all(_is_number(t) for t in labels) and not all(_is_whole(t) for t in labels)
 
 
 def _class_names(labels: list[str | None]) -> tuple[str, ...]:
-    """Sorted class names: numerically when they are all whole numbers (so "10" comes after "2")."""
+    """Sorted class names: numerically when they are all whole numbers (so "10" comes after "2"), one class per
+    number however it is spelled (1, 01 and 1.0 are one class, as pandas and `datasets` read the column), named
+    by its plain spelling when that is among them, else by the first."""
     names = {t for t in labels if t is not None}
     if all(_is_whole(n) for n in names):
-        return tuple(sorted(names, key=float))
+        by_value: dict[int, set[str]] = {}
+        for name in names:
+            by_value.setdefault(_whole(name), set()).add(name)  # type: ignore[arg-type]  # whole, checked
+        return tuple(str(value) if str(value) in spellings else min(spellings)
+                     for value, spellings in sorted(by_value.items()))
     return tuple(sorted(names))
 
 
 def _to_examples(table: _Table, label_names: tuple[str, ...], label_column: str) -> Examples:
     labels: list = []
+    index = _ClassIndex(label_names)
     for row, raw in enumerate(table.labels):
         text = _label_text(raw)
         if text is None:
@@ -260,24 +292,37 @@ def _to_examples(table: _Table, label_names: tuple[str, ...], label_column: str)
             if value is None:
                 raise UsageError(f"{table.where(row)}: label {text!r} is not a finite number (regression)")
             labels.append(value)
-        elif (index := _class_index(text, label_names)) is not None:
-            labels.append(index)
+        elif (found := index(text)) is not None:
+            labels.append(found)
         else:
             raise UsageError(f"{table.where(row)}: label {text!r} is not one of {', '.join(label_names)}")
     text_b = table.texts[1] if len(table.texts) == 2 else None
     return Examples(table.texts[0], text_b, labels, table.row_ids(), str(table.path))
 
 
-def _class_index(text: str, label_names: tuple[str, ...]) -> int | None:
-    """The class a label names. A boolean spelled another way (pandas and Python's csv write True, JSON and
-    parquet give true) names the one class spelled like it but for case."""
-    if text in label_names:
-        return label_names.index(text)
-    if text.lower() in ("true", "false"):
-        same = [i for i, name in enumerate(label_names) if name.lower() == text.lower()]
-        if len(same) == 1:
-            return same[0]
-    return None
+class _ClassIndex:
+    """The class a label names: its exact spelling; else a boolean spelled another way (pandas and Python's csv
+    write True, JSON and parquet give true) names the one class spelled like it but for case, and a whole
+    number spelled another way (a csv's 1.0 or 01, JSON's 1) the one class that is the same number."""
+
+    def __init__(self, label_names: tuple[str, ...]) -> None:
+        self.exact = {name: i for i, name in enumerate(label_names)}
+        self.folded: dict[str, list[int]] = {}
+        self.numbers: dict[int, list[int]] = {}
+        for i, name in enumerate(label_names):
+            self.folded.setdefault(name.lower(), []).append(i)
+            if (value := _whole(name)) is not None:
+                self.numbers.setdefault(value, []).append(i)
+
+    def __call__(self, text: str) -> int | None:
+        if text in self.exact:
+            return self.exact[text]
+        same: list[int] = []
+        if text.lower() in ("true", "false"):
+            same = self.folded.get(text.lower(), [])
+        elif (value := _whole(text)) is not None:
+            same = self.numbers.get(value, [])
+        return same[0] if len(same) == 1 else None
 
 
 def _check_text_columns(text_columns: tuple[str, ...]) -> None:
@@ -286,16 +331,17 @@ def _check_text_columns(text_columns: tuple[str, ...]) -> None:
 
 
 def read_examples(path: str | Path, text_columns: Sequence[str], label_column: str | None = None,
-                  label_names: Sequence[str] = ()) -> tuple[Examples, str]:
+                  label_names: Sequence[str] = (), ids: bool = True) -> tuple[Examples, str]:
     """One file's examples for a fine-tuned model, and the name of what identifies its rows.
 
     With `label_column` the labels must be among `label_names` (numbers when there are none: regression),
     as a model trained on those classes can only be scored on them; without it there are no labels. Rows are
-    identified by the file's `id` or `idx` column, else by their position from 0 (`index`).
+    identified by the file's `id` or `idx` column, else by their position from 0 (`index`); with `ids=False`
+    (scoring, which names no row) that column may have gaps.
     """
     text_columns = tuple(text_columns)
     _check_text_columns(text_columns)
-    table = read_table(path, text_columns, label_column)
+    table = read_table(path, text_columns, label_column, ids)
     if label_column:
         examples = _to_examples(table, tuple(label_names), label_column)
     else:
@@ -316,8 +362,12 @@ def load_labelled_data(train: str | Path, validation: str | Path | None, text_co
     _check_text_columns(text_columns)
     if problem not in FINETUNE_PROBLEMS:
         raise UsageError(f"--problem {problem}: choose one of {', '.join(FINETUNE_PROBLEMS)}")
-    train_table = read_table(train, text_columns, label_column)
+    if not isinstance(label_column, str) or not label_column.strip():  # "" would read no labels at all
+        raise UsageError(f"--label-column: give the label column's name, not {label_column!r}")
+    train_table = read_table(train, text_columns, label_column, ids=False)
     texts = [_label_text(v) for v in train_table.labels]
+    if None in texts:  # before the classes are counted, so the row is named rather than too few classes
+        raise UsageError(f"{train_table.where(texts.index(None))}: label column {label_column!r} is empty")
     regression = problem == "regression" or (problem == "auto" and label_names is None and _is_regression(texts))
     names: tuple[str, ...] = () if regression else tuple(label_names or _class_names(texts))
     if len(set(names)) != len(names):
@@ -327,5 +377,6 @@ def load_labelled_data(train: str | Path, validation: str | Path | None, text_co
         raise UsageError(f"{where} has fewer than two classes ({', '.join(names) or 'none'}); classification "
                          "needs at least two")
     train_examples = _to_examples(train_table, names, label_column)
-    dev = _to_examples(read_table(validation, text_columns, label_column), names, label_column) if validation else None
+    dev = (_to_examples(read_table(validation, text_columns, label_column, ids=False), names, label_column)
+           if validation else None)
     return classify_task(names, train_examples, dev)
