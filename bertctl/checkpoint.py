@@ -3,8 +3,9 @@
 A model folder is what transformers loads as it is: config.json (plus a `bertctl` block), model.safetensors
 with transformers' names, and the tokenizer files. We read transformers' folders too: safetensors or
 pytorch_model.bin (weights_only), single or sharded, fp16/bf16 upcast to fp32, with or without the `bert.` prefix,
-legacy `gamma`/`beta` names, tied or absent decoder weights and saved buffers. Loading is strict: leftovers are
-named, never ignored; an untied decoder is refused.
+legacy `gamma`/`beta` names, tied or absent decoder weights and saved buffers; and Google's TensorFlow checkpoints
+(bertctl.tf_checkpoint reads them into transformers' names) with their bert_config.json. Loading is strict:
+leftovers are named, never ignored; an untied decoder is refused.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertctl import __version__
+from bertctl import __version__, tf_checkpoint
 from bertctl.config import BertConfig
 from bertctl.config_types import take_bool, take_int
 from bertctl.errors import BertctlError, UsageError
@@ -161,6 +162,7 @@ class Checkpoint:
     # config.json's tie_word_embeddings false: transformers' decoder is a parameter of its own even while it equals
     # the embeddings (an untied model saved before training), or a random one when the file has none
     untied_by_config: bool = False
+    weights_file: str = ""  # the name of the file the weights were read from (a TensorFlow checkpoint's .index)
 
     @property
     def labels(self) -> list[str] | None:
@@ -210,19 +212,21 @@ def _read_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
         except (OSError, ValueError, KeyError, AttributeError) as exc:
             raise BertctlError(f"cannot read the shard index {path}: {exc}") from None
         return {k: v for shard in shards for k, v in _read_weights_file(folder / shard).items()}, path
+    prefix = tf_checkpoint.checkpoint_prefix(folder)  # Google's TensorFlow release, or a run_* script's output
+    if prefix is not None:
+        return tf_checkpoint.read_weights(prefix), Path(f"{prefix}.index")
     raise UsageError(_foreign_weights_message(folder) or
                      f"{folder}: no weights found (expected {' or '.join(WEIGHTS_FILES)})")
 
 
 def _foreign_weights_message(folder: Path) -> str | None:
-    """One line saying how to convert a TensorFlow (Google's release) or Flax folder, which bertctl cannot read."""
-    index = next(iter(sorted(folder.glob("*.ckpt*.index"))), None)
+    """One line saying what a TensorFlow folder without its bert_config.json lacks, or how to convert a
+    tf_model.h5 or Flax folder, which bertctl cannot read."""
+    index = next(iter(sorted(folder.glob("*.index"))), None)
     if index is not None:
-        ckpt, config = folder / index.name.removesuffix(".index"), folder / "bert_config.json"
-        return (f"{folder} holds a TensorFlow checkpoint ({ckpt.name}, Google's release format); convert it once "
-                f"with transformers 4 and TensorFlow (pip install 'transformers<5' tensorflow): `transformers-cli "
-                f"convert --model_type bert --tf_checkpoint {ckpt} --config {config} --pytorch_dump_output "
-                f"{folder / 'pytorch_model.bin'}`, then copy {config.name} to config.json")
+        return (f"{folder} holds a TensorFlow checkpoint ({index.name.removesuffix('.index')}) but no "
+                "bert_config.json or config.json; copy the bert_config.json (and vocab.txt) of the model it was "
+                "trained from into it")
     for name, (kind, flag) in _FOREIGN_WEIGHTS.items():
         if (folder / name).is_file():
             return (f"{folder} holds only {kind} weights ({name}); convert them once with transformers 4: "
@@ -275,15 +279,16 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     folder = local_folder(path)
     if not folder.exists():  # named as given: Path("./x") would print as x, which reads like a hub id
         raise UsageError(f"model folder {path} does not exist")
-    if not (folder / "config.json").is_file():
+    config_file = _config_file(folder)
+    if config_file is None:
         hint = _run_folder_hint(folder) or "give a folder written by bertctl or transformers' save_pretrained"
         raise UsageError(_foreign_weights_message(folder) or f"{folder} is not a model folder: no config.json ({hint})")
     try:
-        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        raw = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{folder / 'config.json'} is not valid JSON: {exc}") from None
+        raise UsageError(f"{config_file} is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
-        raise UsageError(f"{folder / 'config.json'} must hold a mapping of config fields")
+        raise UsageError(f"{config_file} must hold a mapping of config fields")
     _check_other_keys(folder, raw)
     if raw.get("model_type", "bert") != "bert":  # configs older than transformers 2.x have no model_type
         raise UsageError(f"{folder}: model_type {raw.get('model_type')!r} is not BERT")
@@ -301,9 +306,15 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     _check_heads(weights_file, set(weights), config, state)
     parts = frozenset(p for p in map(_part, state) if p is not None)
     ckpt = Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
-                      untied, raw.get("tie_word_embeddings") is False)
+                      untied, raw.get("tie_word_embeddings") is False, weights_file.name)
     _check_labels(ckpt)
     return ckpt
+
+
+def _config_file(folder: Path) -> Path | None:
+    """config.json, else bert_config.json: Google's name for it (TensorFlow release folders, run_* outputs), whose
+    fields are transformers' BertConfig names."""
+    return next((path for path in (folder / "config.json", folder / "bert_config.json") if path.is_file()), None)
 
 
 def _check_labels(ckpt: Checkpoint) -> None:
@@ -360,8 +371,9 @@ def _check_encoder(folder: Path, weights_file: Path, in_file: set[str], config: 
         shaped_by = next((f for pattern, f in _SHAPE_FIELDS if re.match(pattern, key)), ("hidden_size",))
         said = ", ".join(f"{f} {getattr(config, f)}" + ("" if f in raw else " (not set: the default)")
                          for f in shaped_by)
-        raise UsageError(f"{folder / 'config.json'} says {said}, but the weights hold {name} of shape "
-                         f"{tuple(stored.shape)}; fix config.json")
+        config_file = _config_file(folder) or folder / "config.json"
+        raise UsageError(f"{config_file} says {said}, but the weights hold {name} of shape "
+                         f"{tuple(stored.shape)}; fix {config_file.name}")
 
 
 def _check_heads(weights_file: Path, in_file: set[str], config: BertConfig, state: dict[str, Tensor]) -> None:
@@ -393,8 +405,9 @@ def _check_layer_count(folder: Path, config: BertConfig, raw: dict[str, Any], st
     count = config.num_hidden_layers
     if held and (max(held) >= count or (len(held) < count and held == set(range(len(held))))):
         unset = "" if "num_hidden_layers" in raw else " (not set: the default)"
-        raise UsageError(f"{folder / 'config.json'} says num_hidden_layers {count}{unset}, but the weights hold "
-                         f"{max(held) + 1} layers; fix config.json")
+        config_file = _config_file(folder) or folder / "config.json"
+        raise UsageError(f"{config_file} says num_hidden_layers {count}{unset}, but the weights hold "
+                         f"{max(held) + 1} layers; fix {config_file.name}")
 
 
 def _untied_decoder(weights: dict[str, Tensor]) -> bool:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertctl.checkpoint import heads_present, read_checkpoint, transformers_architecture
+from bertctl.checkpoint import Checkpoint, heads_present, read_checkpoint, transformers_architecture
 from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 
 
@@ -20,10 +20,9 @@ def info(model: Path | str) -> dict[str, Any]:
         kind = "tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.txt"
         tokenizer = {"kind": kind, "vocab_size": loaded.vocab_size, "lowercase": loaded.lowercase,
                      "sha256": loaded.sha256()}
-    bertctl_block = ckpt.raw_config.get("bertctl")
     return {
         "path": str(model),
-        "format": f"bertctl v{bertctl_block['format_version']}" if bertctl_block else "transformers",
+        "format": _format(ckpt),
         "architecture": transformers_architecture(ckpt.architecture, ckpt.parts),
         "heads": heads_present(ckpt),
         "pooler": "pooler" in ckpt.parts,
@@ -35,6 +34,13 @@ def info(model: Path | str) -> dict[str, Any]:
         "config": ckpt.config.to_dict(),
         "tokenizer": tokenizer,
     }
+
+
+def _format(ckpt: Checkpoint) -> str:
+    if ckpt.weights_file.endswith(".index"):
+        return "tensorflow (google-research/bert)"
+    bertctl_block = ckpt.raw_config.get("bertctl")
+    return f"bertctl v{bertctl_block['format_version']}" if bertctl_block else "transformers"
 
 
 def print_info(summary: dict[str, Any], as_json: bool = False) -> None:

@@ -166,10 +166,12 @@ def _check_casing(tokens: Sequence[str], lowercase: bool, source: Path) -> None:
     capitals = sum(1 for t in words if t != t.lower())
     if lowercase and capitals > max(10, len(words) // 50):
         log.warning("warning: %s has %d tokens with capitals but the tokenizer lowercases its input; "
-                    "they can never be produced (pass --cased if the vocabulary is cased)", source, capitals)
+                    "they can never be produced (if the vocabulary is cased: --cased where the command has it, "
+                    'else {"do_lower_case": false} in %s)', source, capitals, source.parent / "tokenizer_config.json")
     elif not lowercase and len(words) >= 100 and capitals == 0:
         log.warning("warning: %s has no token with a capital but the tokenizer keeps case; capitalised "
-                    "words will split badly (pass --lowercase if the vocabulary is uncased)", source)
+                    "words will split badly (if the vocabulary is uncased: --lowercase where the command has it, "
+                    'else {"do_lower_case": true} in %s)', source, source.parent / "tokenizer_config.json")
 
 
 def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertTokenizer:

@@ -172,18 +172,20 @@ def test_an_untied_decoder_is_refused_in_one_line_for_the_mlm_head_only(odd_conf
     assert model.fresh_heads == ("classifier", "pooler")  # a masked-LM file has no pooler
 
 
-def test_google_tensorflow_release_gets_the_conversion_command(tmp_path):
+def test_google_tensorflow_release_cut_short_is_one_line(tmp_path):
+    """Google's release layout is read without TensorFlow (tests/test_tf_checkpoint.py); empty files are refused
+    in one line naming the file, and a checkpoint without bert_config.json says what to copy."""
     folder = tmp_path / "uncased_L-12_H-768_A-12"
     folder.mkdir()
     (folder / "bert_config.json").write_text(json.dumps({"hidden_size": 768, "vocab_size": 30522}))
     for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.meta",
                  "vocab.txt"):
         (folder / name).write_bytes(b"")
-    with pytest.raises(UsageError, match="transformers-cli convert --model_type bert") as error:
+    with pytest.raises(BertctlError, match=r"bert_model\.ckpt\.index: not a TensorFlow checkpoint index") as error:
         read_checkpoint(folder)
-    assert "\n" not in str(error.value) and "config.json" in str(error.value)
-    (folder / "config.json").write_text(json.dumps({"hidden_size": 48, "num_attention_heads": 4}))
-    with pytest.raises(UsageError, match="TensorFlow checkpoint"):
+    assert "\n" not in str(error.value) and not isinstance(error.value, UsageError)
+    (folder / "bert_config.json").unlink()
+    with pytest.raises(UsageError, match=r"TensorFlow checkpoint \(bert_model\.ckpt\) but no bert_config\.json"):
         read_checkpoint(folder)
 
 

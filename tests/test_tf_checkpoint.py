@@ -1,0 +1,362 @@
+"""Google's TensorFlow BERT checkpoints (bert_model.ckpt.index + .data-*) read without TensorFlow.
+
+TensorFlow is not installed, so the checkpoints are written here from the format's specification
+(tensorflow/core/lib/io table_builder.cc, block_builder.cc, format.cc; tensor_bundle.cc/.proto), independently
+of bertctl's reader: a bitwise CRC32C, data blocks of a small size with TensorFlow's restart interval 16 and
+prefix-compressed keys, an index block with restart interval 1, an empty metaindex block, the footer, proto3
+messages that omit zero fields, and two data shards with aligned tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+transformers = pytest.importorskip("transformers")
+
+from test_parity import batch, outputs, reference_model  # noqa: E402
+
+from bertctl.checkpoint import load_model, read_checkpoint  # noqa: E402
+from bertctl.cli import app  # noqa: E402
+from bertctl.errors import BertctlError, UsageError  # noqa: E402
+from bertctl.tf_checkpoint import crc32c  # noqa: E402
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(92)]  # odd_config's 97 rows
+
+# ------------------------------------------------------------------------------------------------ the writer
+
+
+def crc(data: bytes) -> int:
+    """CRC32C one bit at a time (RFC 3720), independent of bertctl's table-driven one."""
+    register = 0xFFFFFFFF
+    for byte in data:
+        register ^= byte
+        for _ in range(8):
+            register = (register >> 1) ^ (0x82F63B78 if register & 1 else 0)
+    return register ^ 0xFFFFFFFF
+
+
+CRC_TABLE = [crc(bytes([b])) ^ crc(b"\0") for b in range(256)]  # linear part of one byte; fast enough for tensors
+
+
+def fast_crc(data: bytes) -> int:
+    register = 0xFFFFFFFF
+    for byte in data:
+        register = CRC_TABLE[(register ^ byte) & 0xFF] ^ (register >> 8)
+    return register ^ 0xFFFFFFFF
+
+
+def mask(value: int) -> int:
+    return (((value >> 15) | (value << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def field(number: int, value: int | bytes, fixed32: bool = False) -> bytes:
+    """One proto3 field; a zero scalar is omitted, as protobuf serialises it."""
+    if isinstance(value, bytes):
+        return varint(number << 3 | 2) + varint(len(value)) + value
+    if value == 0:
+        return b""
+    if fixed32:
+        return varint(number << 3 | 5) + struct.pack("<I", value)
+    return varint(number << 3) + varint(value)
+
+
+def block(entries: list[tuple[bytes, bytes]], restart_interval: int) -> bytes:
+    out, restarts, last = bytearray(), [], b""
+    for i, (key, value) in enumerate(entries):
+        shared = 0
+        if i % restart_interval == 0:
+            restarts.append(len(out))
+        else:
+            while shared < min(len(key), len(last)) and key[shared] == last[shared]:
+                shared += 1
+        out += varint(shared) + varint(len(key) - shared) + varint(len(value)) + key[shared:] + value
+        last = key
+    restarts = restarts or [0]
+    return bytes(out) + b"".join(struct.pack("<I", r) for r in restarts) + struct.pack("<I", len(restarts))
+
+
+def table(entries: list[tuple[bytes, bytes]], block_size: int = 1500, block_type: int = 0) -> bytes:
+    """A TensorFlow table: data blocks cut at `block_size`, an empty metaindex block, the index block, the footer."""
+    out = bytearray()
+
+    def write(contents: bytes, kind: int = 0) -> bytes:
+        handle = varint(len(out)) + varint(len(contents))
+        out.extend(contents + bytes([kind]) + struct.pack("<I", mask(crc(contents + bytes([kind])))))
+        return handle
+
+    index, pending = [], []
+    for key, value in entries:
+        pending.append((key, value))
+        if sum(len(k) + len(v) + 3 for k, v in pending) >= block_size:
+            index.append((key, write(block(pending, 16), block_type)))
+            pending = []
+    if pending:
+        index.append((pending[-1][0] + b"\xff", write(block(pending, 16), block_type)))
+    meta = write(block([], 16))
+    footer = meta + write(block(index, 1))
+    return bytes(out) + footer + b"\0" * (40 - len(footer)) + struct.pack("<Q", 0xDB4775248B80FB57)
+
+
+DTYPES = {"float32": 1, "float64": 2, "float16": 19, "int64": 9, "bfloat16": 14}
+
+
+def write_checkpoint(prefix, tensors: dict[str, np.ndarray | torch.Tensor], shards: int = 2, align: int = 8,
+                     block_type: int = 0) -> dict[str, tuple[int, int]]:
+    """A bundle: tensors dealt over `shards` data files (each padded to `align`), the .index naming them; returns
+    where each tensor's bytes are (shard, offset)."""
+    datas = [bytearray() for _ in range(shards)]
+    entries, where = [], {}
+    for i, name in enumerate(sorted(tensors)):
+        value = tensors[name]
+        if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
+            kind, raw = "bfloat16", value.view(torch.int16).numpy().tobytes()
+        else:
+            value = np.asarray(value)
+            kind, raw = str(value.dtype), np.ascontiguousarray(value).tobytes()
+        shard = i % shards
+        data = datas[shard]
+        shape = b"".join(field(2, field(1, d) or b"") for d in value.shape)
+        entry = (field(1, DTYPES[kind]) + field(2, shape) + field(3, shard) + field(4, len(data))
+                 + field(5, len(raw)) + field(6, mask(fast_crc(raw)), fixed32=True))
+        entries.append((name.encode(), entry))
+        where[name] = (shard, len(data))
+        data += raw + b"\0" * (-len(raw) % align)
+    header = field(1, shards) + field(3, field(1, 1))
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{prefix}.index", "wb") as f:
+        f.write(table([(b"", header), *entries], block_type=block_type))
+    for shard, data in enumerate(datas):
+        with open(f"{prefix}.data-{shard:05d}-of-{shards:05d}", "wb") as f:
+            f.write(bytes(data))
+    return where
+
+
+# ---------------------------------------------------------------------------------- Google's names, from theirs
+
+
+def google_names(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """transformers' BertForPreTraining / ForSequenceClassification / ForQuestionAnswering weights under the names
+    google-research/bert's scripts give them (kernels [in, out])."""
+    out = {}
+    for key, tensor in state.items():
+        if key == "cls.predictions.decoder.weight" or key.endswith(("position_ids", "token_type_ids")):
+            continue
+        value = tensor.detach().numpy()
+        name = (key.replace("cls.predictions.decoder.bias", "cls.predictions.bias")
+                .replace("classifier.", "output_").replace("qa_outputs.", "cls/squad/output_")
+                .replace("cls.seq_relationship.", "cls/seq_relationship/output_"))
+        name = name.replace("encoder.layer.", "encoder/layer_").replace(".", "/")
+        if name.endswith("_embeddings/weight"):
+            name = name.removesuffix("/weight")
+        elif "LayerNorm" in name:
+            name = name.replace("/weight", "/gamma").replace("/bias", "/beta")
+        elif name.endswith("output_weight"):
+            name += "s"  # already [out, in]
+        elif name.endswith("/weight"):
+            name, value = name.removesuffix("/weight") + "/kernel", value.T
+        name = name.replace("cls/predictions/bias", "cls/predictions/output_bias")
+        out[name] = np.ascontiguousarray(value)
+    return out
+
+
+def google_folder(folder, reference, prefix="bert_model.ckpt", extra=None, config=True, **kwargs):
+    folder.mkdir(parents=True, exist_ok=True)
+    write_checkpoint(folder / prefix, {**google_names(reference.state_dict()), **(extra or {})}, **kwargs)
+    if config:  # bert_config.json: transformers' BertConfig names, no model_type, no architectures
+        keys = ("attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob", "hidden_size",
+                "initializer_range", "intermediate_size", "max_position_embeddings", "num_attention_heads",
+                "num_hidden_layers", "type_vocab_size", "vocab_size")
+        (folder / "bert_config.json").write_text(json.dumps({k: getattr(reference.config, k) for k in keys}))
+    (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    return folder
+
+
+def slots(names) -> dict[str, np.ndarray]:
+    """What run_pretraining / run_classifier save beside the model: Adam moments, global_step."""
+    out = {f"{n}/{slot}": np.full((3,), 7, np.float32) for n in names for slot in ("adam_m", "adam_v")}
+    return {**out, "global_step": np.array(1000, np.int64)}
+
+
+def compare(name, folder, reference, odd_config):
+    ours = load_model(folder).eval()
+    ids, types, mask_ = batch(odd_config)
+    with torch.no_grad():
+        expected = outputs(name, reference(input_ids=ids, token_type_ids=types, attention_mask=mask_))
+        got = outputs(name, ours(ids, types, mask_))
+    return max((g - e).abs().max().item() for e, g in zip(expected, got, strict=True))
+
+
+def info(folder):
+    return CliRunner().invoke(app, ["info", "--json", str(folder)])
+
+
+# ------------------------------------------------------------------------------------------------------ tests
+
+
+def test_crc32c_known_answers():
+    """RFC 3720's test vectors and the classic check value, also across bertctl's block and chunk boundaries."""
+    assert crc32c(np.frombuffer(b"123456789", np.uint8)) == 0xE3069283
+    assert crc32c(np.zeros(32, np.uint8)) == 0x8A9136AA
+    assert crc32c(np.full(32, 0xFF, np.uint8)) == 0x62A8AB43
+    assert crc32c(np.arange(32, dtype=np.uint8)) == 0x46DD794E
+    assert crc32c(np.arange(31, -1, -1).astype(np.uint8)) == 0x113FDB5C
+    data = np.random.default_rng(0).integers(0, 256, (1 << 18) + 1000, dtype=np.uint8)
+    for size in (0, 1, 63, 64, 65, 1000, 1 << 18, len(data)):
+        assert crc32c(data[:size]) == fast_crc(data[:size].tobytes()), size
+
+
+def test_google_release_gives_transformers_outputs_exactly(odd_config, tmp_path):
+    """Google's release layout (bert_config.json, vocab.txt, bert_model.ckpt.*): MLM and NSP logits identical to
+    transformers' model with the same weights; convert writes a folder transformers reads to the same numbers."""
+    reference = reference_model("BertForPreTraining", odd_config)
+    folder = google_folder(tmp_path / "uncased_L-3_H-48_A-4", reference)
+    assert read_checkpoint(folder).architecture == "BertForPreTraining"
+    assert compare("BertForPreTraining", folder, reference, odd_config) == 0
+    result = CliRunner().invoke(app, ["convert", str(folder), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    converted = transformers.BertForPreTraining.from_pretrained(tmp_path / "out").eval()
+    ids, types, mask_ = batch(odd_config)
+    with torch.no_grad():
+        for got, expected in zip(outputs("BertForPreTraining", converted(input_ids=ids, token_type_ids=types)),
+                                 outputs("BertForPreTraining", reference(input_ids=ids, token_type_ids=types)),
+                                 strict=True):
+            assert torch.equal(got, expected)
+    summary = json.loads(info(folder).stdout)
+    assert summary["heads"] == ["mlm", "nsp"] and summary["tokenizer"]["vocab_size"] == len(VOCAB)
+    assert summary["format"] == "tensorflow (google-research/bert)"
+    result = CliRunner().invoke(app, ["fill", "-m", str(folder), "--json", "w3 [MASK] w5"])
+    assert result.exit_code == 0, result.output
+
+
+def test_run_classifier_checkpoint_loads_as_a_classifier_and_skips_training_state(odd_config, tmp_path):
+    """run_classifier's output: top-level output_weights [labels, H] / output_bias, Adam slots, global_step; the
+    `checkpoint` file names the last of several."""
+    reference = reference_model("BertForSequenceClassification", odd_config, num_labels=3)
+    names = google_names(reference.state_dict())
+    folder = google_folder(tmp_path / "out", reference, prefix="model.ckpt-300", extra=slots(names))
+    write_checkpoint(folder / "model.ckpt-0", {"global_step": np.array(0, np.int64)})  # an older one, unread
+    (folder / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-300"\n'
+                                       'all_model_checkpoint_paths: "model.ckpt-0"\n'
+                                       'all_model_checkpoint_paths: "model.ckpt-300"\n')
+    ckpt = read_checkpoint(folder)
+    assert ckpt.architecture == "BertForSequenceClassification" and ckpt.num_labels == 3
+    assert not any("adam" in k or "global_step" in k for k in ckpt.state)
+    assert compare("BertForSequenceClassification", folder, reference, odd_config) == 0
+
+
+def test_run_squad_checkpoint_loads_as_question_answering(odd_config, tmp_path):
+    reference = reference_model("BertForQuestionAnswering", odd_config)
+    folder = google_folder(tmp_path / "squad", reference, shards=1)
+    assert read_checkpoint(folder).architecture == "BertForQuestionAnswering"
+    assert compare("BertForQuestionAnswering", folder, reference, odd_config) == 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_checkpoints_are_upcast(odd_config, tmp_path, dtype):
+    reference = reference_model("BertForPreTraining", odd_config)
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.copy_(param.to(getattr(torch, dtype)).float())
+    names = google_names(reference.state_dict())
+    tensors = {k: torch.from_numpy(v).to(torch.bfloat16) if dtype == "bfloat16" else v.astype(np.float16)
+               for k, v in names.items()}
+    google_folder(tmp_path / "half", reference)
+    write_checkpoint(tmp_path / "half" / "bert_model.ckpt", tensors)
+    assert read_checkpoint(tmp_path / "half").stored_dtype == dtype
+    assert compare("BertForPreTraining", tmp_path / "half", reference, odd_config) == 0
+
+
+def test_checkpoint_file_picks_one_of_several(odd_config, tmp_path):
+    """The `checkpoint` file decides (an absolute path from another machine means the file of that name here);
+    several checkpoints and no such file are refused, naming them."""
+    first = reference_model("BertForPreTraining", odd_config)
+    second = reference_model("BertForPreTraining", odd_config)
+    with torch.no_grad():
+        second.bert.embeddings.word_embeddings.weight.add_(1.0)
+    folder = google_folder(tmp_path / "run", first, prefix="model.ckpt-1")
+    google_folder(folder, second, prefix="model.ckpt-2")
+    result = info(folder)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and "model.ckpt-1, model.ckpt-2" in result.stderr
+    (folder / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-1"\n')
+    assert compare("BertForPreTraining", folder, first, odd_config) == 0
+    (folder / "checkpoint").write_text('model_checkpoint_path: "gs://bucket/bert/run/model.ckpt-2"\n')
+    assert compare("BertForPreTraining", folder, second, odd_config) == 0
+    (folder / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-3"\n')
+    with pytest.raises(UsageError, match=r"names the checkpoint model\.ckpt-3, but model\.ckpt-3\.index is not"):
+        read_checkpoint(folder)
+
+
+def flip(path, offset):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(("damage", "named"), [
+    (lambda f: flip(f / "bert_model.ckpt.data-00000-of-00002", 100), "data-00000-of-00002: the bytes of "),
+    (lambda f: flip(f / "bert_model.ckpt.data-00001-of-00002", 7), "data-00001-of-00002: the bytes of "),
+    (lambda f: flip(f / "bert_model.ckpt.index", 30), "bert_model.ckpt.index: the block at byte 0 does not match"),
+    (lambda f: flip(f / "bert_model.ckpt.index", -3), "bert_model.ckpt.index: not a TensorFlow checkpoint index"),
+    (lambda f: (f / "bert_model.ckpt.data-00001-of-00002").write_bytes(
+        (f / "bert_model.ckpt.data-00001-of-00002").read_bytes()[:-5000]), "data-00001-of-00002: it ends inside "),
+    (lambda f: (f / "bert_model.ckpt.data-00001-of-00002").unlink(), "No such file"),
+])
+def test_damaged_files_are_one_line_naming_the_file(odd_config, tmp_path, damage, named):
+    folder = google_folder(tmp_path / "g", reference_model("BertForPreTraining", odd_config))
+    damage(folder)
+    result = info(folder)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("bertctl: error: cannot read weights ") and result.stderr.count("\n") == 1
+    assert named in result.stderr, result.stderr
+
+
+def test_what_bertctl_cannot_read_is_refused_by_name(odd_config, tmp_path):
+    """Snappy blocks, partitioned variables, odd dtypes and unknown model variables: one line each, by name;
+    optimizer slots of any optimizer and a broken slot are never read."""
+    reference = reference_model("BertForPreTraining", odd_config)
+    extra = {"bert/pooler/dense/kernel/Momentum": np.zeros(3, np.float32), "loss_scale": np.zeros(1, np.float16)}
+    where = write_checkpoint(tmp_path / "g" / "bert_model.ckpt", {**google_names(reference.state_dict()), **extra})
+    folder = google_folder(tmp_path / "g", reference, extra=extra)
+    shard, offset = where["bert/pooler/dense/kernel/Momentum"]
+    flip(folder / f"bert_model.ckpt.data-{shard:05d}-of-00002", offset + 1)  # an unread slot's bytes
+    assert compare("BertForPreTraining", folder, reference, odd_config) == 0
+    google_folder(folder, reference, block_type=1)
+    with pytest.raises(BertctlError, match="snappy-compressed"):
+        read_checkpoint(folder)
+    google_folder(folder, reference, extra={"bert/encoder/layer_0/attention/self/query/scale": np.ones(1, np.float32)})
+    with pytest.raises(BertctlError, match=r"unexpected variables bert/encoder/layer_0/attention/self/query/scale "):
+        read_checkpoint(folder)
+    google_folder(folder, reference, extra={"bert/pooler/dense/bias": np.zeros(48, np.float64)})
+    with pytest.raises(BertctlError, match=r"bert/pooler/dense/bias holds float64 values"):
+        read_checkpoint(folder)
+
+
+def test_a_tf_checkpoint_without_its_config_says_what_to_copy(odd_config, tmp_path):
+    folder = google_folder(tmp_path / "out", reference_model("BertForPreTraining", odd_config), config=False)
+    result = info(folder)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "holds a TensorFlow checkpoint (bert_model.ckpt) but no bert_config.json or config.json" in result.stderr
+
+
+def test_a_wrong_bert_config_is_blamed_by_its_name(odd_config, tmp_path):
+    folder = google_folder(tmp_path / "g", reference_model("BertForPreTraining", odd_config))
+    config = json.loads((folder / "bert_config.json").read_text())
+    (folder / "bert_config.json").write_text(json.dumps({**config, "num_hidden_layers": 2}))
+    with pytest.raises(UsageError, match=r"bert_config\.json says num_hidden_layers 2, .* fix bert_config\.json"):
+        read_checkpoint(folder)
