@@ -837,3 +837,129 @@ def test_init_from_says_which_heads_start_fresh_and_refuses_an_untied_decoder(co
     quick = CliRunner().invoke(app, ["pretrain", "--out", str(tmp_path / "quick"), "--init-from", str(masked)])
     assert quick.exit_code == 2 and "needs --corpus" in quick.stderr, quick.output  # the quick start built its data
     assert not (tmp_path / "quick").exists()
+
+
+def _lamb_step(groups: list[dict], state: dict, lr: float, betas=(0.9, 0.999), eps=1e-6) -> None:
+    """LAMB as apex's FusedLAMB runs it, per tensor (transformers' Q, K and V are separate): bias-corrected Adam
+    moments, decoupled weight decay, and the trust ratio ||w|| / ||update|| on the tensors that are decayed."""
+    import torch
+
+    for group in groups:
+        for p in group["params"]:
+            s = state.setdefault(p, {"t": 0, "m": torch.zeros_like(p), "v": torch.zeros_like(p)})
+            s["t"] += 1
+            s["m"].mul_(betas[0]).add_(p.grad, alpha=1 - betas[0])
+            s["v"].mul_(betas[1]).addcmul_(p.grad, p.grad, value=1 - betas[1])
+            update = (s["m"] / (1 - betas[0] ** s["t"])) / ((s["v"] / (1 - betas[1] ** s["t"])).sqrt() + eps)
+            ratio = 1.0
+            if group["weight_decay"]:
+                update += group["weight_decay"] * p
+                weight_norm, update_norm = float(p.norm()), float(update.norm())
+                ratio = weight_norm / update_norm if weight_norm and update_norm else 1.0
+            p.sub_(lr * ratio * update)
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")  # LAMB's SGD only holds the lr
+@pytest.mark.parametrize("case", ["adamw", "unpadded_accumulation_cosine", "lamb_accumulation", "mlm_only"])
+def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case):
+    """With dropout off, `pretrain --init-from` a transformers checkpoint trains exactly as a hand-written loop over
+    the same batches: transformers' BertForPreTraining (or BertForMaskedLM) loss, AdamW over the Trainer's decay
+    groups (no decay on biases and LayerNorm; the tied word embeddings decayed once, the MLM bias not), or a
+    per-tensor apex-style LAMB, transformers' warmup schedules from step 0 (phase 2: a fresh optimizer), clipping
+    at 1.0 and gradient accumulation that weights each micro-batch by its share of the global masked tokens and
+    sequences. metrics.jsonl's loss, grad_norm (before clipping) and lr are the loop's, and so are the weights."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+    import torch.nn.functional as F
+    from safetensors.torch import load_file
+
+    from bertctl.corpus import build_corpus, load_corpus
+    from bertctl.data.batches import BatchPlan, Collator, StepBatches
+    from bertctl.data.masking import masking_options
+    from bertctl.pretrain import pretrain
+    from bertctl.tokenizer_folder import load_tokenizer
+
+    settings = {"adamw": {}, "unpadded_accumulation_cosine": {"batch_size": 2, "micro_batch_size": 1,
+                                                                 "schedule": "cosine"},
+                "lamb_accumulation": {"micro_batch_size": 4, "optimizer": "lamb", "schedule": "constant"},
+                "mlm_only": {"micro_batch_size": 2}}[case]
+    if case == "mlm_only":
+        _write_text(tmp_path / "docs.txt", documents=20, seed=5)
+        build_corpus(CorpusConfig(inputs=(str(tmp_path / "docs.txt"),), tokenizer=corpus / "tokenizer",
+                                  out=tmp_path / "mlm", objective="mlm", max_seq_length=32, workers=1))
+        corpus = tmp_path / "mlm"
+    torch.manual_seed(0)
+    tokenizer = load_tokenizer(corpus / "tokenizer")
+    init = transformers.BertForPreTraining(transformers.BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64))
+    with torch.no_grad():  # biases and LayerNorm weights away from 0 and 1, so that decaying them would show
+        for p in init.parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    init.save_pretrained(tmp_path / "init")
+    shutil.copytree(corpus / "tokenizer", tmp_path / "init", dirs_exist_ok=True)
+    steps, lr, warmup, seed = 10, 1e-3, 3, 7
+    batch = settings.setdefault("batch_size", 8)
+    micro = settings.get("micro_batch_size", batch)
+    final = pretrain(small_run(corpus, tmp_path / "run", init_from=tmp_path / "init", model_config=None, steps=steps,
+                               lr=lr, warmup_steps=warmup, save_every=0, seed=seed, dropout=0.0, **settings))
+
+    tables, manifest = load_corpus(corpus)
+    masking = masking_options(tokenizer, manifest["masked_lm_prob"], manifest["max_predictions_per_seq"],
+                              manifest["whole_word_masking"]) if manifest["masking"] == "dynamic" else None
+    batches = StepBatches(tables["train"], BatchPlan(len(tables["train"]), batch, micro, 0, 1, seed),
+                          Collator(tokenizer.pad_id, masking, seed), 0, steps)
+    nsp = manifest["objective"] != "mlm"
+    theirs = getattr(transformers, "BertForPreTraining" if nsp else "BertForMaskedLM").from_pretrained(
+        tmp_path / "init", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    theirs.train()
+    decay = set(transformers.Trainer.get_decay_parameter_names(None, theirs))
+    assert "bert.embeddings.word_embeddings.weight" in decay and "cls.predictions.bias" not in decay
+    groups = [{"params": [p for n, p in theirs.named_parameters() if n in decay], "weight_decay": 0.01},
+              {"params": [p for n, p in theirs.named_parameters() if n not in decay], "weight_decay": 0.0}]
+    lamb = settings.get("optimizer") == "lamb"
+    optimizer = (torch.optim.SGD if lamb else torch.optim.AdamW)(groups, lr=lr, **({} if lamb else {"eps": 1e-6}))
+    schedule = {"linear": transformers.get_linear_schedule_with_warmup,
+                "cosine": transformers.get_cosine_schedule_with_warmup,
+                "constant": lambda o, w, _: transformers.get_constant_schedule_with_warmup(o, w)}[
+        settings.get("schedule", "linear")](optimizer, warmup, steps)
+    expected, lamb_state, padded = [], {}, set()
+    for step in range(steps):
+        micro_batches = [batches[step * (batch // micro) + i] for i in range(batch // micro)]
+        masked = sum(int((b["mlm_labels"] != -100).sum()) for b in micro_batches)
+        loss_sum = 0.0
+        for b in micro_batches:
+            padded.add(not bool(b["attention_mask"].all()))
+            out = theirs(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"],
+                         attention_mask=b["attention_mask"], labels=b["mlm_labels"],
+                         **({"next_sentence_label": b["next_sentence_label"]} if nsp else {}))
+            logits = out.prediction_logits if nsp else out.logits
+            mlm = F.cross_entropy(logits.flatten(0, 1), b["mlm_labels"].flatten())
+            loss = mlm * int((b["mlm_labels"] != -100).sum()) / masked
+            if nsp:
+                nsp_loss = F.cross_entropy(out.seq_relationship_logits, b["next_sentence_label"])
+                loss = loss + nsp_loss * len(b["input_ids"]) / batch
+            if micro == batch:
+                assert loss.item() == pytest.approx(out.loss.item(), abs=1e-6)  # transformers' own sum
+            loss.backward()
+            loss_sum += loss.item()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0))
+        expected.append((loss_sum, grad_norm, optimizer.param_groups[0]["lr"]))
+        if lamb:
+            with torch.no_grad():
+                _lamb_step(groups, lamb_state, optimizer.param_groups[0]["lr"])
+        else:
+            optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+    assert padded == {False} if micro == 1 else True in padded  # a single row is never padded; batches of more are
+    rows = [row for row in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+            if "loss" in row]
+    assert [r["loss"] for r in rows] == pytest.approx([e[0] for e in expected], abs=2e-6)
+    assert [r["grad_norm"] for r in rows] == pytest.approx([e[1] for e in expected], rel=1e-5)
+    assert [r["lr"] for r in rows] == pytest.approx([e[2] for e in expected], abs=1e-12)
+    trained, reference = load_file(final / "model.safetensors"), theirs.state_dict()
+    assert trained.keys() <= reference.keys()
+    for name, weight in trained.items():
+        assert torch.allclose(weight, reference[name], atol=1e-6), name
