@@ -18,7 +18,7 @@ import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import BinaryIO
 
 import numpy as np
@@ -89,9 +89,11 @@ def checkpoint_prefix(folder: Path) -> Path | None:
     state = folder / "checkpoint"
     named = _named_checkpoint(state) if state.is_file() else None
     if named is not None:
-        # relative as TensorFlow writes it now; absolute (or gs://...) in older runs, whose folder has since moved
-        path = PurePosixPath(named)
-        prefix = folder / (named if not path.is_absolute() and "://" not in named else path.name)
+        # relative as TensorFlow writes it now; absolute (or gs://..., or C:\... from a Windows machine) in older
+        # runs, whose folder has since moved
+        windows = PureWindowsPath(named)
+        moved = PurePosixPath(named).is_absolute() or "://" in named or bool(windows.drive or windows.root)
+        prefix = folder / (windows.name if moved else named)
         if not Path(f"{prefix}.index").is_file():
             raise UsageError(f"{state} names the checkpoint {named}, but {prefix.name}.index is not in {folder}; "
                              "copy its .index and .data-* files there, or name another one in the checkpoint file")
@@ -113,7 +115,24 @@ def _named_checkpoint(state: Path) -> str | None:
     match = re.search(r'^\s*model_checkpoint_path\s*:\s*"((?:[^"\\]|\\.)*)"', text, re.MULTILINE)
     if match is None:
         return None
-    return re.sub(r"\\(.)", r"\1", match.group(1)) or None
+    return _c_unescape(match.group(1)) or None
+
+
+_C_ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"a": b"\a", b"b": b"\b", b"f": b"\f", b"v": b"\v"}
+
+
+def _c_unescape(quoted: str) -> str:
+    """A text-format string's value: protobuf writes the bytes of a non-ASCII name as octal escapes (\\303\\251),
+    quotes and backslashes escaped (\\", \\\\)."""
+    def one(match: re.Match[bytes]) -> bytes:
+        code = match.group(1)
+        if code[0] in b"01234567":
+            return bytes([int(code, 8) & 0xFF])
+        if code[:1] in (b"x", b"X"):
+            return bytes([int(code[1:], 16)])
+        return _C_ESCAPES.get(code, code)
+    raw = re.sub(rb"\\([0-7]{1,3}|[xX][0-9a-fA-F]{1,2}|.)", one, quoted.encode("utf-8"), flags=re.DOTALL)
+    return raw.decode("utf-8", errors="replace")
 
 
 # ------------------------------------------------------------------------------------------ reading the checkpoint

@@ -24,7 +24,7 @@ from test_parity import batch, outputs, reference_model  # noqa: E402
 from bertctl.checkpoint import load_model, read_checkpoint  # noqa: E402
 from bertctl.cli import app  # noqa: E402
 from bertctl.errors import BertctlError, UsageError  # noqa: E402
-from bertctl.tf_checkpoint import crc32c  # noqa: E402
+from bertctl.tf_checkpoint import checkpoint_prefix, crc32c  # noqa: E402
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(92)]  # odd_config's 97 rows
 
@@ -300,6 +300,23 @@ def test_checkpoint_file_picks_one_of_several(odd_config, tmp_path):
     (folder / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-3"\n')
     with pytest.raises(UsageError, match=r"names the checkpoint model\.ckpt-3, but model\.ckpt-3\.index is not"):
         read_checkpoint(folder)
+
+
+@pytest.mark.parametrize(("line", "name"), [
+    # a run saved on Windows, its folder since copied: TensorFlow writes the absolute path, backslashes escaped
+    (r'model_checkpoint_path: "C:\\Users\\me\\run\\model.ckpt-2"', "model.ckpt-2"),
+    (r'model_checkpoint_path: "D:/runs/bert/model.ckpt-2"', "model.ckpt-2"),
+    (r'model_checkpoint_path: "\\\\server\\share\\run\\model.ckpt-2"', "model.ckpt-2"),
+    # protobuf's text format writes the UTF-8 bytes of a non-ASCII name as octal escapes (CEscape, as_utf8=False)
+    (r'model_checkpoint_path: "mod\303\250le.ckpt-2"', "modèle.ckpt-2"),
+    (r'model_checkpoint_path: "/home/jos\303\251/run/mod\303\250le.ckpt-2"', "modèle.ckpt-2"),
+    (r'model_checkpoint_path: "it\'s \"the\" one.ckpt-2"', "it's \"the\" one.ckpt-2"),
+])
+def test_checkpoint_file_names_are_read_as_tensorflow_writes_them(tmp_path, line, name):
+    for prefix in ("model.ckpt-1", name):
+        (tmp_path / f"{prefix}.index").write_bytes(b"")
+    (tmp_path / "checkpoint").write_text(f"{line}\nall_model_checkpoint_paths: \"model.ckpt-1\"\n", encoding="utf-8")
+    assert checkpoint_prefix(tmp_path) == tmp_path / name
 
 
 def flip(path, offset):
