@@ -227,7 +227,7 @@ def load_classifier(path: Path | str, task: GlueTask | TabularTask,
     if isinstance(task, GlueTask) and trained_on in TASKS and trained_on not in (task.name, task.predicted_by):
         log.warning("warning: %s was fine-tuned on %s, not %s; scoring it anyway", folder, trained_on, task.name)
     tokenizer = model_tokenizer(ckpt)
-    model = build_model(ckpt, "BertForSequenceClassification")
+    model = build_model(ckpt, "BertForSequenceClassification", share_weights=True)
     return model, tokenizer, ckpt, label_order(ckpt, model.num_labels, task, folder)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import reprlib
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint, transformers_architecture
@@ -44,30 +45,38 @@ def load_mlm(model: Path | str) -> tuple[torch.nn.Module, BertTokenizer]:
         raise UsageError(f"{model} has no MLM head (it is a {kind}); fill needs a pre-trained model with its MLM "
                          "head, e.g. a bertctl pretrain folder or a BertForMaskedLM")
     tokenizer = model_tokenizer(ckpt)
-    return build_model(ckpt, "BertForMaskedLM").eval(), tokenizer
+    return build_model(ckpt, "BertForMaskedLM", share_weights=True).eval(), tokenizer
 
 
-def _encode(texts: list[str], tokenizer: BertTokenizer, max_length: int, truncate: bool) -> list[tuple[list[int], int]]:
-    """Each text's ids, with the number of its [MASK] tokens that --truncate cut off."""
+ENCODE_CHUNK = 4096  # texts per tokenizer call: tokenizers' Encodings take ~190 bytes a token, the ids kept 4
+
+
+def _encode(texts: list[str], tokenizer: BertTokenizer, max_length: int,
+            truncate: bool) -> list[tuple[np.ndarray, int, int]]:
+    """Each text's ids (int32), its number of [MASK] tokens within them, and how many --truncate cut off."""
     rows = []
-    for number, (text, encoding) in enumerate(zip(texts, tokenizer.encode_batch(texts), strict=True), 1):
-        ids = list(encoding.ids)
-        if tokenizer.mask_id not in ids:
-            raise UsageError(f"text {number} has no {tokenizer.special_token('mask')} token: {text[:60]!r}")
-        masks = ids.count(tokenizer.mask_id)
-        if len(ids) > max_length:
-            if not truncate:
-                raise UsageError(f"text {number} is {len(ids)} tokens long but the model takes at most "
-                                 f"{max_length}; shorten it or pass --truncate")
-            ids = ids[: max_length - 1] + [tokenizer.sep_id]
+    for lo in range(0, len(texts), ENCODE_CHUNK):
+        for number, (text, encoding) in enumerate(zip(texts[lo: lo + ENCODE_CHUNK],
+                                                      tokenizer.encode_batch(texts[lo: lo + ENCODE_CHUNK]),
+                                                      strict=True), lo + 1):
+            ids = list(encoding.ids)
             if tokenizer.mask_id not in ids:
-                raise UsageError(f"text {number}: no {tokenizer.special_token('mask')} is left within the first "
-                                 f"{max_length} tokens")
-            if masks > ids.count(tokenizer.mask_id):
-                log.warning("warning: text %d: --truncate cut off %d of its %d masks (after token %d); their "
-                            "prediction lists are empty", number, masks - ids.count(tokenizer.mask_id), masks,
-                            max_length)
-        rows.append((ids, masks - ids.count(tokenizer.mask_id)))
+                raise UsageError(f"text {number} has no {tokenizer.special_token('mask')} token: {text[:60]!r}")
+            masks = ids.count(tokenizer.mask_id)
+            if len(ids) > max_length:
+                if not truncate:
+                    raise UsageError(f"text {number} is {len(ids)} tokens long but the model takes at most "
+                                     f"{max_length}; shorten it or pass --truncate")
+                ids = ids[: max_length - 1] + [tokenizer.sep_id]
+                if tokenizer.mask_id not in ids:
+                    raise UsageError(f"text {number}: no {tokenizer.special_token('mask')} is left within the "
+                                     f"first {max_length} tokens")
+                if masks > ids.count(tokenizer.mask_id):
+                    log.warning("warning: text %d: --truncate cut off %d of its %d masks (after token %d); their "
+                                "prediction lists are empty", number, masks - ids.count(tokenizer.mask_id), masks,
+                                max_length)
+            kept = ids.count(tokenizer.mask_id)
+            rows.append((np.asarray(ids, dtype=np.int32), kept, masks - kept))
     return rows
 
 
@@ -93,24 +102,32 @@ def fill(
     mlm.to(run_on)
     top_k = min(top_k, mlm.config.vocab_size)  # rows, not tokens: a padded matrix's spare rows compete too
     rows = _encode(texts, tokenizer, mlm.config.max_position_embeddings, truncate)
-    results = []
-    for start in range(0, len(rows), batch_size):
-        chunk = [ids for ids, _ in rows[start: start + batch_size]]
+    lengths = np.fromiter((len(ids) for ids, _, _ in rows), dtype=np.int64, count=len(rows))
+    results: list[FillResult | None] = [None] * len(rows)
+    for batch_rows in _batches(lengths, batch_size):
+        chunk = [rows[r][0] for r in batch_rows]
         batch = to_device({k: torch.from_numpy(v) for k, v in pad_batch(chunk, None, tokenizer.pad_id).items()},
                           run_on)
         hidden, _ = mlm.encode(batch["input_ids"], None, batch.get("attention_mask"))
         logits = mlm.mlm(hidden[batch["input_ids"] == tokenizer.mask_id])  # (N, V): the head at the masks only
-        scores, best = logits.float().softmax(-1).topk(top_k, dim=-1)  # (N, k), rows in text order
+        scores, best = logits.float().softmax(-1).topk(top_k, dim=-1)  # (N, k), rows in batch order
         scores, best = scores.cpu().tolist(), best.cpu().tolist()
         cursor = 0
-        for offset, row in enumerate(chunk):
-            count = row.count(tokenizer.mask_id)
+        for r, ids in zip(batch_rows.tolist(), chunk, strict=True):
+            count, cut = rows[r][1], rows[r][2]
             per_mask = [[Prediction(_token(tokenizer, t), t, s) for t, s in zip(best[j], scores[j], strict=True)]
                         for j in range(cursor, cursor + count)]
             cursor += count
-            cut_off = [[] for _ in range(rows[start + offset][1])]
-            results.append(FillResult(texts[start + offset], per_mask + cut_off, _filled(row, per_mask, tokenizer)))
-    return results
+            results[r] = FillResult(texts[r], per_mask + [[] for _ in range(cut)], _filled(ids, per_mask, tokenizer))
+    return results  # type: ignore[return-value]  # every row is filled
+
+
+def _batches(lengths: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:
+    """Row numbers, longest texts first, `batch_size` at a time: texts of like length share a batch, so little
+    is padded (in the given order, one long text in a batch padded every other to its length)."""
+    order = np.argsort(-lengths, kind="stable")
+    for start in range(0, len(order), batch_size):
+        yield order[start: start + batch_size]
 
 
 def _token(tokenizer: BertTokenizer, token_id: int) -> str:
@@ -119,9 +136,9 @@ def _token(tokenizer: BertTokenizer, token_id: int) -> str:
     return tokenizer.id_to_token(token_id) if token_id < tokenizer.vocab_size else ""
 
 
-def _filled(row: list[int], predictions: list[list[Prediction]], tokenizer: BertTokenizer) -> str:
+def _filled(row: np.ndarray, predictions: list[list[Prediction]], tokenizer: BertTokenizer) -> str:
     best = iter(p[0].token_id for p in predictions)
-    return tokenizer.decode([next(best) if t == tokenizer.mask_id else t for t in row])
+    return tokenizer.decode([next(best) if t == tokenizer.mask_id else t for t in row.tolist()])
 
 
 def read_texts(path: Path | str) -> list[str]:

@@ -357,7 +357,7 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
                              "trains its MLM decoder apart from the word embeddings; bertctl ties them and would "
                              "train another model (set it to true in config.json to train them tied)")
         ckpt.config = ckpt.config.replace(**dropout)
-        model = build_model(ckpt, architecture)
+        model = build_model(ckpt, architecture, share_weights=True)
     else:
         # a config.json's own vocab_size wins (a padded vocabulary, 30528 rows for 30522 tokens in NVIDIA's BERT
         # configs), as transformers and Google's run_pretraining.py build it; presets take the tokenizer's size

@@ -43,6 +43,30 @@ def test_real_minilm_encoder_gives_transformers_hidden_states(minilm):
     assert (got - expected).abs().max().item() < 1e-5
 
 
+def test_shared_weights_are_the_checkpoints_tensors_and_copies_are_not(odd_config, tmp_path):
+    """fill/evaluate/pretrain --init-from hold the weights once (the model's parameters are the checkpoint's
+    tensors); finetune builds one model per seed from one checkpoint, so its model must own copies: training
+    seed 1 must not move the weights seed 2 starts from."""
+    from bertctl.checkpoint import build_model
+
+    hf_pretraining_folder(odd_config, tmp_path / "hf")
+    for half in (False, True):  # an fp16 file is upcast before it is shared
+        if half:
+            state = load_file(tmp_path / "hf" / "model.safetensors")
+            save_file({k: v.half() for k, v in state.items()}, tmp_path / "hf" / "model.safetensors",
+                      metadata={"format": "pt"})
+        ckpt = read_checkpoint(tmp_path / "hf")
+        word = ckpt.state["bert.embeddings.word.weight"]
+        shared = build_model(ckpt, "BertForMaskedLM", share_weights=True)
+        assert shared.bert.embeddings.word.weight.data_ptr() == word.data_ptr()
+        assert all(p.dtype == torch.float32 and p.requires_grad for p in shared.parameters())
+        copied = build_model(ckpt, "BertForSequenceClassification", num_labels=2)
+        before = word.clone()
+        with torch.no_grad():
+            copied.bert.embeddings.word.weight.add_(1.0)
+        assert torch.equal(word, before)
+
+
 def test_pytorch_bin_without_prefix_with_legacy_names(odd_config, tmp_path):
     reference = hf_pretraining_folder(odd_config, tmp_path / "hf")
     state = load_file(tmp_path / "hf" / "model.safetensors")
