@@ -102,7 +102,7 @@ def tokenizer_encode(
     """Show the tokens, ids and segment ids of texts, [CLS] and [SEP] included."""
     import json
 
-    from bertctl.tokenizer import encode_rows, format_row
+    from bertctl.tokenizer import format_row, iter_encoded_rows
     from bertctl.tokenizer_folder import load_tokenizer
 
     all_texts = list(texts or [])
@@ -110,8 +110,8 @@ def tokenizer_encode(
         all_texts = [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]  # CRLF lines too
     if not all_texts:
         raise UsageError("tokenizer encode: give TEXT arguments (or lines on stdin)")
-    for row in encode_rows(load_tokenizer(path_as_given(tokenizer, "tokenizer"), lowercase=lowercase), all_texts,
-                           pair):
+    for row in iter_encoded_rows(load_tokenizer(path_as_given(tokenizer, "tokenizer"), lowercase=lowercase),
+                                 all_texts, pair):
         typer.echo(json.dumps(row, ensure_ascii=False) if as_json else format_row(row))
 
 

@@ -14,7 +14,7 @@ import numbers
 import operator
 import reprlib
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -553,15 +553,28 @@ def require_text(texts: Sequence[Any], what: str = "text") -> None:
                              "convert it to UTF-8 first") from None
 
 
+ROWS_CHUNK = 4096  # texts encoded at once by iter_encoded_rows: tokenizers' Encodings take ~190 bytes a token
+
+
 def encode_rows(tokenizer: BertTokenizer, texts: Sequence[str], pair: str | None = None) -> list[dict[str, Any]]:
     """What `bertctl tokenizer encode` shows: tokens, ids and segment ids per text ([CLS]/[SEP] included)."""
-    pairs = None if pair is None else [pair] * len(texts)
-    rows = []
-    for text, encoding in zip(texts, tokenizer.encode_batch(texts, pairs), strict=True):
-        row: dict[str, Any] = {"text": text} if pair is None else {"text": text, "pair": pair}
-        rows.append({**row, "tokens": encoding.tokens, "input_ids": encoding.ids,
-                     "token_type_ids": encoding.type_ids})
-    return rows
+    return list(iter_encoded_rows(tokenizer, texts, pair))
+
+
+def iter_encoded_rows(tokenizer: BertTokenizer, texts: Sequence[str],
+                      pair: str | None = None) -> Iterator[dict[str, Any]]:
+    """encode_rows' rows one at a time, encoded ROWS_CHUNK texts at once, so printing 10 MB of lines holds a
+    chunk's rows, not all of them. Every text is checked first: a bad one stops the command before any output."""
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise UsageError(f"encode_rows: give a list of texts, not {reprlib.repr(texts)}")
+    require_text(texts, "text")
+    require_text([] if pair is None else [pair], "pair")
+    for start in range(0, len(texts), ROWS_CHUNK):
+        chunk = texts[start: start + ROWS_CHUNK]
+        pairs = None if pair is None else [pair] * len(chunk)
+        for text, encoding in zip(chunk, tokenizer.encode_batch(chunk, pairs), strict=True):
+            row: dict[str, Any] = {"text": text} if pair is None else {"text": text, "pair": pair}
+            yield {**row, "tokens": encoding.tokens, "input_ids": encoding.ids, "token_type_ids": encoding.type_ids}
 
 
 def format_row(row: dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -126,6 +127,29 @@ def test_fill_without_a_model_points_to_the_quick_start(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["fill", "my dog is [MASK]."])
     assert result.exit_code == 2
     assert "run `bertctl pretrain` first" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_encode_prints_many_lines_a_chunk_at_a_time_in_order(tmp_path, monkeypatch):
+    """stdin lines are encoded ROWS_CHUNK at a time (a 10 MB file held every row's tokens: 0.7 GB), the rows in
+    input order and a bad line refused before any output, numbered from the first line."""
+    import bertctl.tokenizer as tokenizer_module
+    from bertctl.tokenizer import BertTokenizer
+
+    tok = BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "##b"])
+    tok.save(tmp_path / "tok")
+    lines = [f"a {'b' * (i % 4)} a{i % 3}" for i in range(11)]
+    expected = [{"text": t, "tokens": e.tokens, "input_ids": e.ids, "token_type_ids": e.type_ids}
+                for t, e in zip(lines, tok.encode_batch(lines), strict=True)]
+    batches: list[int] = []
+    encode_batch = BertTokenizer.encode_batch
+    monkeypatch.setattr(BertTokenizer, "encode_batch", lambda self, texts, *a, **k: batches.append(len(texts))
+                        or encode_batch(self, texts, *a, **k))
+    monkeypatch.setattr(tokenizer_module, "ROWS_CHUNK", 4)
+    result = CliRunner().invoke(app, ["tokenizer", "encode", "-t", str(tmp_path / "tok"), "--json", *lines])
+    assert result.exit_code == 0 and [json.loads(r) for r in result.stdout.splitlines()] == expected
+    assert batches == [4, 4, 3]
+    result = CliRunner().invoke(app, ["tokenizer", "encode", "-t", str(tmp_path / "tok"), *lines, "b\udce9"])
+    assert result.exit_code == 2 and result.stdout == "" and "text 12 is not valid UTF-8" in result.stderr
 
 
 def test_text_that_is_not_utf8_is_refused_in_one_line(tmp_path):
