@@ -378,12 +378,13 @@ class ClassifyRun:
 
     def read_labelled(self, data: str | Path) -> Examples:
         """The file's examples with their labels as the model's classes. A model with generic class names was
-        fine-tuned (transformers' Trainer) on class ids: label i is read as LABEL_i too."""
+        fine-tuned (transformers' Trainer) on class ids: label i is read as LABEL_i too. Scores name no row, so
+        a gap in the file's id column is no reason to refuse it."""
         names = self.task.label_names
         if not self.generic:
-            return read_examples(data, self.text_columns, self.label_column, names)[0]
+            return read_examples(data, self.text_columns, self.label_column, names, ids=False)[0]
         either = [*names, *(str(i) for i in range(len(names)))]  # one read, so a bad label is named as it is
-        examples = read_examples(data, self.text_columns, self.label_column, either)[0]
+        examples = read_examples(data, self.text_columns, self.label_column, either, ids=False)[0]
         return dataclasses.replace(examples, labels=[label % len(names) for label in examples.labels])
 
 

@@ -445,6 +445,10 @@ def test_an_empty_training_label_is_named_by_its_line_and_an_unused_id_column_ma
     run = finetune_classify(FinetuneConfig(model=encoder, train=gaps, validation=gaps, text_columns=("text",),
                                            out=tmp_path / "run", epochs=1, **FAST))
     assert json.loads((run / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
+    result = _cli("evaluate", "classify", "--model", run, "--data", gaps, "--json")  # scores name no row either
+    assert result.exit_code == 0 and json.loads(result.stdout)["accuracy"] in (0.0, 0.5, 1.0), result.output
+    result = _cli("predict", "classify", "--model", run, "--data", gaps, "--out", tmp_path / "p.csv")
+    assert result.exit_code == 2 and "gaps.csv:3: id column 'id' is empty" in result.stderr, result.output
 
 
 @pytest.mark.parametrize("problem", ["auto", "regression"])
