@@ -165,6 +165,11 @@ class Checkpoint:
     weights_file: str = ""  # the name of the file the weights were read from (a TensorFlow checkpoint's .index)
 
     @property
+    def from_tensorflow(self) -> bool:
+        """Read from a google-research/bert TensorFlow checkpoint (whose classifiers carry no id2label)."""
+        return self.weights_file.endswith(".index")
+
+    @property
     def labels(self) -> list[str] | None:
         id2label = self.raw_config.get("id2label")
         if not id2label:

@@ -237,7 +237,7 @@ def label_order(ckpt: Checkpoint, num_labels: int, task: GlueTask | TabularTask,
     if num_labels != task.num_labels:
         raise UsageError(f"{folder} predicts {num_labels} output(s) but {task.name} needs {task.num_labels}; "
                          f"give a model fine-tuned on {task.name}")
-    names = ckpt.labels or []
+    names = class_names(ckpt, task, folder)
     if task.is_regression or not names:
         return None
     order = outputs_by_class(task, names)
@@ -247,6 +247,21 @@ def label_order(ckpt: Checkpoint, num_labels: int, task: GlueTask | TabularTask,
         raise UsageError(f"{folder} has the labels {', '.join(names)}, which do not match {task.name}'s "
                          f"{spelled}; give a model fine-tuned on {task.name}")
     return None if order == list(range(task.num_labels)) else order
+
+
+def class_names(ckpt: Checkpoint, task: GlueTask | TabularTask, folder: Path | str, say: bool = True) -> list[str]:
+    """The classes a classifier's outputs stand for: its id2label; a google-research/bert run_classifier
+    checkpoint has none, and outputs its processor's classes in that processor's order (MNLI's contradiction,
+    entailment, neutral), which is said once."""
+    if ckpt.labels or not ckpt.from_tensorflow or not getattr(task, "google_label_names", ()):
+        return ckpt.labels or []
+    names = list(task.google_label_names)  # type: ignore[union-attr]  # a GlueTask: checked above
+    if len(names) == ckpt.num_labels:
+        if say:
+            log.warning("warning: %s is a TensorFlow classifier without id2label; its outputs are taken in "
+                        "run_classifier.py's order for %s (%s)", folder, task.name, ", ".join(names))
+        return names
+    return []
 
 
 @dataclass

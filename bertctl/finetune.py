@@ -49,6 +49,7 @@ from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
     Features,
+    class_names,
     collate,
     encode_examples,
     glue_markdown,
@@ -427,13 +428,14 @@ def _align_classifier(model: nn.Module, ckpt: Checkpoint, task: Any, name: str, 
     """A kept head whose id2label names the task's classes in another order (an MNLI model from the hub:
     contradiction, entailment, neutral) has its rows permuted into the task's order, so it goes on predicting
     what it predicted; saved, the model then names the task's classes. Returns whether it moved anything."""
-    if task.is_regression or not ckpt.labels:
+    labels = class_names(ckpt, task, name, say=announce)
+    if task.is_regression or not labels:
         return False
-    order = outputs_by_class(task, ckpt.labels)
+    order = outputs_by_class(task, labels)
     if order is None:
         if announce:
             log.warning("warning: %s has the labels %s, which are not the data's %s; its classifier head is kept, "
-                        "output i taken as the data's class i", name, ", ".join(ckpt.labels),
+                        "output i taken as the data's class i", name, ", ".join(labels),
                         ", ".join(task.label_names))
         return False
     if order == sorted(order):

@@ -37,7 +37,7 @@ def info(model: Path | str) -> dict[str, Any]:
 
 
 def _format(ckpt: Checkpoint) -> str:
-    if ckpt.weights_file.endswith(".index"):
+    if ckpt.from_tensorflow:
         return "tensorflow (google-research/bert)"
     bertctl_block = ckpt.raw_config.get("bertctl")
     return f"bertctl v{bertctl_block['format_version']}" if bertctl_block else "transformers"

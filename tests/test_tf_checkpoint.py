@@ -377,3 +377,20 @@ def test_a_wrong_bert_config_is_blamed_by_its_name(odd_config, tmp_path):
     (folder / "bert_config.json").write_text(json.dumps({**config, "num_hidden_layers": 2}))
     with pytest.raises(UsageError, match=r"bert_config\.json says num_hidden_layers 2, .* fix bert_config\.json"):
         read_checkpoint(folder)
+
+
+def test_a_run_classifier_mnli_checkpoint_is_scored_in_its_processors_label_order(odd_config, tmp_path, caplog):
+    """run_classifier.py's MnliProcessor outputs contradiction, entailment, neutral, and its checkpoints carry no
+    id2label: scored in GLUE's order (entailment, neutral, contradiction) its accuracy would be silently wrong."""
+    from bertctl.data.glue import get_task
+    from bertctl.evaluate import label_order
+
+    reference = reference_model("BertForSequenceClassification", odd_config, num_labels=3)
+    folder = google_folder(tmp_path / "mnli", reference)
+    ckpt = read_checkpoint(folder)
+    assert ckpt.labels is None and ckpt.from_tensorflow
+    assert label_order(ckpt, 3, get_task("mnli"), folder) == [1, 2, 0]  # the output of each GLUE class
+    assert label_order(ckpt, 3, get_task("ax"), folder) == [1, 2, 0]
+    assert "run_classifier.py's order for mnli (contradiction, entailment, neutral)" in caplog.text
+    two = google_folder(tmp_path / "mrpc", reference_model("BertForSequenceClassification", odd_config, num_labels=2))
+    assert label_order(read_checkpoint(two), 2, get_task("mrpc"), two) is None  # "0", "1": GLUE's order already

@@ -101,6 +101,9 @@ class GlueTask(LabelledTask):
     hub_label_names: tuple[str, ...] = ()  # the hub's ClassLabel names, same order as label_names
     score_range: tuple[float, float] | None = None  # regression: the gold score range predictions are clipped to
     predicted_by: str | None = None  # a task without training data is predicted by this task's model (ax: mnli)
+    # the order of google-research/bert run_classifier.py's processor, where it differs from label_names: what a
+    # TensorFlow classifier checkpoint (which has no id2label) outputs
+    google_label_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.main_metric not in self.metrics:
@@ -143,6 +146,7 @@ def _splits(submission: str, text_a: str, text_b: str | None, label: str,
 _BINARY = ("0", "1")
 _NLI3 = ("entailment", "neutral", "contradiction")
 _NLI2 = ("entailment", "not_entailment")
+_GOOGLE_NLI3 = ("contradiction", "entailment", "neutral")  # run_classifier.py's MnliProcessor.get_labels()
 _MNLI_TEXT = ("sentence1", "sentence2")
 
 TASKS: dict[str, GlueTask] = {task.name: task for task in (
@@ -175,7 +179,8 @@ TASKS: dict[str, GlueTask] = {task.name: task for task in (
                               *_MNLI_TEXT, None, "index", submission="MNLI-m.tsv"),
                     SplitFile("test_mismatched", "test_mismatched.tsv", "test_mismatched",
                               *_MNLI_TEXT, None, "index", submission="MNLI-mm.tsv")),
-             hub_config="mnli", hub_text=("premise", "hypothesis"), hub_label_names=_NLI3),
+             hub_config="mnli", hub_text=("premise", "hypothesis"), hub_label_names=_NLI3,
+             google_label_names=_GOOGLE_NLI3),
     GlueTask("qnli", "QNLI", _NLI2, ("accuracy",), "accuracy",
              files=_splits("QNLI.tsv", "question", "sentence", "label"),
              hub_config="qnli", hub_text=("question", "sentence"), hub_label_names=_NLI2),
@@ -189,7 +194,8 @@ TASKS: dict[str, GlueTask] = {task.name: task for task in (
     GlueTask("ax", "diagnostic", _NLI3, ("matthews_correlation",), "matthews_correlation",
              files=(SplitFile("test", "diagnostic.tsv", "test", *_MNLI_TEXT, None, "index",
                               submission="AX.tsv"),),
-             hub_config="ax", hub_text=("premise", "hypothesis"), hub_label_names=_NLI3, predicted_by="mnli"),
+             hub_config="ax", hub_text=("premise", "hypothesis"), hub_label_names=_NLI3, predicted_by="mnli",
+             google_label_names=_GOOGLE_NLI3),
 )}
 
 
