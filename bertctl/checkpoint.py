@@ -165,6 +165,11 @@ class Checkpoint:
     weights_file: str = ""  # the name of the file the weights were read from (a TensorFlow checkpoint's .index)
 
     @property
+    def config_file(self) -> Path:
+        """The file the config was read from (bert_config.json in a TensorFlow folder), for messages."""
+        return _config_file(self.path) or self.path / "config.json"
+
+    @property
     def from_tensorflow(self) -> bool:
         """Read from a google-research/bert TensorFlow checkpoint (whose classifiers carry no id2label)."""
         return self.weights_file.endswith(".index")
@@ -179,7 +184,7 @@ class Checkpoint:
         except (TypeError, ValueError):
             keys = None
         if keys is None or [int(k) for k in keys] != list(range(len(keys))):
-            raise UsageError(f"{self.path / 'config.json'}: id2label must map the outputs 0, 1, ... to class names, "
+            raise UsageError(f"{self.config_file}: id2label must map the outputs 0, 1, ... to class names, "
                              f"got {reprlib.repr(id2label)}")
         return [str(id2label[k]) for k in keys]
 
@@ -294,7 +299,7 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
         raise UsageError(f"{config_file} is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise UsageError(f"{config_file} must hold a mapping of config fields")
-    _check_other_keys(folder, raw)
+    _check_other_keys(config_file, raw)
     if raw.get("model_type", "bert") != "bert":  # configs older than transformers 2.x have no model_type
         raise UsageError(f"{folder}: model_type {raw.get('model_type')!r} is not BERT")
     config = BertConfig.from_dict(raw)
@@ -334,21 +339,21 @@ def _check_labels(ckpt: Checkpoint) -> None:
     except UsageError:
         return  # a malformed id2label is refused where the labels are read
     if labels and len(labels) != weight.shape[0]:
-        raise UsageError(f"{ckpt.path / 'config.json'} names {len(labels)} classes in id2label, but the weights "
+        raise UsageError(f"{ckpt.config_file} names {len(labels)} classes in id2label, but the weights "
                          f"hold a classifier with {weight.shape[0]} output(s) (classifier.weight of shape "
-                         f"{tuple(weight.shape)}); fix id2label/label2id in config.json")
+                         f"{tuple(weight.shape)}); fix id2label/label2id in {ckpt.config_file.name}")
 
 
 _OTHER_KEYS = {"architectures": (list, "a list of class names"), "bertctl": (dict, "a mapping"),
                "problem_type": (str, "a string")}  # id2label: checked with the head it must fit
 
 
-def _check_other_keys(folder: Path, raw: dict[str, Any]) -> None:
+def _check_other_keys(config_file: Path, raw: dict[str, Any]) -> None:
     """config.json keys besides BertConfig's that bertctl reads: a hand-edited wrong type is one line here."""
     for key, (kind, said) in _OTHER_KEYS.items():
         value = raw.get(key)
         if value is not None and not isinstance(value, kind):
-            raise UsageError(f"{folder / 'config.json'}: {key} must be {said}, got {value!r}; fix or remove it")
+            raise UsageError(f"{config_file}: {key} must be {said}, got {value!r}; fix or remove it")
 
 
 def _check_encoder(folder: Path, weights_file: Path, in_file: set[str], config: BertConfig, raw: dict[str, Any],
@@ -489,7 +494,7 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weig
         head_kwargs["num_labels"] = ckpt.num_labels
     folder_dropout = ckpt.raw_config.get("classifier_dropout")
     if "classifier_dropout" in params and folder_dropout is not None and "classifier_dropout" not in head_kwargs:
-        head_kwargs["classifier_dropout"] = _dropout_rate(folder_dropout, ckpt.path / "config.json")
+        head_kwargs["classifier_dropout"] = _dropout_rate(folder_dropout, ckpt.config_file)
     with shapes_only():  # weights the checkpoint replaces are never drawn
         model = cls(ckpt.config, **head_kwargs)
     expected = model.state_dict()
@@ -505,8 +510,9 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weig
             fresh.add(part)  # absent from the checkpoint, or a classifier with another number of labels
         elif source is None:
             raise BertctlError(f"{ckpt.path}: missing parameter {to_transformers_name(key)} for {name}")
-        else:
-            state[key] = source  # an encoder weight: read_checkpoint checked its shape against the config
+        else:  # an encoder weight: read_checkpoint checked its shape against the config; an integer one (the
+            # TensorFlow reader takes them) is cast as load_state_dict's copy would, since share_weights assigns it
+            state[key] = source.to(target.dtype)
     model.to_empty(device="cpu")
     fresh_keys = {key for key in expected if _part(key) in fresh}
     model.init_weights(module for prefix, module in model.named_modules()  # from the caller's RNG, as transformers
@@ -526,7 +532,7 @@ def _dropout_rate(value: Any, config_file: Path | None = None) -> float:
     """A classifier_dropout argument, or config.json's: a number in [0, 1], or a one-line error (torch's is a
     TypeError naming no file; `true` would drop every input)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
-        where, fix = (f"{config_file}: ", "; fix config.json") if config_file else ("", "")
+        where, fix = (f"{config_file}: ", f"; fix {config_file.name}") if config_file else ("", "")
         raise UsageError(f"{where}classifier_dropout must be a number in [0, 1]{' or null' if config_file else ''}, "
                          f"got {reprlib.repr(value)}{fix}")
     return float(value)

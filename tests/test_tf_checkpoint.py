@@ -394,3 +394,60 @@ def test_a_run_classifier_mnli_checkpoint_is_scored_in_its_processors_label_orde
     assert "run_classifier.py's order for mnli (contradiction, entailment, neutral)" in caplog.text
     two = google_folder(tmp_path / "mrpc", reference_model("BertForSequenceClassification", odd_config, num_labels=2))
     assert label_order(read_checkpoint(two), 2, get_task("mrpc"), two) is None  # "0", "1": GLUE's order already
+
+
+def test_an_integer_weight_is_cast_where_the_model_takes_the_checkpoints_tensors(odd_config, tmp_path):
+    """fill, evaluate and pretrain --init-from assign the checkpoint's tensors to the model (share_weights): an
+    integer weight, which the reader takes as convert and finetune do (cast on copy), must not become an integer
+    parameter (torch: 'Only Tensors of floating point ... can require gradients', exit 1)."""
+    from bertctl.checkpoint import build_model
+
+    reference = reference_model("BertForMaskedLM", odd_config)
+    types = reference.bert.embeddings.token_type_embeddings.weight
+    with torch.no_grad():
+        types.copy_(torch.round(types * 100))
+    names = google_names(reference.state_dict())
+    names["bert/embeddings/token_type_embeddings"] = names["bert/embeddings/token_type_embeddings"].astype(np.int64)
+    folder = google_folder(tmp_path / "g", reference)
+    write_checkpoint(folder / "bert_model.ckpt", names)
+    shared = build_model(read_checkpoint(folder), "BertForMaskedLM", share_weights=True).eval()
+    assert all(p.dtype == torch.float32 for p in shared.parameters())
+    ids, types_, mask_ = batch(odd_config)
+    with torch.no_grad():
+        got = outputs("BertForMaskedLM", shared(ids, types_, mask_))
+        expected = outputs("BertForMaskedLM", reference(input_ids=ids, token_type_ids=types_, attention_mask=mask_))
+    assert all(torch.equal(g, e) for g, e in zip(got, expected, strict=True))
+    result = CliRunner().invoke(app, ["fill", "-m", str(folder), "w3 [MASK] w5"])
+    assert result.exit_code == 0, result.output
+
+
+def test_an_id2label_added_to_bert_config_is_blamed_by_that_files_name(odd_config, tmp_path):
+    """docs/checkpoints.md says to add an id2label to bert_config.json for a processor of one's own; one that does
+    not fit the head must name that file, not a config.json the folder does not have."""
+    folder = google_folder(tmp_path / "g", reference_model("BertForSequenceClassification", odd_config,
+                                                           num_labels=3))
+    config = json.loads((folder / "bert_config.json").read_text())
+    for id2label, wrong in (({"0": "a", "1": "b"}, "names 2 classes"), (["a", "b", "c"], "id2label must map")):
+        (folder / "bert_config.json").write_text(json.dumps({**config, "id2label": id2label}))
+        with pytest.raises(UsageError, match=wrong) as error:
+            assert read_checkpoint(folder).labels
+        assert str(folder / "bert_config.json") in str(error.value)
+        assert str(folder / "config.json") not in str(error.value) and "in config.json" not in str(error.value)
+    (folder / "bert_config.json").write_text(json.dumps({**config, "architectures": "BertModel"}))
+    with pytest.raises(UsageError, match=r"bert_config\.json: architectures must be a list"):
+        read_checkpoint(folder)
+
+
+def test_finetuning_a_run_classifier_mnli_checkpoint_keeps_what_each_row_predicts(odd_config, tmp_path):
+    """The CHANGELOG's "fine-tuned in its processor's class order": the kept head's rows are permuted into GLUE's
+    order (entailment, neutral, contradiction), so output k is GLUE's class k from the first step."""
+    from bertctl.checkpoint import build_model
+    from bertctl.data.glue import get_task
+    from bertctl.finetune import _align_classifier
+
+    reference = reference_model("BertForSequenceClassification", odd_config, num_labels=3)
+    ckpt = read_checkpoint(google_folder(tmp_path / "mnli", reference))
+    model = build_model(ckpt, "BertForSequenceClassification", num_labels=3)
+    assert _align_classifier(model, ckpt, get_task("mnli"), "mnli", announce=False)
+    assert torch.equal(model.classifier.weight, reference.classifier.weight[[1, 2, 0]])
+    assert torch.equal(model.classifier.bias, reference.classifier.bias[[1, 2, 0]])
