@@ -28,7 +28,7 @@ app = typer.Typer(cls=Group, no_args_is_help=True, add_completion=False, pretty_
                   rich_markup_mode=None,
                   help="BERT end to end: tokenizer, corpus, pretrain, finetune, evaluate, predict, fill.")
 tokenizer_app = command_group("Train a WordPiece tokenizer and inspect how it encodes text.")
-corpus_app = command_group("Build pre-training instances (Arrow datasets) and inspect them.")
+corpus_app = command_group("Build pre-training instances (Arrow datasets), import Google's TFRecords, inspect them.")
 app.add_typer(tokenizer_app, name="tokenizer")
 app.add_typer(corpus_app, name="corpus")
 app.add_typer(finetune_app, name="finetune")
@@ -169,6 +169,37 @@ def corpus_build(
     typer.echo(f"wrote {cfg.out}: {counts['train']['instances']} training instances{held} from "
                f"{counts['train']['documents'] + counts['validation'].get('documents', 0)} documents{skipped}; "
                f"see 'bertctl corpus inspect {cfg.out}'")
+
+
+@corpus_app.command("import")
+def corpus_import(
+    inputs: Annotated[list[str] | None, typer.Argument(help="TFRecord files of Google's create_pretraining_data.py "
+                                                       "(GZIP/ZLIB too), folders, globs.", show_default=False)] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", "-t", help="The vocabulary the records were made "
+                                                  "with: tokenizer folder or vocab.txt.", show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output corpus folder.")] = None,
+    validation_fraction: Annotated[float | None, typer.Option(help="Share of records held out [0].")] = None,
+    lowercase: Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing of a bare vocab.txt "
+                                                   "[its tokenizer_config.json, else lowercase].")] = None,
+    overwrite: Annotated[bool | None, typer.Option("--overwrite/--no-overwrite",
+                                                   help="Replace OUT if it exists.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields "
+                                                "(flags win).")] = None,
+) -> None:
+    """Import Google's pre-training TFRecords (static masks, MLM+NSP) as a corpus that pretrain reads."""
+    flags = {k: v for k, v in locals().items() if k != "config"}
+    flags["inputs"] = tuple(inputs) if inputs else None
+    from bertctl.config import CorpusImportConfig
+    from bertctl.config_files import build_config, read_config_file
+    from bertctl.corpus_import import import_corpus
+
+    cfg = build_config(CorpusImportConfig, read_config_file(config) if config else {}, **flags)
+    manifest = import_corpus(cfg)
+    counts = manifest["counts"]
+    held = f", {counts['validation']['instances']} validation" if counts["validation"]["instances"] else ""
+    typer.echo(f"wrote {cfg.out}: {counts['train']['instances']} training instances{held} from "
+               f"{len(manifest['inputs'])} file(s), max_seq_length {manifest['max_seq_length']}, "
+               f"max_predictions_per_seq {manifest['max_predictions_per_seq']}; see 'bertctl corpus inspect {cfg.out}'")
 
 
 @corpus_app.command("inspect")

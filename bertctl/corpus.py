@@ -72,14 +72,14 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
     sources = expand_inputs(list(cfg.inputs))
     refuse_inputs_inside(out, [*sources, cfg.tokenizer], read_whole=cfg.inputs)
     tokenizer = load_tokenizer(cfg.tokenizer, lowercase=cfg.lowercase)
-    _check_length(cfg.max_seq_length, Path(cfg.tokenizer))
+    check_length(cfg.max_seq_length, Path(cfg.tokenizer))
     inputs = _input_records(sources)
     params = {k: v for k, v in config_to_dict(cfg).items() if k not in _EXECUTION_ONLY}
     settings_held, inputs_held = _path_free(params, inputs)  # `../x.txt` and `/abs/x.txt` are one build
-    encoding = _encoding_settings(tokenizer)  # sha256 is the vocabulary's; casing and the like count too
-    key = _digest({"params": settings_held, "tokenizer_sha256": tokenizer.sha256(), "tokenizer_settings": encoding,
-                   "inputs": inputs_held, "bertctl": __version__})
-    partial = _open_partial(out, key)
+    encoding = encoding_settings(tokenizer)  # sha256 is the vocabulary's; casing and the like count too
+    key = settings_digest({"params": settings_held, "tokenizer_sha256": tokenizer.sha256(),
+                           "tokenizer_settings": encoding, "inputs": inputs_held, "bertctl": __version__})
+    partial = open_partial(out, key)
     settings = shard_settings(cfg, tokenizer, partial / "shards")
     read = ReadStats.for_sources(sources)
     try:
@@ -87,7 +87,7 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
                             partial / "shards", read.total_bytes)
         counts = _counts(stats, cfg)
     except UsageError:  # bad input: nothing worth resuming (an interruption keeps the shards)
-        _remove(partial)
+        remove_partial(partial)
         raise
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "bertctl_version": __version__,
@@ -101,10 +101,10 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
         "splits": [s for s in SPLITS if counts[s]["instances"]], "counts": counts,
         "inputs": inputs, "skipped": [{"source": s, "reason": why} for s, why in read.skipped], "config": params,
     }
-    _assemble(partial, settings.schema, stats, manifest["splits"], key)
+    assemble_corpus(partial, settings.schema, stats, manifest["splits"], key)
     tokenizer.save(partial / "corpus" / "tokenizer")
     write_json_atomic(partial / "corpus" / "manifest.json", manifest)
-    _publish(partial, out)
+    publish_corpus(partial, out)
     return manifest
 
 
@@ -121,7 +121,7 @@ def _check_required(cfg: CorpusConfig) -> Path:
     return check_new_out(cfg.out, overwrite=cfg.overwrite)
 
 
-def _check_length(max_seq_length: int, tokenizer_path: Path) -> None:
+def check_length(max_seq_length: int, tokenizer_path: Path) -> None:
     """Refuse instances longer than the position table the tokenizer (or model) folder declares."""
     from bertctl.tokenizer import MODEL_MAX_LENGTH
 
@@ -152,13 +152,13 @@ def _input_records(sources: list[Any]) -> list[dict[str, Any]]:
     return inputs
 
 
-def _encoding_settings(tokenizer: Any) -> dict[str, Any]:
+def encoding_settings(tokenizer: Any) -> dict[str, Any]:
     """What decides the tokenizer's ids besides its vocabulary (tokenizer_config.json, less length and decoding)."""
     return {key: value for key, value in tokenizer.config().items()
             if key not in ("model_max_length", "clean_up_tokenization_spaces")}
 
 
-def _digest(value: Any) -> str:
+def settings_digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -283,7 +283,7 @@ def _run_pool(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int,
             future.cancel()
 
 
-def _open_partial(out: Path, key: str) -> Path:
+def open_partial(out: Path, key: str) -> Path:
     """OUT.partial/ for this exact build (same inputs, tokenizer and flags); any other one is discarded."""
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
     try:
@@ -293,7 +293,7 @@ def _open_partial(out: Path, key: str) -> Path:
     if partial.exists() and not same:
         log.warning("warning: %s holds an interrupted build of other inputs, tokenizer or settings; starting over",
                     partial)
-        _remove(partial)
+        remove_partial(partial)
     make_folder(partial / "shards")
     for leftover in (partial / "shards").glob("*.tmp"):
         leftover.unlink()
@@ -319,7 +319,7 @@ def _counts(stats: dict[int, dict[str, dict[str, int]]], cfg: CorpusConfig) -> d
     return counts
 
 
-def _assemble(partial: Path, schema: Any, stats: dict[int, Any], splits: list[str], key: str) -> None:
+def assemble_corpus(partial: Path, schema: Any, stats: dict[int, Any], splits: list[str], key: str) -> None:
     """partial/corpus: datasets writes the DatasetDict's metadata, the shard files are its data files.
 
     save_to_disk on empty splits writes dataset_dict.json, dataset_info.json and state.json; the shards,
@@ -332,7 +332,7 @@ def _assemble(partial: Path, schema: Any, stats: dict[int, Any], splits: list[st
     folder = partial / "corpus"
     shutil.rmtree(folder, ignore_errors=True)
     empty = {split: datasets.Dataset(InMemoryTable(schema.empty_table()), split=datasets.NamedSplit(split),
-                                     fingerprint=_digest([key, split])[:16]) for split in splits}
+                                     fingerprint=settings_digest([key, split])[:16]) for split in splits}
     was_enabled = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
     try:
@@ -355,13 +355,13 @@ def _assemble(partial: Path, schema: Any, stats: dict[int, Any], splits: list[st
         state_path.write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
 
 
-def _publish(partial: Path, out: Path) -> None:
+def publish_corpus(partial: Path, out: Path) -> None:
     """Rename the finished corpus into place (replacing an old one only now), then drop the partial folder."""
     replace_folder(partial / "corpus", out)
-    _remove(partial)
+    remove_partial(partial)
 
 
-def _remove(path: Path) -> None:
+def remove_partial(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
@@ -447,10 +447,12 @@ def inspect_corpus(path: Path | str, num: int = 3) -> dict[str, Any]:
     report = {"path": str(path), **report, "splits": {}}
     for split in dataset:
         counts = manifest["counts"].get(split, {})
-        stats = {"documents": counts.get("documents"), "sentences": counts.get("sentences"),
-                 **_table_stats(dataset[split].data.table, manifest)}
-        stats["short_share"] = round(counts.get("short_instances", 0) / max(1, stats["instances"]), 4)
-        if manifest["objective"] == "mlm+nsp":  # NotNext after a one-sentence chunk (no coin flip)
+        # An imported corpus (`corpus import`) has no documents, sentences, short or forced counts to show.
+        stats = {key: counts[key] for key in ("documents", "sentences") if key in counts}
+        stats.update(_table_stats(dataset[split].data.table, manifest))
+        if "short_instances" in counts:
+            stats["short_share"] = round(counts["short_instances"] / max(1, stats["instances"]), 4)
+        if manifest["objective"] == "mlm+nsp" and "forced_notnext" in counts:  # NotNext after a one-sentence chunk
             forced = counts.get("forced_notnext", 0)
             stats["forced_notnext_share"] = round(forced / max(1, stats["instances"]), 4)
         report["splits"][split] = stats

@@ -11,8 +11,6 @@ transformers' names, so `bertctl.checkpoint` loads them on its one path (shapes,
 
 from __future__ import annotations
 
-import functools
-import operator
 import os
 import re
 import struct
@@ -26,6 +24,7 @@ import torch
 from torch import Tensor
 
 from bertctl.errors import BertctlError, UsageError
+from bertctl.tf_format import crc32c, int_field, masked_crc, message_fields, varint
 
 _MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, which TensorFlow's tables keep
 _FOOTER = 48  # two BlockHandles padded to 40 bytes, then the magic
@@ -210,7 +209,7 @@ def _tensor(prefix: Path, shards: int, files: dict[int, BinaryIO], name: str, en
     handle.seek(entry.offset)
     if handle.readinto(memoryview(data)) != entry.size:
         raise _damaged(path, f"it ends inside {name}")
-    if _masked(crc32c(data)) != entry.crc:
+    if masked_crc(crc32c(data)) != entry.crc:
         raise _damaged(path, f"the bytes of {name} do not match their checksum")
     values = torch.from_numpy(data.view(np.int16)).view(torch.bfloat16) if dtype == "bfloat16" else \
         torch.from_numpy(data.view(dtype))
@@ -266,8 +265,8 @@ def _table_entries(path: Path, data: bytes) -> Iterator[tuple[bytes, bytes]]:
 
 def _handle(buf: bytes, pos: int) -> tuple[tuple[int, int], int]:
     """A BlockHandle (offset, size varints) at `pos`, and the position after it."""
-    offset, pos = _varint(buf, pos)
-    size, pos = _varint(buf, pos)
+    offset, pos = varint(buf, pos)
+    size, pos = varint(buf, pos)
     return (offset, size), pos
 
 
@@ -278,7 +277,7 @@ def _block(path: Path, data: bytes, handle: tuple[int, int]) -> bytes:
         raise _damaged(path, "a block lies beyond its end")
     contents = data[offset:offset + size + 1]  # with the compression type, which the checksum covers
     (stored,) = struct.unpack_from("<I", data, offset + size + 1)
-    if _masked(crc32c(np.frombuffer(contents, dtype=np.uint8))) != stored:
+    if masked_crc(crc32c(np.frombuffer(contents, dtype=np.uint8))) != stored:
         raise _damaged(path, f"the block at byte {offset} does not match its checksum")
     kind = contents[-1]
     if kind == 1:
@@ -298,9 +297,9 @@ def _block_entries(block: bytes) -> Iterator[tuple[bytes, bytes]]:
         raise ValueError("restart array")
     pos, key = 0, b""
     while pos < end:
-        shared, pos = _varint(block, pos)
-        fresh, pos = _varint(block, pos)
-        length, pos = _varint(block, pos)
+        shared, pos = varint(block, pos)
+        fresh, pos = varint(block, pos)
+        length, pos = varint(block, pos)
         if shared > len(key) or pos + fresh + length > end:
             raise ValueError("entry")
         key = key[:shared] + block[pos:pos + fresh]
@@ -311,59 +310,13 @@ def _block_entries(block: bytes) -> Iterator[tuple[bytes, bytes]]:
 
 # ------------------------------------------------------------------------------------------------- protobuf
 
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A base-128 varint at `pos` (IndexError past the end), and the position after it."""
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint")
-
-
-def _fields(message: bytes) -> dict[int, list[int | bytes]]:
-    """A protobuf message's fields by number: varints and fixed ints as ints, length-delimited ones as bytes."""
-    fields: dict[int, list[int | bytes]] = {}
-    pos = 0
-    while pos < len(message):
-        tag, pos = _varint(message, pos)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _varint(message, pos)
-        elif wire == 1:
-            (value,), pos = struct.unpack_from("<Q", message, pos), pos + 8
-        elif wire == 5:
-            (value,), pos = struct.unpack_from("<I", message, pos), pos + 4
-        elif wire == 2:
-            length, pos = _varint(message, pos)
-            if pos + length > len(message):
-                raise ValueError("length")
-            value, pos = message[pos:pos + length], pos + length
-        else:
-            raise ValueError(f"wire type {wire}")
-        fields.setdefault(number, []).append(value)
-    return fields
-
-
-def _int(fields: dict[int, list[int | bytes]], number: int) -> int:
-    value = fields.get(number, [0])[-1]
-    if not isinstance(value, int):
-        raise ValueError(f"field {number}")
-    return value
-
-
 def _header_shards(path: Path, value: bytes) -> int:
     """BundleHeaderProto: num_shards (1), endianness (2: 0 little, 1 big), version (3: producer 1, min_consumer 2)."""
     try:
-        header = _fields(value)
-        shards, endianness = _int(header, 1), _int(header, 2)
-        version = _fields(header[3][-1]) if 3 in header and isinstance(header[3][-1], bytes) else {}
-        min_consumer = _int(version, 2)
+        header = message_fields(value)
+        shards, endianness = int_field(header, 1), int_field(header, 2)
+        version = message_fields(header[3][-1]) if 3 in header and isinstance(header[3][-1], bytes) else {}
+        min_consumer = int_field(version, 2)
     except _BROKEN:
         raise _damaged(path, "its bundle header cannot be parsed") from None
     if endianness != 0:
@@ -380,135 +333,17 @@ def _header_shards(path: Path, value: bytes) -> int:
 def _entry(value: bytes) -> _Entry:
     """BundleEntryProto: dtype (1), shape (2: TensorShapeProto, dims in field 2 with size in field 1), shard_id (3),
     offset (4), size (5), crc32c (6, fixed32), slices (7)."""
-    fields = _fields(value)
-    shape_proto = fields.get(2, [b""])[-1]
+    entry = message_fields(value)
+    shape_proto = entry.get(2, [b""])[-1]
     if not isinstance(shape_proto, bytes):
         raise ValueError("shape")
     dims = []
-    for dim in _fields(shape_proto).get(2, []):
+    for dim in message_fields(shape_proto).get(2, []):
         if not isinstance(dim, bytes):
             raise ValueError("dim")
-        size = _int(_fields(dim), 1)
+        size = int_field(message_fields(dim), 1)
         if size >= 1 << 63:  # int64 -1: an unknown dimension, never in a saved variable
             raise ValueError("dim size")
         dims.append(size)
-    return _Entry(dtype=_int(fields, 1), shape=tuple(dims), shard=_int(fields, 3), offset=_int(fields, 4),
-                  size=_int(fields, 5), crc=_int(fields, 6), sliced=bool(fields.get(7)))
-
-
-# --------------------------------------------------------------------------------------------------- CRC32C
-# TensorFlow checks each tensor's bytes against a masked CRC32C (Castagnoli). zlib has only CRC32, so it is computed
-# here with numpy: CRC is linear over GF(2), so the register after a block of bytes is the XOR of one table lookup per
-# byte (a table per position in the block), and blocks combine by advancing each one's register past the bytes that
-# follow it (a 32x32 bit matrix, applied as four byte-wise lookups). About 1 s for BERT-base's 440 MB.
-
-_POLY = 0x82F63B78  # CRC32C, bit-reflected
-_BLOCK = 64  # bytes whose per-position tables are looked up at once
-_CHUNK = 1 << 18  # bytes per numpy pass: the temporaries stay in cache
-
-
-def _masked(crc: int) -> int:
-    """TensorFlow's (and LevelDB's) masked CRC: rotated right by 15 bits plus a constant."""
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-@functools.cache
-def _byte_table() -> np.ndarray:
-    """The register after one byte b from a zero register, for every b."""
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(_POLY), table >> 1).astype(np.uint32)
-    return table
-
-
-def _lookups(columns: np.ndarray) -> np.ndarray:
-    """A 32x32 bit matrix (column i: the image of bit i) as four 256-entry tables, one per byte of the input."""
-    values = np.arange(256)
-    tables = np.zeros((4, 256), dtype=np.uint32)
-    for byte in range(4):
-        for bit in range(8):
-            tables[byte] ^= np.where((values >> bit) & 1, columns[8 * byte + bit], 0).astype(np.uint32)
-    return tables
-
-
-def _apply(tables: np.ndarray, registers: np.ndarray) -> np.ndarray:
-    """A bit matrix (as _lookups tables) times each register."""
-    registers = np.asarray(registers, dtype=np.uint32)
-    return (tables[0][registers & 0xFF] ^ tables[1][(registers >> 8) & 0xFF] ^ tables[2][(registers >> 16) & 0xFF]
-            ^ tables[3][registers >> 24])
-
-
-@functools.cache
-def _advance_power(log2: int) -> np.ndarray:
-    """The matrix (columns) that advances a register past 2**log2 zero bytes."""
-    if log2 == 0:
-        return np.array([_byte_table()[(1 << i) & 0xFF] ^ ((1 << i) >> 8) for i in range(32)], dtype=np.uint32)
-    half = _advance_power(log2 - 1)
-    return _apply(_power_lookups(log2 - 1), half)
-
-
-@functools.cache
-def _power_lookups(log2: int) -> np.ndarray:
-    """_advance_power(log2) as lookup tables, to advance many registers at once."""
-    return _lookups(_advance_power(log2))
-
-
-def _advance(register: int, count: int) -> int:
-    """One register advanced past `count` zero bytes (a product of the powers of two in `count`)."""
-    for log2 in range(count.bit_length()):
-        if count >> log2 & 1:
-            columns = _advance_power(log2).tolist()
-            register = functools.reduce(operator.xor, (c for i, c in enumerate(columns) if register >> i & 1), 0)
-    return register
-
-
-@functools.cache
-def _position_tables() -> np.ndarray:
-    """Flat [_BLOCK * 256] table: the register contribution of byte b at position j of a block (the byte's own
-    table entry, advanced past the _BLOCK - 1 - j bytes after it)."""
-    rows = [_byte_table()]
-    for _ in range(_BLOCK - 1):
-        rows.append(_apply(_power_lookups(0), rows[-1]))
-    return np.concatenate(rows[::-1])
-
-
-def crc32c(data: np.ndarray) -> int:
-    """CRC32C of a uint8 array (crc32c(b"123456789") == 0xE3069283)."""
-    table, register = _byte_table(), 0xFFFFFFFF
-    head = len(data) % _BLOCK
-    for byte in data[:head].tolist():  # fewer than _BLOCK bytes, one at a time
-        register = int(table[(register ^ byte) & 0xFF]) ^ (register >> 8)
-    body = data[head:]
-    if len(body):
-        register = _advance(register, len(body)) ^ _combine(_block_registers(body))
-    return register ^ 0xFFFFFFFF
-
-
-def _block_registers(body: np.ndarray) -> np.ndarray:
-    """The zero-start register of each _BLOCK-byte block of `body`."""
-    positions = _position_tables()
-    offsets = np.arange(_BLOCK, dtype=np.uint16) * 256
-    out = np.empty(len(body) // _BLOCK, dtype=np.uint32)
-    rows = _CHUNK // _BLOCK
-    index = np.empty((rows, _BLOCK), dtype=np.uint16)
-    gathered = np.empty((rows, _BLOCK), dtype=np.uint32)
-    for start in range(0, len(out), rows):
-        block = body[start * _BLOCK:(start + rows) * _BLOCK].reshape(-1, _BLOCK)
-        n = len(block)
-        np.add(block, offsets, out=index[:n])
-        np.take(positions, index[:n], out=gathered[:n], mode="wrap")
-        np.bitwise_xor.reduce(gathered[:n], axis=1, out=out[start:start + n])
-    return out
-
-
-def _combine(registers: np.ndarray) -> int:
-    """The zero-start register of consecutive blocks from theirs: pairs merge level by level, the first of each
-    pair advanced past the second (leading zero blocks change nothing, so the count is padded to a power of 2)."""
-    size = 1 << (len(registers) - 1).bit_length()
-    registers = np.concatenate([np.zeros(size - len(registers), dtype=np.uint32), registers])
-    log2 = _BLOCK.bit_length() - 1  # the second of a pair spans 2**log2 bytes
-    while len(registers) > 1:
-        pairs = registers.reshape(-1, 2)
-        registers = _apply(_power_lookups(log2), pairs[:, 0]) ^ pairs[:, 1]
-        log2 += 1
-    return int(registers[0])
+    return _Entry(dtype=int_field(entry, 1), shape=tuple(dims), shard=int_field(entry, 3), offset=int_field(entry, 4),
+                  size=int_field(entry, 5), crc=int_field(entry, 6), sliced=bool(entry.get(7)))

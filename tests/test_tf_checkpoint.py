@@ -24,7 +24,8 @@ from test_parity import batch, outputs, reference_model  # noqa: E402
 from bertctl.checkpoint import load_model, read_checkpoint  # noqa: E402
 from bertctl.cli import app  # noqa: E402
 from bertctl.errors import BertctlError, UsageError  # noqa: E402
-from bertctl.tf_checkpoint import checkpoint_prefix, crc32c  # noqa: E402
+from bertctl.tf_checkpoint import checkpoint_prefix  # noqa: E402
+from bertctl.tf_format import crc32c  # noqa: E402
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(92)]  # odd_config's 97 rows
 

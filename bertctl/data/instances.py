@@ -412,20 +412,29 @@ def shard_settings(cfg: CorpusConfig, tokenizer: Any, folder: Path) -> ShardSett
     """Column types (compact: uint16 ids when the vocabulary allows) and masking options, decided once."""
     from bertctl.data.masking import masking_options
 
-    id_type = "uint16" if tokenizer.vocab_size <= 65536 else "int32"
-    columns = {"input_ids": [id_type], "token_type_ids": ["int8"]}
-    if cfg.objective != "mlm":
-        columns["next_sentence_label"] = "int8"
     masking = None
     if cfg.masking == "static":
-        columns["masked_lm_positions"] = ["uint16"]
-        columns["masked_lm_ids"] = [id_type]
         masking = masking_options(tokenizer, cfg.masked_lm_prob, cfg.max_predictions_per_seq,
                                   cfg.whole_word_masking)
     pipeline = Path(folder).parent / "worker-tokenizer.json"
     write_text_atomic(pipeline, tokenizer.backend.to_str())
-    return ShardSettings(cfg, str(pipeline), arrow_schema(columns), masking,
+    schema = corpus_schema(tokenizer.vocab_size, sentence_labels=cfg.objective != "mlm",
+                           static=cfg.masking == "static")
+    return ShardSettings(cfg, str(pipeline), schema, masking,
                          tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id, str(folder))
+
+
+def corpus_schema(vocab_size: int, sentence_labels: bool, static: bool) -> Any:
+    """A corpus's columns: ids as uint16 when the vocabulary allows (half the disk), the NSP/SOP label, and the
+    stored masks of static masking."""
+    id_type = "uint16" if vocab_size <= 65536 else "int32"
+    columns: dict[str, str | list[str]] = {"input_ids": [id_type], "token_type_ids": ["int8"]}
+    if sentence_labels:
+        columns["next_sentence_label"] = "int8"
+    if static:
+        columns["masked_lm_positions"] = ["uint16"]
+        columns["masked_lm_ids"] = [id_type]
+    return arrow_schema(columns)
 
 
 def arrow_schema(columns: dict[str, str | list[str]]) -> Any:
@@ -548,35 +557,35 @@ class ShardBuilder:
         packed = pack(collected, rng(1))
         if self.s.masking is not None:
             packed = mask_packed(packed, partial(mask_tokens, **self.s.masking), self.s.pad_id, rng(2))
-        written = self._write(packed, Path(self.s.folder) / shard_file(SPLITS[split_id], shard))
+        written = write_shard(packed, self.s.schema, Path(self.s.folder) / shard_file(SPLITS[split_id], shard))
         return {**stats, **packed_stats(packed, self.s.mask_id)}, written
 
-    def _write(self, packed: Packed, path: Path) -> dict[str, Any]:
-        """One Arrow stream file (the format datasets' save_to_disk writes), through a temp name; returns
-        its size and sha256 (hashing re-reads it from the page cache: about 1 ms per MB)."""
-        import pyarrow as pa
 
-        schema = self.s.schema
-        offsets = pa.array(packed.offsets.astype(np.int32))
-        id_type = schema.field("input_ids").type.value_type
-        columns = {"input_ids": pa.ListArray.from_arrays(offsets, pa.array(packed.input_ids, id_type)),
-                   "token_type_ids": pa.ListArray.from_arrays(offsets, pa.array(packed.token_type_ids)),
-                   "next_sentence_label": pa.array(packed.labels)}
-        if packed.masked_offsets is not None:
-            masked = pa.array(packed.masked_offsets.astype(np.int32))
-            columns["masked_lm_positions"] = pa.ListArray.from_arrays(
-                masked, pa.array(packed.masked_positions.astype(np.uint16)))
-            columns["masked_lm_ids"] = pa.ListArray.from_arrays(masked, pa.array(packed.masked_ids, id_type))
-        table = pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-                writer.write_table(table, max_chunksize=1000)
-            written = {"bytes": tmp.stat().st_size, "sha256": file_sha256(tmp)}
-            os.replace(tmp, path)
-        except OSError as exc:  # a full disk, a size limit: name the shard (the next run removes the .tmp)
-            raise WriteFailed(path, exc) from None
-        return written
+def write_shard(packed: Packed, schema: Any, path: Path) -> dict[str, Any]:
+    """One Arrow stream file (the format datasets' save_to_disk writes), through a temp name; returns
+    its size and sha256 (hashing re-reads it from the page cache: about 1 ms per MB)."""
+    import pyarrow as pa
+
+    offsets = pa.array(packed.offsets.astype(np.int32))
+    id_type = schema.field("input_ids").type.value_type
+    columns = {"input_ids": pa.ListArray.from_arrays(offsets, pa.array(packed.input_ids, id_type)),
+               "token_type_ids": pa.ListArray.from_arrays(offsets, pa.array(packed.token_type_ids)),
+               "next_sentence_label": pa.array(packed.labels)}
+    if packed.masked_offsets is not None:
+        masked = pa.array(packed.masked_offsets.astype(np.int32))
+        columns["masked_lm_positions"] = pa.ListArray.from_arrays(
+            masked, pa.array(packed.masked_positions.astype(np.uint16)))
+        columns["masked_lm_ids"] = pa.ListArray.from_arrays(masked, pa.array(packed.masked_ids, id_type))
+    table = pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            writer.write_table(table, max_chunksize=1000)
+        written = {"bytes": tmp.stat().st_size, "sha256": file_sha256(tmp)}
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a size limit: name the shard (the next run removes the .tmp)
+        raise WriteFailed(path, exc) from None
+    return written
 
 
 def shard_file(split: str, shard: int) -> str:

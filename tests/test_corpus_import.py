@@ -1,0 +1,316 @@
+"""`corpus import`: Google's pre-training TFRecords, written here from the spec (framing, CRC32C and protobuf by
+hand, independent of the reader), become the corpus `corpus build` makes of the same instances."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertctl.cli import app
+from bertctl.config import CorpusConfig, CorpusImportConfig, PretrainConfig
+from bertctl.corpus import build_corpus, inspect_corpus, load_corpus
+from bertctl.corpus_import import import_corpus
+from bertctl.data.instances import is_validation
+from bertctl.errors import UsageError
+from bertctl.tokenizer import BertTokenizer
+
+WORDS = ("the cat dog bird fish sat ran flew swam on under over a mat log tree pond quickly slowly happily "
+         "red blue green big small old young and then later").split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *WORDS]
+SEQ, PREDICTIONS = 32, 5
+
+# --- a TFRecord writer from the spec ------------------------------------------------------------------------
+
+
+def _crc_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+CRC_TABLE = _crc_table()
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = CRC_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc(data: bytes) -> int:
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def test_the_writer_follows_the_spec() -> None:
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    assert varint(300) == b"\xac\x02" and varint(-1) == b"\xff" * 9 + b"\x01"  # protobuf's own examples
+    assert field(1, b"testing") == b"\x0a\x07testing"
+
+
+def varint(value: int) -> bytes:
+    value &= (1 << 64) - 1  # int64 as protobuf writes it: two's complement, 10 bytes when negative
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def int64_feature(values: list[int], packed: bool = True) -> bytes:
+    if packed:
+        body = field(1, b"".join(varint(v) for v in values))
+    else:
+        body = b"".join(varint(1 << 3 | 0) + varint(v) for v in values)
+    return field(3, body)
+
+
+def float_feature(values: list[float], packed: bool = True) -> bytes:
+    if packed:
+        body = field(1, struct.pack(f"<{len(values)}f", *values))
+    else:
+        body = b"".join(varint(1 << 3 | 5) + struct.pack("<f", v) for v in values)
+    return field(2, body)
+
+
+def example(features: dict[str, bytes]) -> bytes:
+    entries = b"".join(field(1, field(1, name.encode()) + field(2, value)) for name, value in features.items())
+    return field(1, entries)
+
+
+def tfrecord(records: list[bytes]) -> bytes:
+    out = bytearray()
+    for data in records:
+        length = struct.pack("<Q", len(data))
+        out += length + struct.pack("<I", masked_crc(length)) + data + struct.pack("<I", masked_crc(data))
+    return bytes(out)
+
+
+def google_example(row: dict, packed: bool = True, reverse: bool = False, seq: int = SEQ,
+                   predictions: int = PREDICTIONS) -> bytes:
+    """Google's write_instance_to_example_files for one instance (a bertctl corpus row)."""
+    ids, positions = row["input_ids"], row["masked_lm_positions"]
+    pad, slots = seq - len(ids), predictions - len(positions)
+    features = {
+        "input_ids": int64_feature(ids + [0] * pad, packed),
+        "input_mask": int64_feature([1] * len(ids) + [0] * pad, packed),
+        "segment_ids": int64_feature(row["token_type_ids"] + [0] * pad, packed),
+        "masked_lm_positions": int64_feature(positions + [0] * slots, packed),
+        "masked_lm_ids": int64_feature(row["masked_lm_ids"] + [0] * slots, packed),
+        "masked_lm_weights": float_feature([1.0] * len(positions) + [0.0] * slots, packed),
+        "next_sentence_labels": int64_feature([row["next_sentence_label"]], packed),
+    }
+    return example(dict(reversed(features.items())) if reverse else features)
+
+
+# --- fixtures -----------------------------------------------------------------------------------------------
+
+
+def _write_text(path: Path, documents: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(documents):
+        for _ in range(int(rng.integers(4, 9))):
+            lines.append(" ".join(rng.choice(WORDS, int(rng.integers(4, 9)))) + " .")
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict:
+    """A static corpus bertctl built, and its rows as Google's TFRecords: half plain and unpacked, half gzip."""
+    root = tmp_path_factory.mktemp("import")
+    BertTokenizer.from_vocab(VOCAB).save(root / "tok")
+    _write_text(root / "docs.txt", documents=30, seed=0)
+    build_corpus(CorpusConfig(inputs=(str(root / "docs.txt"),), tokenizer=root / "tok", out=root / "built",
+                              max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS, masking="static", workers=1,
+                              seed=1))
+    corpus, manifest = load_corpus(root / "built")
+    rows = corpus["train"].to_list()
+    half = len(rows) // 2
+    (root / "tf_examples.tfrecord-0").write_bytes(
+        tfrecord([google_example(r, packed=False, reverse=True) for r in rows[:half]]))
+    (root / "tf_examples.tfrecord-1").write_bytes(gzip.compress(tfrecord([google_example(r) for r in rows[half:]])))
+    return {"root": root, "tok": root / "tok", "rows": rows, "manifest": manifest,
+            "files": [root / "tf_examples.tfrecord-0", root / "tf_examples.tfrecord-1"]}
+
+
+def imported(built: dict, out: str, files: list[Path] | None = None, **flags) -> Path:
+    cfg = CorpusImportConfig(inputs=tuple(str(f) for f in files or built["files"]), tokenizer=built["tok"],
+                             out=built["root"] / out, **flags)
+    import_corpus(cfg)
+    return cfg.out
+
+
+# --- the import ---------------------------------------------------------------------------------------------
+
+
+def test_the_imported_corpus_is_the_built_one_row_for_row(built) -> None:
+    out = imported(built, "imported")
+    corpus, manifest = load_corpus(out)
+    assert list(corpus) == ["train"]
+    assert corpus["train"].features == load_corpus(built["root"] / "built")[0]["train"].features
+    assert corpus["train"].to_list() == built["rows"]
+    mine = built["manifest"]
+    for key in ("objective", "masking", "max_seq_length", "max_predictions_per_seq", "tokenizer_sha256",
+                "tokenizer_settings", "vocab_size", "special_ids", "splits"):
+        assert manifest[key] == mine[key], key
+    assert manifest["source"] == "google-tfrecord" and manifest["masked_lm_prob"] is None
+    for key in ("instances", "instance_tokens", "label_1", "masked", "masked_as_mask", "masked_as_random",
+                "masked_as_kept"):
+        assert manifest["counts"]["train"][key] == mine["counts"]["train"][key], key
+    assert [(i["sha256"], i["compression"], i["bytes"]) for i in manifest["inputs"]] == [
+        (hashlib.sha256(f.read_bytes()).hexdigest(), c, f.stat().st_size)
+        for f, c in zip(built["files"], [None, "gzip"], strict=True)]
+    assert sum(i["records"] for i in manifest["inputs"]) == len(built["rows"])
+    assert (out / "tokenizer" / "vocab.txt").read_text() == (built["root"] / "built" / "tokenizer" / "vocab.txt"
+                                                             ).read_text()
+    report, theirs = inspect_corpus(out, num=2), inspect_corpus(built["root"] / "built", num=2)
+    for key in ("instances", "tokens", "mean_length", "padding_share", "notnext_share", "masked_share",
+                "mask_share", "random_share", "kept_share"):
+        assert report["splits"]["train"][key] == theirs["splits"]["train"][key], key
+    assert "short_share" not in report["splits"]["train"] and "documents" not in report["splits"]["train"]
+    assert report["samples"] == theirs["samples"]
+
+
+def test_pretraining_on_the_imported_corpus_gives_the_built_ones_losses(built, tmp_path) -> None:
+    from bertctl.pretrain import pretrain
+
+    out = imported(built, "to-train")
+    losses = []
+    for corpus in (built["root"] / "built", out):
+        run = tmp_path / corpus.name
+        pretrain(PretrainConfig(corpus=corpus, out=run, model_config="tiny", steps=4, batch_size=8, lr=1e-3,
+                                warmup_steps=1, log_every=1, save_every=0, eval_every=0, seed=3, num_workers=0,
+                                device="cpu"))
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        losses.append([(r["mlm_loss"], r["nsp_loss"]) for r in rows if "loss" in r])
+    assert len(losses[0]) == 4 and losses[0] == losses[1]
+
+
+def test_validation_fraction_holds_out_every_nth_record_as_build_does(built) -> None:
+    corpus, manifest = load_corpus(imported(built, "held", validation_fraction=0.25))
+    held = [is_validation(i, 0.25) for i in range(len(built["rows"]))]
+    assert corpus["validation"].to_list() == [r for r, h in zip(built["rows"], held, strict=True) if h]
+    assert corpus["train"].to_list() == [r for r, h in zip(built["rows"], held, strict=True) if not h]
+    assert manifest["splits"] == ["train", "validation"] and manifest["validation_fraction"] == 0.25
+
+
+def test_zlib_files_and_folders(built) -> None:
+    folder = built["root"] / "zlib"
+    folder.mkdir()
+    (folder / "part-0.tfrecord.zz").write_bytes(zlib.compress(tfrecord([google_example(r) for r in built["rows"]])))
+    corpus, manifest = load_corpus(imported(built, "from-zlib", files=[folder]))
+    assert corpus["train"].to_list() == built["rows"] and manifest["inputs"][0]["compression"] == "zlib"
+
+
+# --- refusals -----------------------------------------------------------------------------------------------
+
+
+def _damaged(built: dict, kind: str) -> tuple[bytes, str]:
+    """A file's bytes and what the one-line error must say."""
+    plain = tfrecord([google_example(r) for r in built["rows"][:6]])
+    first = len(tfrecord([google_example(built["rows"][0])]))
+    if kind == "corrupted byte":
+        data = bytearray(plain)
+        data[first + 30] ^= 0x01  # inside record 2's data
+        return bytes(data), "record 2: the record's data .* does not match its checksum"
+    if kind == "corrupted length":
+        data = bytearray(plain)
+        data[first * 2] ^= 0x40  # record 3's length
+        return bytes(data), "record 3: the record's length .* does not match its checksum"
+    if kind == "truncated":
+        return plain[:-7], "record 6: the file ends inside the record"
+    if kind == "truncated gzip":
+        return gzip.compress(plain)[:-20], "record [0-9]+: the gzip data is truncated or corrupt"
+    if kind == "not a tfrecord":
+        return b"the cat sat on the mat .\n" * 10, "record 1: the record's length .* does not match its checksum"
+    if kind == "run_classifier":
+        classifier = example({"input_ids": int64_feature([2, 9, 3] + [0] * 5),
+                              "input_mask": int64_feature([1] * 3 + [0] * 5),
+                              "segment_ids": int64_feature([0] * 8), "label_ids": int64_feature([1]),
+                              "is_real_example": int64_feature([1])})
+        return tfrecord([classifier]), ("record 1: not a pre-training example of Google's create_pretraining_data.py "
+                                        r"\(run_classifier's .*no masked_lm_positions")
+    if kind == "other lengths":
+        rows = built["rows"][:3]
+        return tfrecord([google_example(rows[0]), google_example(rows[1]), google_example(rows[2], seq=SEQ + 4)]), \
+            f"record 3: max_seq_length {SEQ + 4} .* but .* record 1 has {SEQ} .*all records must agree"
+    if kind == "float ids":
+        features = {"input_ids": float_feature([2.0, 3.0]), "input_mask": int64_feature([1, 1]),
+                    "segment_ids": int64_feature([0, 0]), "masked_lm_positions": int64_feature([1]),
+                    "masked_lm_ids": int64_feature([5]), "masked_lm_weights": float_feature([1.0]),
+                    "next_sentence_labels": int64_feature([0])}
+        return tfrecord([example(features)]), "record 1: feature input_ids is a float_list, Google's is a int64_list"
+    if kind == "position past the tokens":
+        row = dict(built["rows"][0])
+        row["masked_lm_positions"] = [len(row["input_ids"]) + 1, *row["masked_lm_positions"][1:]]
+        return tfrecord([google_example(built["rows"][1]), google_example(row)]), \
+            "record 2: masked_lm_positions holds [0-9]+, outside the [0-9]+ tokens"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["corrupted byte", "corrupted length", "truncated", "truncated gzip",
+                                  "not a tfrecord", "run_classifier", "other lengths", "float ids",
+                                  "position past the tokens"])
+def test_bad_records_fail_in_one_line_naming_file_and_record_and_write_nothing(built, kind) -> None:
+    data, said = _damaged(built, kind)
+    bad = built["root"] / f"bad-{kind.replace(' ', '-')}.tfrecord"
+    bad.write_bytes(data)
+    with pytest.raises(UsageError, match=said) as error:
+        imported(built, "bad", files=[built["files"][0], bad])
+    assert "\n" not in str(error.value) and str(bad) in str(error.value)
+    assert not (built["root"] / "bad").exists() and not (built["root"] / "bad.partial").exists()
+
+
+def test_a_vocabulary_too_small_for_the_ids_is_refused(built) -> None:
+    highest = max(max(r["input_ids"]) for r in built["rows"][:len(built["rows"]) // 2])
+    BertTokenizer.from_vocab(VOCAB[:highest]).save(built["root"] / "small-tok")
+    cfg = CorpusImportConfig(inputs=(str(built["files"][0]),), tokenizer=built["root"] / "small-tok",
+                             out=built["root"] / "small")
+    with pytest.raises(UsageError, match=rf"tfrecord-0: record [0-9]+: (input id|masked_lm_ids holds) [0-9]+,? (is )?"
+                                         rf"outside the vocabulary of .*small-tok \({highest} ids\)") as error:
+        import_corpus(cfg)
+    assert "\n" not in str(error.value)
+    assert not (built["root"] / "small").exists() and not (built["root"] / "small.partial").exists()
+
+
+def test_cli_import_inspect_and_overwrite(built) -> None:
+    runner = CliRunner()
+    out = built["root"] / "cli"
+    args = ["corpus", "import", *map(str, built["files"]), "--tokenizer", str(built["tok"]), "--out", str(out),
+            "--validation-fraction", "0.1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"max_seq_length {SEQ}, max_predictions_per_seq {PREDICTIONS}" in result.stdout
+    result = runner.invoke(app, ["corpus", "inspect", str(out), "--num", "1"])
+    assert result.exit_code == 0 and "|" in result.stdout and "IsNext" in result.stdout or "NotNext" in result.stdout
+    again = runner.invoke(app, args)
+    assert again.exit_code == 2 and "--overwrite" in again.output
+    assert runner.invoke(app, [*args, "--overwrite"]).exit_code == 0
+    empty = built["root"] / "empty.tfrecord"
+    empty.write_bytes(b"")
+    result = runner.invoke(app, ["corpus", "import", str(empty), "-t", str(built["tok"]), "-o",
+                                 str(built["root"] / "e")])
+    assert result.exit_code == 2 and "no records" in result.output and "Traceback" not in result.output
+    result = runner.invoke(app, ["corpus", "import", str(empty), "-o", str(built["root"] / "e")])
+    assert result.exit_code == 2 and "--tokenizer is required" in result.output
