@@ -138,8 +138,9 @@ def model_config(name_or_path: str, defaults: dict[str, Any] | None = None, **ov
     if name_or_path in PRESETS:
         return preset(name_or_path, **{**defaults, **overrides})
     path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
+    if path.is_dir():  # a model folder: config.json, else Google's bert_config.json (a TensorFlow release)
+        path = next((path / n for n in ("config.json", "bert_config.json") if (path / n).is_file()),
+                    path / "config.json")
     if not path.is_file():
         raise UsageError(f"--model-config: {name_or_path!r} is neither a preset ({', '.join(PRESETS)}) "
                          "nor an existing config.json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from bertctl.checkpoint import (
@@ -16,6 +17,8 @@ from bertctl.checkpoint import (
 from bertctl.config_types import take_bool
 from bertctl.errors import UsageError
 from bertctl.files import check_new_out, refuse_inputs_inside, user_path
+
+log = logging.getLogger(__name__)
 
 
 def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str:
@@ -33,6 +36,11 @@ def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str
     tokenizer = model_tokenizer(ckpt, required=False)
     outputs = getattr(model, "num_labels", None)
     labels = ckpt.labels if outputs is not None and outputs == len(ckpt.labels or []) else None
+    if ckpt.from_tensorflow and "classifier" in ckpt.parts and not ckpt.labels:
+        log.warning("warning: %s is a TensorFlow classifier without id2label: its outputs are saved as LABEL_0, ..., "
+                    "which evaluate and finetune take in the task's order (for MNLI run_classifier.py's is "
+                    "contradiction, entailment, neutral); add id2label to %s first to keep them named",
+                    source, ckpt.config_file)
     save_model(model, out, tokenizer, labels=labels, problem_type=ckpt.problem_type, config_extra=ckpt.kept_config,
                keep=keep, overwrite=overwrite)
     heads = ", ".join(heads_present(ckpt)) or "encoder only"

@@ -127,7 +127,8 @@ def check_length(max_seq_length: int, tokenizer_path: Path) -> None:
 
     folder = tokenizer_path if tokenizer_path.is_dir() else tokenizer_path.parent
     limit, source = MODEL_MAX_LENGTH, "BERT's position table"
-    declared = (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length"))
+    declared = (("config.json", "max_position_embeddings"), ("bert_config.json", "max_position_embeddings"),
+                ("tokenizer_config.json", "model_max_length"))
     for name, field in declared:
         try:
             value = json.loads((folder / name).read_text(encoding="utf-8")).get(field)

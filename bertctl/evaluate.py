@@ -33,7 +33,7 @@ from bertctl.errors import UsageError
 from bertctl.files import json_text, read_json_object
 from bertctl.hub import path_as_given
 from bertctl.metrics import compute_task_metrics
-from bertctl.tokenizer import BertTokenizer
+from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 from bertctl.training import pick_device
 
 MIN_SEQ_LENGTH = 3  # [CLS], one token, [SEP]
@@ -70,9 +70,6 @@ def scoring_device(device: str | None) -> torch.device:
     chosen = pick_device(device)
     training.enable_fast_math(chosen)
     return chosen
-
-
-ENCODE_CHUNK = 4096  # texts per tokenizer call: a whole table's untruncated encodings took ~190 bytes a token
 
 
 def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length: int,

@@ -17,7 +17,7 @@ from bertctl.config_types import take_bool, take_int
 from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
 from bertctl.files import json_text, user_path
-from bertctl.tokenizer import BertTokenizer
+from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 from bertctl.training import pick_device, to_device
 
 log = logging.getLogger(__name__)
@@ -46,9 +46,6 @@ def load_mlm(model: Path | str) -> tuple[torch.nn.Module, BertTokenizer]:
                          "head, e.g. a bertctl pretrain folder or a BertForMaskedLM")
     tokenizer = model_tokenizer(ckpt)
     return build_model(ckpt, "BertForMaskedLM", share_weights=True).eval(), tokenizer
-
-
-ENCODE_CHUNK = 4096  # texts per tokenizer call: tokenizers' Encodings take ~190 bytes a token, the ids kept 4
 
 
 def _encode(texts: list[str], tokenizer: BertTokenizer, max_length: int,

@@ -553,7 +553,7 @@ def require_text(texts: Sequence[Any], what: str = "text") -> None:
                              "convert it to UTF-8 first") from None
 
 
-ROWS_CHUNK = 4096  # texts encoded at once by iter_encoded_rows: tokenizers' Encodings take ~190 bytes a token
+ENCODE_CHUNK = 4096  # texts per tokenizers call where many are encoded: its Encodings take ~190 bytes a token
 
 
 def encode_rows(tokenizer: BertTokenizer, texts: Sequence[str], pair: str | None = None) -> list[dict[str, Any]]:
@@ -563,14 +563,14 @@ def encode_rows(tokenizer: BertTokenizer, texts: Sequence[str], pair: str | None
 
 def iter_encoded_rows(tokenizer: BertTokenizer, texts: Sequence[str],
                       pair: str | None = None) -> Iterator[dict[str, Any]]:
-    """encode_rows' rows one at a time, encoded ROWS_CHUNK texts at once, so printing 10 MB of lines holds a
+    """encode_rows' rows one at a time, encoded ENCODE_CHUNK texts at once, so printing 10 MB of lines holds a
     chunk's rows, not all of them. Every text is checked first: a bad one stops the command before any output."""
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise UsageError(f"encode_rows: give a list of texts, not {reprlib.repr(texts)}")
     require_text(texts, "text")
     require_text([] if pair is None else [pair], "pair")
-    for start in range(0, len(texts), ROWS_CHUNK):
-        chunk = texts[start: start + ROWS_CHUNK]
+    for start in range(0, len(texts), ENCODE_CHUNK):
+        chunk = texts[start: start + ENCODE_CHUNK]
         pairs = None if pair is None else [pair] * len(chunk)
         for text, encoding in zip(chunk, tokenizer.encode_batch(chunk, pairs), strict=True):
             row: dict[str, Any] = {"text": text} if pair is None else {"text": text, "pair": pair}

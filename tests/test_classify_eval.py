@@ -298,7 +298,7 @@ def test_encoding_a_big_table_holds_only_the_truncated_ids(monkeypatch):
 
     import bertctl.evaluate as module
 
-    monkeypatch.setattr(module, "ENCODE_CHUNK", 64, raising=False)
+    monkeypatch.setattr(module, "ENCODE_CHUNK", 64)
     words = [f"w{i}" for i in range(600)]  # ids above 256: each a Python int of its own while the encodings live
     tokenizer = BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])
     long_text = " ".join(words[300:])

@@ -130,7 +130,7 @@ def test_fill_without_a_model_points_to_the_quick_start(tmp_path, monkeypatch):
 
 
 def test_encode_prints_many_lines_a_chunk_at_a_time_in_order(tmp_path, monkeypatch):
-    """stdin lines are encoded ROWS_CHUNK at a time (a 10 MB file held every row's tokens: 0.7 GB), the rows in
+    """stdin lines are encoded ENCODE_CHUNK at a time (a 10 MB file held every row's tokens: 0.7 GB), the rows in
     input order and a bad line refused before any output, numbered from the first line."""
     import bertctl.tokenizer as tokenizer_module
     from bertctl.tokenizer import BertTokenizer
@@ -144,7 +144,7 @@ def test_encode_prints_many_lines_a_chunk_at_a_time_in_order(tmp_path, monkeypat
     encode_batch = BertTokenizer.encode_batch
     monkeypatch.setattr(BertTokenizer, "encode_batch", lambda self, texts, *a, **k: batches.append(len(texts))
                         or encode_batch(self, texts, *a, **k))
-    monkeypatch.setattr(tokenizer_module, "ROWS_CHUNK", 4)
+    monkeypatch.setattr(tokenizer_module, "ENCODE_CHUNK", 4)
     result = CliRunner().invoke(app, ["tokenizer", "encode", "-t", str(tmp_path / "tok"), "--json", *lines])
     assert result.exit_code == 0 and [json.loads(r) for r in result.stdout.splitlines()] == expected
     assert batches == [4, 4, 3]

@@ -452,3 +452,20 @@ def test_finetuning_a_run_classifier_mnli_checkpoint_keeps_what_each_row_predict
     assert _align_classifier(model, ckpt, get_task("mnli"), "mnli", announce=False)
     assert torch.equal(model.classifier.weight, reference.classifier.weight[[1, 2, 0]])
     assert torch.equal(model.classifier.bias, reference.classifier.bias[[1, 2, 0]])
+
+
+def test_a_google_folder_serves_as_a_model_config_and_convert_warns_about_unnamed_classes(odd_config, tmp_path,
+                                                                                        caplog):
+    """`--model-config DIR` and corpus build's length check read a TensorFlow folder's bert_config.json; convert
+    says a run_classifier head's classes go unnamed (LABEL_i), which would lose run_classifier's MNLI order."""
+    from bertctl.config import model_config
+    from bertctl.corpus import check_length
+    from bertctl.errors import UsageError
+
+    folder = google_folder(tmp_path / "mnli", reference_model("BertForSequenceClassification", odd_config,
+                                                              num_labels=3))
+    assert model_config(str(folder)).hidden_size == odd_config.hidden_size
+    with pytest.raises(UsageError, match="bert_config.json"):
+        check_length(odd_config.max_position_embeddings + 1, folder)
+    result = CliRunner().invoke(app, ["convert", str(folder), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0 and "without id2label" in caplog.text + result.stderr, result.output
