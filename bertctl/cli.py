@@ -13,12 +13,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from bertctl import __version__
-from bertctl.cli_base import ClosedStdout, Group, command_group, set_debug, show_warnings
+from bertctl.cli_base import ClosedStdout, Group, command_config, command_group, set_debug, show_warnings
 from bertctl.cli_tasks import evaluate_app, finetune_app, predict_app
 from bertctl.config import PretrainConfig
 from bertctl.errors import Terminated, UsageError
@@ -27,6 +27,12 @@ from bertctl.hub import path_as_given
 app = typer.Typer(cls=Group, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
                   help="BERT end to end: tokenizer, corpus, pretrain, finetune, evaluate, predict, fill.")
+# options several commands share, spelt once
+_Lowercase = Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing of a bare vocab.txt "
+                                                 "[its tokenizer_config.json, else lowercase].")]
+_Overwrite = Annotated[bool | None, typer.Option("--overwrite/--no-overwrite", help="Replace OUT if it exists.")]
+_ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields (flags win).")]
+
 tokenizer_app = command_group("Train a WordPiece tokenizer and inspect how it encodes text.")
 corpus_app = command_group("Build pre-training instances (Arrow datasets), import Google's TFRecords, inspect them.")
 app.add_typer(tokenizer_app, name="tokenizer")
@@ -68,20 +74,15 @@ def tokenizer_train(
     min_frequency: Annotated[int | None, typer.Option(help="Least count of a pair to merge [2].")] = None,
     limit_alphabet: Annotated[int | None, typer.Option(help="Most characters kept [1000].")] = None,
     text_column: Annotated[str | None, typer.Option(help="Column of table/dataset inputs [text].")] = None,
-    overwrite: Annotated[bool | None, typer.Option("--overwrite/--no-overwrite",
-                                                   help="Replace OUT if it exists.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields "
-                                                "(flags win).")] = None,
+    overwrite: _Overwrite = None,
+    config: _ConfigFile = None,
 ) -> None:
     """Train a WordPiece vocabulary (Google's vocab.txt format) on text; same inputs, same bytes."""
-    flags = {k: v for k, v in locals().items() if k != "config"}
-    flags["inputs"] = tuple(inputs) if inputs else None
+    flags = dict(locals())
     from bertctl.config import TokenizerTrainConfig
-    from bertctl.config_files import build_config, read_config_file
     from bertctl.tokenizer_train import train_tokenizer
 
-    record = train_tokenizer(build_config(TokenizerTrainConfig, read_config_file(config) if config else {},
-                                          **flags))
+    record = train_tokenizer(command_config(TokenizerTrainConfig, flags))
     skipped = f"; skipped {len(record['skipped'])} unreadable input(s)" if record["skipped"] else ""
     typer.echo(f"wrote {record['config']['out']}: {record['vocab_size']} entries ({record['alphabet']} "
                f"characters, {record['learned']} learned, {record['unused']} unused){skipped}; "
@@ -95,8 +96,7 @@ def tokenizer_encode(
     texts: Annotated[list[str] | None, typer.Argument(help="Texts to encode (none: one a line from stdin).",
                                                       show_default=False)] = None,
     pair: Annotated[str | None, typer.Option("--pair", help="Second segment (B) for every text.")] = None,
-    lowercase: Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing of a bare vocab.txt "
-                                                   "[its tokenizer_config.json, else lowercase].")] = None,
+    lowercase: _Lowercase = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per text, one per line.")] = False,
 ) -> None:
     """Show the tokens, ids and segment ids of texts, [CLS] and [SEP] included."""
@@ -143,32 +143,32 @@ def corpus_build(
                                                            "lines separate]")] = None,
     split_sentences: Annotated[bool | None, typer.Option("--split-sentences/--no-split-sentences", help="Split "
                                                          "lines into sentences [on].")] = None,
-    lowercase: Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing of a bare vocab.txt "
-                                                   "[its tokenizer_config.json, else lowercase].")] = None,
+    lowercase: _Lowercase = None,
     shard_size_mb: Annotated[float | None, typer.Option(help="MB of text per shard [4].")] = None,
     seed: Annotated[int | None, typer.Option(help="[12345]")] = None,
     workers: Annotated[int | None, typer.Option(help="Processes, 0 = all cores; never changes the "
                                                 "output [0].")] = None,
-    overwrite: Annotated[bool | None, typer.Option("--overwrite/--no-overwrite",
-                                                   help="Replace OUT if it exists.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields "
-                                                "(flags win).")] = None,
+    overwrite: _Overwrite = None,
+    config: _ConfigFile = None,
 ) -> None:
     """Build pre-training instances (Google's NSP/MLM semantics) as an Arrow DatasetDict; resumable."""
-    flags = {k: v for k, v in locals().items() if k != "config"}
-    flags["inputs"] = tuple(inputs) if inputs else None
+    flags = dict(locals())
     from bertctl.config import CorpusConfig
-    from bertctl.config_files import build_config, read_config_file
     from bertctl.corpus import build_corpus
 
-    cfg = build_config(CorpusConfig, read_config_file(config) if config else {}, **flags)
+    cfg = command_config(CorpusConfig, flags)
     manifest = build_corpus(cfg)
     counts = manifest["counts"]
-    held = f", {counts['validation']['instances']} validation" if counts["validation"].get("instances") else ""
     skipped = f"; skipped {len(manifest['skipped'])} unreadable input(s)" if manifest["skipped"] else ""
-    typer.echo(f"wrote {cfg.out}: {counts['train']['instances']} training instances{held} from "
-               f"{counts['train']['documents'] + counts['validation'].get('documents', 0)} documents{skipped}; "
-               f"see 'bertctl corpus inspect {cfg.out}'")
+    _wrote_corpus(cfg.out, manifest, f"{counts['train']['documents'] + counts['validation'].get('documents', 0)} "
+                  f"documents{skipped}")
+
+
+def _wrote_corpus(out: Path, manifest: dict[str, Any], source: str) -> None:
+    counts = manifest["counts"]
+    held = f", {counts['validation']['instances']} validation" if counts["validation"].get("instances") else ""
+    typer.echo(f"wrote {out}: {counts['train']['instances']} training instances{held} from {source}; "
+               f"see 'bertctl corpus inspect {out}'")
 
 
 @corpus_app.command("import")
@@ -179,27 +179,19 @@ def corpus_import(
                                                   "with: tokenizer folder or vocab.txt.", show_default=False)] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output corpus folder.")] = None,
     validation_fraction: Annotated[float | None, typer.Option(help="Share of records held out [0].")] = None,
-    lowercase: Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing of a bare vocab.txt "
-                                                   "[its tokenizer_config.json, else lowercase].")] = None,
-    overwrite: Annotated[bool | None, typer.Option("--overwrite/--no-overwrite",
-                                                   help="Replace OUT if it exists.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields "
-                                                "(flags win).")] = None,
+    lowercase: _Lowercase = None,
+    overwrite: _Overwrite = None,
+    config: _ConfigFile = None,
 ) -> None:
     """Import Google's pre-training TFRecords (static masks, MLM+NSP) as a corpus that pretrain reads."""
-    flags = {k: v for k, v in locals().items() if k != "config"}
-    flags["inputs"] = tuple(inputs) if inputs else None
+    flags = dict(locals())
     from bertctl.config import CorpusImportConfig
-    from bertctl.config_files import build_config, read_config_file
     from bertctl.corpus_import import import_corpus
 
-    cfg = build_config(CorpusImportConfig, read_config_file(config) if config else {}, **flags)
+    cfg = command_config(CorpusImportConfig, flags)
     manifest = import_corpus(cfg)
-    counts = manifest["counts"]
-    held = f", {counts['validation']['instances']} validation" if counts["validation"]["instances"] else ""
-    typer.echo(f"wrote {cfg.out}: {counts['train']['instances']} training instances{held} from "
-               f"{len(manifest['inputs'])} file(s), max_seq_length {manifest['max_seq_length']}, "
-               f"max_predictions_per_seq {manifest['max_predictions_per_seq']}; see 'bertctl corpus inspect {cfg.out}'")
+    _wrote_corpus(cfg.out, manifest, f"{len(manifest['inputs'])} file(s), max_seq_length "
+                  f"{manifest['max_seq_length']}, max_predictions_per_seq {manifest['max_predictions_per_seq']}")
 
 
 @corpus_app.command("inspect")
@@ -259,8 +251,7 @@ def pretrain(
     num_workers: Annotated[int | None, typer.Option(help="DataLoader workers [1].")] = None,
     device: Annotated[str | None, typer.Option(help="cpu|cuda [cuda when available].")] = None,
     max_bad_steps: Annotated[int | None, typer.Option(help="NaN/inf steps in a row before stopping [5].")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields "
-                                                "(flags win).")] = None,
+    config: _ConfigFile = None,
 ) -> None:
     """Pre-train BERT with MLM (+NSP/SOP); no arguments runs the quick start on bundled text."""
     flags = {k: v for k, v in locals().items() if k != "config"}

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bertctl.cli_base import command_group
+from bertctl.cli_base import command_config, command_group
 
 finetune_app = command_group("Fine-tune a model on GLUE or on your own labelled data.")
 evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set or a labelled table.")
@@ -55,10 +55,8 @@ _FtConfig = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file
 
 def _finetune_config(flags: dict[str, Any]) -> Any:
     from bertctl.config import FinetuneConfig
-    from bertctl.config_files import build_config, read_config_file
 
-    config = flags.pop("config")  # list flags (--seeds 1,2) are split by the config, as a file's strings are
-    return build_config(FinetuneConfig, read_config_file(config) if config else {}, **flags)
+    return command_config(FinetuneConfig, flags)  # --seeds 1,2 is split by the config, as a file's string is
 
 
 @finetune_app.command("glue")
