@@ -68,7 +68,8 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
     from bertctl.data.sources import ReadStats, expand_inputs
     from bertctl.tokenizer_folder import load_tokenizer
 
-    out = _check_required(cfg)
+    out = check_required(cfg, "corpus build", "input (text file, folder, glob, table or dataset)",
+                         "a tokenizer folder or vocab.txt (train one with 'bertctl tokenizer train')")
     sources = expand_inputs(list(cfg.inputs))
     refuse_inputs_inside(out, [*sources, cfg.tokenizer], read_whole=cfg.inputs)
     tokenizer = load_tokenizer(cfg.tokenizer, lowercase=cfg.lowercase)
@@ -110,14 +111,14 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
 
 # --- checks and inputs -------------------------------------------------------------------------------
 
-def _check_required(cfg: CorpusConfig) -> Path:
+def check_required(cfg: Any, command: str, inputs: str, tokenizer: str) -> Path:
+    """INPUTS, --tokenizer and --out given (each refusal says what `inputs`/`tokenizer` to give), and OUT usable."""
     if not cfg.inputs:
-        raise UsageError("corpus build: give at least one input (text file, folder, glob, table or dataset)")
+        raise UsageError(f"{command}: give at least one {inputs}")
     if cfg.tokenizer is None:
-        raise UsageError("corpus build: --tokenizer DIR is required "
-                         "(train one with 'bertctl tokenizer train')")
+        raise UsageError(f"{command}: --tokenizer is required: {tokenizer}")
     if cfg.out is None:
-        raise UsageError("corpus build: --out DIR is required")
+        raise UsageError(f"{command}: --out DIR is required")
     return check_new_out(cfg.out, overwrite=cfg.overwrite)
 
 
@@ -444,7 +445,7 @@ def inspect_corpus(path: Path | str, num: int = 3) -> dict[str, Any]:
     dataset, manifest = load_corpus(path)
     report: dict[str, Any] = {key: manifest.get(key) for key in (
         "objective", "masking", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq",
-        "whole_word_masking", "dupe_factor", "seed", "tokenizer_sha256")}
+        "whole_word_masking", "dupe_factor", "seed", "tokenizer_sha256", "source")}
     report = {"path": str(path), **report, "splits": {}}
     for split in dataset:
         counts = manifest["counts"].get(split, {})
@@ -532,8 +533,9 @@ def _samples(split: Any, manifest: dict[str, Any], tokenizer: Any, num: int) -> 
 
 def format_report(report: dict[str, Any]) -> str:
     """The human-readable form of `inspect_corpus`'s report."""
+    origin = f"seed {report['seed']}" if report.get("source") is None else f"from {report['source']}"
     lines = [f"corpus {report['path']}: {report['objective']}, {report['masking']} masking, "
-             f"max_seq_length {report['max_seq_length']}, seed {report['seed']}"]
+             f"max_seq_length {report['max_seq_length']}, {origin}"]
     for split, stats in report["splits"].items():
         lines.append(f"  {split}:")
         lines += [f"    {key:<21} {value}" for key, value in stats.items()]

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import hashlib
-import io
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +33,7 @@ from bertctl.corpus import (
     FORMAT_VERSION,
     assemble_corpus,
     check_length,
+    check_required,
     encoding_settings,
     open_partial,
     publish_corpus,
@@ -50,193 +49,30 @@ from bertctl.data.instances import (
     shard_file,
     write_shard,
 )
+from bertctl.data.tfrecord import (
+    BYTES,
+    FLOAT,
+    INT64,
+    BadRecord,
+    HashedReader,
+    compression_of,
+    feature_column,
+    parse_example,
+    read_records,
+)
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import check_new_out, refuse_inputs_inside, write_json_atomic
-from bertctl.tf_format import crc32c, masked_crc, message_fields
+from bertctl.files import refuse_inputs_inside, write_json_atomic
 
 __all__ = ["FEATURES", "import_corpus", "parse_example", "read_records"]
 
 _EXECUTION_ONLY = ("out", "overwrite")  # never change the corpus
-_INT64, _FLOAT, _BYTES = 3, 2, 1  # tf.train.Feature's oneof field numbers
-_KIND_NAMES = {_BYTES: "bytes_list", _FLOAT: "float_list", _INT64: "int64_list", 0: "empty Feature"}
-FEATURES = {"input_ids": _INT64, "input_mask": _INT64, "segment_ids": _INT64, "masked_lm_positions": _INT64,
-            "masked_lm_ids": _INT64, "masked_lm_weights": _FLOAT, "next_sentence_labels": _INT64}
+_KIND_NAMES = {BYTES: "bytes_list", FLOAT: "float_list", INT64: "int64_list", 0: "empty Feature"}
+FEATURES = {"input_ids": INT64, "input_mask": INT64, "segment_ids": INT64, "masked_lm_positions": INT64,
+            "masked_lm_ids": INT64, "masked_lm_weights": FLOAT, "next_sentence_labels": INT64}
 _SEQUENCE = ("input_ids", "input_mask", "segment_ids")  # max_seq_length values each
 _PREDICTIONS = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")  # max_predictions_per_seq each
-MAX_RECORD_BYTES = 1 << 30  # a pre-training example at 512 tokens is about 10 KB; a larger length is damage
 BLOCK_ROWS = 4096  # records checked and converted together
 SHARD_ROWS = 50_000  # rows per Arrow file (about 25 MB at 128 tokens)
-
-
-class _Bad(Exception):
-    """A record (or the file around it) that cannot be imported; the caller names the file and record."""
-
-
-# --- reading TFRecord files ------------------------------------------------------------------------------
-
-class _Hashed:
-    """A file read through: the sha256 of its stored bytes and how many were read, taken as they pass."""
-
-    def __init__(self, handle: BinaryIO) -> None:
-        self.handle, self.digest, self.count = handle, hashlib.sha256(), 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.handle.read(size)
-        self.digest.update(data)
-        self.count += len(data)
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-
-class _Inflated(io.RawIOBase):
-    """A ZLIB stream (TFRecordOptions' ZLIB: one zlib stream for the whole file), decompressed as it is read."""
-
-    def __init__(self, source: _Hashed) -> None:
-        self.source, self.inflate = source, zlib.decompressobj()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while True:
-            if self.inflate.unconsumed_tail:
-                data = self.inflate.decompress(self.inflate.unconsumed_tail, len(buffer))
-            elif self.inflate.eof:
-                return 0
-            else:
-                chunk = self.source.read(1 << 16)
-                if not chunk:
-                    raise EOFError("the ZLIB stream ends before its end marker")
-                data = self.inflate.decompress(chunk, len(buffer))
-            if data:
-                buffer[:len(data)] = data
-                return len(data)
-
-
-def _valid_header(header: bytes) -> bool:
-    return len(header) == 12 and masked_crc(crc32c(np.frombuffer(header[:8], np.uint8))) == \
-        struct.unpack_from("<I", header, 8)[0]
-
-
-def _compression(head: bytes) -> str | None:
-    """None for a plain TFRecord file (its first header checks out), else "gzip" or "zlib" by the magic bytes."""
-    if not head or _valid_header(head):
-        return None
-    if head[:2] == b"\x1f\x8b":
-        return "gzip"
-    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
-        return "zlib"
-    return None  # the first record's header is damaged: said so when it is read
-
-
-def _read_exact(stream: Any, size: int) -> bytes:
-    parts, left = [], size
-    while left:
-        data = stream.read(left)
-        if not data:
-            break
-        parts.append(data)
-        left -= len(data)
-    return b"".join(parts)
-
-
-def read_records(path: Path, source: _Hashed, compression: str | None) -> Iterator[bytes]:
-    """The data of each record of an open TFRecord file, each checked against its CRC32C; raises _Bad."""
-    if compression == "gzip":
-        stream: Any = gzip.GzipFile(fileobj=source, mode="rb")  # type: ignore[arg-type]
-    elif compression == "zlib":
-        stream = io.BufferedReader(_Inflated(source), 1 << 16)
-    else:
-        stream = source
-    where = " of the decompressed data" if compression else ""
-    offset = 0
-    while True:
-        header = _read_exact(stream, 12)
-        if not header:
-            return
-        if len(header) < 12:
-            raise _Bad(f"the file ends inside the record's header (byte {offset}{where}): it is truncated")
-        (length,) = struct.unpack_from("<Q", header)
-        if not _valid_header(header):
-            raise _Bad(f"the record's length (byte {offset}{where}) does not match its checksum: the file is "
-                       "corrupt, or not a TFRecord file")
-        if length > MAX_RECORD_BYTES:
-            raise _Bad(f"the record claims {length} bytes, far more than a pre-training example holds")
-        body = _read_exact(stream, length + 4)
-        if len(body) < length + 4:
-            raise _Bad(f"the file ends inside the record (byte {offset}{where}): it is truncated")
-        data = body[:length]
-        if masked_crc(crc32c(np.frombuffer(data, np.uint8))) != struct.unpack_from("<I", body, length)[0]:
-            raise _Bad(f"the record's data (byte {offset + 12}{where}) does not match its checksum: the file is "
-                       "corrupt")
-        offset += 16 + length
-        yield data
-
-
-# --- tf.train.Example --------------------------------------------------------------------------------------
-
-def _messages(fields: dict[int, list[int | bytes]], number: int) -> list[bytes]:
-    values = fields.get(number, [])
-    if not all(isinstance(v, bytes) for v in values):
-        raise ValueError(f"field {number} is not a message")
-    return values  # type: ignore[return-value]
-
-
-def _packed_varints(data: bytes) -> np.ndarray:
-    """The int64 values of a packed varint run (two's complement, as protobuf writes negative int64s)."""
-    raw = np.frombuffer(data, np.uint8)
-    last = raw < 0x80
-    if not len(raw) or last.all():
-        return raw.astype(np.int64)
-    if not last[-1]:
-        raise ValueError("packed varints")
-    ends = np.flatnonzero(last)
-    starts = np.concatenate([[0], ends[:-1] + 1])
-    if (ends - starts).max() >= 10:
-        raise ValueError("varint")
-    shift = (np.arange(len(raw)) - np.repeat(starts, ends - starts + 1)).astype(np.uint64) * np.uint64(7)
-    parts = (raw & 0x7F).astype(np.uint64) << shift
-    return np.add.reduceat(parts, starts).view(np.int64)  # the parts' bits never overlap: adding is OR
-
-
-def _values(kind: int, items: list[int | bytes]) -> np.ndarray:
-    """A list's values: packed runs (bytes) and single unpacked values (ints), in order."""
-    if kind == _BYTES:
-        return np.array([len(item) for item in items if isinstance(item, bytes)])  # never used: their count
-    pieces = []
-    for item in items:
-        if isinstance(item, bytes):
-            if kind == _FLOAT and len(item) % 4:
-                raise ValueError("packed floats")
-            pieces.append(np.frombuffer(item, "<f4") if kind == _FLOAT else _packed_varints(item))
-        elif kind == _FLOAT:
-            pieces.append(np.array([item], np.uint32).view("<f4"))  # fixed32
-        else:
-            pieces.append(np.array([item], np.uint64).view(np.int64))
-    if not pieces:
-        return np.zeros(0, np.float32 if kind == _FLOAT else np.int64)
-    return np.concatenate(pieces)
-
-
-def parse_example(data: bytes) -> dict[str, tuple[int, np.ndarray]]:
-    """Feature name -> (kind: 1 bytes_list, 2 float_list, 3 int64_list, 0 none set; values) of a serialized
-    tf.train.Example. Raises ValueError (or IndexError, struct.error) when the bytes are not one."""
-    features: dict[str, tuple[int, np.ndarray]] = {}
-    for block in _messages(message_fields(data), 1):  # Example.features (a repeated message merges)
-        for entry in _messages(message_fields(block), 1):  # Features.feature: map entries {key = 1, value = 2}
-            fields = message_fields(entry)
-            keys, values = _messages(fields, 1), _messages(fields, 2)
-            name = (keys[-1] if keys else b"").decode("utf-8", "replace")
-            feature = message_fields(values[-1] if values else b"")
-            kinds = [k for k in (_BYTES, _FLOAT, _INT64) if k in feature]
-            kind = kinds[-1] if kinds else 0
-            items: list[int | bytes] = []
-            for message in _messages(feature, kind) if kind else []:
-                items += message_fields(message).get(1, [])
-            features[name] = (kind, _values(kind, items))
-    return features
 
 
 # --- records -> rows ---------------------------------------------------------------------------------------
@@ -250,45 +86,51 @@ class _Shape:
     first: str  # where they were read
 
 
-def _record_arrays(features: dict[str, tuple[int, np.ndarray]], shape: _Shape | None) -> list[np.ndarray]:
-    """The seven features' values after the per-record checks (present, of Google's kinds and lengths)."""
+def _record_items(features: dict[str, tuple[int, list[int | bytes], int]], shape: _Shape | None
+                  ) -> list[list[int | bytes]]:
+    """The seven features' items after the per-record checks (present, of Google's kinds and lengths)."""
     missing = [name for name in FEATURES if name not in features]
     if missing:
         has = ", ".join(sorted(features)) or "none"
         hint = " (run_classifier's fine-tuning examples?)" if "label_ids" in features else ""
-        raise _Bad(f"not a pre-training example of Google's create_pretraining_data.py{hint}: no "
+        raise BadRecord(f"not a pre-training example of Google's create_pretraining_data.py{hint}: no "
                    f"{', '.join(missing)} (its features: {has})")
     for name, kind in FEATURES.items():
-        if features[name][0] != kind and len(features[name][1]):
-            raise _Bad(f"feature {name} is a {_KIND_NAMES[features[name][0]]}, Google's is a {_KIND_NAMES[kind]}")
-    arrays = [features[name][1] for name in FEATURES]
+        if features[name][0] != kind and features[name][2]:
+            raise BadRecord(f"feature {name} is a {_KIND_NAMES[features[name][0]]}, Google's is a {_KIND_NAMES[kind]}")
+    counts = [features[name][2] for name in FEATURES]
     for group in (_SEQUENCE, _PREDICTIONS):
-        lengths = {name: len(features[name][1]) for name in group}
+        lengths = {name: features[name][2] for name in group}
         if len(set(lengths.values())) > 1:
-            raise _Bad("features of unequal lengths: " + ", ".join(f"{k} {v}" for k, v in lengths.items()))
-    if len(arrays[-1]) != 1:
-        raise _Bad(f"next_sentence_labels holds {len(arrays[-1])} values, not 1")
-    if not len(arrays[0]):
-        raise _Bad("input_ids is empty")
-    if shape is not None and (len(arrays[0]), len(arrays[3])) != (shape.seq, shape.predictions):
-        raise _Bad(f"max_seq_length {len(arrays[0])} and max_predictions_per_seq {len(arrays[3])}, but {shape.first} "
+            raise BadRecord("features of unequal lengths: " + ", ".join(f"{k} {v}" for k, v in lengths.items()))
+    if counts[-1] != 1:
+        raise BadRecord(f"next_sentence_labels holds {counts[-1]} values, not 1")
+    if not counts[0]:
+        raise BadRecord("input_ids is empty")
+    if shape is not None and (counts[0], counts[3]) != (shape.seq, shape.predictions):
+        raise BadRecord(f"max_seq_length {counts[0]} and max_predictions_per_seq {counts[3]}, but {shape.first} "
                    f"has {shape.seq} and {shape.predictions}: all records must agree (import each kind on its "
                    "own)")
-    return arrays
+    return [features[name][1] for name in FEATURES]
 
 
 class _Block:
     """Up to BLOCK_ROWS records of one file, stacked: checked and unpadded together."""
 
     def __init__(self) -> None:
-        self.rows: list[list[np.ndarray]] = []
+        self.rows: list[list[list[int | bytes]]] = []  # per record, each feature's items (_record_items)
         self.first = 0  # number of the first record in its file
 
-    def check(self, vocab_size: int, cls_id: int, sep_id: int, vocabulary: str) -> None:
-        """Raise _Bad, naming the record (its number in its file, from 1), for the first record of the block
+    def columns(self, shape: _Shape) -> list[np.ndarray]:
+        """The seven features of every record, stacked: [records, max_seq_length or max_predictions_per_seq]."""
+        widths = [shape.seq] * 3 + [shape.predictions] * 3 + [1]
+        return [feature_column(kind, list(records), width) for kind, records, width in
+                zip(FEATURES.values(), zip(*self.rows, strict=True), widths, strict=True)]
+
+    def check(self, columns: list[np.ndarray], vocab_size: int, cls_id: int, sep_id: int, vocabulary: str) -> None:
+        """Raise BadRecord, naming the record (its number in its file, from 1), for the first record of the block
         that is not one of Google's."""
-        ids, mask, types, positions, labels, weights, nsp = (np.stack(column) for column in zip(*self.rows,
-                                                                                                   strict=True))
+        ids, mask, types, positions, labels, weights, nsp = columns
         width, slots = ids.shape[1], positions.shape[1]
         ones = mask == 1
         count = ones.sum(axis=1)
@@ -328,12 +170,12 @@ class _Block:
         bad = np.stack([failed for failed, _ in checks])
         if bad.any():
             row = int(np.argmax(bad.any(axis=0)))
-            raise _Bad(f"record {self.first + row + 1}: {checks[int(np.argmax(bad[:, row]))][1](row)}")
+            raise BadRecord(f"record {self.first + row + 1}: {checks[int(np.argmax(bad[:, row]))][1](row)}")
 
-    def packed(self) -> Packed:
+    @staticmethod
+    def packed(columns: list[np.ndarray]) -> Packed:
         """The rows without their padding, in Packed's layout (Arrow's list columns)."""
-        ids, mask, types, positions, labels, weights, nsp = (np.stack(column) for column in zip(*self.rows,
-                                                                                                   strict=True))
+        ids, mask, types, positions, labels, weights, nsp = columns
         real, used = mask == 1, weights != 0
         count = real.sum(axis=1)
         return Packed(input_ids=ids[real].astype(np.int32), offsets=np.concatenate([[0], np.cumsum(count)]),
@@ -398,17 +240,6 @@ class _Shards:
         self.stats.setdefault(index, {s: {} for s in SPLITS})[split] = counts
 
 
-def _check_required(cfg: CorpusImportConfig) -> Path:
-    if not cfg.inputs:
-        raise UsageError("corpus import: give at least one TFRecord file (tf_examples.tfrecord*)")
-    if cfg.tokenizer is None:
-        raise UsageError("corpus import: --tokenizer is required: the vocabulary (folder or vocab.txt) the records "
-                         "were made with")
-    if cfg.out is None:
-        raise UsageError("corpus import: --out DIR is required")
-    return check_new_out(cfg.out, overwrite=cfg.overwrite)
-
-
 def _input_files(inputs: tuple[str, ...]) -> list[Path]:
     from bertctl.data.sources import expand_inputs
 
@@ -425,7 +256,8 @@ def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
 
     from bertctl.tokenizer_folder import load_tokenizer
 
-    out = _check_required(cfg)
+    out = check_required(cfg, "corpus import", "TFRecord file (tf_examples.tfrecord*)",
+                         "the vocabulary (folder or vocab.txt) the records were made with")
     files = _input_files(cfg.inputs)
     refuse_inputs_inside(out, [*files, cfg.tokenizer], read_whole=cfg.inputs)
     tokenizer = load_tokenizer(cfg.tokenizer, lowercase=cfg.lowercase)
@@ -480,22 +312,24 @@ def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
 
 def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, cfg: CorpusImportConfig,
                  tokenizer: Any, vocabulary: str, progress: Callable[[int, int], Any]
-                 ) -> tuple[int, _Shape | None, _Hashed, str | None]:
+                 ) -> tuple[int, _Shape | None, HashedReader, str | None]:
     """Every record of one file into the shards; returns (records, shape, the hashed reader, compression)."""
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise BertctlError(f"cannot read {path}: {exc.strerror or exc}") from None
     with handle:
-        compression = _compression(handle.read(12))
+        compression = compression_of(handle.read(12))
         handle.seek(0)
-        source = _Hashed(handle)
+        source = HashedReader(handle)
         block, number = _Block(), 0
 
         def finish() -> None:
-            block.check(tokenizer.vocab_size, tokenizer.cls_id, tokenizer.sep_id, vocabulary)
-            packed = block.packed()
-            held = np.array([is_validation(seen + block.first + i, cfg.validation_fraction)
+            columns = block.columns(shape)  # type: ignore[arg-type] # set by the first record
+            block.check(columns, tokenizer.vocab_size, tokenizer.cls_id, tokenizer.sep_id, vocabulary)
+            packed = block.packed(columns)
+            held = np.array([cfg.validation_fraction > 0 and is_validation(seen + block.first + i,
+                                                                            cfg.validation_fraction)
                              for i in range(len(block.rows))], bool)
             shards.add("train", _take(packed, ~held) if held.any() else packed)
             if held.any():
@@ -507,12 +341,13 @@ def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
                 try:
                     features = parse_example(data)
                 except (IndexError, ValueError, struct.error):
-                    raise _Bad("not a tf.train.Example (Google's pre-training records are)") from None
-                arrays = _record_arrays(features, shape)
+                    raise BadRecord("not a tf.train.Example (Google's pre-training records are)") from None
+                items = _record_items(features, shape)
                 if shape is None:
-                    shape = _Shape(len(arrays[0]), len(arrays[3]), f"{path} record {number + 1}")
+                    shape = _Shape(features["input_ids"][2], features["masked_lm_positions"][2],
+                                   f"{path} record {number + 1}")
                     _check_shape(shape, cfg)
-                block.rows.append(arrays)
+                block.rows.append(items)
                 number += 1
                 if len(block.rows) == BLOCK_ROWS:
                     finish()
@@ -520,7 +355,7 @@ def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
                     block.first = number
             if block.rows:
                 finish()
-        except _Bad as exc:
+        except BadRecord as exc:
             said = str(exc)
             where = f"record {number + 1}: " if not said.startswith("record ") else ""
             raise UsageError(f"corpus import: {path}: {where}{said}; nothing was written") from None
@@ -535,11 +370,11 @@ def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
 def _check_shape(shape: _Shape, cfg: CorpusImportConfig) -> None:
     """The records' length against the positions the tokenizer (or model) folder declares, as `corpus build`."""
     if shape.seq > 65535:
-        raise _Bad(f"max_seq_length {shape.seq} is past what a corpus stores (65535)")
+        raise BadRecord(f"max_seq_length {shape.seq} is past what a corpus stores (65535)")
     try:
         check_length(shape.seq, Path(str(cfg.tokenizer)))
     except UsageError as exc:
-        raise _Bad(f"the records hold {shape.seq} tokens (max_seq_length), "
+        raise BadRecord(f"the records hold {shape.seq} tokens (max_seq_length), "
                    f"{str(exc).split(' is ', 1)[-1]}") from None
 
 

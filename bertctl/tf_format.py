@@ -29,21 +29,24 @@ def varint(buf: bytes, pos: int) -> tuple[int, int]:
 def message_fields(message: bytes) -> dict[int, list[int | bytes]]:
     """A protobuf message's fields by number: varints and fixed ints as ints, length-delimited ones as bytes."""
     fields: dict[int, list[int | bytes]] = {}
-    pos = 0
-    while pos < len(message):
-        tag, pos = varint(message, pos)
+    pos, end = 0, len(message)
+    while pos < end:
+        tag = message[pos]  # one byte for field numbers below 16: read inline, the common case
+        tag, pos = (tag, pos + 1) if tag < 0x80 else varint(message, pos)
         number, wire = tag >> 3, tag & 7
-        if wire == 0:
+        value: int | bytes
+        if wire == 2:
+            length = message[pos]
+            length, pos = (length, pos + 1) if length < 0x80 else varint(message, pos)
+            if pos + length > end:
+                raise ValueError("length")
+            value, pos = message[pos:pos + length], pos + length
+        elif wire == 0:
             value, pos = varint(message, pos)
         elif wire == 1:
             (value,), pos = struct.unpack_from("<Q", message, pos), pos + 8
         elif wire == 5:
             (value,), pos = struct.unpack_from("<I", message, pos), pos + 4
-        elif wire == 2:
-            length, pos = varint(message, pos)
-            if pos + length > len(message):
-                raise ValueError("length")
-            value, pos = message[pos:pos + length], pos + length
         else:
             raise ValueError(f"wire type {wire}")
         fields.setdefault(number, []).append(value)
@@ -67,6 +70,7 @@ def int_field(fields: dict[int, list[int | bytes]], number: int) -> int:
 _POLY = 0x82F63B78  # CRC32C, bit-reflected
 _BLOCK = 64  # bytes whose per-position tables are looked up at once
 _CHUNK = 1 << 18  # bytes per numpy pass: the temporaries stay in cache
+_MANY_BYTES = 1 << 16  # crc32c_many: longer buffers are taken on their own
 
 
 def masked_crc(crc: int) -> int:
@@ -134,16 +138,56 @@ def _position_tables() -> np.ndarray:
     return np.concatenate(rows[::-1])
 
 
+@functools.cache
+def _byte_list() -> list[int]:
+    return _byte_table().tolist()
+
+
 def crc32c(data: np.ndarray) -> int:
     """CRC32C of a uint8 array (crc32c(b"123456789") == 0xE3069283)."""
-    table, register = _byte_table(), 0xFFFFFFFF
+    table, register = _byte_list(), 0xFFFFFFFF
     head = len(data) % _BLOCK
     for byte in data[:head].tolist():  # fewer than _BLOCK bytes, one at a time
-        register = int(table[(register ^ byte) & 0xFF]) ^ (register >> 8)
+        register = table[(register ^ byte) & 0xFF] ^ (register >> 8)
     body = data[head:]
     if len(body):
         register = _advance(register, len(body)) ^ _combine(_block_registers(body))
     return register ^ 0xFFFFFFFF
+
+
+def crc32c_many(buffers: list[bytes]) -> np.ndarray:
+    """CRC32C of each buffer (uint32), many small ones at once: each is right-aligned in a row of zeros (leading
+    zeros leave a zero-start register at zero), the start value 0xFFFFFFFF is XORed into its first 4 bytes
+    instead (the same register), and each row's blocks combine in one pass over the columns."""
+    lengths = np.array([len(b) for b in buffers], dtype=np.int64)
+    out = np.empty(len(buffers), dtype=np.uint32)
+    batched = (lengths >= 4) & (lengths <= _MANY_BYTES)
+    for i in np.flatnonzero(~batched).tolist():  # tiny or large ones on their own
+        out[i] = crc32c(np.frombuffer(buffers[i], np.uint8))
+    rows = np.flatnonzero(batched)
+    step = max(1, _CHUNK // max(1, int(lengths[rows].max(initial=0))))
+    for start in range(0, len(rows), step):
+        chosen = rows[start:start + step]
+        size = lengths[chosen]
+        width = -(-int(size.max()) // _BLOCK) * _BLOCK
+        data = np.frombuffer(b"".join([buffers[i] for i in chosen.tolist()]), np.uint8).copy()
+        firsts = np.concatenate([[0], np.cumsum(size)[:-1]])
+        data[(firsts[:, None] + np.arange(4)).ravel()] ^= 0xFF
+        matrix = np.zeros((len(chosen), width), np.uint8)
+        ends = (np.arange(len(chosen)) + 1) * width  # each row's data ends at its row's end
+        matrix.ravel()[np.repeat(ends - size - firsts, size) + np.arange(len(data))] = data
+        blocks = _block_registers(matrix.ravel()).reshape(len(chosen), -1)
+        register = blocks[:, 0]
+        for column in range(1, blocks.shape[1]):
+            register = _apply(_power_lookups(_BLOCK.bit_length() - 1), register) ^ blocks[:, column]
+        out[chosen] = register ^ np.uint32(0xFFFFFFFF)
+    return out
+
+
+def masked_crcs(crcs: np.ndarray) -> np.ndarray:
+    """masked_crc of each of an array of CRCs."""
+    crcs = np.asarray(crcs, dtype=np.uint32)
+    return ((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(0xA282EAD8)
 
 
 def _block_registers(body: np.ndarray) -> np.ndarray:

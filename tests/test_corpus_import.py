@@ -266,12 +266,20 @@ def _damaged(built: dict, kind: str) -> tuple[bytes, str]:
         row["masked_lm_positions"] = [len(row["input_ids"]) + 1, *row["masked_lm_positions"][1:]]
         return tfrecord([google_example(built["rows"][1]), google_example(row)]), \
             "record 2: masked_lm_positions holds [0-9]+, outside the [0-9]+ tokens"
+    if kind == "int64 past 64 bits":
+        row = google_example(built["rows"][0])
+        huge = varint(1 << 3 | 0) + bytes([0x80] * 9 + [0x04])  # an unpacked value of 2**65
+        features = {"input_ids": field(3, varint(1 << 3 | 0) + varint(2) + huge + varint(1 << 3 | 0) + varint(3)),
+                    "input_mask": int64_feature([1] * 3), "segment_ids": int64_feature([0] * 3),
+                    "masked_lm_positions": int64_feature([1]), "masked_lm_ids": int64_feature([5]),
+                    "masked_lm_weights": float_feature([1.0]), "next_sentence_labels": int64_feature([0])}
+        return tfrecord([row, example(features)]), "record 2: not a tf.train.Example"
     raise AssertionError(kind)
 
 
 @pytest.mark.parametrize("kind", ["corrupted byte", "corrupted length", "truncated", "truncated gzip",
                                   "not a tfrecord", "run_classifier", "other lengths", "float ids",
-                                  "position past the tokens"])
+                                  "position past the tokens", "int64 past 64 bits"])
 def test_bad_records_fail_in_one_line_naming_file_and_record_and_write_nothing(built, kind) -> None:
     data, said = _damaged(built, kind)
     bad = built["root"] / f"bad-{kind.replace(' ', '-')}.tfrecord"
@@ -280,6 +288,35 @@ def test_bad_records_fail_in_one_line_naming_file_and_record_and_write_nothing(b
         imported(built, "bad", files=[built["files"][0], bad])
     assert "\n" not in str(error.value) and str(bad) in str(error.value)
     assert not (built["root"] / "bad").exists() and not (built["root"] / "bad.partial").exists()
+
+
+def test_records_are_checked_and_decoded_a_block_at_a_time_in_order(built, monkeypatch) -> None:
+    """Blocks of 4 records: the same rows, and a failure names the first bad record, wherever blocks begin."""
+    monkeypatch.setattr("bertctl.corpus_import.BLOCK_ROWS", 4)
+    monkeypatch.setattr("bertctl.data.tfrecord.CHECK_BLOCK", 4)
+    corpus, _ = load_corpus(imported(built, "small-blocks"))
+    assert corpus["train"].to_list() == built["rows"]
+    records = [google_example(r) for r in built["rows"][:9]]
+    data = bytearray(tfrecord(records))
+    data[len(tfrecord(records[:5])) + 40] ^= 0x01  # record 6, in the second block
+    not_example = tfrecord([records[0], b"\xff" * 30, *records[2:]])[:-9]  # record 2 bad, and then cut short
+    for contents, said in [(bytes(data), "record 6: the record's data"), (not_example, "record 2: not a tf.train")]:
+        bad = built["root"] / "blocks.tfrecord"
+        bad.write_bytes(contents)
+        with pytest.raises(UsageError, match=said):
+            imported(built, "bad-blocks", files=[bad])
+        assert not (built["root"] / "bad-blocks").exists()
+
+
+def test_crc32c_of_many_buffers_at_once() -> None:
+    from bertctl.tf_format import crc32c_many, masked_crcs
+
+    rng = np.random.default_rng(0)
+    sizes = [0, 1, 3, 4, 5, 63, 64, 65, 900, 1 << 16, (1 << 16) + 1, *rng.integers(0, 3000, 50).tolist()]
+    buffers = [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for size in sizes]
+    assert crc32c_many(buffers).tolist() == [crc32c(b) for b in buffers]
+    assert masked_crcs(crc32c_many(buffers)).tolist() == [masked_crc(b) for b in buffers]
+    assert crc32c_many([]).tolist() == []
 
 
 def test_a_vocabulary_too_small_for_the_ids_is_refused(built) -> None:
@@ -303,7 +340,9 @@ def test_cli_import_inspect_and_overwrite(built) -> None:
     assert result.exit_code == 0, result.output
     assert f"max_seq_length {SEQ}, max_predictions_per_seq {PREDICTIONS}" in result.stdout
     result = runner.invoke(app, ["corpus", "inspect", str(out), "--num", "1"])
-    assert result.exit_code == 0 and "|" in result.stdout and "IsNext" in result.stdout or "NotNext" in result.stdout
+    assert result.exit_code == 0 and "|" in result.stdout and ("IsNext" in result.stdout or "NotNext" in result.stdout)
+    assert "static masking, max_seq_length" in result.stdout and "from google-tfrecord" in result.stdout
+    assert "seed None" not in result.stdout
     again = runner.invoke(app, args)
     assert again.exit_code == 2 and "--overwrite" in again.output
     assert runner.invoke(app, [*args, "--overwrite"]).exit_code == 0
