@@ -91,10 +91,11 @@ def _record_items(features: dict[str, tuple[int, list[int | bytes], int]], shape
     """The seven features' items after the per-record checks (present, of Google's kinds and lengths)."""
     missing = [name for name in FEATURES if name not in features]
     if missing:
-        has = ", ".join(sorted(features)) or "none"
+        names = [name if name.isprintable() else ascii(name) for name in sorted(features)]  # one line, as stored
+        has = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "") if names else "none"
         hint = " (run_classifier's fine-tuning examples?)" if "label_ids" in features else ""
         raise BadRecord(f"not a pre-training example of Google's create_pretraining_data.py{hint}: no "
-                   f"{', '.join(missing)} (its features: {has})")
+                        f"{', '.join(missing)} (its features: {has})")
     for name, kind in FEATURES.items():
         if features[name][0] != kind and features[name][2]:
             raise BadRecord(f"feature {name} is a {_KIND_NAMES[features[name][0]]}, Google's is a {_KIND_NAMES[kind]}")
@@ -109,8 +110,8 @@ def _record_items(features: dict[str, tuple[int, list[int | bytes], int]], shape
         raise BadRecord("input_ids is empty")
     if shape is not None and (counts[0], counts[3]) != (shape.seq, shape.predictions):
         raise BadRecord(f"max_seq_length {counts[0]} and max_predictions_per_seq {counts[3]}, but {shape.first} "
-                   f"has {shape.seq} and {shape.predictions}: all records must agree (import each kind on its "
-                   "own)")
+                        f"has {shape.seq} and {shape.predictions}: all records must agree (import each kind on its "
+                        "own)")
     return [features[name][1] for name in FEATURES]
 
 
@@ -375,7 +376,7 @@ def _check_shape(shape: _Shape, cfg: CorpusImportConfig) -> None:
         check_length(shape.seq, Path(str(cfg.tokenizer)))
     except UsageError as exc:
         raise BadRecord(f"the records hold {shape.seq} tokens (max_seq_length), "
-                   f"{str(exc).split(' is ', 1)[-1]}") from None
+                        f"{str(exc).split(' is ', 1)[-1]}") from None
 
 
 def _counts(stats: dict[int, dict[str, dict[str, int]]], seen: int, cfg: CorpusImportConfig

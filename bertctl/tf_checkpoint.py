@@ -11,6 +11,7 @@ transformers' names, so `bertctl.checkpoint` loads them on its one path (shapes,
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import struct
@@ -192,7 +193,7 @@ def _tensor(prefix: Path, shards: int, files: dict[int, BinaryIO], name: str, en
                            "and integer weights")
     dtype = _DTYPES[entry.dtype]
     itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
-    count = int(np.prod(entry.shape, dtype=np.int64))
+    count = math.prod(entry.shape)  # exact: numpy's int64 product wraps for a damaged shape (2**62 x 4 -> 0)
     path = Path(f"{prefix}.data-{entry.shard:05d}-of-{shards:05d}")
     if entry.size != count * itemsize or not 0 <= entry.shard < shards:
         raise _damaged(Path(f"{prefix}.index"), f"the entry of {name} is inconsistent")

@@ -242,6 +242,11 @@ def _damaged(built: dict, kind: str) -> tuple[bytes, str]:
         return plain[:-7], "record 6: the file ends inside the record"
     if kind == "truncated gzip":
         return gzip.compress(plain)[:-20], "record [0-9]+: the gzip data is truncated or corrupt"
+    if kind == "joined zlib":
+        return zlib.compress(plain) + zlib.compress(plain), "record 7: bytes follow the end of the ZLIB stream"
+    if kind == "odd feature names":
+        return tfrecord([example({"input_ids\n\x1b[31m": int64_feature([2, 3])})]), \
+            r"record 1: not a pre-training example .*no input_ids, .*its features: 'input_ids\\n\\x1b\[31m'\)"
     if kind == "not a tfrecord":
         return b"the cat sat on the mat .\n" * 10, "record 1: the record's length .* does not match its checksum"
     if kind == "run_classifier":
@@ -279,7 +284,8 @@ def _damaged(built: dict, kind: str) -> tuple[bytes, str]:
 
 @pytest.mark.parametrize("kind", ["corrupted byte", "corrupted length", "truncated", "truncated gzip",
                                   "not a tfrecord", "run_classifier", "other lengths", "float ids",
-                                  "position past the tokens", "int64 past 64 bits"])
+                                  "position past the tokens", "int64 past 64 bits", "joined zlib",
+                                  "odd feature names"])
 def test_bad_records_fail_in_one_line_naming_file_and_record_and_write_nothing(built, kind) -> None:
     data, said = _damaged(built, kind)
     bad = built["root"] / f"bad-{kind.replace(' ', '-')}.tfrecord"

@@ -344,6 +344,19 @@ def test_damaged_files_are_one_line_naming_the_file(odd_config, tmp_path, damage
     assert named in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("dims", [[2**62, 4], [2**40, 2**40, 2**40]])
+def test_a_shape_whose_size_overflows_int64_is_a_damaged_entry(odd_config, tmp_path, dims):
+    """A damaged .index whose dimensions multiply past 2**64 (numpy's product wraps to 0, matching a size of 0)."""
+    folder = google_folder(tmp_path / "g", reference_model("BertForPreTraining", odd_config))
+    shape = b"".join(field(2, field(1, d)) for d in dims)
+    entry = field(1, 1) + field(2, shape) + field(3, 0) + field(4, 0) + field(5, 0) + field(6, mask(0), fixed32=True)
+    header = field(1, 2) + field(3, field(1, 1))
+    (folder / "bert_model.ckpt.index").write_bytes(table([(b"", header), (b"bert/pooler/dense/bias", entry)]))
+    result = info(folder)
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "bert_model.ckpt.index: the entry of bert/pooler/dense/bias is inconsistent" in result.stderr
+
+
 def test_what_bertctl_cannot_read_is_refused_by_name(odd_config, tmp_path):
     """Snappy blocks, partitioned variables, odd dtypes and unknown model variables: one line each, by name;
     optimizer slots of any optimizer and a broken slot are never read."""

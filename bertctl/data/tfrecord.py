@@ -61,7 +61,12 @@ class _Inflated(io.RawIOBase):
         while True:
             if self.inflate.unconsumed_tail:
                 data = self.inflate.decompress(self.inflate.unconsumed_tail, len(buffer))
-            elif self.inflate.eof:
+            elif self.inflate.eof:  # one stream per file: bytes after it (two files joined) would be lost unread
+                extra = self.inflate.unused_data or self.source.read(1 << 16)
+                if extra:
+                    start = self.source.count - len(extra)
+                    raise BadRecord(f"bytes follow the end of the ZLIB stream (from byte {start} of the file): one "
+                                    "file holds one stream; import joined files as the separate files they were")
                 return 0
             else:
                 chunk = self.source.read(1 << 16)
@@ -122,7 +127,7 @@ def read_records(path: Path, source: HashedReader, compression: str | None) -> I
             (length,) = struct.unpack_from("<Q", header)
             if not _valid_header(header):
                 raise BadRecord(f"the record's length (byte {offset}{where}) does not match its checksum: the file is "
-                           "corrupt, or not a TFRecord file")
+                                "corrupt, or not a TFRecord file")
             if length > MAX_RECORD_BYTES:
                 raise BadRecord(f"the record claims {length} bytes, far more than a pre-training example holds")
             body = _read_exact(stream, length + 4)
@@ -149,7 +154,7 @@ def _checked(pending: list[tuple[bytes, int, int]], where: str) -> Iterator[byte
     yield from datas[:good]
     if len(bad):
         raise BadRecord(f"the record's data (byte {offsets[good]}{where}) does not match its checksum: the file is "
-                   "corrupt")
+                        "corrupt")
 
 
 # --- tf.train.Example --------------------------------------------------------------------------------------
