@@ -337,6 +337,18 @@ def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
                 shards.add("validation", _take(packed, held))
             progress(seen + number, source.count)
 
+        def earlier_problem() -> BadRecord | None:
+            """A bad record among those read before the one that failed (their block was not checked yet): the
+            first bad record is the one to name."""
+            if not block.rows or shape is None:
+                return None
+            try:
+                block.check(block.columns(shape), tokenizer.vocab_size, tokenizer.cls_id, tokenizer.sep_id,
+                            vocabulary)
+            except BadRecord as problem:
+                return problem
+            return None
+
         try:
             for data in read_records(path, source, compression):
                 try:
@@ -357,12 +369,13 @@ def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
             if block.rows:
                 finish()
         except BadRecord as exc:
-            said = str(exc)
+            said = str(earlier_problem() or exc)
             where = f"record {number + 1}: " if not said.startswith("record ") else ""
             raise UsageError(f"corpus import: {path}: {where}{said}; nothing was written") from None
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise UsageError(f"corpus import: {path}: record {number + 1}: the {compression or 'compressed'} data "
-                             f"is truncated or corrupt ({exc}); nothing was written") from None
+            said = str(earlier_problem() or f"record {number + 1}: the {compression or 'compressed'} data is "
+                                            f"truncated or corrupt ({exc})")
+            raise UsageError(f"corpus import: {path}: {said}; nothing was written") from None
         except OSError as exc:
             raise BertctlError(f"cannot read {path}: {exc.strerror or exc}") from None
     return number, shape, source, compression

@@ -314,6 +314,23 @@ def test_records_are_checked_and_decoded_a_block_at_a_time_in_order(built, monke
         assert not (built["root"] / "bad-blocks").exists()
 
 
+def test_the_first_bad_record_is_named_when_a_later_one_fails_before_its_block_is_checked(built) -> None:
+    """Records are checked against the vocabulary a block at a time: a record that fails to parse (or a damaged
+    one) after them must not hide an earlier bad record."""
+    rows = [dict(r) for r in built["rows"][:7]]
+    rows[1]["input_ids"] = [rows[1]["input_ids"][0], 99_999, *rows[1]["input_ids"][2:]]  # record 2: not in the vocab
+    records = [google_example(r) for r in rows]
+    not_example = tfrecord([*records[:4], b"\xff" * 30, *records[5:]])  # record 5 is no tf.train.Example
+    damaged = bytearray(tfrecord(records))
+    damaged[len(tfrecord(records[:5])) + 40] ^= 0x01  # record 6's data
+    for contents in (not_example, bytes(damaged)):
+        bad = built["root"] / "earlier.tfrecord"
+        bad.write_bytes(contents)
+        with pytest.raises(UsageError, match="record 2: input id 99999 is outside the vocabulary"):
+            imported(built, "earlier", files=[bad])
+        assert not (built["root"] / "earlier").exists()
+
+
 def test_crc32c_of_many_buffers_at_once() -> None:
     from bertctl.tf_format import crc32c_many, masked_crcs
 
