@@ -90,23 +90,14 @@ def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
     except UsageError:  # bad input: nothing worth resuming (an interruption keeps the shards)
         remove_partial(partial)
         raise
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "bertctl_version": __version__,
+    made_with = {
         "objective": cfg.objective, "masking": cfg.masking, "max_seq_length": cfg.max_seq_length,
         "masked_lm_prob": cfg.masked_lm_prob, "max_predictions_per_seq": cfg.max_predictions_per_seq,
         "whole_word_masking": cfg.whole_word_masking, "short_seq_prob": cfg.short_seq_prob,
-        "dupe_factor": cfg.dupe_factor, "seed": cfg.seed, "validation_fraction": cfg.validation_fraction,
-        "tokenizer_sha256": tokenizer.sha256(), "tokenizer_settings": encoding, "vocab_size": tokenizer.vocab_size,
-        "special_ids": {"pad": tokenizer.pad_id, "unk": tokenizer.unk_id, "cls": tokenizer.cls_id,
-                        "sep": tokenizer.sep_id, "mask": tokenizer.mask_id},
-        "splits": [s for s in SPLITS if counts[s]["instances"]], "counts": counts,
-        "inputs": inputs, "skipped": [{"source": s, "reason": why} for s, why in read.skipped], "config": params,
-    }
-    assemble_corpus(partial, settings.schema, stats, manifest["splits"], key)
-    tokenizer.save(partial / "corpus" / "tokenizer")
-    write_json_atomic(partial / "corpus" / "manifest.json", manifest)
-    publish_corpus(partial, out)
-    return manifest
+        "dupe_factor": cfg.dupe_factor, "seed": cfg.seed, "validation_fraction": cfg.validation_fraction}
+    made_from = {"inputs": inputs, "skipped": [{"source": s, "reason": why} for s, why in read.skipped],
+                 "config": params}
+    return publish_corpus(partial, out, tokenizer, settings.schema, stats, key, counts, made_with, made_from)
 
 
 # --- checks and inputs -------------------------------------------------------------------------------
@@ -357,10 +348,26 @@ def assemble_corpus(partial: Path, schema: Any, stats: dict[int, Any], splits: l
         state_path.write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
 
 
-def publish_corpus(partial: Path, out: Path) -> None:
-    """Rename the finished corpus into place (replacing an old one only now), then drop the partial folder."""
+def publish_corpus(partial: Path, out: Path, tokenizer: Any, schema: Any, stats: dict[int, Any], key: str,
+                   counts: dict[str, dict[str, int]], settings: dict[str, Any], sources: dict[str, Any]
+                   ) -> dict[str, Any]:
+    """Write the finished shards' DatasetDict, the tokenizer and the manifest (what every corpus records, with
+    how it was made in `settings` and what from in `sources`), rename the corpus into place (replacing an old
+    one only now), drop the partial folder, and return the manifest."""
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "bertctl_version": __version__, **settings,
+        "tokenizer_sha256": tokenizer.sha256(), "tokenizer_settings": encoding_settings(tokenizer),
+        "vocab_size": tokenizer.vocab_size,
+        "special_ids": {"pad": tokenizer.pad_id, "unk": tokenizer.unk_id, "cls": tokenizer.cls_id,
+                        "sep": tokenizer.sep_id, "mask": tokenizer.mask_id},
+        "splits": [s for s in SPLITS if counts[s]["instances"]], "counts": counts, **sources,
+    }
+    assemble_corpus(partial, schema, stats, manifest["splits"], key)
+    tokenizer.save(partial / "corpus" / "tokenizer")
+    write_json_atomic(partial / "corpus" / "manifest.json", manifest)
     replace_folder(partial / "corpus", out)
     remove_partial(partial)
+    return manifest
 
 
 def remove_partial(path: Path) -> None:

@@ -29,12 +29,8 @@ import numpy as np
 from bertctl import __version__
 from bertctl.config import CorpusImportConfig, config_to_dict
 from bertctl.corpus import (
-    FORMAT,
-    FORMAT_VERSION,
-    assemble_corpus,
     check_length,
     check_required,
-    encoding_settings,
     open_partial,
     publish_corpus,
     remove_partial,
@@ -61,9 +57,9 @@ from bertctl.data.tfrecord import (
     read_records,
 )
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import refuse_inputs_inside, write_json_atomic
+from bertctl.files import refuse_inputs_inside
 
-__all__ = ["FEATURES", "import_corpus", "parse_example", "read_records"]
+__all__ = ["FEATURES", "import_corpus"]
 
 _EXECUTION_ONLY = ("out", "overwrite")  # never change the corpus
 _KIND_NAMES = {BYTES: "bytes_list", FLOAT: "float_list", INT64: "int64_list", 0: "empty Feature"}
@@ -265,7 +261,7 @@ def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
     vocabulary = str(cfg.tokenizer)
     params = {k: v for k, v in config_to_dict(cfg).items() if k not in _EXECUTION_ONLY}
     key = settings_digest({"import": params, "tokenizer_sha256": tokenizer.sha256(),
-                   "inputs": [[str(f.resolve()), f.stat().st_size] for f in files], "bertctl": __version__})
+                           "inputs": [[str(f.resolve()), f.stat().st_size] for f in files], "bertctl": __version__})
     partial = open_partial(out, key)
     try:
         schema = corpus_schema(tokenizer.vocab_size, sentence_labels=True, static=True)
@@ -288,23 +284,13 @@ def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
         for split in SPLITS:
             shards.flush(split)
         counts = _counts(shards.stats, seen, cfg)
-        manifest = {
-            "format": FORMAT, "format_version": FORMAT_VERSION, "bertctl_version": __version__,
+        settings = {
             "source": "google-tfrecord", "objective": "mlm+nsp", "masking": "static",
             "max_seq_length": shape.seq if shape else None, "masked_lm_prob": None,
             "max_predictions_per_seq": shape.predictions if shape else None, "whole_word_masking": None,
-            "short_seq_prob": None, "dupe_factor": None, "seed": None, "validation_fraction": cfg.validation_fraction,
-            "tokenizer_sha256": tokenizer.sha256(), "tokenizer_settings": encoding_settings(tokenizer),
-            "vocab_size": tokenizer.vocab_size,
-            "special_ids": {"pad": tokenizer.pad_id, "unk": tokenizer.unk_id, "cls": tokenizer.cls_id,
-                            "sep": tokenizer.sep_id, "mask": tokenizer.mask_id},
-            "splits": [s for s in SPLITS if counts[s]["instances"]], "counts": counts,
-            "inputs": inputs, "skipped": [], "config": params,
-        }
-        assemble_corpus(partial, schema, shards.stats, manifest["splits"], key)
-        tokenizer.save(partial / "corpus" / "tokenizer")
-        write_json_atomic(partial / "corpus" / "manifest.json", manifest)
-        publish_corpus(partial, out)
+            "short_seq_prob": None, "dupe_factor": None, "seed": None, "validation_fraction": cfg.validation_fraction}
+        manifest = publish_corpus(partial, out, tokenizer, schema, shards.stats, key, counts, settings,
+                                  {"inputs": inputs, "skipped": [], "config": params})
     except BaseException:  # nothing to resume: an import is one pass
         remove_partial(partial)
         raise
