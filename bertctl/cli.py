@@ -284,6 +284,8 @@ def fill(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per text, one per line.")] = False,
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:1 ... "
                                                "(default: cuda when available).")] = None,
+    targets: Annotated[list[str] | None, typer.Option("--target", "-t", help="Rank only this token (a "
+                                                      "vocabulary entry or a word); repeat for more.")] = None,
 ) -> None:
     """Predict the tokens behind [MASK]: every mask gets its own top-k from one forward pass."""
     from bertctl.fill import fill as run_fill
@@ -299,7 +301,8 @@ def fill(
     if Path(model) == QUICKSTART_MODEL and not QUICKSTART_MODEL.exists():
         raise UsageError(f"fill: no --model given, and the quick start's {model} is not there yet; run "
                          "`bertctl pretrain` first, or pass --model FOLDER (or a hub id such as bert-base-uncased)")
-    results = run_fill(all_texts, model, top_k=top_k, batch_size=batch_size, truncate=truncate, device=device)
+    results = run_fill(all_texts, model, top_k=top_k, batch_size=batch_size, truncate=truncate, device=device,
+                       targets=targets or None)
     print_fill_results(results, as_json=as_json)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import reprlib
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -85,8 +85,10 @@ def fill(
     batch_size: int = 32,
     truncate: bool = False,
     device: str | None = None,
+    targets: Sequence[str] | None = None,
 ) -> list[FillResult]:
-    """Predict every [MASK] of every text; the MLM head runs only at the masked positions."""
+    """Predict every [MASK] of every text; the MLM head runs only at the masked positions. With `targets`, only
+    those tokens are ranked (as transformers' fill-mask `targets`): scores stay probabilities over every row."""
     top_k = take_int("--top-k", top_k, minimum=1)
     batch_size = take_int("--batch-size", batch_size, minimum=1)
     if isinstance(texts, str) or not isinstance(texts, Iterable):
@@ -98,6 +100,9 @@ def fill(
     run_on = pick_device(device)
     mlm.to(run_on)
     top_k = min(top_k, mlm.config.vocab_size)  # rows, not tokens: a padded matrix's spare rows compete too
+    candidates = None if targets is None else torch.as_tensor(target_ids(targets, tokenizer), device=run_on)
+    if candidates is not None:
+        top_k = min(top_k, len(candidates))
     rows = _encode(texts, tokenizer, mlm.config.max_position_embeddings, truncate)
     lengths = np.fromiter((len(ids) for ids, _, _ in rows), dtype=np.int64, count=len(rows))
     results: list[FillResult | None] = [None] * len(rows)
@@ -107,7 +112,12 @@ def fill(
                           run_on)
         hidden, _ = mlm.encode(batch["input_ids"], None, batch.get("attention_mask"))
         logits = mlm.mlm(hidden[batch["input_ids"] == tokenizer.mask_id])  # (N, V): the head at the masks only
-        scores, best = logits.float().softmax(-1).topk(top_k, dim=-1)  # (N, k), rows in batch order
+        probabilities = logits.float().softmax(-1)
+        if candidates is None:
+            scores, best = probabilities.topk(top_k, dim=-1)  # (N, k), rows in batch order
+        else:
+            scores, picked = probabilities[:, candidates].topk(top_k, dim=-1)
+            best = candidates[picked]
         scores, best = scores.cpu().tolist(), best.cpu().tolist()
         cursor = 0
         for r, ids in zip(batch_rows.tolist(), chunk, strict=True):
@@ -117,6 +127,32 @@ def fill(
             cursor += count
             results[r] = FillResult(texts[r], per_mask + [[] for _ in range(cut)], _filled(ids, per_mask, tokenizer))
     return results  # type: ignore[return-value]  # every row is filled
+
+
+def target_ids(targets: Sequence[str], tokenizer: BertTokenizer) -> list[int]:
+    """The ids to rank, as transformers' fill-mask pipeline picks them: a vocabulary entry as it is (`##ing` too),
+    else the first wordpiece of the word (with a warning), a word with no wordpiece is dropped (with a warning);
+    each id once."""
+    if isinstance(targets, str) or not isinstance(targets, Iterable):
+        raise UsageError(f"--target: give a list of tokens, not {reprlib.repr(targets)}")
+    ids: list[int] = []
+    for target in targets:
+        token_id = tokenizer.token_to_id(target)
+        if token_id is None:
+            pieces = tokenizer.encode(target, add_special_tokens=False).ids
+            if not pieces:
+                log.warning("warning: --target %r is not in the vocabulary and has no wordpiece; it is ignored",
+                            target)
+                continue
+            token_id = pieces[0]
+            log.warning("warning: --target %r is not in the vocabulary; its first wordpiece %r stands for it",
+                        target, tokenizer.id_to_token(token_id))
+        if token_id not in ids:
+            ids.append(token_id)
+    if not ids:
+        raise UsageError("--target: none of the targets is a token of this model's vocabulary; give words or "
+                         "vocabulary entries (see `bertctl tokenizer encode`)")
+    return ids
 
 
 def _batches(lengths: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:

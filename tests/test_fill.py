@@ -267,3 +267,37 @@ def test_fill_batches_texts_of_like_length_and_answers_in_the_given_order(mlm_fo
         want_scores = torch.tensor([[p.score for p in mask] for mask in want.predictions])
         assert (got_scores - want_scores).abs().max().item() < 1e-5
     assert len(widths) == 3 and widths == sorted(widths, reverse=True), widths  # in text order: 13, 8, 12
+
+
+def test_targets_rank_only_those_tokens_as_transformers_pipeline_does(mlm_folder, caplog):
+    """A vocabulary entry as it is (a `##` piece too), a word outside it by its first wordpiece, a repeat once;
+    scores are still probabilities over the whole vocabulary, and top-k is capped at the number of targets."""
+    pipe = transformers.pipeline("fill-mask", model=str(mlm_folder), tokenizer=str(mlm_folder))
+    targets = ["happy", "##ing", "dog", "tokenization", "happy", "the", "."]
+    for text in TEXTS:
+        with caplog.at_level("WARNING", logger="bertctl"):
+            result = fill([text], mlm_folder, top_k=10, targets=targets)[0]
+        expected = pipe(text, targets=targets, top_k=10)
+        expected = [expected] if isinstance(expected[0], dict) else expected
+        assert len(result.predictions) == len(expected)
+        for got, want in zip(result.predictions, expected, strict=True):
+            assert len(got) == 6  # six distinct ids
+            assert [p.token_id for p in got] == [w["token"] for w in want]
+            assert max(abs(p.score - w["score"]) for p, w in zip(got, want, strict=True)) < 1e-6
+        assert result.filled.split()[0] != "[MASK]"
+    assert "'tokenization' is not in the vocabulary; its first wordpiece 'token' stands for it" in caplog.text
+
+
+def test_targets_outside_the_vocabulary_are_refused_in_one_line(mlm_folder):
+    result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), "--target", "", "-t", " ", TEXTS[0]])
+    assert result.exit_code == 2
+    assert "--target: none of the targets is a token of this model's vocabulary" in result.output
+
+
+def test_fill_cli_target_flag(mlm_folder):
+    result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), "--json", "-t", "cat", "--target", "dog",
+                                      TEXTS[0]])
+    assert result.exit_code == 0, result.output
+    predictions = json.loads(result.stdout)["predictions"][0]
+    assert sorted(p["token"] for p in predictions) == ["cat", "dog"]
+    assert predictions[0]["score"] >= predictions[1]["score"]
