@@ -174,7 +174,8 @@ def _wrote_corpus(out: Path, manifest: dict[str, Any], source: str) -> None:
 @corpus_app.command("import")
 def corpus_import(
     inputs: Annotated[list[str] | None, typer.Argument(help="TFRecord files of Google's create_pretraining_data.py "
-                                                       "(GZIP/ZLIB too), folders, globs.", show_default=False)] = None,
+                                                       "(GZIP/ZLIB too) or HDF5 shards of NVIDIA's, folders, globs.",
+                                                       show_default=False)] = None,
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", "-t", help="The vocabulary the records were made "
                                                   "with: tokenizer folder or vocab.txt.", show_default=False)] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output corpus folder.")] = None,
@@ -183,7 +184,8 @@ def corpus_import(
     overwrite: _Overwrite = None,
     config: _ConfigFile = None,
 ) -> None:
-    """Import Google's pre-training TFRecords (static masks, MLM+NSP) as a corpus that pretrain reads."""
+    """Import Google's pre-training TFRecords or NVIDIA's HDF5 shards (static masks, MLM+NSP) as a corpus that
+    pretrain reads."""
     flags = dict(locals())
     from bertctl.config import CorpusImportConfig
     from bertctl.corpus_import import import_corpus

@@ -1,4 +1,5 @@
-"""`bertctl corpus import`: the TFRecord files of Google's create_pretraining_data.py as a bertctl corpus.
+"""`bertctl corpus import`: the TFRecord files of Google's create_pretraining_data.py, or the HDF5 shards of NVIDIA's
+(DeepLearningExamples' PyTorch BERT; bertctl/data/hdf5.py), as a bertctl corpus.
 
 Each record is a tf.train.Example (Google's `write_instance_to_example_files`): `input_ids`, `input_mask` and
 `segment_ids` padded with 0 to max_seq_length, `masked_lm_positions` and `masked_lm_ids` padded with 0 to
@@ -12,6 +13,10 @@ CRC32C of the data (uint32), all little-endian; a GZIP- or ZLIB-compressed file 
 compressed. Every file is read once: its sha256 (of the bytes as stored) is taken while it is parsed. A record
 that is damaged, cut short or not a pre-training example fails in one line naming the file and the record,
 and nothing is written.
+
+An HDF5 shard (found by HDF5's signature, whatever its name) gives the same rows: its predictions are the slots
+before the first 0 position, as NVIDIA's loader takes them, so they stand in for Google's masked_lm_weights and
+the same checks apply. It is hashed in one sequential pass, then read a block of rows at a time.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from bertctl.corpus import (
     remove_partial,
     settings_digest,
 )
+from bertctl.data.hdf5 import BadShard, ShardReader, is_hdf5, predictions_used, require_h5py
 from bertctl.data.instances import (
     SPLITS,
     Packed,
@@ -57,7 +63,7 @@ from bertctl.data.tfrecord import (
     read_records,
 )
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import refuse_inputs_inside
+from bertctl.files import file_sha256, refuse_inputs_inside
 
 __all__ = ["FEATURES", "import_corpus"]
 
@@ -68,7 +74,8 @@ FEATURES = {"input_ids": INT64, "input_mask": INT64, "segment_ids": INT64, "mask
 _SEQUENCE = ("input_ids", "input_mask", "segment_ids")  # max_seq_length values each
 _PREDICTIONS = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")  # max_predictions_per_seq each
 BLOCK_ROWS = 4096  # records checked and converted together
-SHARD_ROWS = 50_000  # rows per Arrow file (about 25 MB at 128 tokens)
+SHARD_TOKENS = 6_400_000  # tokens per Arrow file (50,000 rows at 128 tokens, about 25 MB): a phase-2 import at 512
+# tokens holds as much in memory as a phase-1 one
 
 
 # --- records -> rows ---------------------------------------------------------------------------------------
@@ -114,9 +121,10 @@ def _record_items(features: dict[str, tuple[int, list[int | bytes], int]], shape
 class _Block:
     """Up to BLOCK_ROWS records of one file, stacked: checked and unpadded together."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: int = 0, noun: str = "record") -> None:
         self.rows: list[list[list[int | bytes]]] = []  # per record, each feature's items (_record_items)
-        self.first = 0  # number of the first record in its file
+        self.first = first  # number of the first record in its file
+        self.noun = noun  # what an error calls one: a TFRecord's record, an HDF5 shard's row
 
     def columns(self, shape: _Shape) -> list[np.ndarray]:
         """The seven features of every record, stacked: [records, max_seq_length or max_predictions_per_seq]."""
@@ -124,9 +132,10 @@ class _Block:
         return [feature_column(kind, list(records), width) for kind, records, width in
                 zip(FEATURES.values(), zip(*self.rows, strict=True), widths, strict=True)]
 
-    def check(self, columns: list[np.ndarray], vocab_size: int, cls_id: int, sep_id: int, vocabulary: str) -> None:
+    def check(self, columns: list[np.ndarray], vocab_size: int, cls_id: int, sep_id: int, vocabulary: str,
+              extra: tuple[tuple[np.ndarray, Callable[[int], str]], ...] = ()) -> None:
         """Raise BadRecord, naming the record (its number in its file, from 1), for the first record of the block
-        that is not one of Google's."""
+        that is not one of Google's (or fails an `extra` check: which records fail, and what to say)."""
         ids, mask, types, positions, labels, weights, nsp = columns
         width, slots = ids.shape[1], positions.shape[1]
         ones = mask == 1
@@ -147,6 +156,7 @@ class _Block:
             return int(values[r][np.argmax(bad[r])])
 
         checks: list[tuple[np.ndarray, Callable[[int], str]]] = [
+            *extra,
             (((mask != 0) & ~ones).any(axis=1) | (ones != real).any(axis=1) | (count < 2),
              lambda r: "input_mask is not 1 for each token then 0 for the padding (with at least 2 tokens)"),
             (bad_id.any(axis=1), lambda r: f"input id {first(ids, bad_id, r)} is {fix}"),
@@ -167,7 +177,7 @@ class _Block:
         bad = np.stack([failed for failed, _ in checks])
         if bad.any():
             row = int(np.argmax(bad.any(axis=0)))
-            raise BadRecord(f"record {self.first + row + 1}: {checks[int(np.argmax(bad[:, row]))][1](row)}")
+            raise BadRecord(f"{self.noun} {self.first + row + 1}: {checks[int(np.argmax(bad[:, row]))][1](row)}")
 
     @staticmethod
     def packed(columns: list[np.ndarray]) -> Packed:
@@ -210,7 +220,7 @@ def _concat(blocks: list[Packed]) -> Packed:
 # --- the import ---------------------------------------------------------------------------------------------
 
 class _Shards:
-    """Rows of each split gathered into Arrow files of SHARD_ROWS rows (`corpus build`'s shard files)."""
+    """Rows of each split gathered into Arrow files of about SHARD_TOKENS tokens (`corpus build`'s shard files)."""
 
     def __init__(self, folder: Path, schema: Any, mask_id: int) -> None:
         self.folder, self.schema, self.mask_id = folder, schema, mask_id
@@ -221,7 +231,7 @@ class _Shards:
     def add(self, split: str, packed: Packed) -> None:
         if len(packed.labels):
             self.pending[split].append(packed)
-        if sum(len(p.labels) for p in self.pending[split]) >= SHARD_ROWS:
+        if sum(len(p.input_ids) for p in self.pending[split]) >= SHARD_TOKENS:
             self.flush(split)
 
     def flush(self, split: str) -> None:
@@ -248,14 +258,16 @@ def _input_files(inputs: tuple[str, ...]) -> list[Path]:
 
 
 def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
-    """Write the corpus folder `cfg.out` from Google's pre-training TFRecords and return its manifest."""
+    """Write the corpus folder `cfg.out` from Google's pre-training TFRecords (or NVIDIA's HDF5 shards) and return
+    its manifest."""
     from tqdm.auto import tqdm
 
     from bertctl.tokenizer_folder import load_tokenizer
 
-    out = check_required(cfg, "corpus import", "TFRecord file (tf_examples.tfrecord*)",
+    out = check_required(cfg, "corpus import", "TFRecord file (tf_examples.tfrecord*) or HDF5 shard (*.hdf5)",
                          "the vocabulary (folder or vocab.txt) the records were made with")
     files = _input_files(cfg.inputs)
+    hdf5 = _are_hdf5(files)
     refuse_inputs_inside(out, [*files, cfg.tokenizer], read_whole=cfg.inputs)
     tokenizer = load_tokenizer(cfg.tokenizer, lowercase=cfg.lowercase)
     vocabulary = str(cfg.tokenizer)
@@ -273,19 +285,18 @@ def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
         with bar:
             done = 0
             for path in files:
-                records, shape, source, compression = _import_file(
+                records, shape, stored = (_import_hdf5 if hdf5 else _import_file)(
                     path, shards, shape, seen, cfg, tokenizer, vocabulary,
                     lambda count, read, done=done: (bar.update(max(0, done + read - bar.n)),
                                          bar.set_postfix(records=f"{count:,}", refresh=False)))
                 seen += records
-                done += source.count
-                inputs.append({"path": str(path), "bytes": source.count, "sha256": source.digest.hexdigest(),
-                               "compression": compression, "records": records})
+                done += stored["bytes"]
+                inputs.append({"path": str(path), **stored, "records": records})
         for split in SPLITS:
             shards.flush(split)
         counts = _counts(shards.stats, seen, cfg)
         settings = {
-            "source": "google-tfrecord", "objective": "mlm+nsp", "masking": "static",
+            "source": "nvidia-hdf5" if hdf5 else "google-tfrecord", "objective": "mlm+nsp", "masking": "static",
             "max_seq_length": shape.seq if shape else None, "masked_lm_prob": None,
             "max_predictions_per_seq": shape.predictions if shape else None, "whole_word_masking": None,
             "short_seq_prob": None, "dupe_factor": None, "seed": None, "validation_fraction": cfg.validation_fraction}
@@ -299,8 +310,9 @@ def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
 
 def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, cfg: CorpusImportConfig,
                  tokenizer: Any, vocabulary: str, progress: Callable[[int, int], Any]
-                 ) -> tuple[int, _Shape | None, HashedReader, str | None]:
-    """Every record of one file into the shards; returns (records, shape, the hashed reader, compression)."""
+                 ) -> tuple[int, _Shape | None, dict[str, Any]]:
+    """Every record of one TFRecord file into the shards; returns (records, shape, what the manifest says of the
+    file as stored)."""
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
@@ -314,13 +326,7 @@ def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
         def finish() -> None:
             columns = block.columns(shape)  # type: ignore[arg-type] # set by the first record
             block.check(columns, tokenizer.vocab_size, tokenizer.cls_id, tokenizer.sep_id, vocabulary)
-            packed = block.packed(columns)
-            held = np.array([cfg.validation_fraction > 0 and is_validation(seen + block.first + i,
-                                                                            cfg.validation_fraction)
-                             for i in range(len(block.rows))], bool)
-            shards.add("train", _take(packed, ~held) if held.any() else packed)
-            if held.any():
-                shards.add("validation", _take(packed, held))
+            _add_rows(shards, block.packed(columns), seen + block.first, cfg.validation_fraction)
             progress(seen + number, source.count)
 
         def earlier_problem() -> BadRecord | None:
@@ -364,7 +370,78 @@ def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
             raise UsageError(f"corpus import: {path}: {said}; nothing was written") from None
         except OSError as exc:
             raise BertctlError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return number, shape, source, compression
+    return number, shape, {"bytes": source.count, "sha256": source.digest.hexdigest(), "compression": compression}
+
+
+def _add_rows(shards: _Shards, packed: Packed, first: int, validation_fraction: float) -> None:
+    """A block's rows into the training and validation shards; `first` numbers its first row over all inputs."""
+    held = np.array([validation_fraction > 0 and is_validation(first + i, validation_fraction)
+                     for i in range(len(packed.labels))], bool)
+    shards.add("train", _take(packed, ~held) if held.any() else packed)
+    if held.any():
+        shards.add("validation", _take(packed, held))
+
+
+# --- NVIDIA's HDF5 shards -----------------------------------------------------------------------------------
+
+def _are_hdf5(files: list[Path]) -> bool:
+    """Whether the inputs are HDF5 shards (by their signature) rather than TFRecord files; a mix is refused, and
+    HDF5 shards without h5py installed."""
+    kinds = []
+    for path in files:
+        try:
+            kinds.append(is_hdf5(path))
+        except OSError as exc:
+            raise BertctlError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if any(kinds) and not all(kinds):
+        shard, record = files[kinds.index(True)], files[kinds.index(False)]
+        raise UsageError(f"corpus import: INPUTS mix HDF5 shards ({shard}) and TFRecord files ({record}); import "
+                         "each kind into a corpus of its own")
+    if kinds and kinds[0]:
+        require_h5py(files[0])
+    return bool(kinds) and kinds[0]
+
+
+def _import_hdf5(path: Path, shards: _Shards, shape: _Shape | None, seen: int, cfg: CorpusImportConfig,
+                 tokenizer: Any, vocabulary: str, progress: Callable[[int, int], Any]
+                 ) -> tuple[int, _Shape | None, dict[str, Any]]:
+    """Every row of one of NVIDIA's HDF5 shards into the shards, a block at a time; returns (rows, shape, what the
+    manifest says of the file as stored)."""
+    try:
+        size, digest = path.stat().st_size, file_sha256(path)
+    except OSError as exc:
+        raise BertctlError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        with ShardReader(path) as shard:
+            layout = shard.layout()
+            shape = _agreed(shape, layout.seq, layout.predictions, f"{path} row 1", cfg)
+            for start, (ids, mask, types, positions, labels, nsp) in shard.blocks(BLOCK_ROWS):
+                used = predictions_used(positions)
+                columns = [ids, mask, types, positions, labels, used.astype(np.float32), nsp]
+                after = (~used & ((positions != 0) | (labels != 0))).any(axis=1)
+                _Block(start, "row").check(columns, tokenizer.vocab_size, tokenizer.cls_id, tokenizer.sep_id,
+                                           vocabulary, extra=((after, lambda r: _AFTER_PADDING),))
+                _add_rows(shards, _Block.packed(columns), seen + start, cfg.validation_fraction)
+                progress(seen + start + len(ids), size * (start + len(ids)) // layout.rows)
+    except (BadShard, BadRecord) as exc:
+        raise UsageError(f"corpus import: {path}: {exc}; nothing was written") from None
+    return layout.rows, shape, {"bytes": size, "sha256": digest, "compression": layout.compression}
+
+
+_AFTER_PADDING = ("masked_lm_positions or masked_lm_ids is not 0 after the first 0 position (the padding NVIDIA's "
+                  "loader stops at): not a shard of NVIDIA's writer")
+
+
+def _agreed(shape: _Shape | None, seq: int, predictions: int, where: str, cfg: CorpusImportConfig) -> _Shape:
+    """The shape of the first shard (checked against the tokenizer), or the same one again."""
+    if shape is None:
+        shape = _Shape(seq, predictions, where)
+        _check_shape(shape, cfg)
+    elif (seq, predictions) != (shape.seq, shape.predictions):
+        raise BadRecord(f"max_seq_length {seq} and max_predictions_per_seq {predictions}, but {shape.first} has "
+                        f"{shape.seq} and {shape.predictions}: all rows must agree (import phase 1 and phase 2 "
+                        "shards into corpora of their own)")
+    return shape
 
 
 def _check_shape(shape: _Shape, cfg: CorpusImportConfig) -> None:
@@ -374,7 +451,7 @@ def _check_shape(shape: _Shape, cfg: CorpusImportConfig) -> None:
     try:
         check_length(shape.seq, Path(str(cfg.tokenizer)))
     except UsageError as exc:
-        raise BadRecord(f"the records hold {shape.seq} tokens (max_seq_length), "
+        raise BadRecord(f"its rows hold {shape.seq} tokens (max_seq_length), "
                         f"{str(exc).split(' is ', 1)[-1]}") from None
 
 
