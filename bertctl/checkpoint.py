@@ -3,9 +3,10 @@
 A model folder is what transformers loads as it is: config.json (plus a `bertctl` block), model.safetensors
 with transformers' names, and the tokenizer files. We read transformers' folders too: safetensors or
 pytorch_model.bin (weights_only), single or sharded, fp16/bf16 upcast to fp32, with or without the `bert.` prefix,
-legacy `gamma`/`beta` names, tied or absent decoder weights and saved buffers; and Google's TensorFlow checkpoints
-(bertctl.tf_checkpoint reads them into transformers' names) with their bert_config.json. Loading is strict:
-leftovers are named, never ignored; an untied decoder is refused.
+legacy `gamma`/`beta` names, tied or absent decoder weights and saved buffers; Google's TensorFlow checkpoints
+(bertctl.tf_checkpoint reads them into transformers' names) and NVIDIA DeepLearningExamples' PyTorch checkpoints
+(bertctl.nvidia_checkpoint), with their bert_config.json. Loading is strict: leftovers are named, never ignored; an
+untied decoder is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertctl import __version__, tf_checkpoint
+from bertctl import __version__, nvidia_checkpoint, tf_checkpoint
 from bertctl.config import BertConfig
 from bertctl.config_types import take_bool, take_int
 from bertctl.errors import BertctlError, UsageError
@@ -163,6 +164,7 @@ class Checkpoint:
     # the embeddings (an untied model saved before training), or a random one when the file has none
     untied_by_config: bool = False
     weights_file: str = ""  # the name of the file the weights were read from (a TensorFlow checkpoint's .index)
+    from_nvidia: bool = False  # read from NVIDIA DeepLearningExamples' container or names (a .pt, their .bin)
 
     @property
     def config_file(self) -> Path:
@@ -173,6 +175,17 @@ class Checkpoint:
     def from_tensorflow(self) -> bool:
         """Read from a google-research/bert TensorFlow checkpoint (whose classifiers carry no id2label)."""
         return self.weights_file.endswith(".index")
+
+    @property
+    def origin(self) -> str | None:
+        """The recipe a checkpoint without transformers' metadata comes from: its classifiers carry no id2label
+        and output in that recipe's processor order (google-research/bert's run_classifier, NVIDIA's run_glue)."""
+        return "TensorFlow" if self.from_tensorflow else "NVIDIA" if self.from_nvidia else None
+
+    @property
+    def classifier_script(self) -> str | None:
+        """The script whose processors fix the class order of such a classifier."""
+        return {"TensorFlow": "run_classifier.py", "NVIDIA": "run_glue.py"}.get(self.origin or "")
 
     @property
     def labels(self) -> list[str] | None:
@@ -208,35 +221,44 @@ class Checkpoint:
         return {k: self.raw_config[k] for k in KEPT_CONFIG_KEYS if self.raw_config.get(k) is not None}
 
 
-def _read_weights(folder: Path) -> tuple[dict[str, Tensor], Path]:
-    """The first weights file in transformers' order of preference (and its path); an index names the shards
-    to read."""
+def _read_weights(folder: Path) -> tuple[dict[str, Tensor], Path, bool]:
+    """The first weights file in transformers' order of preference, else an NVIDIA `.pt`, else a TensorFlow
+    checkpoint; with its path and whether it is NVIDIA's. An index names the shards to read."""
     for name in WEIGHTS_FILES:
         path = folder / name
         if not path.is_file():
             continue
         if not name.endswith(".index.json"):
-            return _read_weights_file(path), path
+            loaded = _read_weights_file(path)
+            if name == "pytorch_model.bin" and nvidia_checkpoint.is_nvidia(loaded):  # run_squad's, run_glue's
+                return nvidia_checkpoint.transformers_weights(loaded, path), path, True
+            return loaded, path, False
         try:
             shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
         except (OSError, ValueError, KeyError, AttributeError) as exc:
             raise BertctlError(f"cannot read the shard index {path}: {exc}") from None
-        return {k: v for shard in shards for k, v in _read_weights_file(folder / shard).items()}, path
+        return {k: v for shard in shards for k, v in _read_weights_file(folder / shard).items()}, path, False
+    checkpoint = nvidia_checkpoint.checkpoint_file(folder)  # run_pretraining's ckpt_<step>.pt, NGC's bert_*.pt
+    if checkpoint is not None:
+        return nvidia_checkpoint.read_weights(checkpoint), checkpoint, True
     prefix = tf_checkpoint.checkpoint_prefix(folder)  # Google's TensorFlow release, or a run_* script's output
     if prefix is not None:
-        return tf_checkpoint.read_weights(prefix), Path(f"{prefix}.index")
+        return tf_checkpoint.read_weights(prefix), Path(f"{prefix}.index"), False
     raise UsageError(_foreign_weights_message(folder) or
-                     f"{folder}: no weights found (expected {' or '.join(WEIGHTS_FILES)})")
+                     f"{folder}: no weights found (expected {' or '.join(WEIGHTS_FILES)}, an NVIDIA *.pt "
+                     "checkpoint or a TensorFlow one)")
 
 
 def _foreign_weights_message(folder: Path) -> str | None:
-    """One line saying what a TensorFlow folder without its bert_config.json lacks, or how to convert a
+    """One line saying what a TensorFlow or NVIDIA folder without its bert_config.json lacks, or how to convert a
     tf_model.h5 or Flax folder, which bertctl cannot read."""
     index = next(iter(sorted(folder.glob("*.index"))), None)
-    if index is not None:
-        return (f"{folder} holds a TensorFlow checkpoint ({index.name.removesuffix('.index')}) but no "
-                "bert_config.json or config.json; copy the bert_config.json (and vocab.txt) of the model it was "
-                "trained from into it")
+    pt = next(iter(sorted(folder.glob("*.pt"))), None)
+    held = (f"a TensorFlow checkpoint ({index.name.removesuffix('.index')})" if index is not None else
+            f"an NVIDIA checkpoint ({pt.name})" if pt is not None else None)
+    if held is not None:
+        return (f"{folder} holds {held} but no bert_config.json or config.json; copy the bert_config.json (and "
+                "vocab.txt) of the model it was trained from into it")
     for name, (kind, flag) in _FOREIGN_WEIGHTS.items():
         if (folder / name).is_file():
             return (f"{folder} holds only {kind} weights ({name}); convert them once with transformers 4: "
@@ -303,7 +325,10 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     if raw.get("model_type", "bert") != "bert":  # configs older than transformers 2.x have no model_type
         raise UsageError(f"{folder}: model_type {raw.get('model_type')!r} is not BERT")
     config = BertConfig.from_dict(raw)
-    weights, weights_file = _read_weights(folder)
+    weights, weights_file, from_nvidia = _read_weights(folder)
+    rows = _embedding_rows(weights)
+    if from_nvidia and rows is not None and nvidia_checkpoint.padded_vocab_size(config.vocab_size, rows):
+        config = config.replace(vocab_size=rows)  # as NVIDIA's scripts build the model they trained
     untied = _untied_decoder(weights)
     stored = sorted({str(t.dtype).removeprefix("torch.") for t in weights.values() if t.is_floating_point()})
     # fp16/bf16 files are upcast: bertctl's weights are fp32 (mixed precision is the recipes' business)
@@ -316,13 +341,13 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     _check_heads(weights_file, set(weights), config, state)
     parts = frozenset(p for p in map(_part, state) if p is not None)
     ckpt = Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
-                      untied, raw.get("tie_word_embeddings") is False, weights_file.name)
+                      untied, raw.get("tie_word_embeddings") is False, weights_file.name, from_nvidia)
     _check_labels(ckpt)
     return ckpt
 
 
 def _config_file(folder: Path) -> Path | None:
-    """config.json, else bert_config.json: Google's name for it (TensorFlow release folders, run_* outputs), whose
+    """config.json, else bert_config.json: Google's and NVIDIA's name for it (release folders, run_* outputs), whose
     fields are transformers' BertConfig names."""
     return next((path for path in (folder / "config.json", folder / "bert_config.json") if path.is_file()), None)
 
@@ -418,6 +443,11 @@ def _check_layer_count(folder: Path, config: BertConfig, raw: dict[str, Any], st
         config_file = _config_file(folder) or folder / "config.json"
         raise UsageError(f"{config_file} says num_hidden_layers {count}{unset}, but the weights hold "
                          f"{max(held) + 1} layers; fix {config_file.name}")
+
+
+def _embedding_rows(weights: dict[str, Tensor]) -> int | None:
+    embeddings = weights.get("bert.embeddings.word_embeddings.weight", weights.get("embeddings.word_embeddings.weight"))
+    return embeddings.shape[0] if embeddings is not None and embeddings.ndim == 2 else None
 
 
 def _untied_decoder(weights: dict[str, Tensor]) -> bool:

@@ -36,11 +36,11 @@ def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str
     tokenizer = model_tokenizer(ckpt, required=False)
     outputs = getattr(model, "num_labels", None)
     labels = ckpt.labels if outputs is not None and outputs == len(ckpt.labels or []) else None
-    if ckpt.from_tensorflow and "classifier" in ckpt.parts and not ckpt.labels:
-        log.warning("warning: %s is a TensorFlow classifier without id2label: its outputs are saved as LABEL_0, ..., "
-                    "which evaluate and finetune take in the task's order (for MNLI run_classifier.py's is "
-                    "contradiction, entailment, neutral); add id2label to %s first to keep them named",
-                    source, ckpt.config_file)
+    if ckpt.origin is not None and "classifier" in ckpt.parts and not ckpt.labels:
+        log.warning("warning: %s is a %s classifier without id2label: its outputs are saved as LABEL_0, ..., "
+                    "which evaluate and finetune take in the task's order (for MNLI %s's is contradiction, "
+                    "entailment, neutral); add id2label to %s first to keep them named", source, ckpt.origin,
+                    ckpt.classifier_script, ckpt.config_file)
     save_model(model, out, tokenizer, labels=labels, problem_type=ckpt.problem_type, config_extra=ckpt.kept_config,
                keep=keep, overwrite=overwrite)
     heads = ", ".join(heads_present(ckpt)) or "encoder only"

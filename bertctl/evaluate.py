@@ -247,16 +247,16 @@ def label_order(ckpt: Checkpoint, num_labels: int, task: GlueTask | TabularTask,
 
 
 def class_names(ckpt: Checkpoint, task: GlueTask | TabularTask, folder: Path | str, say: bool = True) -> list[str]:
-    """The classes a classifier's outputs stand for: its id2label; a google-research/bert run_classifier
-    checkpoint has none, and outputs its processor's classes in that processor's order (MNLI's contradiction,
-    entailment, neutral), which is said once."""
-    if ckpt.labels or not ckpt.from_tensorflow or not getattr(task, "google_label_names", ()):
+    """The classes a classifier's outputs stand for: its id2label; a google-research/bert run_classifier (or NVIDIA
+    run_glue) checkpoint has none, and outputs its processor's classes in that processor's order (MNLI's
+    contradiction, entailment, neutral), which is said once."""
+    if ckpt.labels or ckpt.origin is None or not getattr(task, "google_label_names", ()):
         return ckpt.labels or []
     names = list(task.google_label_names)  # type: ignore[union-attr]  # a GlueTask: checked above
     if len(names) == ckpt.num_labels:
         if say:
-            log.warning("warning: %s is a TensorFlow classifier without id2label; its outputs are taken in "
-                        "run_classifier.py's order for %s (%s)", folder, task.name, ", ".join(names))
+            log.warning("warning: %s is a %s classifier without id2label; its outputs are taken in %s's order for "
+                        "%s (%s)", folder, ckpt.origin, ckpt.classifier_script, task.name, ", ".join(names))
         return names
     return []
 

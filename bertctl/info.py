@@ -39,6 +39,8 @@ def info(model: Path | str) -> dict[str, Any]:
 def _format(ckpt: Checkpoint) -> str:
     if ckpt.from_tensorflow:
         return "tensorflow (google-research/bert)"
+    if ckpt.from_nvidia:
+        return "nvidia (DeepLearningExamples)"
     bertctl_block = ckpt.raw_config.get("bertctl")
     return f"bertctl v{bertctl_block['format_version']}" if bertctl_block else "transformers"
 
