@@ -36,6 +36,7 @@ _LAZY = {
     "finetune_classify": "bertctl.finetune",
     "evaluate_glue": "bertctl.evaluate",
     "evaluate_classify": "bertctl.evaluate",
+    "evaluate_mlm": "bertctl.mlm_eval",
     "predict_glue": "bertctl.predict",
     "predict_classify": "bertctl.predict",
 }

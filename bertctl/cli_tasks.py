@@ -13,7 +13,8 @@ import typer
 from bertctl.cli_base import command_config, command_group
 
 finetune_app = command_group("Fine-tune a model on GLUE or on your own labelled data.")
-evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set or a labelled table.")
+evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set or a labelled table, or a pre-trained "
+                              "model's masked-LM on a corpus.")
 predict_app = command_group("Write predictions: GLUE submission files, or one row per row of a table.")
 
 # Options of `finetune glue` and `finetune classify`; None falls through to the --config file, then to
@@ -151,6 +152,29 @@ def evaluate_classify(
 
     metrics = run_evaluate(model, data, text_columns, label_column, batch_size, max_seq_length, device, precision)
     print_classify_results(data, metrics, as_json=as_json)
+
+
+@evaluate_app.command("mlm")
+def evaluate_mlm(
+    model: Annotated[str, typer.Option("--model", "-m", help="Pre-trained model with its MLM head: a pretrain "
+                                       "run's final/ or step-N/, a transformers folder, a hub id.")],
+    corpus: Annotated[Path, typer.Option(help="Corpus folder (corpus build or import) made with the model's "
+                                         "tokenizer.")],
+    split: Annotated[str, typer.Option(help="validation|train [validation].")] = "validation",
+    samples: Annotated[int | None, typer.Option(help="Score the split's first N rows; 0: all of them [10000, "
+                                                "pretrain's --eval-samples].")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Sequences per forward pass [32].")] = None,
+    seed: Annotated[int | None, typer.Option(help="Draw of a dynamic corpus's masks, as pretrain's --seed "
+                                             "draws its validation masks [42].")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto: bf16 on CUDA].")] = None,
+    device: _FtDevice = None, as_json: _EvJson = False,
+) -> None:
+    """Score a pre-trained model's masked LM (and NSP/SOP) on a corpus: pretrain's validation figures."""
+    from bertctl.mlm_eval import evaluate_mlm as run_evaluate
+    from bertctl.mlm_eval import print_mlm_results
+
+    result = run_evaluate(model, corpus, split, samples, batch_size, seed, device, precision)
+    print_mlm_results(model, corpus, result, as_json=as_json)
 
 
 @predict_app.command("glue")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from bertctl import optim, training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
@@ -30,12 +30,13 @@ from bertctl.config import (
     model_config,
     refuse_changed_settings,
 )
-from bertctl.data.batches import BatchPlan, Collator, EvalBatches, StepBatches
+from bertctl.data.batches import BatchPlan, Collator, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import check_out, make_folder, out_location, read_json_object, user_path, write_json_atomic
 from bertctl.hub import local_folder
-from bertctl.model import ARCHITECTURES, IGNORE_INDEX, BertTaskModel
+from bertctl.model import ARCHITECTURES, BertTaskModel
+from bertctl.pretraining_objective import evaluate_pretraining, loss_terms, loss_weights
 from bertctl.tokenizer import BertTokenizer, never_split_in_effect
 from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 
@@ -139,7 +140,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     has_nsp = "next_sentence_label" in corpus["train"].column_names
 
     # Compiled graphs want fixed shapes: the MLM head then reads max_predictions_per_seq slots per row.
-    loss_terms = partial(_loss_terms, predictions=manifest["max_predictions_per_seq"] if compiled else None)
+    step_terms = partial(loss_terms, predictions=manifest["max_predictions_per_seq"] if compiled else None)
     log = training.MetricsLog(run, enabled=env.is_main)
     speed = training.Throughput(carried)
     bar = training.progress_bar(cfg.steps, step, "pretrain", env.is_main)
@@ -153,7 +154,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
             lr = cfg.lr * optim.lr_factor(step, cfg.steps, cfg.warmup(), cfg.schedule)
             optim.set_lr(optimizer, lr)
             model.train()
-            pending.append(training.optimizer_step(train_model, micro_batches, optimizer, loss_terms, _weights,
+            pending.append(training.optimizer_step(train_model, micro_batches, optimizer, step_terms, loss_weights,
                                                    env, precision, scaler, cfg.clip))
             step += 1
             samples_seen += cfg.batch_size
@@ -176,7 +177,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                 bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
             with speed.paused():
                 if evaluating:
-                    scores = evaluate_pretraining(model, validation, collate, micro, cfg, env, precision)
+                    scores = evaluate_pretraining(model, validation, collate, micro, cfg.eval_samples, env, precision)
                     log.write({"step": step, **scores})
                 if saving:
                     _save(model, training_state.step_folder(run, step), tokenizer, optimizer, scaler,
@@ -274,22 +275,32 @@ def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:
         candidates.append((f"corpus {cfg.corpus}'s tokenizer", own_folder, True))
     if cfg.init_from is not None and has_tokenizer(init := local_folder(cfg.init_from)):
         # A bare vocab.txt (Google's layout) does not say its casing: only its vocabulary can be compared.
-        candidates.append((f"--init-from {cfg.init_from}'s tokenizer", init, _says_its_settings(init)))
+        candidates.append((f"--init-from {cfg.init_from}'s tokenizer", init, says_its_settings(init)))
     if not candidates:
         raise UsageError(f"no tokenizer found: pass --tokenizer (the one {cfg.corpus} was built with)")
+    return corpus_tokenizer(cfg.corpus, manifest, candidates, "rebuild the corpus or pass the matching --tokenizer")
+
+
+def corpus_tokenizer(corpus: Path | str, manifest: dict[str, Any], candidates: list[tuple[str, Path, bool]],
+                     fix: str) -> BertTokenizer:
+    """The first of `candidates` ((name in messages, folder, whether its files say its settings)), each refused
+    unless it encodes text as the corpus's own tokenizer did: the vocabulary's sha256 in the manifest, then the
+    id settings of the corpus's own copy (CORPUS/tokenizer) where the corpus has one. `fix` ends the message of
+    another vocabulary."""
+    own_folder = Path(corpus) / "tokenizer"
     loaded = [(name, path, load_tokenizer(path), settled) for name, path, settled in candidates]
     own = next((tokenizer for _, path, tokenizer, _ in loaded if path == own_folder), None)
     for name, _, tokenizer, settled in loaded:
         if tokenizer.sha256() != manifest["tokenizer_sha256"]:
-            raise UsageError(f"{name} is not the one corpus {cfg.corpus} was built with (sha256 "
-                             f"{tokenizer.sha256()[:12]} vs {manifest['tokenizer_sha256'][:12]}); rebuild the corpus "
-                             "or pass the matching --tokenizer")
+            raise UsageError(f"{name} is not the one corpus {corpus} was built with (sha256 "
+                             f"{tokenizer.sha256()[:12]} vs {manifest['tokenizer_sha256'][:12]}); {fix}")
         if own is not None and settled:
             _refuse_other_encoding(name, tokenizer, own, own_folder)
     return loaded[0][2]
 
 
-def _says_its_settings(folder: Path) -> bool:
+def says_its_settings(folder: Path) -> bool:
+    """Whether a tokenizer folder's files say its casing and other settings (a bare vocab.txt does not)."""
     return (folder / "tokenizer_config.json").is_file() or (folder / "tokenizer.json").is_file()
 
 
@@ -334,6 +345,19 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
+def refuse_unfit_corpus(config: BertConfig, manifest: dict[str, Any], corpus: Path | str,
+                        model: str = "the model") -> None:
+    """A corpus of sentence pairs needs two segment embeddings, and its sequences must fit the model's positions:
+    else a forward pass fails deep in torch (an index past an embedding)."""
+    if manifest["objective"] != "mlm":
+        config.refuse_pairs(model, f"corpus {corpus} holds sentence pairs ({manifest['objective']})",
+                            "a corpus built with --objective mlm")
+    if manifest["max_seq_length"] > config.max_position_embeddings:
+        raise UsageError(f"corpus {corpus} has sequences of {manifest['max_seq_length']} tokens but {model} "
+                         f"takes at most {config.max_position_embeddings}; build a corpus with --max-seq-length "
+                         f"{config.max_position_embeddings} or less")
+
+
 def _refuse_out_in_corpus(cfg: PretrainConfig) -> None:
     """A run written into its corpus folder would be deleted by the next `corpus build --overwrite` of it."""
     if cfg.corpus is None or not (corpus := user_path(cfg.corpus)).is_dir():
@@ -370,61 +394,8 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
                              f"{tokenizer.vocab_size}, or leave it out (the model then takes the tokenizer's size)")
         raise UsageError(f"the model has {model.config.vocab_size} embedding rows but the tokenizer has "
                          f"{tokenizer.vocab_size} tokens; use the matching tokenizer")
-    if manifest["objective"] != "mlm":
-        model.config.refuse_pairs("the model", f"corpus {cfg.corpus} holds sentence pairs ({manifest['objective']})",
-                                  "a corpus built with --objective mlm")
-    if manifest["max_seq_length"] > model.config.max_position_embeddings:
-        raise UsageError(f"corpus {cfg.corpus} has sequences of {manifest['max_seq_length']} tokens but the model "
-                         f"takes at most {model.config.max_position_embeddings}")
+    refuse_unfit_corpus(model.config, manifest, cfg.corpus)
     return model
-
-
-def _loss_terms(model: nn.Module, batch: dict[str, Tensor], predictions: int | None = None
-                ) -> dict[str, tuple[Tensor, Tensor]]:
-    out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"),
-                mlm_labels=batch["mlm_labels"], mlm_predictions=predictions, **_nsp_kwargs(batch))
-    terms = {"mlm": (out.mlm_loss, (out.logits.argmax(-1) == out.mlm_targets).sum())}
-    if "next_sentence_label" in batch:
-        label = batch["next_sentence_label"]
-        terms["nsp"] = (out.nsp_loss, (out.nsp_logits.argmax(-1) == label).sum())
-    return terms
-
-
-def _nsp_kwargs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    return {"next_sentence_label": batch["next_sentence_label"]} if "next_sentence_label" in batch else {}
-
-
-def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    counts = {"mlm": (batch["mlm_labels"] != IGNORE_INDEX).sum()}
-    if "next_sentence_label" in batch:
-        label = batch["next_sentence_label"]
-        counts["nsp"] = label.new_full((), label.shape[0])  # made where the batch is: no host-to-device copy
-    return counts
-
-
-@torch.no_grad()
-def evaluate_pretraining(model: nn.Module, table: Any, collate: Collator, micro: int, cfg: PretrainConfig,
-                         env: training.Distributed, precision: str = "fp32") -> dict[str, float]:
-    """MLM loss/accuracy and NSP accuracy on the validation split (each rank its share, then summed), under the
-    training step's autocast, as transformers' Trainer evaluates."""
-    model.eval()
-    totals = torch.zeros(5, dtype=torch.float64, device=env.device)  # mlm loss sum, mlm n, correct, nsp n, correct
-    for batch in EvalBatches(table, collate, micro, cfg.eval_samples, env.rank, env.world_size):
-        batch = training.to_device(batch, env.device)
-        with training.autocast(precision, env.device):
-            terms = _loss_terms(model, batch)
-        counts = _weights(batch)
-        totals[0] += terms["mlm"][0].double() * counts["mlm"]
-        totals[1] += counts["mlm"]
-        totals[2] += terms["mlm"][1]
-        if "nsp" in terms:
-            totals[3] += counts["nsp"]
-            totals[4] += terms["nsp"][1]
-    totals = training.all_reduce_sum(totals, env).tolist()
-    row = {"val_mlm_loss": totals[0] / max(totals[1], 1), "val_mlm_accuracy": totals[2] / max(totals[1], 1)}
-    if totals[3]:
-        row["val_nsp_accuracy"] = totals[4] / totals[3]
-    return row
 
 
 def _log_row(step: int, window: list[training.StepResult], lr: float, speed: training.Throughput,

@@ -39,3 +39,24 @@ def test_every_epoch_visits_every_row_once_whatever_the_ranks() -> None:
     two = [BatchPlan(rows, batch, 2, rank, 2, seed=5) for rank in (0, 1)]
     split = np.concatenate([two[rank].samples(3 * batch, micro)[1] for rank in (0, 1) for micro in (0, 1)])
     assert (split == one.samples(3 * batch, 0)[1]).all()
+
+
+def test_eval_batches_over_a_billion_row_split_hold_no_row_table():
+    """`evaluate mlm --split train --samples 0` on a huge corpus: rows are counted off lazily (an index array
+    of 10^12 rows would be 8 TB), and each rank still reads its strided share in order."""
+    from bertctl.data.batches import EvalBatches
+
+    class Table:
+        def __len__(self):
+            return 10**12
+
+        def __getitem__(self, rows):
+            return {"rows": rows}
+
+    def collate(rows, epochs, indices):
+        return {"rows": rows["rows"], "indices": indices.tolist()}
+
+    batches = EvalBatches(Table(), collate, 4, 10**12, 1, 2)
+    assert len(batches) == 10**12 // 2 // 4
+    assert batches[0] == {"rows": [1, 3, 5, 7], "indices": [1, 3, 5, 7]}
+    assert batches[len(batches) - 1]["rows"] == [10**12 - 7, 10**12 - 5, 10**12 - 3, 10**12 - 1]

@@ -168,6 +168,7 @@ MODEL_ARGS = [
     ["finetune", "glue", "sst2", "--model", "{}", "--data", "glue", "--out", "run"],
     ["evaluate", "classify", "--model", "{}", "--data", "t.csv"],
     ["evaluate", "glue", "sst2", "--model", "{}", "--data", "glue"],
+    ["evaluate", "mlm", "--model", "{}", "--corpus", "corpus"],
     ["predict", "classify", "--model", "{}", "--data", "t.csv", "--out", "p.csv"],
     ["predict", "glue", "sst2", "--model", "{}", "--data", "glue", "--out", "sub"],
     ["pretrain", "--init-from", "{}", "--corpus", "corpus"],

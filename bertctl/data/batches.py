@@ -141,8 +141,7 @@ class EvalBatches(Dataset):
     """The first `limit` validation rows in order, this rank's share, in micro-batches (fixed masks)."""
 
     def __init__(self, table: Any, collate: Collator, micro_batch: int, limit: int, rank: int, world: int) -> None:
-        rows = np.arange(min(limit, len(table)))
-        self.rows = rows[rank::world]
+        self.rows = range(rank, min(limit, len(table)), world)  # lazy: a whole train split may be 10^9 rows
         self.table, self.collate, self.micro_batch = table, collate, micro_batch
 
     def __len__(self) -> int:
@@ -152,7 +151,7 @@ class EvalBatches(Dataset):
         return (self[i] for i in range(len(self)))
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        rows = self.rows[index * self.micro_batch: (index + 1) * self.micro_batch]
+        rows = np.asarray(self.rows[index * self.micro_batch: (index + 1) * self.micro_batch], dtype=np.int64)
         return self.collate(self.table[rows.tolist()], np.zeros_like(rows), rows)
 
 
