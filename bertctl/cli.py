@@ -181,6 +181,8 @@ def corpus_import(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output corpus folder.")] = None,
     validation_fraction: Annotated[float | None, typer.Option(help="Share of records held out [0].")] = None,
     lowercase: _Lowercase = None,
+    workers: Annotated[int | None, typer.Option(help="Processes, each importing whole files, 0 = all cores; never "
+                                                "changes the output [0].")] = None,
     overwrite: _Overwrite = None,
     config: _ConfigFile = None,
 ) -> None:

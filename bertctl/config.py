@@ -294,19 +294,23 @@ class CorpusConfig:
 
 @dataclass(frozen=True)
 class CorpusImportConfig:
-    """`bertctl corpus import`: the TFRecord files of Google's create_pretraining_data.py as a bertctl corpus."""
+    """`bertctl corpus import`: the TFRecord files of Google's create_pretraining_data.py (or NVIDIA's HDF5 shards)
+    as a bertctl corpus."""
 
-    inputs: tuple[str, ...] = ()  # TFRecord files (GZIP/ZLIB-compressed too), folders, globs
+    inputs: tuple[str, ...] = ()  # TFRecord files (GZIP/ZLIB-compressed too) or HDF5 shards, folders, globs
     tokenizer: Path | None = None  # the vocabulary the records' ids come from (folder or vocab.txt)
     out: Path | None = None  # output folder (a datasets DatasetDict + manifest.json)
     validation_fraction: float = 0.0  # share of records (evenly spaced) held out as the validation split
     lowercase: bool | None = None  # casing of a bare vocab.txt tokenizer (default: its tokenizer_config)
+    workers: int = 0  # processes, each importing whole files; 0 = all cores. Never changes the output
     overwrite: bool = False  # replace an existing output folder
 
     def __post_init__(self) -> None:
         take_types(self)
         if not 0.0 <= self.validation_fraction < 1.0:
             raise UsageError(f"--validation-fraction must be in [0, 1), got {self.validation_fraction}")
+        if self.workers < 0:
+            raise UsageError(f"--workers must be at least 0, got {self.workers}")
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,21 @@ and nothing is written.
 An HDF5 shard (found by HDF5's signature, whatever its name) gives the same rows: its predictions are the slots
 before the first 0 position, as NVIDIA's loader takes them, so they stand in for Google's masked_lm_weights and
 the same checks apply. It is hashed in one sequential pass, then read a block of rows at a time.
+
+With several workers (`--workers`), whole files are imported at once, each into Arrow files of its own (numbered
+file-major, so one worker writes the same ones): validation rows are chosen by their number over all files, so
+each file is counted first (`_counted_jobs`: far cheaper than reading it) to give its worker the number of its first
+row. bertctl/file_pool.py runs them, and reports the first bad file in input order.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gzip
+import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,193 +57,50 @@ from bertctl.data.instances import (
     shard_file,
     write_shard,
 )
+from bertctl.data.pretraining_records import RecordBlock, Shape, concat_packed, record_items, take_rows
 from bertctl.data.tfrecord import (
-    BYTES,
-    FLOAT,
-    INT64,
     BadRecord,
     HashedReader,
     compression_of,
-    feature_column,
+    count_records,
     parse_example,
     read_records,
 )
 from bertctl.errors import BertctlError, UsageError
+from bertctl.file_pool import run_files
 from bertctl.files import file_sha256, refuse_inputs_inside
 
-__all__ = ["FEATURES", "import_corpus"]
+__all__ = ["import_corpus"]
 
-_EXECUTION_ONLY = ("out", "overwrite")  # never change the corpus
-_KIND_NAMES = {BYTES: "bytes_list", FLOAT: "float_list", INT64: "int64_list", 0: "empty Feature"}
-FEATURES = {"input_ids": INT64, "input_mask": INT64, "segment_ids": INT64, "masked_lm_positions": INT64,
-            "masked_lm_ids": INT64, "masked_lm_weights": FLOAT, "next_sentence_labels": INT64}
-_SEQUENCE = ("input_ids", "input_mask", "segment_ids")  # max_seq_length values each
-_PREDICTIONS = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")  # max_predictions_per_seq each
+_EXECUTION_ONLY = ("out", "overwrite", "workers")  # where and how: never change the corpus's bytes
 BLOCK_ROWS = 4096  # records checked and converted together
+SHARDS_PER_INPUT = 1_000_000  # Arrow file numbers each input file has (6.4e12 tokens): file-major numbering
 SHARD_TOKENS = 6_400_000  # tokens per Arrow file (50,000 rows at 128 tokens, about 25 MB): a phase-2 import at 512
 # tokens holds as much in memory as a phase-1 one
-
-
-# --- records -> rows ---------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class _Shape:
-    """max_seq_length and max_predictions_per_seq, as the first record has them."""
-
-    seq: int
-    predictions: int
-    first: str  # where they were read
-
-
-def _record_items(features: dict[str, tuple[int, list[int | bytes], int]], shape: _Shape | None
-                  ) -> list[list[int | bytes]]:
-    """The seven features' items after the per-record checks (present, of Google's kinds and lengths)."""
-    missing = [name for name in FEATURES if name not in features]
-    if missing:
-        names = [name if name.isprintable() else ascii(name) for name in sorted(features)]  # one line, as stored
-        has = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "") if names else "none"
-        hint = " (run_classifier's fine-tuning examples?)" if "label_ids" in features else ""
-        raise BadRecord(f"not a pre-training example of Google's create_pretraining_data.py{hint}: no "
-                        f"{', '.join(missing)} (its features: {has})")
-    for name, kind in FEATURES.items():
-        if features[name][0] != kind and features[name][2]:
-            raise BadRecord(f"feature {name} is a {_KIND_NAMES[features[name][0]]}, Google's is a {_KIND_NAMES[kind]}")
-    counts = [features[name][2] for name in FEATURES]
-    for group in (_SEQUENCE, _PREDICTIONS):
-        lengths = {name: features[name][2] for name in group}
-        if len(set(lengths.values())) > 1:
-            raise BadRecord("features of unequal lengths: " + ", ".join(f"{k} {v}" for k, v in lengths.items()))
-    if counts[-1] != 1:
-        raise BadRecord(f"next_sentence_labels holds {counts[-1]} values, not 1")
-    if not counts[0]:
-        raise BadRecord("input_ids is empty")
-    if shape is not None and (counts[0], counts[3]) != (shape.seq, shape.predictions):
-        raise BadRecord(f"max_seq_length {counts[0]} and max_predictions_per_seq {counts[3]}, but {shape.first} "
-                        f"has {shape.seq} and {shape.predictions}: all records must agree (import each kind on its "
-                        "own)")
-    return [features[name][1] for name in FEATURES]
-
-
-class _Block:
-    """Up to BLOCK_ROWS records of one file, stacked: checked and unpadded together."""
-
-    def __init__(self, first: int = 0, noun: str = "record") -> None:
-        self.rows: list[list[list[int | bytes]]] = []  # per record, each feature's items (_record_items)
-        self.first = first  # number of the first record in its file
-        self.noun = noun  # what an error calls one: a TFRecord's record, an HDF5 shard's row
-
-    def columns(self, shape: _Shape) -> list[np.ndarray]:
-        """The seven features of every record, stacked: [records, max_seq_length or max_predictions_per_seq]."""
-        widths = [shape.seq] * 3 + [shape.predictions] * 3 + [1]
-        return [feature_column(kind, list(records), width) for kind, records, width in
-                zip(FEATURES.values(), zip(*self.rows, strict=True), widths, strict=True)]
-
-    def check(self, columns: list[np.ndarray], vocab_size: int, cls_id: int, sep_id: int, vocabulary: str,
-              extra: tuple[tuple[np.ndarray, Callable[[int], str]], ...] = ()) -> None:
-        """Raise BadRecord, naming the record (its number in its file, from 1), for the first record of the block
-        that is not one of Google's (or fails an `extra` check: which records fail, and what to say)."""
-        ids, mask, types, positions, labels, weights, nsp = columns
-        width, slots = ids.shape[1], positions.shape[1]
-        ones = mask == 1
-        count = ones.sum(axis=1)
-        real = np.arange(width) < count[:, None]
-        used = weights != 0
-        prediction = np.arange(slots) < used.sum(axis=1)[:, None]
-        rows = np.arange(len(ids))
-        first_id, last_id = ids[rows, 0], ids[rows, np.maximum(count - 1, 0)]
-        bad_id = real & ((ids < 0) | (ids >= vocab_size))
-        bad_position = prediction & ((positions < 0) | (positions >= count[:, None]))
-        placed = np.sort(np.where(prediction, positions, -1 - np.arange(slots)), axis=1)
-        bad_label = prediction & ((labels < 0) | (labels >= vocab_size))
-        fix = (f"outside the vocabulary of {vocabulary} ({vocab_size} ids): give the vocabulary the records were "
-               "made with")
-
-        def first(values: np.ndarray, bad: np.ndarray, r: int) -> int:
-            return int(values[r][np.argmax(bad[r])])
-
-        checks: list[tuple[np.ndarray, Callable[[int], str]]] = [
-            *extra,
-            (((mask != 0) & ~ones).any(axis=1) | (ones != real).any(axis=1) | (count < 2),
-             lambda r: "input_mask is not 1 for each token then 0 for the padding (with at least 2 tokens)"),
-            (bad_id.any(axis=1), lambda r: f"input id {first(ids, bad_id, r)} is {fix}"),
-            ((first_id != cls_id) | (last_id != sep_id),
-             lambda r: f"the tokens run from id {first_id[r]} to id {last_id[r]}, not from [CLS] ({cls_id}) to [SEP] "
-                       f"({sep_id}) of {vocabulary}: give the vocabulary the records were made with"),
-            ((real & (types != 0) & (types != 1)).any(axis=1), lambda r: "segment_ids holds a value other than 0 or 1"),
-            (((weights != 0) & (weights != 1)).any(axis=1) | (used != prediction).any(axis=1),
-             lambda r: "masked_lm_weights is not 1.0 for each prediction then 0.0 for the padding"),
-            (bad_position.any(axis=1),
-             lambda r: f"masked_lm_positions holds {first(positions, bad_position, r)}, outside the {count[r]} tokens"),
-            (((placed[:, 1:] == placed[:, :-1]) & (placed[:, 1:] >= 0)).any(axis=1),
-             lambda r: "masked_lm_positions holds a position twice"),
-            (bad_label.any(axis=1), lambda r: f"masked_lm_ids holds {first(labels, bad_label, r)}, {fix}"),
-            (((nsp != 0) & (nsp != 1)).any(axis=1),
-             lambda r: f"next_sentence_labels is {nsp[r, 0]}, not 0 (IsNext) or 1 (NotNext)"),
-        ]
-        bad = np.stack([failed for failed, _ in checks])
-        if bad.any():
-            row = int(np.argmax(bad.any(axis=0)))
-            raise BadRecord(f"{self.noun} {self.first + row + 1}: {checks[int(np.argmax(bad[:, row]))][1](row)}")
-
-    @staticmethod
-    def packed(columns: list[np.ndarray]) -> Packed:
-        """The rows without their padding, in Packed's layout (Arrow's list columns)."""
-        ids, mask, types, positions, labels, weights, nsp = columns
-        real, used = mask == 1, weights != 0
-        count = real.sum(axis=1)
-        return Packed(input_ids=ids[real].astype(np.int32), offsets=np.concatenate([[0], np.cumsum(count)]),
-                      token_type_ids=types[real].astype(np.int8), labels=nsp[:, 0].astype(np.int8),
-                      short=np.zeros(len(ids), bool), masked_positions=positions[used], masked_ids=labels[used],
-                      masked_offsets=np.concatenate([[0], np.cumsum(used.sum(axis=1))]))
-
-
-def _take(packed: Packed, rows: np.ndarray) -> Packed:
-    """The given rows (a boolean mask) of a Packed block."""
-    lengths, masked = np.diff(packed.offsets), np.diff(packed.masked_offsets)
-    token_rows = np.repeat(rows, lengths)
-    masked_rows = np.repeat(rows, masked)
-    return Packed(input_ids=packed.input_ids[token_rows], offsets=np.concatenate([[0], np.cumsum(lengths[rows])]),
-                  token_type_ids=packed.token_type_ids[token_rows], labels=packed.labels[rows],
-                  short=packed.short[rows], masked_positions=packed.masked_positions[masked_rows],
-                  masked_ids=packed.masked_ids[masked_rows],
-                  masked_offsets=np.concatenate([[0], np.cumsum(masked[rows])]))
-
-
-def _concat(blocks: list[Packed]) -> Packed:
-    def joined(name: str) -> np.ndarray:
-        return np.concatenate([getattr(b, name) for b in blocks])
-
-    def offsets(name: str) -> np.ndarray:
-        ends = np.cumsum([getattr(b, name)[-1] for b in blocks])
-        return np.concatenate([[0], *(getattr(b, name)[1:] + start for b, start in
-                                      zip(blocks, [0, *ends[:-1]], strict=True))])
-
-    return Packed(input_ids=joined("input_ids"), offsets=offsets("offsets"), token_type_ids=joined("token_type_ids"),
-                  labels=joined("labels"), short=joined("short"), masked_positions=joined("masked_positions"),
-                  masked_ids=joined("masked_ids"), masked_offsets=offsets("masked_offsets"))
 
 
 # --- the import ---------------------------------------------------------------------------------------------
 
 class _Shards:
-    """Rows of each split gathered into Arrow files of about SHARD_TOKENS tokens (`corpus build`'s shard files)."""
+    """Rows of each split gathered into Arrow files of about SHARD_TOKENS tokens (`corpus build`'s shard files),
+    numbered from `first`: one input file's, so that workers write theirs at once and in input order."""
 
-    def __init__(self, folder: Path, schema: Any, mask_id: int) -> None:
-        self.folder, self.schema, self.mask_id = folder, schema, mask_id
+    def __init__(self, folder: Path, schema: Any, mask_id: int, first: int, tokens: int) -> None:
+        self.folder, self.schema, self.mask_id, self.tokens = folder, schema, mask_id, tokens
         self.pending: dict[str, list[Packed]] = {split: [] for split in SPLITS}
-        self.written = dict.fromkeys(SPLITS, 0)  # files so far, per split
+        self.written = dict.fromkeys(SPLITS, first)  # the next file's number, per split
         self.stats: dict[int, dict[str, dict[str, int]]] = {}
 
     def add(self, split: str, packed: Packed) -> None:
         if len(packed.labels):
             self.pending[split].append(packed)
-        if sum(len(p.input_ids) for p in self.pending[split]) >= SHARD_TOKENS:
+        if sum(len(p.input_ids) for p in self.pending[split]) >= self.tokens:
             self.flush(split)
 
     def flush(self, split: str) -> None:
         if not self.pending[split]:
             return
-        packed = _concat(self.pending[split])
+        packed = concat_packed(self.pending[split])
         self.pending[split] = []
         index = self.written[split]
         self.written[split] += 1
@@ -245,6 +108,42 @@ class _Shards:
         counts = {"instances": len(packed.labels), **packed_stats(packed, self.mask_id)}
         del counts["short_instances"]  # Google's records do not say which targets were short
         self.stats.setdefault(index, {s: {} for s in SPLITS})[split] = counts
+
+
+@dataclasses.dataclass(frozen=True)
+class _Vocabulary:
+    """What the checks and the statistics need of the tokenizer: a worker gets this, not the tokenizer."""
+
+    vocab_size: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    name: str  # as given (--tokenizer), for the messages
+
+
+@dataclasses.dataclass(frozen=True)
+class _FileJob:
+    """One input file and all a worker needs to import it (small and picklable)."""
+
+    index: int  # its place among the inputs: its Arrow files are numbered from index * SHARDS_PER_INPUT
+    path: Path
+    first_row: int  # the number of its first row over all inputs (validation rows are chosen by it)
+    shape: Shape | None  # the shape an earlier file set; None: this file's first record sets it
+    hdf5: bool
+    folder: Path  # where its Arrow files go
+    vocabulary: _Vocabulary
+    cfg: CorpusImportConfig
+    block_rows: int = BLOCK_ROWS  # the sizes, as the main process has them
+    shard_tokens: int = SHARD_TOKENS
+    counted: int | None = None  # its rows as counted before the import (-1: counting failed; None: not counted)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FileResult:
+    rows: int
+    shape: Shape | None
+    stored: dict[str, Any]  # what the manifest says of the file as stored: bytes, sha256, compression
+    stats: dict[int, dict[str, dict[str, int]]]  # its Arrow files' counts, by number
 
 
 def _input_files(inputs: tuple[str, ...]) -> list[Path]:
@@ -270,37 +169,39 @@ def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
     hdf5 = _are_hdf5(files)
     refuse_inputs_inside(out, [*files, cfg.tokenizer], read_whole=cfg.inputs)
     tokenizer = load_tokenizer(cfg.tokenizer, lowercase=cfg.lowercase)
-    vocabulary = str(cfg.tokenizer)
     params = {k: v for k, v in config_to_dict(cfg).items() if k not in _EXECUTION_ONLY}
     key = settings_digest({"import": params, "tokenizer_sha256": tokenizer.sha256(),
                            "inputs": [[str(f.resolve()), f.stat().st_size] for f in files], "bertctl": __version__})
     partial = open_partial(out, key)
     try:
-        schema = corpus_schema(tokenizer.vocab_size, sentence_labels=True, static=True)
-        shards = _Shards(partial / "shards", schema, tokenizer.mask_id)
-        shape: _Shape | None = None
-        inputs, seen = [], 0
+        vocabulary = _Vocabulary(tokenizer.vocab_size, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id,
+                                 str(cfg.tokenizer))
+        template = _FileJob(0, Path(), 0, None, hdf5, partial / "shards", vocabulary, cfg, BLOCK_ROWS,
+                            SHARD_TOKENS)
         bar = tqdm(desc="corpus import", total=sum(f.stat().st_size for f in files) or None, unit="B",
                    unit_scale=True, unit_divisor=1000, dynamic_ncols=True)
+
+        def progress(rows: int, read: int) -> None:
+            bar.update(max(0, read - bar.n))
+            bar.set_postfix(records=f"{rows:,}", refresh=False)
+
+        workers = _worker_count(cfg.workers, len(files))
         with bar:
-            done = 0
-            for path in files:
-                records, shape, stored = (_import_hdf5 if hdf5 else _import_file)(
-                    path, shards, shape, seen, cfg, tokenizer, vocabulary,
-                    lambda count, read, done=done: (bar.update(max(0, done + read - bar.n)),
-                                         bar.set_postfix(records=f"{count:,}", refresh=False)))
-                seen += records
-                done += stored["bytes"]
-                inputs.append({"path": str(path), **stored, "records": records})
-        for split in SPLITS:
-            shards.flush(split)
-        counts = _counts(shards.stats, seen, cfg)
+            results = _import_in_order(files, template, progress) if workers == 1 else run_files(
+                _import_one, _counted_jobs(files, template), workers, len(files), progress, "corpus import")
+        stats = {index: shard for result in results for index, shard in result.stats.items()}
+        seen = sum(result.rows for result in results)
+        counts = _counts(stats, seen, cfg)
+        shape = next((result.shape for result in results if result.shape), None)
         settings = {
             "source": "nvidia-hdf5" if hdf5 else "google-tfrecord", "objective": "mlm+nsp", "masking": "static",
             "max_seq_length": shape.seq if shape else None, "masked_lm_prob": None,
             "max_predictions_per_seq": shape.predictions if shape else None, "whole_word_masking": None,
             "short_seq_prob": None, "dupe_factor": None, "seed": None, "validation_fraction": cfg.validation_fraction}
-        manifest = publish_corpus(partial, out, tokenizer, schema, shards.stats, key, counts, settings,
+        inputs = [{"path": str(path), **result.stored, "records": result.rows}
+                  for path, result in zip(files, results, strict=True)]
+        schema = corpus_schema(tokenizer.vocab_size, sentence_labels=True, static=True)
+        manifest = publish_corpus(partial, out, tokenizer, schema, stats, key, counts, settings,
                                   {"inputs": inputs, "skipped": [], "config": params})
     except BaseException:  # nothing to resume: an import is one pass
         remove_partial(partial)
@@ -308,11 +209,79 @@ def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
     return manifest
 
 
-def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, cfg: CorpusImportConfig,
-                 tokenizer: Any, vocabulary: str, progress: Callable[[int, int], Any]
-                 ) -> tuple[int, _Shape | None, dict[str, Any]]:
+def _worker_count(workers: int, files: int) -> int:
+    if not workers:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(workers, files))
+
+
+def _import_in_order(files: list[Path], template: _FileJob, progress: Callable[[int, int], None]
+                     ) -> list[_FileResult]:
+    """One file after another in this process (one worker): each starts where the one before it ended."""
+    results: list[_FileResult] = []
+    rows, read, shape = 0, 0, None
+    for index, path in enumerate(files):
+        job = dataclasses.replace(template, index=index, path=path, first_row=rows, shape=shape)
+        result = _import_one(job, lambda done, at, rows=rows, read=read: progress(rows + done, read + at))
+        results.append(result)
+        rows, read, shape = rows + result.rows, read + result.stored["bytes"], shape or result.shape
+    return results
+
+
+def _counted_jobs(files: list[Path], template: _FileJob) -> Iterator[_FileJob]:
+    """The files as jobs for workers, each with the number of its first row, counted file by file as the workers
+    run (TFRecords: their framing; HDF5: their datasets' shape), and the shape the first record sets. A file that
+    cannot be counted is the last job: its own import says what is wrong with it, after any earlier file's
+    problem, and no file after it matters."""
+    rows, shape = 0, template.shape
+    for index, path in enumerate(files):
+        job = dataclasses.replace(template, index=index, path=path, first_row=rows, shape=shape)
+        try:
+            counted, own = _count(job)
+            shape = shape or own
+        except (BadRecord, BadShard, BertctlError, EOFError, zlib.error, gzip.BadGzipFile, OSError, ValueError,
+                IndexError, struct.error):
+            yield dataclasses.replace(job, counted=-1)
+            return
+        yield dataclasses.replace(job, counted=counted)
+        rows += counted
+
+
+def _count(job: _FileJob) -> tuple[int, Shape | None]:
+    """A file's rows and, when no earlier file set it, the shape its first row sets (checked as the import checks
+    it)."""
+    if job.hdf5:
+        with ShardReader(job.path) as shard:
+            layout = shard.layout()
+        return layout.rows, _agreed(job.shape, layout.seq, layout.predictions, f"{job.path} row 1", job.cfg)
+    records, first = count_records(job.path)
+    if job.shape is not None or first is None:
+        return records, None
+    features = parse_example(first)
+    record_items(features, None)
+    shape = Shape(features["input_ids"][2], features["masked_lm_positions"][2], f"{job.path} record 1")
+    _check_shape(shape, job.cfg)
+    return records, shape
+
+
+def _import_one(job: _FileJob, progress: Callable[[int, int], None]) -> _FileResult:
+    """One input file into its Arrow files (in a worker, or in the main process with one worker)."""
+    schema = corpus_schema(job.vocabulary.vocab_size, sentence_labels=True, static=True)
+    shards = _Shards(job.folder, schema, job.vocabulary.mask_id, job.index * SHARDS_PER_INPUT, job.shard_tokens)
+    rows, shape, stored = (_import_hdf5 if job.hdf5 else _import_file)(job, shards, progress)
+    for split in SPLITS:
+        shards.flush(split)
+    if job.counted is not None and job.counted != rows:
+        raise BertctlError(f"corpus import: {job.path} changed while it was imported (its rows were counted, then "
+                           "read again); rerun once nothing writes to it")
+    return _FileResult(rows, shape, stored, shards.stats)
+
+
+def _import_file(job: _FileJob, shards: _Shards, progress: Callable[[int, int], Any]
+                 ) -> tuple[int, Shape | None, dict[str, Any]]:
     """Every record of one TFRecord file into the shards; returns (records, shape, what the manifest says of the
     file as stored)."""
+    path, shape, seen, cfg, vocab = job.path, job.shape, job.first_row, job.cfg, job.vocabulary
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
@@ -321,13 +290,13 @@ def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
         compression = compression_of(handle.read(12))
         handle.seek(0)
         source = HashedReader(handle)
-        block, number = _Block(), 0
+        block, number = RecordBlock(), 0
 
         def finish() -> None:
             columns = block.columns(shape)  # type: ignore[arg-type] # set by the first record
-            block.check(columns, tokenizer.vocab_size, tokenizer.cls_id, tokenizer.sep_id, vocabulary)
+            block.check(columns, vocab.vocab_size, vocab.cls_id, vocab.sep_id, vocab.name)
             _add_rows(shards, block.packed(columns), seen + block.first, cfg.validation_fraction)
-            progress(seen + number, source.count)
+            progress(number, source.count)
 
         def earlier_problem() -> BadRecord | None:
             """A bad record among those read before the one that failed (their block was not checked yet): the
@@ -335,8 +304,7 @@ def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
             if not block.rows or shape is None:
                 return None
             try:
-                block.check(block.columns(shape), tokenizer.vocab_size, tokenizer.cls_id, tokenizer.sep_id,
-                            vocabulary)
+                block.check(block.columns(shape), vocab.vocab_size, vocab.cls_id, vocab.sep_id, vocab.name)
             except BadRecord as problem:
                 return problem
             return None
@@ -347,16 +315,16 @@ def _import_file(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
                     features = parse_example(data)
                 except (IndexError, ValueError, struct.error):
                     raise BadRecord("not a tf.train.Example (Google's pre-training records are)") from None
-                items = _record_items(features, shape)
+                items = record_items(features, shape)
                 if shape is None:
-                    shape = _Shape(features["input_ids"][2], features["masked_lm_positions"][2],
+                    shape = Shape(features["input_ids"][2], features["masked_lm_positions"][2],
                                    f"{path} record {number + 1}")
                     _check_shape(shape, cfg)
                 block.rows.append(items)
                 number += 1
-                if len(block.rows) == BLOCK_ROWS:
+                if len(block.rows) == job.block_rows:
                     finish()
-                    block = _Block()
+                    block = RecordBlock()
                     block.first = number
             if block.rows:
                 finish()
@@ -377,9 +345,9 @@ def _add_rows(shards: _Shards, packed: Packed, first: int, validation_fraction: 
     """A block's rows into the training and validation shards; `first` numbers its first row over all inputs."""
     held = np.array([validation_fraction > 0 and is_validation(first + i, validation_fraction)
                      for i in range(len(packed.labels))], bool)
-    shards.add("train", _take(packed, ~held) if held.any() else packed)
+    shards.add("train", take_rows(packed, ~held) if held.any() else packed)
     if held.any():
-        shards.add("validation", _take(packed, held))
+        shards.add("validation", take_rows(packed, held))
 
 
 # --- NVIDIA's HDF5 shards -----------------------------------------------------------------------------------
@@ -402,11 +370,11 @@ def _are_hdf5(files: list[Path]) -> bool:
     return bool(kinds) and kinds[0]
 
 
-def _import_hdf5(path: Path, shards: _Shards, shape: _Shape | None, seen: int, cfg: CorpusImportConfig,
-                 tokenizer: Any, vocabulary: str, progress: Callable[[int, int], Any]
-                 ) -> tuple[int, _Shape | None, dict[str, Any]]:
+def _import_hdf5(job: _FileJob, shards: _Shards, progress: Callable[[int, int], Any]
+                 ) -> tuple[int, Shape | None, dict[str, Any]]:
     """Every row of one of NVIDIA's HDF5 shards into the shards, a block at a time; returns (rows, shape, what the
     manifest says of the file as stored)."""
+    path, shape, seen, cfg, vocab = job.path, job.shape, job.first_row, job.cfg, job.vocabulary
     try:
         size, digest = path.stat().st_size, file_sha256(path)
     except OSError as exc:
@@ -415,14 +383,14 @@ def _import_hdf5(path: Path, shards: _Shards, shape: _Shape | None, seen: int, c
         with ShardReader(path) as shard:
             layout = shard.layout()
             shape = _agreed(shape, layout.seq, layout.predictions, f"{path} row 1", cfg)
-            for start, (ids, mask, types, positions, labels, nsp) in shard.blocks(BLOCK_ROWS):
+            for start, (ids, mask, types, positions, labels, nsp) in shard.blocks(job.block_rows):
                 used = predictions_used(positions)
                 columns = [ids, mask, types, positions, labels, used.astype(np.float32), nsp]
                 after = (~used & ((positions != 0) | (labels != 0))).any(axis=1)
-                _Block(start, "row").check(columns, tokenizer.vocab_size, tokenizer.cls_id, tokenizer.sep_id,
-                                           vocabulary, extra=((after, lambda r: _AFTER_PADDING),))
-                _add_rows(shards, _Block.packed(columns), seen + start, cfg.validation_fraction)
-                progress(seen + start + len(ids), size * (start + len(ids)) // layout.rows)
+                RecordBlock(start, "row").check(columns, vocab.vocab_size, vocab.cls_id, vocab.sep_id, vocab.name,
+                                           extra=((after, lambda r: _AFTER_PADDING),))
+                _add_rows(shards, RecordBlock.packed(columns), seen + start, cfg.validation_fraction)
+                progress(start + len(ids), size * (start + len(ids)) // layout.rows)
     except (BadShard, BadRecord) as exc:
         raise UsageError(f"corpus import: {path}: {exc}; nothing was written") from None
     return layout.rows, shape, {"bytes": size, "sha256": digest, "compression": layout.compression}
@@ -432,10 +400,10 @@ _AFTER_PADDING = ("masked_lm_positions or masked_lm_ids is not 0 after the first
                   "loader stops at): not a shard of NVIDIA's writer")
 
 
-def _agreed(shape: _Shape | None, seq: int, predictions: int, where: str, cfg: CorpusImportConfig) -> _Shape:
+def _agreed(shape: Shape | None, seq: int, predictions: int, where: str, cfg: CorpusImportConfig) -> Shape:
     """The shape of the first shard (checked against the tokenizer), or the same one again."""
     if shape is None:
-        shape = _Shape(seq, predictions, where)
+        shape = Shape(seq, predictions, where)
         _check_shape(shape, cfg)
     elif (seq, predictions) != (shape.seq, shape.predictions):
         raise BadRecord(f"max_seq_length {seq} and max_predictions_per_seq {predictions}, but {shape.first} has "
@@ -444,7 +412,7 @@ def _agreed(shape: _Shape | None, seq: int, predictions: int, where: str, cfg: C
     return shape
 
 
-def _check_shape(shape: _Shape, cfg: CorpusImportConfig) -> None:
+def _check_shape(shape: Shape, cfg: CorpusImportConfig) -> None:
     """The records' length against the positions the tokenizer (or model) folder declares, as `corpus build`."""
     if shape.seq > 65535:
         raise BadRecord(f"max_seq_length {shape.seq} is past what a corpus stores (65535)")

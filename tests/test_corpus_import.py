@@ -156,7 +156,7 @@ def built(tmp_path_factory) -> dict:
 
 def imported(built: dict, out: str, files: list[Path] | None = None, **flags) -> Path:
     cfg = CorpusImportConfig(inputs=tuple(str(f) for f in files or built["files"]), tokenizer=built["tok"],
-                             out=built["root"] / out, **flags)
+                             out=built["root"] / out, **{"workers": 1, **flags})
     import_corpus(cfg)
     return cfg.out
 

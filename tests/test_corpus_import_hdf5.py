@@ -99,7 +99,7 @@ def shards(built) -> list[Path]:  # noqa: F811
 
 def imported(built: dict, out: str, files: list[Path], **flags) -> Path:  # noqa: F811
     cfg = CorpusImportConfig(inputs=tuple(str(f) for f in files), tokenizer=built["tok"], out=built["root"] / out,
-                             **flags)
+                             **{"workers": 1, **flags})
     import_corpus(cfg)
     return cfg.out
 

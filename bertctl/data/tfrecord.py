@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 import re
 import struct
 import zlib
@@ -32,15 +33,14 @@ class BadRecord(Exception):
 
 # --- reading TFRecord files ------------------------------------------------------------------------------
 
-class HashedReader:
-    """A file read through: the sha256 of its stored bytes and how many were read, taken as they pass."""
+class CountingReader:
+    """A file read through, counting the bytes read (where a damaged compressed stream ends)."""
 
     def __init__(self, handle: BinaryIO) -> None:
-        self.handle, self.digest, self.count = handle, hashlib.sha256(), 0
+        self.handle, self.count = handle, 0
 
     def read(self, size: int = -1) -> bytes:
         data = self.handle.read(size)
-        self.digest.update(data)
         self.count += len(data)
         return data
 
@@ -48,10 +48,23 @@ class HashedReader:
         return True
 
 
+class HashedReader(CountingReader):
+    """A file read through: the sha256 of its stored bytes and how many were read, taken as they pass."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        super().__init__(handle)
+        self.digest = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = super().read(size)
+        self.digest.update(data)
+        return data
+
+
 class _Inflated(io.RawIOBase):
     """A ZLIB stream (TFRecordOptions' ZLIB: one zlib stream for the whole file), decompressed as it is read."""
 
-    def __init__(self, source: HashedReader) -> None:
+    def __init__(self, source: CountingReader) -> None:
         self.source, self.inflate = source, zlib.decompressobj()
 
     def readable(self) -> bool:
@@ -105,15 +118,46 @@ def _read_exact(stream: Any, size: int) -> bytes:
     return b"".join(parts)
 
 
+def _decompressed(source: CountingReader, compression: str | None) -> Any:
+    """The records' bytes of a file as stored (source), decompressed as they are read."""
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=source, mode="rb")  # type: ignore[arg-type]
+    if compression == "zlib":
+        return io.BufferedReader(_Inflated(source), 1 << 16)
+    return source
+
+
+def count_records(path: Path) -> tuple[int, bytes | None]:
+    """How many records a TFRecord file holds, and the first one's data, from the framing alone (each header's
+    checksum checked, the data skipped: seeks in a plain file, inflated in a compressed one): far cheaper than
+    reading the records, it tells each worker the number of its file's first row before the files before it are
+    read. Raises BadRecord (and the decompressors' errors, OSError) where the framing is damaged;
+    `read_records` says where and how."""
+    with open(path, "rb") as handle:
+        compression = compression_of(handle.read(12))
+        handle.seek(0)
+        size = os.fstat(handle.fileno()).st_size
+        stream = _decompressed(CountingReader(handle), compression)
+        count, first = 0, None
+        while header := _read_exact(stream, 12):
+            (length,) = struct.unpack_from("<Q", header.ljust(12, b"\0"))
+            if not _valid_header(header) or length > MAX_RECORD_BYTES:
+                raise BadRecord(f"record {count + 1}: a damaged header")
+            if first is None or compression:
+                body = _read_exact(stream, length + 4)
+                if len(body) < length + 4:
+                    raise BadRecord(f"record {count + 1}: cut short")
+                first = body[:length] if first is None else first
+            elif handle.seek(length + 4, 1) > size:
+                raise BadRecord(f"record {count + 1}: cut short")
+            count += 1
+    return count, first
+
+
 def read_records(path: Path, source: HashedReader, compression: str | None) -> Iterator[bytes]:
     """The data of each record of an open TFRecord file, each checked against its CRC32C; raises BadRecord (and the
     decompressors' errors) at the first bad record, after yielding every record before it."""
-    if compression == "gzip":
-        stream: Any = gzip.GzipFile(fileobj=source, mode="rb")  # type: ignore[arg-type]
-    elif compression == "zlib":
-        stream = io.BufferedReader(_Inflated(source), 1 << 16)
-    else:
-        stream = source
+    stream = _decompressed(source, compression)
     where = " of the decompressed data" if compression else ""
     offset = 0
     pending: list[tuple[bytes, int, int]] = []  # (data, stored masked CRC, offset): checked a block at a time
