@@ -192,19 +192,21 @@ def test_the_imported_corpus_is_the_built_one_row_for_row(built) -> None:
     assert report["samples"] == theirs["samples"]
 
 
-def test_pretraining_on_the_imported_corpus_gives_the_built_ones_losses(built, tmp_path) -> None:
+def pretraining_losses(corpus: Path, run: Path, steps: int) -> list[tuple[float, float]]:
+    """(mlm_loss, nsp_loss) of each step of a tiny pre-training run on `corpus`, the same settings every time."""
     from bertctl.pretrain import pretrain
 
-    out = imported(built, "to-train")
-    losses = []
-    for corpus in (built["root"] / "built", out):
-        run = tmp_path / corpus.name
-        pretrain(PretrainConfig(corpus=corpus, out=run, model_config="tiny", steps=4, batch_size=8, lr=1e-3,
-                                warmup_steps=1, log_every=1, save_every=0, eval_every=0, seed=3, num_workers=0,
-                                device="cpu"))
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        losses.append([(r["mlm_loss"], r["nsp_loss"]) for r in rows if "loss" in r])
-    assert len(losses[0]) == 4 and losses[0] == losses[1]
+    pretrain(PretrainConfig(corpus=corpus, out=run, model_config="tiny", steps=steps, batch_size=8, lr=1e-3,
+                            warmup_steps=1, log_every=1, save_every=0, eval_every=0, seed=3, num_workers=0,
+                            device="cpu"))
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["mlm_loss"], r["nsp_loss"]) for r in rows if "loss" in r]
+
+
+def test_pretraining_on_the_imported_corpus_gives_the_built_ones_losses(built, tmp_path) -> None:
+    built_losses = pretraining_losses(built["root"] / "built", tmp_path / "built", 4)
+    assert len(built_losses) == 4
+    assert pretraining_losses(imported(built, "to-train"), tmp_path / "to-train", 4) == built_losses
 
 
 def test_validation_fraction_holds_out_every_nth_record_as_build_does(built) -> None:

@@ -5,7 +5,6 @@ rows NVIDIA's run_pretraining.py loader trains on."""
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +15,17 @@ from typer.testing import CliRunner
 
 h5py = pytest.importorskip("h5py")
 
-from test_corpus_import import PREDICTIONS, SEQ, VOCAB, google_example, tfrecord  # noqa: E402
+from test_corpus_import import (  # noqa: E402
+    PREDICTIONS,
+    SEQ,
+    VOCAB,
+    google_example,
+    pretraining_losses,
+    tfrecord,
+)
 
 from bertctl.cli import app  # noqa: E402
-from bertctl.config import CorpusImportConfig, PretrainConfig  # noqa: E402
+from bertctl.config import CorpusImportConfig  # noqa: E402
 from bertctl.corpus import inspect_corpus, load_corpus  # noqa: E402
 from bertctl.corpus_import import import_corpus  # noqa: E402
 from bertctl.data.instances import is_validation  # noqa: E402
@@ -158,17 +164,9 @@ def test_a_shard_after_a_user_block_is_found_by_its_signature(built) -> None:  #
 
 
 def test_pretraining_on_the_imported_shards_gives_the_built_corpus_losses(built, shards, tmp_path) -> None:  # noqa: F811
-    from bertctl.pretrain import pretrain
-
-    losses = []
-    for corpus in (built["root"] / "built", imported(built, "to-train", shards)):
-        run = tmp_path / corpus.name
-        pretrain(PretrainConfig(corpus=corpus, out=run, model_config="tiny", steps=3, batch_size=8, lr=1e-3,
-                                warmup_steps=1, log_every=1, save_every=0, eval_every=0, seed=3, num_workers=0,
-                                device="cpu"))
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        losses.append([(r["mlm_loss"], r["nsp_loss"]) for r in rows if "loss" in r])
-    assert len(losses[0]) == 3 and losses[0] == losses[1]
+    built_losses = pretraining_losses(built["root"] / "built", tmp_path / "built", 3)
+    assert len(built_losses) == 3
+    assert pretraining_losses(imported(built, "to-train", shards), tmp_path / "to-train", 3) == built_losses
 
 
 def test_cli_imports_and_inspects_shards(built, shards) -> None:  # noqa: F811
