@@ -34,11 +34,14 @@ _LAZY = {
     "import_corpus": "bertctl.corpus_import",
     "finetune_glue": "bertctl.finetune",
     "finetune_classify": "bertctl.finetune",
+    "finetune_squad": "bertctl.finetune_squad",
     "evaluate_glue": "bertctl.evaluate",
     "evaluate_classify": "bertctl.evaluate",
     "evaluate_mlm": "bertctl.mlm_eval",
+    "evaluate_squad": "bertctl.squad",
     "predict_glue": "bertctl.predict",
     "predict_classify": "bertctl.predict",
+    "predict_squad": "bertctl.squad",
 }
 
 _COMMAND_MODULES = ("pretrain", "fill", "convert", "info")  # named after their command function

@@ -1,4 +1,4 @@
-"""The fine-tuning command groups: `bertctl finetune`, `evaluate` and `predict`, for GLUE and own tables.
+"""The fine-tuning command groups: `bertctl finetune`, `evaluate` and `predict`, for GLUE, own tables and SQuAD.
 
 Thin typer wrappers like the rest of the CLI: heavy modules are imported inside the command bodies.
 """
@@ -12,10 +12,11 @@ import typer
 
 from bertctl.cli_base import command_config, command_group
 
-finetune_app = command_group("Fine-tune a model on GLUE or on your own labelled data.")
-evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set or a labelled table, or a pre-trained "
-                              "model's masked-LM on a corpus.")
-predict_app = command_group("Write predictions: GLUE submission files, or one row per row of a table.")
+finetune_app = command_group("Fine-tune a model on GLUE, on your own labelled data, or on SQuAD.")
+evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set, a labelled table or SQuAD, or a "
+                              "pre-trained model's masked-LM on a corpus.")
+predict_app = command_group("Write predictions: GLUE submission files, one row per row of a table, or SQuAD "
+                            "answers.")
 
 # Options of `finetune glue` and `finetune classify`; None falls through to the --config file, then to
 # FinetuneConfig's defaults (shown in brackets).
@@ -110,6 +111,54 @@ def finetune_classify(
     run_finetune_classify(cfg)
 
 
+# `finetune squad` options whose defaults are google-research/bert's SQuAD ones (SQUAD_DEFAULTS), or new.
+_SqMaxLen = Annotated[int | None, typer.Option(help="Tokens per window: [CLS] question [SEP] context [SEP] [384].")]
+_SqLr = Annotated[float | None, typer.Option(help="Peak learning rate [3e-5].")]
+_SqEpochs = Annotated[int | None, typer.Option(help="Passes over the training windows [2].")]
+_SqStride = Annotated[int | None, typer.Option(help="Pieces between the starts of a long context's windows "
+                                               "[128].")]
+_SqQuery = Annotated[int | None, typer.Option(help="Question pieces kept, the rest cut [64].")]
+_SqNBest = Annotated[int | None, typer.Option(help="Start/end candidates per window and answers in "
+                                              "nbest_predictions.json [20].")]
+_SqAnswerLen = Annotated[int | None, typer.Option(help="Longest answer, in pieces [30].")]
+_SqThreshold = Annotated[float | None, typer.Option(help="SQuAD 2.0: answer \"\" when the no-answer score beats "
+                                                    "the best span by more than this [0.0].")]
+
+
+def _squad_config(flags: dict[str, Any]) -> Any:
+    """FinetuneConfig with the SQuAD defaults under the --config file, and the flags over both."""
+    from bertctl.config import SQUAD_DEFAULTS, FinetuneConfig
+    from bertctl.config_files import build_config, read_config_file
+
+    flags = dict(flags)
+    config = flags.pop("config")
+    return build_config(FinetuneConfig, {**SQUAD_DEFAULTS, **(read_config_file(config) if config else {})},
+                        **flags)
+
+
+@finetune_app.command("squad")
+def finetune_squad(
+    train: Annotated[Path | None, typer.Option(help="SQuAD v1.1/v2.0 training JSON (train-v1.1.json).")] = None,
+    dev: Annotated[Path | None, typer.Option(help="SQuAD JSON scored after each epoch (best F1 kept).")] = None,
+    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _SqMaxLen = None,
+    doc_stride: _SqStride = None, max_query_length: _SqQuery = None, n_best_size: _SqNBest = None,
+    max_answer_length: _SqAnswerLen = None, null_score_diff_threshold: _SqThreshold = None,
+    batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
+    lr: _SqLr = None, epochs: _SqEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
+    weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
+    adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
+    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
+    save_every: _FtSaveEvery = None, max_bad_steps: _FtMaxBad = None, resume: _FtResume = None,
+    overwrite: _FtOverwrite = None,
+    config: _FtConfig = None,
+) -> None:
+    """Fine-tune for extractive question answering on SQuAD v1.1 or v2.0 (run_squad.py's recipe)."""
+    cfg = _squad_config(locals())
+    from bertctl.finetune_squad import finetune_squad as run_finetune_squad
+
+    run_finetune_squad(cfg)
+
+
 # Options of `evaluate` and `predict`; by default the fine-tuning run's settings (its run.json).
 _EvModel = Annotated[str, typer.Option("--model", "-m", help="Fine-tuned model folder (multi-seed run: best seed).")]
 _EvGlueData = Annotated[str, typer.Option("--data", help="GLUE download folder or nyu-mll/glue.")]
@@ -152,6 +201,33 @@ def evaluate_classify(
 
     metrics = run_evaluate(model, data, text_columns, label_column, batch_size, max_seq_length, device, precision)
     print_classify_results(data, metrics, as_json=as_json)
+
+
+# Options of `evaluate squad` and `predict squad`: by default the fine-tuning run's, else SQuAD's defaults.
+_SqData = Annotated[Path, typer.Option("--data", help="SQuAD v1.1/v2.0 JSON (dev-v1.1.json); the version is "
+                                       "read from it.")]
+_SqEvMaxLen = Annotated[int | None, typer.Option(help="Tokens per window [the run's, 384].")]
+_SqEvStride = Annotated[int | None, typer.Option(help="Pieces between windows [the run's, 128].")]
+_SqEvQuery = Annotated[int | None, typer.Option(help="Question pieces kept [the run's, 64].")]
+_SqEvNBest = Annotated[int | None, typer.Option(help="Candidates per window / answers kept [the run's, 20].")]
+_SqEvAnswerLen = Annotated[int | None, typer.Option(help="Longest answer in pieces [the run's, 30].")]
+_SqEvThreshold = Annotated[float | None, typer.Option(help="SQuAD 2.0 no-answer threshold [the run's, 0.0].")]
+
+
+@evaluate_app.command("squad")
+def evaluate_squad(
+    model: _EvModel, data: _SqData, as_json: _EvJson = False, batch_size: _EvBatch = None,
+    max_seq_length: _SqEvMaxLen = None, doc_stride: _SqEvStride = None, max_query_length: _SqEvQuery = None,
+    n_best_size: _SqEvNBest = None, max_answer_length: _SqEvAnswerLen = None,
+    null_score_diff_threshold: _SqEvThreshold = None, device: _FtDevice = None, precision: _EvPrecision = None,
+) -> None:
+    """Score a question-answering model on SQuAD JSON: the official v1.1/v2.0 script's numbers."""
+    from bertctl.squad import evaluate_squad as run_evaluate
+    from bertctl.squad import print_squad_results
+
+    results = run_evaluate(model, data, batch_size, max_seq_length, doc_stride, max_query_length, n_best_size,
+                           max_answer_length, null_score_diff_threshold, device, precision)
+    print_squad_results(data, results, as_json=as_json)
 
 
 @evaluate_app.command("mlm")
@@ -205,3 +281,22 @@ def predict_classify(
 
     written = run_predict(model, data, out, text_columns, batch_size, max_seq_length, device, precision, overwrite)
     typer.echo(str(written))
+
+
+@predict_app.command("squad")
+def predict_squad(
+    model: _EvModel, data: _SqData,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for predictions.json, nbest_predictions.json "
+                                      "(and null_odds.json for SQuAD 2.0).")],
+    batch_size: _EvBatch = None, max_seq_length: _SqEvMaxLen = None, doc_stride: _SqEvStride = None,
+    max_query_length: _SqEvQuery = None, n_best_size: _SqEvNBest = None, max_answer_length: _SqEvAnswerLen = None,
+    null_score_diff_threshold: _SqEvThreshold = None, device: _FtDevice = None, precision: _EvPrecision = None,
+    overwrite: _EvOverwrite = False,
+) -> None:
+    """Answer every question of a SQuAD JSON file, writing run_squad.py's prediction files."""
+    from bertctl.squad import predict_squad as run_predict
+
+    for path in run_predict(model, data, out, batch_size, max_seq_length, doc_stride, max_query_length,
+                            n_best_size, max_answer_length, null_score_diff_threshold, device, precision,
+                            overwrite):
+        typer.echo(str(path))

@@ -423,7 +423,8 @@ FINETUNE_PROBLEMS = ("auto", "classification", "regression")
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """`bertctl finetune glue|classify`: the BERT paper's fine-tuning defaults (Devlin et al. 2018, A.3)."""
+    """`bertctl finetune glue|classify|squad`: the BERT paper's fine-tuning defaults (Devlin et al. 2018, A.3);
+    `FinetuneConfig.squad(...)` starts from google-research/bert's SQuAD ones instead (SQUAD_DEFAULTS)."""
 
     model: Path | None = None  # any model folder bertctl reads; a missing task head is created fresh
     out: Path | None = None  # run folder: best model + eval_results.json, run.json, metrics.jsonl
@@ -435,6 +436,12 @@ class FinetuneConfig:
     label_column: str = "label"  # classify: the label column
     problem: str = "auto"  # classify: auto | classification | regression
     label_names: tuple[str, ...] | None = None  # classify: class names in head order (default: sorted)
+    dev: Path | None = None  # squad: SQuAD JSON scored after each epoch (None: the last epoch is kept)
+    doc_stride: int = 128  # squad: pieces between the starts of a long context's windows
+    max_query_length: int = 64  # squad: question pieces kept (the rest is cut)
+    n_best_size: int = 20  # squad: start and end candidates per window, and answers in nbest_predictions.json
+    max_answer_length: int = 30  # squad: longest answer, in pieces
+    null_score_diff_threshold: float = 0.0  # squad v2.0: predict no answer when null beats the best span by more
     max_seq_length: int = 128  # tokens per example, [CLS]/[SEP] included; longer texts are truncated
     batch_size: int = 32  # examples per optimizer step
     micro_batch_size: int | None = None  # examples per forward pass (gradient accumulation); None: batch_size
@@ -463,11 +470,14 @@ class FinetuneConfig:
         take_types(self)
         if self.save_every < 0:
             raise UsageError(f"--save-every must be 0 or more, got {self.save_every}")
-        for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "log_every", "max_bad_steps"):
+        for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "log_every", "max_bad_steps",
+                     "doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{flag_name(name)} must be at least 1, got {getattr(self, name)}")
         if self.max_seq_length < 3:
             raise UsageError(f"--max-seq-length {self.max_seq_length}: must be at least 3 ([CLS] A [SEP])")
+        if not math.isfinite(self.null_score_diff_threshold):
+            raise UsageError(f"--null-score-diff-threshold must be a number, got {self.null_score_diff_threshold}")
         if self.micro_batch_size is not None and (self.micro_batch_size < 1 or
                                                   self.batch_size % self.micro_batch_size):
             raise UsageError(f"--micro-batch-size {self.micro_batch_size} must divide --batch-size "
@@ -490,10 +500,19 @@ class FinetuneConfig:
         if self.label_names is not None and self.problem == "regression":
             raise UsageError("--label-names names classes; --problem regression has none: leave one of them off")
 
+    @classmethod
+    def squad(cls, **values: Any) -> FinetuneConfig:
+        """A config with google-research/bert's SQuAD defaults (SQUAD_DEFAULTS) under `values`."""
+        return cls(**{**SQUAD_DEFAULTS, **values})
+
     def micro_batch(self, world_size: int = 1) -> int:
         """Examples per forward pass and process; without --micro-batch-size a process takes its whole share
         of the batch at once."""
         return self.micro_batch_size or -(-self.batch_size // world_size)
+
+
+# google-research/bert's README for BERT-base on SQuAD 1.1 (batch 32 as FinetuneConfig's, warmup 10% too)
+SQUAD_DEFAULTS: dict[str, Any] = {"lr": 3e-5, "epochs": 2, "max_seq_length": 384}
 
 
 @dataclass(frozen=True)

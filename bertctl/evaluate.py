@@ -82,7 +82,7 @@ def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length
     room = max_seq_length - (3 if examples.text_b is not None else 2)
     cls, sep = tokenizer.cls_id, tokenizer.sep_id
     ids, types, truncated = [], [], 0
-    with _quiet_bar(len(examples.text_a), "encoding", show) as bar:
+    with quiet_bar(len(examples.text_a), "encoding", show) as bar:
         for lo in range(0, len(examples.text_a), ENCODE_CHUNK):
             chunk = slice(lo, lo + ENCODE_CHUNK)
             pieces_a = [e.ids for e in tokenizer.encode_batch(examples.text_a[chunk], add_special_tokens=False)]
@@ -107,7 +107,7 @@ def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length
     return Features(ids, types, lengths, labels, truncated)
 
 
-def _quiet_bar(rows: int, desc: str, show: bool) -> Any:
+def quiet_bar(rows: int, desc: str, show: bool) -> Any:
     """Encoding and scoring show a bar only once they have taken two seconds (a dev set scored after every
     epoch stays quiet), and leave no line behind."""
     return training.progress_bar(rows, 0, desc, show, unit="row", delay=2, leave=False)
@@ -152,7 +152,7 @@ def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size
 def _fill_logits(out: np.ndarray, model: nn.Module, features: Features, batches: list[np.ndarray], pad_id: int,
                  device: torch.device, precision: str, show: bool = True) -> None:
     model.eval()
-    with _quiet_bar(sum(map(len, batches)), "scoring", show) as bar:
+    with quiet_bar(sum(map(len, batches)), "scoring", show) as bar:
         for rows in batches:
             batch = training.to_device(collate(features, rows, pad_id, with_labels=False), device)
             with training.autocast(precision, device):

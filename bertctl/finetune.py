@@ -48,7 +48,6 @@ from bertctl.data.glue import (
 from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
-    Features,
     class_names,
     collate,
     encode_examples,
@@ -59,7 +58,7 @@ from bertctl.evaluate import (
     summarize,
 )
 from bertctl.files import out_location, write_json_atomic, write_text_atomic
-from bertctl.finetune_seed import Prepared, Progress, finish_seed, keep_if_best, save_checkpoint
+from bertctl.finetune_seed import Head, Prepared, Progress, finish_seed, keep_if_best, save_checkpoint
 from bertctl.finetune_work import (
     check_work,
     collect,
@@ -80,8 +79,8 @@ _TRAINED = [task for task in TASKS.values() if not task.predicted_by]  # what `f
 def finetune_glue(cfg: FinetuneConfig) -> Path | None:
     """Fine-tune on one GLUE task, or on each of them with `task="all"`; returns OUT, or None when a signal
     stopped the run (it saved a checkpoint; the same call with `resume=True` continues it)."""
-    _require(cfg, "task", "model", "data", "out")
-    _refuse_the_other_commands(cfg, _CLASSIFY_ONLY, "classify")
+    require(cfg, "task", "model", "data", "out")
+    refuse_the_other_commands(cfg, "glue")
     task = None if cfg.task.lower() == "all" else get_task(cfg.task)
     if task is not None and task.predicted_by:
         raise UsageError(f"{task.name} has no training data; it is predicted with a {task.predicted_by} "
@@ -96,15 +95,15 @@ def finetune_glue(cfg: FinetuneConfig) -> Path | None:
             return
         train, dev = _glue_splits(task, cfg.data)
         open_work(cfg, work, env)
-        _publish_task(run_task(cfg, base, task, train, dev, work, env, stop), work, out, env)
+        publish_task(run_task(cfg, base, task, train, dev, work, env, stop), work, out, env)
 
-    return _launch(cfg, body, reads)
+    return launch(cfg, body, reads)
 
 
 def finetune_classify(cfg: FinetuneConfig) -> Path | None:
     """Fine-tune on the user's own table (csv/tsv/jsonl/parquet); returns OUT (None when stopped by a signal)."""
-    _require(cfg, "train", "model", "out")
-    _refuse_the_other_commands(cfg, _GLUE_ONLY, "glue")
+    require(cfg, "train", "model", "out")
+    refuse_the_other_commands(cfg, "classify")
     if not cfg.text_columns:
         raise UsageError("--text-columns: name the text column (or two, comma-separated)")
 
@@ -113,16 +112,16 @@ def finetune_classify(cfg: FinetuneConfig) -> Path | None:
                                    cfg.label_names)
         dev = {"validation": table.validation} if table.validation else {}
         open_work(cfg, work, env)
-        _publish_task(run_task(cfg, base, table, table.train, dev, work, env, stop), work, out, env)
+        publish_task(run_task(cfg, base, table, table.train, dev, work, env, stop), work, out, env)
 
-    return _launch(cfg, body)
+    return launch(cfg, body)
 
 
 class _Stopped(Exception):
     """A SIGINT/SIGTERM ended the run after a checkpoint; the message says where it stopped."""
 
 
-def _launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | None = None) -> Path | None:
+def launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | None = None) -> Path | None:
     """What both commands share around training: torchrun, the checks on OUT and its work folder (`reads`: the
     data folders OUT must keep clear of), signals, and what a failed run leaves (its work folder only when
     there is something to resume)."""
@@ -154,23 +153,29 @@ def _launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | 
         training.cleanup_distributed(env)
 
 
-def _require(cfg: FinetuneConfig, *names: str) -> None:
+def require(cfg: FinetuneConfig, *names: str) -> None:
     missing = ["TASK" if n == "task" else f"--{n}" for n in names if getattr(cfg, n) is None]
     if missing:
         raise UsageError(f"give {' and '.join(missing)}")
 
 
-_GLUE_ONLY = ("task", "data")
-_CLASSIFY_ONLY = ("train", "validation", "text_columns", "label_column", "problem", "label_names")
+# the fields only some of the commands read, and those commands
+_ONLY = {"task": ("glue",), "data": ("glue",), "train": ("classify", "squad"),
+         **dict.fromkeys(("validation", "text_columns", "label_column", "problem", "label_names"), ("classify",)),
+         **dict.fromkeys(("dev", "doc_stride", "max_query_length", "n_best_size", "max_answer_length",
+                          "null_score_diff_threshold"), ("squad",))}
 
 
-def _refuse_the_other_commands(cfg: FinetuneConfig, names: tuple[str, ...], command: str) -> None:
-    """A --config file shared between the two commands must not have one's fields silently ignored by the other
+def refuse_the_other_commands(cfg: FinetuneConfig, command: str) -> None:
+    """A --config file shared between the commands must not have one's fields silently ignored by another
     (a field left at its default is not given)."""
     defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
-    given = [name for name in names if getattr(cfg, name) not in (None, (), defaults[name])]
+    given = [name for name, commands in _ONLY.items()
+             if command not in commands and getattr(cfg, name) not in (None, (), defaults[name])]
     if given:
-        raise UsageError(f"{', '.join(given)}: for `bertctl finetune {command}` only; leave them out here")
+        first, *also = sorted({c for name in given for c in _ONLY[name]})
+        others = "".join(f" (and `bertctl finetune {c}`)" for c in also)
+        raise UsageError(f"{', '.join(given)}: for `bertctl finetune {first}` only{others}; leave them out here")
 
 
 def _glue_splits(task: GlueTask, data: str) -> tuple[Examples, dict[str, Examples]]:
@@ -178,7 +183,7 @@ def _glue_splits(task: GlueTask, data: str) -> tuple[Examples, dict[str, Example
     return read_split(task, "train", data), dev
 
 
-def _publish_task(summary: dict[str, Any], work: Path, out: Path, env: training.Distributed) -> None:
+def publish_task(summary: dict[str, Any], work: Path, out: Path, env: training.Distributed) -> None:
     if env.is_main:
         publish(work, out, lambda staging: collect(summary, work, staging))
         _report(summary, out)
@@ -261,13 +266,15 @@ def _read_ahead(tasks: list[GlueTask], data: str) -> None:
 
 # --- one task, one or several seeds ------------------------------------------------------------------
 
-def run_task(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: dict[str, Examples],
-             work: Path, env: training.Distributed, stop: training.GracefulStop) -> dict[str, Any]:
+def run_task(cfg: FinetuneConfig, base: Base, task: Any, train: Any, dev: dict[str, Any], work: Path,
+             env: training.Distributed, stop: training.GracefulStop, prepare: Callable[..., Prepared] | None = None
+             ) -> dict[str, Any]:
     """Train every seed not finished yet, each in work/seed-N/ until its model folder is work/seed-N/done;
-    returns the seeds' summary."""
+    returns the seeds' summary. `prepare(cfg, base, task, train, dev, env)` encodes the data for the task's head
+    (default: a classifier's)."""
     runs = {seed: finished_results(seed_folder(work, seed)) for seed in cfg.seeds}
     if any(results is None for results in runs.values()):
-        prepared = _prepare(cfg, base, task, train, dev, env)
+        prepared = (prepare or _prepare)(cfg, base, task, train, dev, env)
         first = next(seed for seed, results in runs.items() if results is None)  # says what it fine-tunes
         runs = {seed: results or _train_seed(cfg, prepared, seed, seed_folder(work, seed), env, stop,
                                              announce=seed == first and env.is_main)
@@ -311,7 +318,7 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
         if feats.truncated and env.is_main:
             say(f"{task.name} {split}: {feats.truncated} of {len(feats)} examples cut to "
                 f"{cfg.max_seq_length} tokens")
-    return Prepared(task, ckpt, tokenizer, features, dev_features, base.precision)
+    return Prepared(task, ckpt, tokenizer, features, dev_features, base.precision, CLASSIFIER)
 
 
 def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env: training.Distributed,
@@ -322,7 +329,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
         raise _Stopped(f"stopped before {prep.task.name} seed {seed}")
     task, device, pad_id, precision = prep.task, env.device, prep.tokenizer.pad_id, prep.precision
     training_state.seed_everything(seed)
-    model = _model(cfg, prep, announce).to(device)
+    model = prep.head.build(cfg, prep, announce).to(device)
     if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
         training_state.seed_everything(seed + env.rank)
     training.enable_fast_math(device)
@@ -353,12 +360,12 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
         for epoch in range(progress.step // per_epoch + 1, cfg.epochs + 1):
             batches = train_batches(prep.train.lengths, cfg.batch_size, seed, epoch, cfg.group_by_length)
             for rows in batches[progress.step - (epoch - 1) * per_epoch:]:
-                micro_batches = [training.to_device(_collate_share(prep.train, share, rows, pad_id), device)
+                micro_batches = [training.to_device(_collate_share(prep, share, rows, pad_id), device)
                                  for share in rank_micro_batches(rows, micro, env.rank, env.world_size)]
                 lr = cfg.lr * optim.lr_factor(progress.step, total, warmup, cfg.schedule)
                 optim.set_lr(optimizer, lr)
                 train_model.train()
-                pending.append(training.optimizer_step(train_model, micro_batches, optimizer, _loss_terms,
+                pending.append(training.optimizer_step(train_model, micro_batches, optimizer, prep.head.loss_terms,
                                                        _weights, env, precision, scaler, cfg.clip))
                 progress.step += 1
                 speed.add(int(prep.train.lengths[rows].sum()))  # on the host: no device sync
@@ -382,7 +389,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                         raise _Stopped(f"stopped at step {progress.step} of {total} ({task.name} seed {seed})")
             with speed.paused():
                 if prep.dev:
-                    scores = score(task, model, prep.dev, pad_id, cfg.eval_batch_size, device, precision, env=env)
+                    scores = prep.head.score(model, prep, cfg.eval_batch_size, device, precision, env)
                     log.write({"step": progress.step, "epoch": epoch, **_flat(scores)})
                     if env.is_main:
                         bar.write(f"{task.name} seed {seed} epoch {epoch}: {_show(_flat(scores))}", file=sys.stderr)
@@ -448,11 +455,11 @@ def _align_classifier(model: nn.Module, ckpt: Checkpoint, task: Any, name: str, 
 
 # --- losses ------------------------------------------------------------------------------------------
 
-def _collate_share(features: Features, share: np.ndarray, rows: np.ndarray, pad_id: int) -> dict[str, Tensor]:
+def _collate_share(prep: Prepared, share: np.ndarray, rows: np.ndarray, pad_id: int) -> dict[str, Tensor]:
     """A micro-batch with a `real` flag per row. An empty share becomes one row of the batch flagged off:
     the rank still runs its passes, and adds nothing to the loss, the accuracy or the gradients."""
     picked = share if len(share) else rows[:1]
-    batch = collate(features, picked, pad_id)
+    batch = prep.head.collate(prep.train, picked, pad_id)
     batch["real"] = torch.full((len(picked),), len(share) > 0)
     return batch
 
@@ -468,6 +475,14 @@ def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[T
 
 def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     return {"task": batch["real"].sum()}
+
+
+def _score(model: nn.Module, prep: Prepared, batch_size: int, device: torch.device, precision: str,
+           env: training.Distributed) -> dict[str, dict[str, float]]:
+    return score(prep.task, model, prep.dev, prep.tokenizer.pad_id, batch_size, device, precision, env=env)
+
+
+CLASSIFIER = Head(_model, collate, _loss_terms, _score)  # a sequence classifier (or regressor) on [CLS]
 
 
 # --- run records and progress ------------------------------------------------------------------------

@@ -11,16 +11,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from bertctl import training, training_state
 from bertctl.checkpoint import Checkpoint, read_checkpoint, save_model
 from bertctl.config import FinetuneConfig
-from bertctl.evaluate import Features, main_score, scores_from_json
+from bertctl.evaluate import main_score, scores_from_json
 from bertctl.files import json_ready
 from bertctl.finetune_work import add_logs_and_results, best_folder, drop_checkpoints, prune_best, say
 from bertctl.tokenizer import BertTokenizer
+
+
+@dataclass(frozen=True)
+class Head:
+    """What the one training loop needs to know of a task's head, so a classifier and a span extractor
+    (SQuAD) share it: how to build the model, batch the features, compute the loss, and score the dev sets."""
+
+    build: Callable[[FinetuneConfig, Prepared, bool], nn.Module]  # (cfg, prep, announce): head fresh or the folder's
+    collate: Callable[[Any, np.ndarray, int], dict[str, Tensor]]  # (features, rows, pad_id): a padded batch
+    loss_terms: Callable[[nn.Module, dict[str, Tensor]], dict[str, tuple[Tensor, Tensor]]]  # training.optimizer_step's
+    # (model, prep, batch size, device, precision, env): {split: {metric: value}}, the same on every rank
+    score: Callable[[nn.Module, Prepared, int, torch.device, str, training.Distributed], dict[str, dict[str, float]]]
+    classifies: bool = True  # saved with the task's labels and problem_type
 
 
 @dataclass
@@ -28,12 +42,13 @@ class Prepared:
     """What every seed of a task shares: the checkpoint read and the data encoded once, and the precision the
     run was checked for before it started."""
 
-    task: Any  # a GlueTask or a TabularTask: name, label_names, metrics, main_metric, is_regression
+    task: Any  # a GlueTask, TabularTask or SquadTask: name, label_names, metrics, main_metric, is_regression
     ckpt: Checkpoint
     tokenizer: BertTokenizer
-    train: Features
-    dev: dict[str, Features]
+    train: Any  # Features, or SquadFeatures: indexed by row, with lengths and truncated
+    dev: dict[str, Any]
     precision: str  # fp32 | bf16 | fp16, resolved for the run's device
+    head: Head
 
 
 @dataclass
@@ -61,11 +76,13 @@ class Progress:
 
 def _save_folder(model: nn.Module, folder: Path, prep: Prepared, env: training.Distributed,
                  extra: Callable[[Path], None] | None = None) -> None:
-    """The task's classifier as a model folder (rank 0 writes it; every rank waits until it is complete)."""
+    """The task's model as a model folder (rank 0 writes it; every rank waits until it is complete)."""
     task = prep.task
+    classifies = prep.head.classifies
     if env.is_main:
-        save_model(model, folder, prep.tokenizer, labels=list(task.label_names) or None, overwrite=True,
-                   problem_type="regression" if task.is_regression else "single_label_classification",
+        save_model(model, folder, prep.tokenizer, labels=(list(task.label_names) or None) if classifies else None,
+                   problem_type=None if not classifies else "regression" if task.is_regression
+                   else "single_label_classification", overwrite=True,
                    config_extra={**prep.ckpt.kept_config, "finetuning_task": task.name}, extra=extra)
     training.barrier(env)
 

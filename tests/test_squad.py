@@ -1,0 +1,598 @@
+"""SQuAD v1.1/v2.0: features, postprocessing and scores against ports of google-research/bert's run_squad.py and
+the official evaluation scripts written here, parity with transformers' QA head, and a tiny model fine-tuned
+end to end on a synthetic set whose answer is learnable (the one colour word in the context)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import random
+import re
+import string
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertctl.checkpoint import build_model, read_checkpoint, save_model
+from bertctl.cli import app
+from bertctl.config import BertConfig, FinetuneConfig
+from bertctl.data.squad import make_features, read_squad
+from bertctl.errors import UsageError
+from bertctl.finetune_squad import finetune_squad
+from bertctl.model import BertForMaskedLM, BertForQuestionAnswering
+from bertctl.squad import evaluate_squad, predict_squad
+from bertctl.squad_answers import AnswerSettings, answers_from_logits, basic_tokens
+from bertctl.squad_metrics import squad_v1_scores, squad_v2_scores
+from bertctl.tokenizer import BertTokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FILLER = ["the", "man", "went", "to", "store", "and", "bought", "a", "of", "milk", "in", "city", "day", "river"]
+COLOURS = ["red", "blue", "green", "black", "white", "pink"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *FILLER, *COLOURS, "what", "colour", "is", "it", "?", ".",
+         ",", "(", ")", "-", "'", "s", "19", "##95", "##43", "john", "smith", "cafe", "##s", "un", "##like", "##ly"]
+FAST = {"lr": 3e-3, "batch_size": 8, "max_seq_length": 24, "doc_stride": 6, "max_query_length": 6,
+        "eval_batch_size": 16, "log_every": 5, "epochs": 4, "warmup_fraction": 0.1}
+
+
+def _tokenizer() -> BertTokenizer:
+    return BertTokenizer.from_vocab(VOCAB)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    return save_model(BertForMaskedLM(config), tmp_path_factory.mktemp("model") / "encoder", _tokenizer())
+
+
+def _squad(articles: list[list[tuple[str, list[dict]]]], version: str | None = "1.1") -> dict:
+    data = [{"title": f"t{i}", "paragraphs": [{"context": c, "qas": qas} for c, qas in paragraphs]}
+            for i, paragraphs in enumerate(articles)]
+    return {"data": data, **({"version": version} if version else {})}
+
+
+def _write(path: Path, content: dict) -> Path:
+    path.write_text(json.dumps(content), encoding="utf-8")
+    return path
+
+
+def _synthetic(n: int, seed: int, impossible_share: float = 0.0) -> dict:
+    """Contexts of filler words holding one colour; "what colour is it ?" is answered by that colour. With
+    impossible_share, some contexts hold no colour and their question has no answer (v2.0)."""
+    rng = random.Random(seed)
+    paragraphs = []
+    for i in range(n):
+        words = [rng.choice(FILLER) for _ in range(rng.randint(8, 22))]
+        qa: dict = {"id": f"q{seed}-{i}", "question": "what colour is it ?"}
+        if rng.random() < impossible_share:
+            qa.update(answers=[], is_impossible=True)
+        else:
+            at = rng.randrange(len(words))
+            words.insert(at, rng.choice(COLOURS))
+            start = len(" ".join(words[:at])) + (1 if at else 0)
+            qa["answers"] = [{"text": words[at], "answer_start": start}]
+            if impossible_share:
+                qa["is_impossible"] = False
+        paragraphs.append((" ".join(words), [qa]))
+    return _squad([paragraphs], "v2.0" if impossible_share else "1.1")
+
+
+# --- a port of google-research/bert run_squad.py, the reference ------------------------------------------
+
+def _google_examples(raw: dict, is_training: bool, v2: bool) -> list[dict]:
+    examples = []
+    for entry in raw["data"]:
+        for paragraph in entry["paragraphs"]:
+            doc_tokens, char_to_word, prev_ws = [], [], True
+            for c in paragraph["context"]:
+                if c in " \t\r\n" or ord(c) == 0x202F:
+                    prev_ws = True
+                else:
+                    if prev_ws:
+                        doc_tokens.append(c)
+                    else:
+                        doc_tokens[-1] += c
+                    prev_ws = False
+                char_to_word.append(len(doc_tokens) - 1)
+            for qa in paragraph["qas"]:
+                ex = {"qid": qa["id"], "question": qa["question"], "doc_tokens": doc_tokens, "start": None,
+                      "end": None, "answer": None, "impossible": v2 and qa.get("is_impossible", False)}
+                if is_training and not ex["impossible"]:
+                    answer = qa["answers"][0]
+                    s = char_to_word[answer["answer_start"]]
+                    e = char_to_word[answer["answer_start"] + len(answer["text"]) - 1]
+                    if " ".join(doc_tokens[s:e + 1]).find(" ".join(answer["text"].split())) == -1:
+                        continue
+                    ex.update(start=s, end=e, answer=answer["text"])
+                elif is_training:
+                    ex.update(start=-1, end=-1, answer="")
+                examples.append(ex)
+    return examples
+
+
+def _google_features(examples, tokenize, max_seq_length, doc_stride, max_query_length, is_training):
+    features = []
+    for example_index, ex in enumerate(examples):
+        query = tokenize(ex["question"])[:max_query_length]
+        tok_to_orig, orig_to_tok, all_doc = [], [], []
+        for i, token in enumerate(ex["doc_tokens"]):
+            orig_to_tok.append(len(all_doc))
+            for sub in tokenize(token):
+                tok_to_orig.append(i)
+                all_doc.append(sub)
+        tok_start = tok_end = None
+        if is_training and ex["impossible"]:
+            tok_start = tok_end = -1
+        if is_training and not ex["impossible"]:
+            tok_start = orig_to_tok[ex["start"]]
+            tok_end = orig_to_tok[ex["end"] + 1] - 1 if ex["end"] < len(ex["doc_tokens"]) - 1 else len(all_doc) - 1
+            wanted = " ".join(tokenize(ex["answer"]))
+            found = False
+            for ns in range(tok_start, tok_end + 1):
+                for ne in range(tok_end, ns - 1, -1):
+                    if not found and " ".join(all_doc[ns:ne + 1]) == wanted:
+                        tok_start, tok_end, found = ns, ne, True
+        max_doc = max_seq_length - len(query) - 3
+        spans, offset = [], 0
+        while offset < len(all_doc):
+            length = min(len(all_doc) - offset, max_doc)
+            spans.append((offset, length))
+            if offset + length == len(all_doc):
+                break
+            offset += min(length, doc_stride)
+        for span_index, (start, length) in enumerate(spans):
+            tokens = ["[CLS]", *query, "[SEP]"]
+            segments = [0] * len(tokens)
+            to_orig, max_ctx = {}, {}
+            for i in range(length):
+                pos = start + i
+                to_orig[len(tokens)] = tok_to_orig[pos]
+                best, best_index = None, None
+                for si, (s, n) in enumerate(spans):
+                    end = s + n - 1
+                    if s <= pos <= end:
+                        score = min(pos - s, end - pos) + 0.01 * n
+                        if best is None or score > best:
+                            best, best_index = score, si
+                max_ctx[len(tokens)] = best_index == span_index
+                tokens.append(all_doc[pos])
+                segments.append(1)
+            tokens.append("[SEP]")
+            segments.append(1)
+            sp = ep = None
+            if is_training and not ex["impossible"]:
+                if not (tok_start >= start and tok_end <= start + length - 1):
+                    sp = ep = 0
+                else:
+                    sp, ep = tok_start - start + len(query) + 2, tok_end - start + len(query) + 2
+            if is_training and ex["impossible"]:
+                sp = ep = 0
+            features.append({"example_index": example_index, "tokens": tokens, "segments": segments,
+                             "to_orig": to_orig, "max_ctx": max_ctx, "start": sp, "end": ep})
+    return features
+
+
+def _google_final_text(pred_text, orig_text, basic):
+    def strip(text):
+        chars, mapping = [], {}
+        for i, c in enumerate(text):
+            if c != " ":
+                mapping[len(chars)] = i
+                chars.append(c)
+        return "".join(chars), mapping
+
+    tok_text = " ".join(basic(orig_text))
+    start = tok_text.find(pred_text)
+    if start == -1:
+        return orig_text
+    end = start + len(pred_text) - 1
+    orig_ns, orig_map = strip(orig_text)
+    tok_ns, tok_map = strip(tok_text)
+    if len(orig_ns) != len(tok_ns):
+        return orig_text
+    inverse = {v: k for k, v in tok_map.items()}
+    if start not in inverse or inverse[start] not in orig_map or end not in inverse or inverse[end] not in orig_map:
+        return orig_text
+    return orig_text[orig_map[inverse[start]]:orig_map[inverse[end]] + 1]
+
+
+def _google_predictions(examples, features, starts, ends, n_best, max_len, v2, threshold, basic):
+    def best(logits):
+        return [i for i, _ in sorted(enumerate(logits), key=lambda x: x[1], reverse=True)[:n_best]]
+
+    predictions, nbests, odds = {}, {}, {}
+    for example_index, ex in enumerate(examples):
+        prelim, score_null, null = [], 1e6, None
+        for fi, f in enumerate(features):
+            if f["example_index"] != example_index:
+                continue
+            s_log, e_log = [float(x) for x in starts[fi]], [float(x) for x in ends[fi]]
+            if v2 and s_log[0] + e_log[0] < score_null:
+                score_null, null = s_log[0] + e_log[0], (fi, 0, 0, s_log[0], e_log[0])
+            for s in best(s_log):
+                for e in best(e_log):
+                    if s >= len(f["tokens"]) or e >= len(f["tokens"]) or s not in f["to_orig"] or e not in f["to_orig"]:
+                        continue
+                    if not f["max_ctx"].get(s, False) or e < s or e - s + 1 > max_len:
+                        continue
+                    prelim.append((fi, s, e, s_log[s], e_log[e]))
+        if v2:
+            prelim.append(null)
+        prelim = sorted(prelim, key=lambda p: p[3] + p[4], reverse=True)
+        seen, nbest = {}, []
+        for fi, s, e, sl, el in prelim:
+            if len(nbest) >= n_best:
+                break
+            f = features[fi]
+            if s > 0:
+                tok = " ".join(f["tokens"][s:e + 1]).replace(" ##", "").replace("##", "")
+                orig = " ".join(ex["doc_tokens"][f["to_orig"][s]:f["to_orig"][e] + 1])
+                text = _google_final_text(" ".join(tok.strip().split()), orig, basic)
+                if text in seen:
+                    continue
+            else:
+                text = ""
+            seen[text] = True
+            nbest.append({"text": text, "start_logit": sl, "end_logit": el})
+        if v2 and "" not in seen:
+            nbest.append({"text": "", "start_logit": null[3], "end_logit": null[4]})
+        if not nbest:
+            nbest.append({"text": "empty", "start_logit": 0.0, "end_logit": 0.0})
+        scores = [n["start_logit"] + n["end_logit"] for n in nbest]
+        exps = [math.exp(s - max(scores)) for s in scores]
+        for n, x in zip(nbest, exps, strict=True):
+            n["probability"] = x / sum(exps)
+        nbests[ex["qid"]] = nbest
+        if not v2:
+            predictions[ex["qid"]] = nbest[0]["text"]
+            continue
+        non_null = next(n for n in nbest if n["text"])
+        odds[ex["qid"]] = score_null - non_null["start_logit"] - non_null["end_logit"]
+        predictions[ex["qid"]] = "" if odds[ex["qid"]] > threshold else non_null["text"]
+    return predictions, nbests, odds
+
+
+# --- features ----------------------------------------------------------------------------------------------
+
+EDGE_CASES = [
+    ("The leader was John Smith (1995-1943). John Smith's cafes were unlikely in the city .",
+     [{"id": "born", "question": "what is it ?", "answers": [{"text": "1995", "answer_start": 27}]},
+      {"id": "who", "question": "what colour is it is it is it ?", "answers": [{"text": "John Smith",
+                                                                                "answer_start": 15}]},
+      {"id": "last", "question": "what ?", "answers": [{"text": "city .", "answer_start": 79}]},
+      {"id": "first", "question": "it ?", "answers": [{"text": "The", "answer_start": 0}]},
+      {"id": "cafes", "question": "what ?", "answers": [{"text": "cafes", "answer_start": 52}]}]),
+    ("red\tblue \u202f green  river\nmilk", [{"id": "ws", "question": "colour ?",
+                                                "answers": [{"text": "green", "answer_start": 11}]}]),
+]
+
+
+@pytest.mark.parametrize(("max_seq_length", "doc_stride", "max_query_length"), [(16, 3, 4), (20, 5, 8), (64, 128, 64)])
+def test_features_and_labels_equal_run_squads(tmp_path, max_seq_length, doc_stride, max_query_length):
+    synthetic = [(p["context"], p["qas"]) for p in _synthetic(6, 3)["data"][0]["paragraphs"]]
+    raw = _squad([EDGE_CASES, synthetic])
+    path = _write(tmp_path / "train.json", raw)
+    tokenizer = _tokenizer()
+    data = read_squad(path, "train")
+    ours = make_features(tokenizer, data, max_seq_length, doc_stride, max_query_length, training=True)
+
+    def tokenize(text):
+        return tokenizer.encode(text, add_special_tokens=False).tokens
+
+    theirs = _google_features(_google_examples(raw, True, False), tokenize, max_seq_length, doc_stride,
+                              max_query_length, True)
+    assert len(ours) == len(theirs)
+    assert (len(theirs) > len(data.examples)) is (max_seq_length < 64)  # long contexts are windowed
+    for i, ref in enumerate(theirs):
+        assert [tokenizer.id_to_token(t) for t in ours.input_ids[i]] == ref["tokens"]
+        assert ours.token_type_ids[i].tolist() == ref["segments"]
+        assert (ours.start_positions[i], ours.end_positions[i]) == (ref["start"], ref["end"])
+        assert ours.example_index[i] == ref["example_index"]
+        offset = ours.doc_offset[i]
+        assert {offset + k: bool(v) for k, v in enumerate(ours.max_context[i])} == ref["max_ctx"]
+        words = ours.piece_word[data.examples[ours.example_index[i]].paragraph]
+        assert {offset + k: int(words[ours.doc_start[i] + k]) for k in range(len(ours.max_context[i]))} == \
+            ref["to_orig"]
+    assert sum(ref["start"] > 0 for ref in theirs) > 5  # answers inside windows, not only [CLS]
+    if max_seq_length == 64:
+        born = theirs[0]
+        assert born["tokens"][born["start"]:born["end"] + 1] == ["19", "##95"]  # narrowed out of "(1995-1943)."
+
+
+def test_v2_impossible_questions_are_labelled_cls(tmp_path):
+    raw = _synthetic(12, 5, impossible_share=0.5)
+    path = _write(tmp_path / "v2.json", raw)
+    data = read_squad(path, "train")
+    assert data.version == "2.0" and any(e.impossible for e in data.examples)
+    ours = make_features(_tokenizer(), data, 24, 6, 6, training=True)
+    theirs = _google_features(_google_examples(raw, True, True),
+                              lambda t: _tokenizer().encode(t, add_special_tokens=False).tokens, 24, 6, 6, True)
+    assert [(f["start"], f["end"]) for f in theirs] == list(zip(ours.start_positions, ours.end_positions,
+                                                                strict=True))
+
+
+def test_answers_not_at_answer_start_are_skipped_with_googles_warning(tmp_path, caplog):
+    raw = _squad([[("red blue green", [{"id": "ok", "question": "colour ?", "answers": [{"text": "blue",
+                                                                                          "answer_start": 4}]},
+                                       {"id": "bad", "question": "colour ?", "answers": [{"text": "pink",
+                                                                                           "answer_start": 4}]},
+                                       {"id": "past", "question": "colour ?", "answers": [{"text": "green",
+                                                                                            "answer_start": 90}]}])]])
+    data = read_squad(_write(tmp_path / "t.json", raw), "train")
+    assert [e.qid for e in data.examples] == ["ok"] and data.skipped == 2
+    assert "could not find answer 'pink' of bad" in caplog.text
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("not json", "is not a SQuAD JSON file"),
+    ('{"articles": []}', 'top-level "data" list'),
+    ('{"data": [{"paragraphs": [{"qas": []}]}]}', "data[0].paragraphs[0].context is missing"),
+    ('{"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "a", "question": "q"}]}]}]}',
+     "data[0].paragraphs[0].qas[0].answers is missing"),
+    ('{"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "a", "question": "q", '
+     '"answers": [{"text": "x"}]}]}]}]}', "answers[0].answer_start is missing"),
+])
+def test_bad_files_are_refused_in_one_line(tmp_path, content, message):
+    (tmp_path / "bad.json").write_text(content)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        read_squad(tmp_path / "bad.json", "train")
+
+
+# --- metrics -----------------------------------------------------------------------------------------------
+
+def _official_normalize(s):
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def _official_v1(gold, preds):
+    def f1(prediction, truth):
+        p, t = _official_normalize(prediction).split(), _official_normalize(truth).split()
+        same = sum((collections.Counter(p) & collections.Counter(t)).values())
+        if same == 0:
+            return 0
+        precision, recall = same / len(p), same / len(t)
+        return 2 * precision * recall / (precision + recall)
+
+    em = f = 0
+    for qid, truths in gold.items():
+        if qid in preds:
+            em += max(_official_normalize(preds[qid]) == _official_normalize(t) for t in truths)
+            f += max(f1(preds[qid], t) for t in truths)
+    return {"exact_match": 100.0 * em / len(gold), "f1": 100.0 * f / len(gold)}
+
+
+def _official_v2(gold, preds, na_probs):
+    def toks(s):
+        return _official_normalize(s).split() if s else []
+
+    def f1(g, p):
+        gt, pt = toks(g), toks(p)
+        same = sum((collections.Counter(gt) & collections.Counter(pt)).values())
+        if not gt or not pt:
+            return int(gt == pt)
+        if same == 0:
+            return 0
+        precision, recall = same / len(pt), same / len(gt)
+        return 2 * precision * recall / (precision + recall)
+
+    has = {q: bool(a) for q, a in gold.items()}
+    exact_raw, f1_raw = {}, {}
+    for q, answers in gold.items():
+        golds = [a for a in answers if _official_normalize(a)] or [""]
+        exact_raw[q] = max(int(_official_normalize(a) == _official_normalize(preds[q])) for a in golds)
+        f1_raw[q] = max(f1(a, preds[q]) for a in golds)
+
+    def thresh(scores):
+        return {q: float(not has[q]) if na_probs[q] > 1.0 else s for q, s in scores.items()}
+
+    def block(e, f, qids):
+        return {"exact": 100.0 * sum(e[q] for q in qids) / len(qids), "f1": 100.0 * sum(f[q] for q in qids) / len(qids),
+                "total": len(qids)}
+
+    e, f = thresh(exact_raw), thresh(f1_raw)
+    out = block(e, f, list(e))
+    for prefix, want in (("HasAns", True), ("NoAns", False)):
+        qids = [q for q in has if has[q] == want]
+        if qids:
+            out.update({f"{prefix}_{k}": v for k, v in block(e, f, qids).items()})
+
+    def best(scores):
+        cur = best_score = sum(1 for q in has if not has[q])
+        best_t = 0.0
+        for q in sorted(na_probs, key=lambda k: na_probs[k]):
+            cur += scores[q] if has[q] else (-1 if preds[q] else 0)
+            if cur > best_score:
+                best_score, best_t = cur, na_probs[q]
+        return 100.0 * best_score / len(scores), best_t
+
+    out["best_exact"], out["best_exact_thresh"] = best(exact_raw)
+    out["best_f1"], out["best_f1_thresh"] = best(f1_raw)
+    return out
+
+
+GOLD = {"p": ["The Eiffel Tower!"], "a": ["an apple", "apples"], "u": ["Zürich, Schweiz"], "w": ["  New   York "],
+        "n": [], "m": ["a b c d", "b c"], "z": ["the"]}
+PREDS = {"p": "eiffel tower", "a": "apple", "u": "zürich", "w": "new york city", "n": "", "m": "c d e", "z": ""}
+
+
+def test_v1_metrics_equal_the_official_script():
+    gold = {q: a for q, a in GOLD.items() if a}
+    preds = {**{q: PREDS[q] for q in gold}, "z": "the the"}
+    assert squad_v1_scores(gold, preds) == pytest.approx(_official_v1(gold, preds))
+    assert squad_v1_scores({"x": ["a"]}, {}) == {"exact_match": 0.0, "f1": 0.0}  # missing prediction scores 0
+
+
+def test_v2_metrics_equal_the_official_script():
+    odds = {"p": -2.0, "a": 0.5, "u": 3.0, "w": -1.0, "n": 1.5, "m": 0.0, "z": 2.5}
+    ours = squad_v2_scores(GOLD, PREDS, odds)
+    assert ours == pytest.approx(_official_v2(GOLD, PREDS, odds))
+    assert {"HasAns_exact", "NoAns_f1", "best_f1_thresh"} <= set(ours)
+    assert squad_v2_scores({"n": []}, {"n": ""}, {"n": 0.0})["exact"] == 100.0  # no answer, predicted none
+
+
+# --- postprocessing -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_answers_from_fixed_logits_equal_write_predictions(tmp_path, v2):
+    raw = _squad([EDGE_CASES], "v2.0" if v2 else "1.1")
+    data = read_squad(_write(tmp_path / "d.json", raw), "score")
+    tokenizer = _tokenizer()
+    features = make_features(tokenizer, data, 16, 3, 4, training=False)
+    rng = np.random.default_rng(0)
+    starts = [rng.normal(size=n).astype(np.float32) for n in features.lengths]
+    ends = [rng.normal(size=n).astype(np.float32) for n in features.lengths]
+    starts[0][3] = starts[0][4] = starts[0][5]  # ties keep the earlier position first
+    settings = AnswerSettings(n_best_size=5, max_answer_length=4, null_score_diff_threshold=0.0, with_null=v2)
+    ours = answers_from_logits(features, starts, ends, tokenizer, settings)
+    examples = _google_examples(raw, False, v2)
+    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
+                                 False)
+    preds, nbest, odds = _google_predictions(examples, reference, starts, ends, 5, 4, v2, 0.0,
+                                             lambda text: basic_tokens(text, tokenizer))
+    assert ours.predictions == preds
+    assert ours.nbest == pytest.approx(nbest)
+    assert (ours.null_odds == pytest.approx(odds)) if v2 else ours.null_odds is None
+    assert any(p[:1].isupper() for p in preds.values())  # final text keeps the context's case
+
+
+def test_final_text_maps_back_to_the_original_characters():
+    from bertctl.squad_answers import final_text
+
+    tokenizer = _tokenizer()
+    assert final_text("john smith", "John Smith's", tokenizer) == "John Smith"
+    assert final_text("1995", "(1995-1943).", tokenizer) == "1995"
+    assert final_text("zzz", "John", tokenizer) == "John"  # not found: the original words
+
+
+# --- the model -----------------------------------------------------------------------------------------------
+
+def test_logits_and_loss_equal_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(1)
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    ours = BertForQuestionAnswering(config).eval()
+    folder = save_model(ours, tmp_path / "qa", _tokenizer())
+    theirs = transformers.BertForQuestionAnswering.from_pretrained(folder).eval()
+    ids = torch.tensor([[2, 30, 31, 3, 10, 11, 25, 3], [2, 31, 3, 12, 13, 3, 0, 0]])
+    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 0, 0]])
+    mask = (ids != 0).long()
+    starts, ends = torch.tensor([6, 0]), torch.tensor([6, 4])
+    with torch.no_grad():
+        a = ours(ids, types, mask, start_positions=starts, end_positions=ends)
+        b = theirs(input_ids=ids, token_type_ids=types, attention_mask=mask, start_positions=starts,
+                   end_positions=ends)
+    torch.testing.assert_close(a.start_logits, b.start_logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(a.end_logits, b.end_logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(a.loss, b.loss, atol=1e-5, rtol=0)
+    expected = (torch.nn.functional.cross_entropy(a.start_logits, starts)
+                + torch.nn.functional.cross_entropy(a.end_logits, ends)) / 2  # Google's mean of the two
+    torch.testing.assert_close(a.loss, expected)
+
+
+# --- end to end ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def squad_files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("squad")
+    return {"train": _write(root / "train.json", _synthetic(96, 1)),
+            "dev": _write(root / "dev.json", _synthetic(24, 2)),
+            "train2": _write(root / "train2.json", _synthetic(64, 3, 0.3)),
+            "dev2": _write(root / "dev2.json", _synthetic(16, 4, 0.3))}
+
+
+@pytest.fixture(scope="module")
+def squad_run(encoder, squad_files, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "squad"
+    result = CliRunner().invoke(app, ["finetune", "squad", "--model", str(encoder), "--train",
+                                      str(squad_files["train"]), "--dev", str(squad_files["dev"]), "--out", str(out),
+                                      *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+    assert result.exit_code == 0, result.output
+    assert "SQuAD v1.1" in result.stderr and "a new question-answering head" in result.stderr
+    return out
+
+
+def test_finetune_learns_the_answer_and_writes_a_run_folder(squad_run, encoder, squad_files, tmp_path):
+    results = json.loads((squad_run / "eval_results.json").read_text())
+    assert results["task"] == "squad" and results["main_metric"] == "f1"
+    rows = [json.loads(line) for line in (squad_run / "metrics.jsonl").read_text().splitlines()]
+    dev = [row["dev_f1"] for row in rows if "dev_f1" in row]
+    losses = [row["loss"] for row in rows if "loss" in row]
+    assert len(dev) == FAST["epochs"] and results["dev"]["f1"] == max(dev) >= 90.0, dev
+    assert losses[-1] < losses[0] / 10, losses
+    untrained = save_model(build_model(read_checkpoint(encoder), "BertForQuestionAnswering"), tmp_path / "fresh",
+                           _tokenizer())  # the starting point: the same encoder with a fresh head
+    settings = {k: FAST[k] for k in ("max_seq_length", "doc_stride", "max_query_length")}
+    assert evaluate_squad(untrained, squad_files["dev"], **settings)["f1"] < 40.0
+    config = json.loads((squad_run / "config.json").read_text())
+    assert config["architectures"] == ["BertForQuestionAnswering"] and config["finetuning_task"] == "squad"
+    run = json.loads((squad_run / "run.json").read_text())
+    assert run["config"]["doc_stride"] == 6 and run["config"]["lr"] == 3e-3 and run["fresh_heads"] == [
+        "question_answering"]
+
+
+def test_evaluate_reproduces_eval_results_and_predict_writes_googles_files(squad_run, squad_files, tmp_path):
+    results = json.loads((squad_run / "eval_results.json").read_text())
+    assert evaluate_squad(squad_run, squad_files["dev"]) == {"version": "1.1", **results["dev"]}
+    shown = CliRunner().invoke(app, ["evaluate", "squad", "--model", str(squad_run), "--data",
+                                     str(squad_files["dev"]), "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["f1"] == results["dev"]["f1"]
+    written = predict_squad(squad_run, squad_files["dev"], tmp_path / "pred")
+    assert [p.name for p in written] == ["predictions.json", "nbest_predictions.json"]
+    predictions = json.loads((tmp_path / "pred" / "predictions.json").read_text())
+    assert len(predictions) == 24 and all(isinstance(v, str) for v in predictions.values())
+    gold = {qa["id"]: [a["text"] for a in qa["answers"]] for p in json.loads(squad_files["dev"].read_text())[
+        "data"][0]["paragraphs"] for qa in p["qas"]}
+    assert squad_v1_scores(gold, predictions)["f1"] == pytest.approx(results["dev"]["f1"])
+    nbest = json.loads((tmp_path / "pred" / "nbest_predictions.json").read_text())
+    assert set(nbest["q2-0"][0]) == {"text", "probability", "start_logit", "end_logit"}
+    again = CliRunner().invoke(app, ["predict", "squad", "--model", str(squad_run), "--data",
+                                     str(squad_files["dev"]), "--out", str(tmp_path / "pred")])
+    assert again.exit_code != 0 and "--overwrite" in again.output
+
+
+def test_v2_run_writes_null_odds_and_v2_scores(encoder, squad_files, tmp_path):
+    out = finetune_squad(FinetuneConfig.squad(model=encoder, train=squad_files["train2"], dev=squad_files["dev2"],
+                                              out=tmp_path / "v2", **{**FAST, "epochs": 1}))
+    results = json.loads((out / "eval_results.json").read_text())
+    assert results["task"] == "squad_v2"
+    assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(results["dev"])
+    written = predict_squad(out, squad_files["dev2"], tmp_path / "pred")
+    assert [p.name for p in written] == ["predictions.json", "nbest_predictions.json", "null_odds.json"]
+    assert evaluate_squad(out, squad_files["dev2"])["version"] == "2.0"
+
+
+def test_squad_defaults_and_config_file(tmp_path):
+    cfg = FinetuneConfig.squad()
+    assert (cfg.lr, cfg.epochs, cfg.max_seq_length, cfg.batch_size, cfg.doc_stride, cfg.max_query_length) == \
+        (3e-5, 2, 384, 32, 128, 64)
+    from bertctl.cli_tasks import _squad_config
+
+    config = _write(tmp_path / "c.json", {"epochs": 5, "doc_stride": 64})
+    flags = {name: None for name in ("model", "out", "train", "dev", "lr")}
+    cfg = _squad_config({**flags, "config": config, "lr": 1e-4})
+    assert (cfg.epochs, cfg.doc_stride, cfg.lr, cfg.max_seq_length) == (5, 64, 1e-4, 384)
+
+
+def test_refusals(encoder, squad_files, tmp_path):
+    with pytest.raises(UsageError, match="no question-answering head"):
+        evaluate_squad(encoder, squad_files["dev"])
+    with pytest.raises(UsageError, match="must be more than --max-query-length"):
+        finetune_squad(FinetuneConfig.squad(model=encoder, train=squad_files["train"], out=tmp_path / "o",
+                                            max_seq_length=20, max_query_length=18))
+    with pytest.raises(UsageError, match=r"doc_stride: for `bertctl finetune squad` only"):
+        from bertctl.finetune import finetune_classify
+
+        finetune_classify(FinetuneConfig(model=encoder, train=squad_files["train"], out=tmp_path / "o",
+                                         text_columns=("a",), doc_stride=7))
+    shown = CliRunner().invoke(app, ["evaluate", "squad", "--model", str(encoder), "--data", str(squad_files["dev"])])
+    assert shown.exit_code != 0 and "no question-answering head" in shown.output and "Traceback" not in shown.output
