@@ -45,12 +45,11 @@ def finetune_squad(cfg: FinetuneConfig) -> Path | None:
                                       "fine-tune a classifier instead")
         check_lengths(cfg.max_seq_length, cfg.max_query_length, base.ckpt.config.max_position_embeddings, cfg.model)
         train = read_squad(cfg.train, "train", "--train")
-        dev = read_squad(cfg.dev, "score", "--dev") if cfg.dev is not None else None
+        dev = read_squad(cfg.dev, "score", "--dev", "2.0" if train.version == "2.0" else None) \
+            if cfg.dev is not None else None
         version = "2.0" if "2.0" in (train.version, dev.version if dev else "") else "1.1"
         if version != train.version:  # a v1.1-looking train file of a v2.0 run: read its is_impossible too
             train = read_squad(cfg.train, "train", "--train", version)
-        if dev is not None:
-            dev.version = version
         task = squad_task(version, dev)
         if env.is_main:
             skipped = f" ({train.skipped} skipped: answer not found in the context)" if train.skipped else ""

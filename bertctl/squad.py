@@ -164,6 +164,7 @@ def read_qa_model(folder: Path) -> Checkpoint:
 
 
 _SETTINGS = ("doc_stride", "max_query_length", "n_best_size", "max_answer_length")
+_RUN_VERSIONS = {"squad": "1.1", "squad_v2": "2.0"}  # run.json's task (SquadTask.name) -> the SQuAD version
 
 
 def open_reader(path: Path | str, flags: dict[str, Any]) -> SquadReader:
@@ -186,7 +187,7 @@ def open_reader(path: Path | str, flags: dict[str, Any]) -> SquadReader:
     model = build_model(ckpt, QA_ARCHITECTURE, share_weights=True)
     scorer = Scorer(model, model_tokenizer(ckpt), chosen["max_seq_length"], chosen["eval_batch_size"],
                     run_precision=record.get("precision"), run_device=record.get("device"), folder=folder)
-    return SquadReader(scorer, chosen, record.get("squad_version"))
+    return SquadReader(scorer, chosen, _RUN_VERSIONS.get(record.get("task")))
 
 
 def _read_data(data: Path | str, reader: SquadReader, mode: str) -> SquadData:

@@ -97,8 +97,8 @@ def _answer(features: SquadFeatures, windows: list[int], start_logits: list[np.n
     nbest = _nbest(features, spans, tokenizer, settings, words, paragraph)
     if null is not None and not any(entry["text"] == "" for entry in nbest):
         nbest.append({"text": "", "start_logit": null.start_logit, "end_logit": null.end_logit})
-    if not nbest:
-        nbest.append({"text": "empty", "start_logit": 0.0, "end_logit": 0.0})
+    if not nbest:  # no valid span (v1.1: run_squad.py's nonce answer) or no window at all (v2.0: no answer)
+        nbest.append({"text": "" if settings.with_null else "empty", "start_logit": 0.0, "end_logit": 0.0})
     for entry, probability in zip(nbest, softmax([e["start_logit"] + e["end_logit"] for e in nbest]), strict=True):
         entry["probability"] = probability
     nbest = [{k: e[k] for k in ("text", "probability", "start_logit", "end_logit")} for e in nbest]

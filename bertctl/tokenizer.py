@@ -38,7 +38,7 @@ from bertctl.files import make_folder, user_path, write_text_atomic
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0-4 in every vocabulary bertctl trains
 CONTINUATION = "##"  # WordPiece prefix of a piece that continues a word
-MAX_WORD_CHARS = 100  # longer words become [UNK], as in Google's tokenization.py
+MAX_WORD_CHARS = 100  # longer words become [UNK], as in transformers' BertTokenizer (Google's allows 200)
 MODEL_MAX_LENGTH = 512  # written to tokenizer_config.json; BERT's position table size
 UNKNOWN_WORD = "\U000F0000"  # private use (no text keeps it past the clean-up): never_split words the vocab lacks
 

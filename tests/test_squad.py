@@ -344,6 +344,36 @@ def test_bad_files_are_refused_in_one_line(tmp_path, content, message):
         read_squad(tmp_path / "bad.json", "train")
 
 
+_ONE = {"context": "red blue", "qas": [{"id": "a", "question": "colour ?", "answers": [{"text": "red",
+                                                                                      "answer_start": 0}]}]}
+_NONE = {"context": "red blue", "qas": [{"id": "b", "question": "colour ?", "answers": []}]}
+_LOST = {"context": "red blue", "qas": [{"id": "c", "question": "colour ?", "answers": [{"text": "pink",
+                                                                                       "answer_start": 0}]}]}
+
+
+@pytest.mark.parametrize(("paragraphs", "mode", "message"), [
+    ([], "score", "--data {path} has no questions"),
+    ([], "predict", "--data {path} has no questions"),
+    ([_LOST], "train", "--data {path} has no training questions (1 skipped: answer not at its answer_start)"),
+    ([_ONE, _NONE], "score", "data[0].paragraphs[1].qas[0] (id b) has no answers"),
+    ([_ONE, _ONE], "score", "data[0].paragraphs[1].qas[0] repeats the id 'a' of data[0].paragraphs[0].qas[0]"),
+    ([_ONE, _ONE], "predict", "repeats the id 'a'"),
+])
+def test_files_that_cannot_be_scored_are_refused_in_one_line(tmp_path, paragraphs, mode, message):
+    """Official scripts divide by zero on an empty file and fail on a v1.1 question without answers; a repeated
+    id gets one answer in predictions.json, which evaluate-v1.1.py then scores once per repetition."""
+    path = _write(tmp_path / "d.json", {"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]})
+    with pytest.raises(UsageError, match=re.escape(message.format(path=path))):
+        read_squad(path, mode)
+
+
+def test_what_the_refusals_leave_alone(tmp_path):
+    path = _write(tmp_path / "d.json", {"version": "1.1", "data": [{"title": "t", "paragraphs": [_ONE, _ONE]}]})
+    assert len(read_squad(path, "train").examples) == 2  # training does not key anything by id
+    path = _write(tmp_path / "v2.json", {"data": [{"title": "t", "paragraphs": [_ONE, _NONE]}]})
+    assert read_squad(path, "score", version="2.0").examples[1].answers == ()  # v2.0: no answer is an answer
+
+
 # --- metrics -----------------------------------------------------------------------------------------------
 
 def _official_normalize(s):
@@ -464,6 +494,21 @@ def test_answers_from_fixed_logits_equal_write_predictions(tmp_path, v2):
     assert any(p[:1].isupper() for p in preds.values())  # final text keeps the context's case
 
 
+def test_a_v2_question_without_windows_predicts_no_answer(tmp_path):
+    """A context with no pieces gives its question no window: v2.0 has the answer "" for it, not v1.1's nonce
+    "empty" (Google's script fails on it)."""
+    raw = _squad([[("", [{"id": "blank", "question": "colour ?", "answers": [], "is_impossible": True}]),
+                   ("red blue", [{"id": "ok", "question": "colour ?", "answers": []}])]], "v2.0")
+    data = read_squad(_write(tmp_path / "d.json", raw), "predict")
+    tokenizer = _tokenizer()
+    features = make_features(tokenizer, data, 16, 3, 4, training=False)
+    assert list(features.example_index) == [1]
+    logits = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    answers = answers_from_logits(features, logits, logits, tokenizer, AnswerSettings(with_null=True))
+    assert answers.predictions["blank"] == "" and answers.null_odds["blank"] == 0.0
+    assert [e["text"] for e in answers.nbest["blank"]] == [""]
+
+
 def test_final_text_maps_back_to_the_original_characters():
     from bertctl.squad_answers import final_text
 
@@ -561,14 +606,19 @@ def test_evaluate_reproduces_eval_results_and_predict_writes_googles_files(squad
 
 
 def test_v2_run_writes_null_odds_and_v2_scores(encoder, squad_files, tmp_path):
-    out = finetune_squad(FinetuneConfig.squad(model=encoder, train=squad_files["train2"], dev=squad_files["dev2"],
+    quiet = json.loads(squad_files["dev2"].read_text())  # says nothing of its version: read as the run's
+    del quiet["version"]
+    for qa in (qa for p in quiet["data"][0]["paragraphs"] for qa in p["qas"]):
+        del qa["is_impossible"]
+    dev = _write(tmp_path / "dev2.json", quiet)
+    out = finetune_squad(FinetuneConfig.squad(model=encoder, train=squad_files["train2"], dev=dev,
                                               out=tmp_path / "v2", **{**FAST, "epochs": 1}))
     results = json.loads((out / "eval_results.json").read_text())
     assert results["task"] == "squad_v2"
     assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(results["dev"])
-    written = predict_squad(out, squad_files["dev2"], tmp_path / "pred")
+    written = predict_squad(out, dev, tmp_path / "pred")
     assert [p.name for p in written] == ["predictions.json", "nbest_predictions.json", "null_odds.json"]
-    assert evaluate_squad(out, squad_files["dev2"])["version"] == "2.0"
+    assert evaluate_squad(out, dev) == {"version": "2.0", **results["dev"]}
 
 
 def test_squad_defaults_and_config_file(tmp_path):

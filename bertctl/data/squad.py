@@ -81,6 +81,7 @@ def read_squad(path: Path | str, mode: str = "score", flag: str = "--data", vers
     raw = _load(path, flag)
     version = version or detect_version(raw)
     examples, paragraphs, skipped = [], [], 0
+    first_seen: dict[str, str] = {}  # question id -> where it first is
     for i, entry in enumerate(raw["data"]):
         for j, paragraph in enumerate(_field(entry, "paragraphs", list, path, f"data[{i}]")):
             where = f"data[{i}].paragraphs[{j}]"
@@ -92,9 +93,28 @@ def read_squad(path: Path | str, mode: str = "score", flag: str = "--data", vers
                                    f"{where}.qas[{k}]")
                 if example is None:
                     skipped += 1
-                else:
-                    examples.append(example)
+                    continue
+                if mode != "train":
+                    _check_answerable(example, f"{where}.qas[{k}]", first_seen, mode, version, path)
+                examples.append(example)
+    if not examples:
+        lost = f" ({skipped} skipped: answer not at its answer_start)" if skipped else ""
+        raise UsageError(f"{flag} {path} has no {'training ' if mode == 'train' else ''}questions{lost}; give a "
+                         "SQuAD v1.1/v2.0 file with some")
     return SquadData(examples, paragraphs, version, path, skipped)
+
+
+def _check_answerable(example: SquadExample, where: str, first_seen: dict[str, str], mode: str, version: str,
+                      path: Path) -> None:
+    """Refuse what predictions.json and the official scripts cannot score: an id given to two questions
+    (predictions.json holds one answer per id) and, for scoring v1.1, a question without a gold answer."""
+    if example.qid in first_seen:
+        raise UsageError(f"{path}: {where} repeats the id {example.qid!r} of {first_seen[example.qid]}; give each "
+                         "question its own id (predictions.json holds one answer per id)")
+    first_seen[example.qid] = where
+    if mode == "score" and version == "1.1" and not example.answers:
+        raise UsageError(f"{path}: {where} (id {example.qid}) has no answers; a SQuAD v1.1 question needs one to "
+                         'be scored (a v2.0 file says "version": "v2.0")')
 
 
 def _load(path: Path, flag: str) -> dict[str, Any]:
