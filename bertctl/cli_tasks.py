@@ -1,4 +1,4 @@
-"""The fine-tuning command groups: `bertctl finetune`, `evaluate` and `predict`, for GLUE, own tables and SQuAD.
+"""The fine-tuning command groups: `bertctl finetune`, `evaluate` and `predict`, for GLUE, own tables, SQuAD, NER.
 
 Thin typer wrappers like the rest of the CLI: heavy modules are imported inside the command bodies.
 """
@@ -12,11 +12,11 @@ import typer
 
 from bertctl.cli_base import command_config, command_group
 
-finetune_app = command_group("Fine-tune a model on GLUE, on your own labelled data, or on SQuAD.")
-evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set, a labelled table or SQuAD, or a "
+finetune_app = command_group("Fine-tune a model on GLUE, on your own labelled data, on SQuAD, or for NER.")
+evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set, a labelled table, SQuAD or NER data, or a "
                               "pre-trained model's masked-LM on a corpus.")
-predict_app = command_group("Write predictions: GLUE submission files, one row per row of a table, or SQuAD "
-                            "answers.")
+predict_app = command_group("Write predictions: GLUE submission files, one row per row of a table, SQuAD "
+                            "answers, or NER tags.")
 
 # Options of `finetune glue` and `finetune classify`; None falls through to the --config file, then to
 # FinetuneConfig's defaults (shown in brackets).
@@ -300,3 +300,78 @@ def predict_squad(
                             n_best_size, max_answer_length, null_score_diff_threshold, device, precision,
                             overwrite):
         typer.echo(str(path))
+
+
+# `finetune ner`: run_ner.py's learning rate (NER_DEFAULTS) under the --config file, the flags over both.
+_NerLr = Annotated[float | None, typer.Option(help="Peak learning rate [5e-5].")]
+_NerLabels = Annotated[str | None, typer.Option(help="Comma-separated tags in head order; names a .jsonl file's "
+                                                "integer ner_tags [sorted training tags].")]
+
+
+def _ner_config(flags: dict[str, Any]) -> Any:
+    from bertctl.config import NER_DEFAULTS, FinetuneConfig
+    from bertctl.config_files import build_config, read_config_file
+
+    flags = dict(flags)
+    config = flags.pop("config")
+    return build_config(FinetuneConfig, {**NER_DEFAULTS, **(read_config_file(config) if config else {})}, **flags)
+
+
+@finetune_app.command("ner")
+def finetune_ner(
+    train: Annotated[Path | None, typer.Option(help="CoNLL-2003 text file (word first, NER tag last) or .jsonl "
+                                               "({\"tokens\", \"ner_tags\"}).")] = None,
+    validation: Annotated[Path | None, typer.Option(help="File scored after each epoch (best entity F1 kept).")
+                          ] = None,
+    label_names: _NerLabels = None,
+    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
+    batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
+    lr: _NerLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
+    weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
+    adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
+    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
+    save_every: _FtSaveEvery = None, max_bad_steps: _FtMaxBad = None, resume: _FtResume = None,
+    overwrite: _FtOverwrite = None,
+    config: _FtConfig = None,
+) -> None:
+    """Fine-tune for named-entity recognition (run_ner.py's recipe; tag on each word's first piece)."""
+    cfg = _ner_config(locals())
+    from bertctl.finetune_ner import finetune_ner as run_finetune_ner
+
+    run_finetune_ner(cfg)
+
+
+# Options of `evaluate ner` and `predict ner`: by default the fine-tuning run's.
+_NerData = Annotated[Path, typer.Option("--data", help="CoNLL-2003 text file or .jsonl (tags needed to "
+                                        "evaluate, optional to predict).")]
+_NerEvLabels = Annotated[str | None, typer.Option(help="Tags of a .jsonl file's integer ner_tags, in id order "
+                                                  "[the run's, else the model's id2label].")]
+
+
+@evaluate_app.command("ner")
+def evaluate_ner(
+    model: _EvModel, data: _NerData, as_json: _EvJson = False, batch_size: _EvBatch = None,
+    max_seq_length: _EvMaxLen = None, label_names: _NerEvLabels = None, device: _FtDevice = None,
+    precision: _EvPrecision = None,
+) -> None:
+    """Score a NER model: seqeval's entity precision/recall/F1, tag accuracy, and figures per entity type."""
+    from bertctl.ner import evaluate_ner as run_evaluate
+    from bertctl.ner import print_ner_results
+
+    results = run_evaluate(model, data, batch_size, max_seq_length, label_names, device, precision)
+    print_ner_results(data, results, as_json=as_json)
+
+
+@predict_app.command("ner")
+def predict_ner(
+    model: _EvModel, data: _NerData,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Predictions: CoNLL text (word, [gold tag,] predicted "
+                                      "tag), or .jsonl by its name.")],
+    batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, label_names: _NerEvLabels = None,
+    device: _FtDevice = None, precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
+) -> None:
+    """Tag every word of a CoNLL or .jsonl file with a NER model."""
+    from bertctl.ner import predict_ner as run_predict
+
+    typer.echo(str(run_predict(model, data, out, batch_size, max_seq_length, label_names, device, precision,
+                               overwrite)))

@@ -423,19 +423,20 @@ FINETUNE_PROBLEMS = ("auto", "classification", "regression")
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """`bertctl finetune glue|classify|squad`: the BERT paper's fine-tuning defaults (Devlin et al. 2018, A.3);
-    `FinetuneConfig.squad(...)` starts from google-research/bert's SQuAD ones instead (SQUAD_DEFAULTS)."""
+    """`bertctl finetune glue|classify|squad|ner`: the BERT paper's fine-tuning defaults (Devlin et al. 2018,
+    A.3); `FinetuneConfig.squad(...)` starts from google-research/bert's SQuAD ones instead (SQUAD_DEFAULTS),
+    `FinetuneConfig.ner(...)` from transformers' run_ner.py's (NER_DEFAULTS)."""
 
     model: Path | None = None  # any model folder bertctl reads; a missing task head is created fresh
     out: Path | None = None  # run folder: best model + eval_results.json, run.json, metrics.jsonl
     task: str | None = None  # GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or all
     data: str | None = None  # GLUE download folder (CoLA/, SST-2/, ...) or a hub dataset id (nyu-mll/glue)
-    train: Path | None = None  # classify: training file (.csv, .tsv, .jsonl or .parquet)
-    validation: Path | None = None  # classify: file scored after each epoch (None: the last epoch is kept)
+    train: Path | None = None  # classify: training file (.csv, .tsv, .jsonl or .parquet); ner: CoNLL text or .jsonl
+    validation: Path | None = None  # classify, ner: file scored after each epoch (None: the last epoch is kept)
     text_columns: tuple[str, ...] = ()  # classify: one or two text columns
     label_column: str = "label"  # classify: the label column
     problem: str = "auto"  # classify: auto | classification | regression
-    label_names: tuple[str, ...] | None = None  # classify: class names in head order (default: sorted)
+    label_names: tuple[str, ...] | None = None  # classify, ner: class names (tags) in head order (default: sorted)
     dev: Path | None = None  # squad: SQuAD JSON scored after each epoch (None: the last epoch is kept)
     doc_stride: int = 128  # squad: pieces between the starts of a long context's windows
     max_query_length: int = 64  # squad: question pieces kept (the rest is cut)
@@ -505,6 +506,11 @@ class FinetuneConfig:
         """A config with google-research/bert's SQuAD defaults (SQUAD_DEFAULTS) under `values`."""
         return cls(**{**SQUAD_DEFAULTS, **values})
 
+    @classmethod
+    def ner(cls, **values: Any) -> FinetuneConfig:
+        """A config with transformers' run_ner.py learning rate (NER_DEFAULTS) under `values`."""
+        return cls(**{**NER_DEFAULTS, **values})
+
     def micro_batch(self, world_size: int = 1) -> int:
         """Examples per forward pass and process; without --micro-batch-size a process takes its whole share
         of the batch at once."""
@@ -513,6 +519,8 @@ class FinetuneConfig:
 
 # google-research/bert's README for BERT-base on SQuAD 1.1 (batch 32 as FinetuneConfig's, warmup 10% too)
 SQUAD_DEFAULTS: dict[str, Any] = {"lr": 3e-5, "epochs": 2, "max_seq_length": 384}
+# transformers' run_ner.py (TrainingArguments' learning rate; 3 epochs, 128 tokens and batch 32 as FinetuneConfig's)
+NER_DEFAULTS: dict[str, Any] = {"lr": 5e-5}
 
 
 @dataclass(frozen=True)

@@ -160,8 +160,9 @@ def require(cfg: FinetuneConfig, *names: str) -> None:
 
 
 # the fields only some of the commands read, and those commands
-_ONLY = {"task": ("glue",), "data": ("glue",), "train": ("classify", "squad"),
-         **dict.fromkeys(("validation", "text_columns", "label_column", "problem", "label_names"), ("classify",)),
+_ONLY = {"task": ("glue",), "data": ("glue",), "train": ("classify", "ner", "squad"),
+         **dict.fromkeys(("validation", "label_names"), ("classify", "ner")),
+         **dict.fromkeys(("text_columns", "label_column", "problem"), ("classify",)),
          **dict.fromkeys(("dev", "doc_stride", "max_query_length", "n_best_size", "max_answer_length",
                           "null_score_diff_threshold"), ("squad",))}
 
@@ -366,7 +367,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                 optim.set_lr(optimizer, lr)
                 train_model.train()
                 pending.append(training.optimizer_step(train_model, micro_batches, optimizer, prep.head.loss_terms,
-                                                       _weights, env, precision, scaler, cfg.clip))
+                                                       prep.head.weights or _weights, env, precision, scaler, cfg.clip))
                 progress.step += 1
                 speed.add(int(prep.train.lengths[rows].sum()))  # on the host: no device sync
                 bar.update(1)

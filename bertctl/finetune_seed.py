@@ -34,7 +34,9 @@ class Head:
     loss_terms: Callable[[nn.Module, dict[str, Tensor]], dict[str, tuple[Tensor, Tensor]]]  # training.optimizer_step's
     # (model, prep, batch size, device, precision, env): {split: {metric: value}}, the same on every rank
     score: Callable[[nn.Module, Prepared, int, torch.device, str, training.Distributed], dict[str, dict[str, float]]]
-    classifies: bool = True  # saved with the task's labels and problem_type
+    classifies: bool = True  # saved with the task's labels (and a sequence classifier's problem_type)
+    # (batch): the units each loss term is a mean over, as training.optimizer_step takes them (None: real rows)
+    weights: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None
 
 
 @dataclass
@@ -81,10 +83,16 @@ def _save_folder(model: nn.Module, folder: Path, prep: Prepared, env: training.D
     classifies = prep.head.classifies
     if env.is_main:
         save_model(model, folder, prep.tokenizer, labels=(list(task.label_names) or None) if classifies else None,
-                   problem_type=None if not classifies else "regression" if task.is_regression
-                   else "single_label_classification", overwrite=True,
+                   problem_type=_problem_type(model, task), overwrite=True,
                    config_extra={**prep.ckpt.kept_config, "finetuning_task": task.name}, extra=extra)
     training.barrier(env)
+
+
+def _problem_type(model: nn.Module, task: Any) -> str | None:
+    """transformers' problem_type: a sequence classifier's alone (token classification has none)."""
+    if "sequence_classification" not in getattr(model, "head_names", ()):
+        return None
+    return "regression" if task.is_regression else "single_label_classification"
 
 
 def save_checkpoint(model: nn.Module, prep: Prepared, optimizer: torch.optim.Optimizer, scaler: Any,

@@ -154,3 +154,58 @@ def compute_task_metrics(task: str | ScoredTask, predictions: Sequence, labels: 
 
         task = get_task(task)
     return compute_metrics(task.metrics, predictions, labels)
+
+
+# --- named entities ----------------------------------------------------------------------------------------
+
+def _tag_parts(tag: str) -> tuple[str, str]:
+    """("B", "PER") from "B-PER"; ("O", "") from "O"; a bare "B" has the type "_", as in seqeval."""
+    if tag == "O":
+        return "O", ""
+    mark, _, kind = tag.partition("-")
+    return mark, kind or "_"
+
+
+def entity_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(type, first, last) of every entity, read as conlleval and seqeval's default mode read chunks, so IOB1,
+    IOB2 and IOBES tags all work: an entity starts at B- or S-, or at an I-/E- that cannot continue the one
+    before (after O, E- or S-, or of another type: a lone I- is an entity), and ends before B-, S-, O or a
+    change of type, or right after E- or S-."""
+    spans: list[tuple[str, int, int]] = []
+    start, open_kind, previous = -1, "", "O"
+    for i, tag in enumerate([*tags, "O"]):
+        mark, kind = _tag_parts(tag)
+        if start >= 0 and (previous in ("E", "S") or mark in ("B", "S", "O") or kind != open_kind):
+            spans.append((open_kind, start, i - 1))
+            start = -1
+        if mark != "O" and start < 0:
+            start, open_kind = i, kind
+        previous = mark
+    return spans
+
+
+def _ratios(correct: int, predicted: int, gold: int) -> dict[str, float]:
+    precision = correct / predicted if predicted else 0.0
+    recall = correct / gold if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def entity_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
+                  ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Entity-level micro precision/recall/F1 and tag accuracy over sentences, as seqeval (default mode) and
+    the `evaluate` library's seqeval metric give them (0 where a ratio has nothing to divide), and per entity
+    type {precision, recall, f1, number}, `number` being the gold entities of the type."""
+    if len(gold) != len(predicted) or any(len(g) != len(p) for g, p in zip(gold, predicted, strict=False)):
+        raise BertctlError("entity_scores: give one predicted tag per gold tag, sentence by sentence")
+    true = {(s, *span) for s, tags in enumerate(gold) for span in entity_spans(tags)}
+    found = {(s, *span) for s, tags in enumerate(predicted) for span in entity_spans(tags)}
+    hits = sum(g == p for gs, ps in zip(gold, predicted, strict=True) for g, p in zip(gs, ps, strict=True))
+    words = sum(map(len, gold))
+    overall = {**_ratios(len(true & found), len(found), len(true)), "accuracy": hits / words if words else 0.0}
+    per_type = {}
+    for kind in sorted({span[1] for span in true | found}):
+        t = {span for span in true if span[1] == kind}
+        f = {span for span in found if span[1] == kind}
+        per_type[kind] = {**_ratios(len(t & f), len(f), len(t)), "number": len(t)}
+    return overall, per_type

@@ -1,0 +1,209 @@
+"""Named-entity data for `bertctl finetune|evaluate|predict ner`: CoNLL-2003 text files and jsonl.
+
+A CoNLL file holds one word a line, its columns separated by spaces or tabs, the word first and the NER tag
+last (`EU NNP B-NP B-ORG`, or `EU B-ORG`); a blank line ends a sentence and `-DOCSTART-` lines are skipped. A
+file of one column has words only (for `predict ner`). A `.jsonl` file holds `{"tokens": [...], "ner_tags":
+[...]}` a line, the tags as strings or, as the hub's `conll2003` has them, as class ids named by label names
+given with them. Tags are O or B-/I-/E-/S- plus a type (IOB1, IOB2, IOBES; see `metrics.entity_spans`).
+
+Features follow transformers' run_ner.py (label_all_tokens off) and the paper (Devlin et al. 5.3): each word is
+split into pieces, the word's tag goes on its first piece and -100 on the rest, on [CLS], [SEP] and padding;
+a sentence longer than max_seq_length is cut, and its words past the cut get no prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bertctl.errors import UsageError
+from bertctl.files import user_path
+from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
+
+IGNORED = -100  # the label of a position the loss and the scores skip (transformers' ignore_index)
+_COLUMNS = re.compile(r"[ \t]+")
+_TAG = re.compile(r"^(O|[BIES](-.+)?)$")
+
+
+@dataclass(frozen=True)
+class NerData:
+    """Sentences of words, with their tags when the file has them."""
+
+    words: list[list[str]]
+    tags: list[list[str]] | None  # None: a file of words only
+    path: Path
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
+def read_ner(path: Path | str, flag: str, need_tags: bool = True,
+             label_names: Sequence[str] | None = None) -> NerData:
+    """A CoNLL text file or a .jsonl file; `label_names` name a jsonl file's integer tags."""
+    path = user_path(path, flag)
+    if not path.is_file():
+        raise UsageError(f"{flag} {path}: no such file; give a CoNLL-2003 text file or a .jsonl file")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{flag} {path}: cannot read it as UTF-8 text ({exc})") from None
+    if path.suffix.lower() == ".jsonl":
+        words, tags = _read_jsonl(text, f"{flag} {path}", label_names)
+    else:
+        words, tags = _read_conll(text, f"{flag} {path}")
+    if not words:
+        raise UsageError(f"{flag} {path} holds no sentences; give a CoNLL-2003 text file or a .jsonl file")
+    if need_tags and tags is None:
+        raise UsageError(f"{flag} {path} has no NER tags (one column: words only); give a file with the tag as "
+                         "the last column")
+    return NerData(words, tags, path)
+
+
+def _read_conll(text: str, where: str) -> tuple[list, list | None]:
+    words: list[list[str]] = []
+    tags: list[list[str]] = []
+    sentence: list[list[str]] = []
+    width = 0  # columns a line has in this file
+    for number, line in enumerate([*text.splitlines(), ""], start=1):
+        fields = _COLUMNS.split(line.strip(" \t\r\n"))
+        if fields[0] == "-DOCSTART-" or not line.strip(" \t\r\n"):
+            if sentence:
+                words.append([f[0] for f in sentence])
+                tags.append([f[-1] for f in sentence])
+                sentence = []
+            continue
+        width = width or len(fields)
+        if len(fields) != width:
+            raise UsageError(f"{where}:{number}: {len(fields)} columns where the file's first line has {width}; "
+                             "give every word the same columns (word first, NER tag last)")
+        if width > 1:
+            _check_tag(fields[-1], f"{where}:{number}")
+        sentence.append(fields)
+    return words, (tags if width > 1 else None)
+
+
+def _read_jsonl(text: str, where: str, label_names: Sequence[str] | None) -> tuple[list, list | None]:
+    words: list[list[str]] = []
+    tags: list[list[str]] = []
+    has_tags = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        at = f"{where}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{at}: not valid JSON: {exc.msg}") from None
+        if not isinstance(record, dict) or not _strings(record.get("tokens")):
+            raise UsageError(f'{at}: expected {{"tokens": [...], "ner_tags": [...]}} with the words as strings')
+        if has_tags is None:
+            has_tags = "ner_tags" in record
+        if has_tags != ("ner_tags" in record):
+            raise UsageError(f"{at}: ner_tags {'missing' if has_tags else 'present'} here but not on line 1; "
+                             "give every line its tags, or none")
+        words.append(record["tokens"])
+        if has_tags:
+            tags.append(_jsonl_tags(record["ner_tags"], len(record["tokens"]), label_names, at))
+    return words, (tags if has_tags else None)
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _jsonl_tags(value: object, count: int, label_names: Sequence[str] | None, at: str) -> list[str]:
+    if not isinstance(value, list) or len(value) != count:
+        raise UsageError(f"{at}: ner_tags must be a list of one tag per token ({count}), got {value!r:.60}")
+    if all(isinstance(v, str) for v in value):
+        for tag in value:
+            _check_tag(tag, at)
+        return value
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise UsageError(f"{at}: ner_tags must be all strings or all class ids, got {value!r:.60}")
+    if not label_names:
+        raise UsageError(f"{at}: ner_tags are class ids; give --label-names with the tag of each id, in order "
+                         "(conll2003: O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC)")
+    if any(not 0 <= v < len(label_names) for v in value):
+        raise UsageError(f"{at}: ner_tags holds an id outside 0..{len(label_names) - 1} (--label-names names "
+                         f"{len(label_names)} tags)")
+    return [label_names[v] for v in value]
+
+
+def _check_tag(tag: str, at: str, hint: str = "; the NER tag must be the last column") -> None:
+    if not _TAG.match(tag):
+        raise UsageError(f"{at}: tag {tag!r} is not O or B-/I-/E-/S-TYPE{hint}")
+
+
+def check_tag_names(names: Sequence[str], flag: str) -> None:
+    """Label names given by the user (or a model folder) are tags the metrics can read."""
+    for name in names:
+        _check_tag(name, flag, " (IOB1, IOB2 or IOBES tags)")
+
+
+def tag_set(train: NerData, label_names: Sequence[str] | None) -> tuple[str, ...]:
+    """The head's tags in output order: the given label names, else the training tags sorted (run_ner.py's
+    `sorted(set(labels))`)."""
+    found = {tag for sentence in train.tags or [] for tag in sentence}
+    if label_names:
+        check_tag_names(label_names, "--label-names")
+        missing = sorted(found - set(label_names))
+        if missing:
+            raise UsageError(f"--train {train.path} has the tags {', '.join(missing)}, which --label-names lacks")
+        return tuple(label_names)
+    return tuple(sorted(found))
+
+
+def check_known(data: NerData, labels: Sequence[str], flag: str, owner: str) -> None:
+    """Every tag of `data` is one the model predicts (`owner`: the model or training file naming them)."""
+    unknown = sorted({tag for sentence in data.tags or [] for tag in sentence} - set(labels))
+    if unknown:
+        raise UsageError(f"{flag} {data.path} has the tags {', '.join(unknown)}, which {owner} does not know "
+                         f"(it predicts {', '.join(labels)})")
+
+
+@dataclass(frozen=True)
+class NerFeatures:
+    """Encoded sentences: `[CLS] pieces [SEP]` ids, piece labels, and where each word's first piece is."""
+
+    data: NerData
+    input_ids: list[np.ndarray]
+    labels: list[np.ndarray] | None  # per piece: the tag id on a word's first piece, IGNORED elsewhere
+    first_piece: list[np.ndarray]  # per word: the position of its first piece in the row, -1 if it has none
+    lengths: np.ndarray  # (N,) tokens per row
+    truncated: int  # sentences cut to max_seq_length
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def make_ner_features(tokenizer: BertTokenizer, data: NerData, labels: Sequence[str] | None,
+                      max_seq_length: int) -> NerFeatures:
+    """Split every word into pieces (the words as given, each pre-tokenized and normalized alone, as a fast
+    tokenizer's `is_split_into_words` does), cut to max_seq_length, and put each word's tag on its first
+    piece. `labels`: the tag of each output, to label the pieces (None: no labels)."""
+    index = {tag: i for i, tag in enumerate(labels)} if labels is not None and data.tags is not None else None
+    cls, sep, room = tokenizer.cls_id, tokenizer.sep_id, max_seq_length - 2
+    ids, piece_labels, firsts, truncated = [], [], [], 0
+    for lo in range(0, len(data.words), ENCODE_CHUNK):
+        encodings = tokenizer.backend.encode_batch(data.words[lo:lo + ENCODE_CHUNK], is_pretokenized=True,
+                                                   add_special_tokens=False)
+        for row, encoding in enumerate(encodings, start=lo):
+            word_ids = encoding.word_ids[:room]
+            truncated += len(encoding.ids) > room
+            first = np.full(len(data.words[row]), -1, dtype=np.int64)
+            for position in range(len(word_ids) - 1, -1, -1):  # backwards: the first piece is written last
+                first[word_ids[position]] = position + 1  # after [CLS]
+            ids.append(np.asarray([cls, *encoding.ids[:room], sep], dtype=np.int32))
+            firsts.append(first)
+            if index is not None:
+                label = np.full(len(word_ids) + 2, IGNORED, dtype=np.int64)
+                kept = first >= 0
+                label[first[kept]] = [index[tag] for tag, keep in zip(data.tags[row], kept, strict=True) if keep]
+                piece_labels.append(label)
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    return NerFeatures(data, ids, piece_labels if index is not None else None, firsts, lengths, truncated)

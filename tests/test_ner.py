@@ -1,0 +1,367 @@
+"""NER: labels aligned to pieces as transformers' run_ner.py aligns them (ported here, on transformers' own fast
+tokenizer of the same folder), entity scores against a port of seqeval's default mode written here, parity with
+transformers' token-classification head, and a tiny model fine-tuned end to end on a synthetic set."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertctl.checkpoint import build_model, read_checkpoint, save_model
+from bertctl.cli import app
+from bertctl.config import BertConfig, FinetuneConfig
+from bertctl.data.ner import make_ner_features, read_ner, tag_set
+from bertctl.errors import UsageError
+from bertctl.finetune_ner import finetune_ner
+from bertctl.metrics import entity_scores, entity_spans
+from bertctl.model import BertForMaskedLM, BertForTokenClassification
+from bertctl.ner import evaluate_ner, predict_ner
+from bertctl.tokenizer import BertTokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FILLER = ["the", "man", "went", "to", "store", "and", "bought", "a", "of", "milk", "in", "city", "day", "unlikely",
+          "."]
+PEOPLE = [["john"], ["mary"], ["john", "smithson"], ["anna", "lee"]]
+PLACES = [["paris"], ["london"], ["new", "york"]]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "man", "went", "to", "store", "and", "bought", "a",
+         "of", "milk", "in", "city", "day", "un", "##like", "##ly", ".", ",", "(", ")", "'", "s", "john", "mary",
+         "smith", "##son", "anna", "lee", "paris", "london", "new", "york", "cafe", "eu", "-"]
+FAST = {"lr": 3e-3, "batch_size": 8, "max_seq_length": 24, "eval_batch_size": 16, "log_every": 4, "epochs": 4,
+        "warmup_fraction": 0.1, "dropout": 0.0}
+
+
+def _tokenizer() -> BertTokenizer:
+    return BertTokenizer.from_vocab(VOCAB)
+
+
+def _config() -> BertConfig:
+    return BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    return save_model(BertForMaskedLM(_config()), tmp_path_factory.mktemp("model") / "encoder", _tokenizer())
+
+
+def _conll(path: Path, sentences: list[list[tuple[str, str]]], docstart: bool = True) -> Path:
+    lines = ["-DOCSTART- -X- -X- O", ""] if docstart else []
+    for sentence in sentences:
+        lines += [f"{word} NN B-NP {tag}" for word, tag in sentence] + [""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _synthetic(n: int, seed: int) -> list[list[tuple[str, str]]]:
+    """Filler words with a person (B-PER I-PER, IOB2) and a place (B-LOC ...) each at a random place."""
+    rng = random.Random(seed)
+    sentences = []
+    for _ in range(n):
+        words = [(w, "O") for w in rng.sample(FILLER, 5)]
+        for names, kind in ((rng.choice(PEOPLE), "PER"), (rng.choice(PLACES), "LOC")):
+            at = rng.randrange(len(words) + 1)
+            words[at:at] = [(w, ("B-" if i == 0 else "I-") + kind) for i, w in enumerate(names)]
+        sentences.append(words)
+    return sentences
+
+
+# --- features against run_ner.py's tokenize_and_align_labels ------------------------------------------------
+
+def _run_ner_align(tokenizer, words: list[list[str]], tags: list[list[str]], label_to_id: dict[str, int],
+                   max_length: int) -> tuple[list[list[int]], list[list[int]]]:
+    """run_ner.py's tokenize_and_align_labels with label_all_tokens=False, ported."""
+    tokenized = tokenizer(words, truncation=True, max_length=max_length, is_split_into_words=True)
+    labels = []
+    for i, label in enumerate(tags):
+        previous, ids = None, []
+        for word in tokenized.word_ids(batch_index=i):
+            if word is None:
+                ids.append(-100)
+            elif word != previous:
+                ids.append(label_to_id[label[word]])
+            else:
+                ids.append(-100)
+            previous = word
+        labels.append(ids)
+    return tokenized["input_ids"], labels
+
+
+@pytest.mark.parametrize("max_seq_length", [64, 7, 4])
+def test_labels_on_first_pieces_equal_run_ners(tmp_path, max_seq_length):
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path / "tok"
+    _tokenizer().save(folder)
+    theirs = transformers.AutoTokenizer.from_pretrained(folder)
+    sentences = [[("unlikely", "O"), ("john", "B-PER"), ("smithson", "I-PER"), ("(", "O"), ("zzyzx", "B-LOC")],
+                 [("EU", "I-ORG"), ("cafe's", "O"), ("--", "O"), ("new", "B-LOC"), ("york", "I-LOC"), (".", "O")],
+                 [("mary", "B-PER")]]
+    data = read_ner(_conll(tmp_path / "t.txt", sentences), "--train")
+    labels = tag_set(data, None)
+    assert labels == ("B-LOC", "B-PER", "I-LOC", "I-ORG", "I-PER", "O")  # run_ner.py's sorted(set(labels))
+    ours = make_ner_features(_tokenizer(), data, labels, max_seq_length)
+    ids, aligned = _run_ner_align(theirs, data.words, data.tags, {t: i for i, t in enumerate(labels)},
+                                  max_seq_length)
+    assert [row.tolist() for row in ours.input_ids] == ids
+    assert [row.tolist() for row in ours.labels] == aligned
+    assert ours.truncated == sum(len(theirs(w, is_split_into_words=True)["input_ids"]) > max_seq_length
+                                 for w in data.words)
+    for row, first in enumerate(ours.first_piece):  # where each word's prediction is read
+        kept = [k for k, v in enumerate(aligned[row]) if v != -100]
+        assert first[first >= 0].tolist() == kept
+    if max_seq_length == 64:
+        assert 1 in ours.input_ids[0] and ours.truncated == 0  # zzyzx is [UNK], and labelled
+
+
+def test_reading_conll_and_jsonl(tmp_path):
+    two = tmp_path / "two.txt"
+    two.write_text("EU\tB-ORG\nrejects O\n\n\n-DOCSTART- O\nPeter B-PER\n")
+    data = read_ner(two, "--train")
+    assert data.words == [["EU", "rejects"], ["Peter"]] and data.tags == [["B-ORG", "O"], ["B-PER"]]
+    names = ["O", "B-PER", "I-PER"]
+    lines = [{"tokens": ["Anna", "Lee", "ran"], "ner_tags": [1, 2, 0]}, {"tokens": ["x"], "ner_tags": [0]}]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    read = read_ner(tmp_path / "a.jsonl", "--train", label_names=names)
+    assert read.tags == [["B-PER", "I-PER", "O"], ["O"]] and tag_set(read, names) == tuple(names)
+    with pytest.raises(UsageError, match="give --label-names"):
+        read_ner(tmp_path / "a.jsonl", "--train")
+    words = tmp_path / "words.txt"
+    words.write_text("EU\nrejects\n\nPeter\n")
+    assert read_ner(words, "--data", need_tags=False).tags is None
+
+
+# --- entity scores against seqeval ------------------------------------------------------------------------
+
+def _seqeval_entities(seq: list[str]) -> list[tuple[str, int, int]]:
+    """seqeval.metrics.sequence_labeling.get_entities (default mode, prefix tags), ported."""
+    def end_of_chunk(prev_tag, tag, prev_type, type_):
+        end = prev_tag in ("E", "S")
+        end |= prev_tag == "B" and tag in ("B", "S", "O")
+        end |= prev_tag == "I" and tag in ("B", "S", "O")
+        return end or (prev_tag != "O" and prev_tag != "." and prev_type != type_)
+
+    def start_of_chunk(prev_tag, tag, prev_type, type_):
+        start = tag in ("B", "S")
+        start |= prev_tag in ("E", "S", "O") and tag in ("E", "I")
+        return start or (tag != "O" and tag != "." and prev_type != type_)
+
+    prev_tag, prev_type, begin, chunks = "O", "", 0, []
+    for i, chunk in enumerate(seq + ["O"]):
+        tag, type_ = chunk[0], chunk[1:].split("-", maxsplit=1)[-1] or "_"
+        if end_of_chunk(prev_tag, tag, prev_type, type_):
+            chunks.append((prev_type, begin, i - 1))
+        if start_of_chunk(prev_tag, tag, prev_type, type_):
+            begin = i
+        prev_tag, prev_type = tag, type_
+    return chunks
+
+
+def _seqeval_scores(y_true: list[list[str]], y_pred: list[list[str]]) -> dict:
+    """seqeval's f1/precision/recall (entities of all sentences, 'O' between them), accuracy, and per type."""
+    flat = [[t for s in y for t in [*s, "O"]] for y in (y_true, y_pred)]
+    true, pred = (set(_seqeval_entities(f)) for f in flat)
+
+    def prf(t, p):
+        correct = len(t & p)
+        precision = correct / len(p) if p else 0
+        recall = correct / len(t) if t else 0
+        return precision, recall, 2 * precision * recall / (precision + recall) if precision + recall else 0
+
+    words = [(a, b) for s, r in zip(y_true, y_pred, strict=True) for a, b in zip(s, r, strict=True)]
+    result = dict(zip(("precision", "recall", "f1"), prf(true, pred), strict=True))
+    result["accuracy"] = sum(a == b for a, b in words) / len(words)
+    for kind in {e[0] for e in true | pred}:
+        t, p = {e for e in true if e[0] == kind}, {e for e in pred if e[0] == kind}
+        result[kind] = (*prf(t, p), len(t))
+    return result
+
+
+HAND_MADE = [
+    (["I-ORG", "O", "I-MISC", "I-MISC", "O", "I-PER", "B-PER"], [("ORG", 0, 0), ("MISC", 2, 3), ("PER", 5, 5),
+                                                                  ("PER", 6, 6)]),  # IOB1, as CoNLL-2003's files
+    (["B-PER", "I-PER", "B-PER", "O", "B-LOC"], [("PER", 0, 1), ("PER", 2, 2), ("LOC", 4, 4)]),  # IOB2, adjacent
+    (["O", "I-LOC", "O"], [("LOC", 1, 1)]),  # a lone I- begins an entity
+    (["B-PER", "I-LOC", "I-LOC"], [("PER", 0, 0), ("LOC", 1, 2)]),  # a change of type ends one, starts another
+    (["S-PER", "B-LOC", "I-LOC", "E-LOC", "E-LOC", "S-LOC", "I-LOC"],
+     [("PER", 0, 0), ("LOC", 1, 3), ("LOC", 4, 4), ("LOC", 5, 5), ("LOC", 6, 6)]),  # IOBES
+    (["B", "I", "O", "B-X-Y"], [("_", 0, 1), ("X-Y", 3, 3)]),  # bare tags; a type with a dash
+]
+
+
+@pytest.mark.parametrize(("tags", "spans"), HAND_MADE)
+def test_entity_spans_equal_seqeval(tags, spans):
+    assert entity_spans(tags) == _seqeval_entities(tags) == spans
+
+
+def test_entity_scores_equal_seqeval():
+    gold = [tags for tags, _ in HAND_MADE]
+    rng = random.Random(0)
+    choices = ["O", "O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "E-LOC", "S-PER", "I-MISC"]
+    cases = [(gold, [list(reversed(t)) for t in gold]), (gold, gold)]
+    for _ in range(200):
+        lengths = [rng.randrange(1, 9) for _ in range(rng.randrange(1, 5))]
+        true = [[rng.choice(choices) for _ in range(n)] for n in lengths]
+        cases.append((true, [[t if rng.random() < 0.6 else rng.choice(choices) for t in s] for s in true]))
+    for true, predicted in cases:
+        overall, types = entity_scores(true, predicted)
+        expected = _seqeval_scores(true, predicted)
+        for name in ("precision", "recall", "f1", "accuracy"):
+            assert overall[name] == pytest.approx(expected[name]), (name, true, predicted)
+        assert set(types) == {k for k in expected if k not in overall}
+        for kind, figures in types.items():
+            assert (figures["precision"], figures["recall"], figures["f1"], figures["number"]) == \
+                pytest.approx(expected[kind])
+    assert entity_scores([["B-PER"]], [["O"]])[0] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "accuracy": 0.0}
+
+
+# --- the model ------------------------------------------------------------------------------------------
+
+def test_logits_and_loss_equal_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(1)
+    ours = BertForTokenClassification(_config(), num_labels=5).eval()
+    folder = save_model(ours, tmp_path / "tc", _tokenizer(), labels=["B-LOC", "B-PER", "I-LOC", "I-PER", "O"])
+    theirs = transformers.BertForTokenClassification.from_pretrained(folder).eval()
+    ids = torch.tensor([[2, 27, 29, 30, 7, 33, 3], [2, 28, 21, 3, 0, 0, 0]])
+    mask = (ids != 0).long()
+    labels = torch.tensor([[-100, 1, 3, -100, 4, 0, -100], [-100, 1, 4, -100, -100, -100, -100]])
+    with torch.no_grad():
+        a = ours(ids, torch.zeros_like(ids), mask, labels=labels)
+        b = theirs(input_ids=ids, token_type_ids=torch.zeros_like(ids), attention_mask=mask, labels=labels)
+    torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(a.loss, b.loss, atol=1e-5, rtol=0)
+    assert theirs.config.id2label[1] == "B-PER"
+
+
+# --- end to end ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ner_files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ner")
+    return {"train": _conll(root / "train.txt", _synthetic(96, 1)),
+            "valid": _conll(root / "valid.txt", _synthetic(24, 2), docstart=False)}
+
+
+@pytest.fixture(scope="module")
+def ner_run(encoder, ner_files, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "ner"
+    result = CliRunner().invoke(app, ["finetune", "ner", "--model", str(encoder), "--train", str(ner_files["train"]),
+                                      "--validation", str(ner_files["valid"]), "--out", str(out),
+                                      *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+    assert result.exit_code == 0, result.output
+    assert "a new token-classification head (5 tags)" in result.stderr
+    return out
+
+
+def test_finetune_learns_the_entities_and_writes_a_run_folder(ner_run, encoder, ner_files, tmp_path):
+    results = json.loads((ner_run / "eval_results.json").read_text())
+    assert results["task"] == "ner" and results["main_metric"] == "f1"
+    rows = [json.loads(line) for line in (ner_run / "metrics.jsonl").read_text().splitlines()]
+    dev = [row["validation_f1"] for row in rows if "validation_f1" in row]
+    losses = [row["loss"] for row in rows if "loss" in row]
+    assert len(dev) == FAST["epochs"] and results["validation"]["f1"] == max(dev) >= 0.97, dev
+    assert losses[-1] < losses[0] / 5, losses
+    assert all(0 <= row["accuracy"] <= 1 for row in rows if "accuracy" in row)
+    untrained = save_model(build_model(read_checkpoint(encoder), "BertForTokenClassification", num_labels=5),
+                           tmp_path / "fresh", _tokenizer(), labels=["B-LOC", "B-PER", "I-LOC", "I-PER", "O"])
+    assert evaluate_ner(untrained, ner_files["valid"])["f1"] < 0.5
+    config = json.loads((ner_run / "config.json").read_text())
+    assert config["architectures"] == ["BertForTokenClassification"] and config["finetuning_task"] == "ner"
+    assert config["id2label"] == {str(i): t for i, t in enumerate(["B-LOC", "B-PER", "I-LOC", "I-PER", "O"])}
+    assert "problem_type" not in config  # transformers' problem_type is a sequence classifier's
+    run = json.loads((ner_run / "run.json").read_text())
+    assert run["config"]["lr"] == 3e-3 and run["labels"] == ["B-LOC", "B-PER", "I-LOC", "I-PER", "O"]
+
+
+def test_evaluate_reproduces_eval_results_and_predict_writes_conll(ner_run, ner_files, tmp_path):
+    results = json.loads((ner_run / "eval_results.json").read_text())
+    scored = evaluate_ner(ner_run, ner_files["valid"])
+    assert {k: scored[k] for k in ("precision", "recall", "f1", "accuracy")} == results["validation"]
+    gold = read_ner(ner_files["valid"], "--data")
+    people = sum(kind == "PER" for tags in gold.tags for kind, _, _ in entity_spans(tags))
+    assert set(scored["types"]) == {"LOC", "PER"} and scored["types"]["PER"]["number"] == people >= 24
+    shown = CliRunner().invoke(app, ["evaluate", "ner", "--model", str(ner_run), "--data", str(ner_files["valid"]),
+                                     "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["f1"] == results["validation"]["f1"]
+    text = CliRunner().invoke(app, ["evaluate", "ner", "--model", str(ner_run), "--data", str(ner_files["valid"])])
+    assert "ner f1:" in text.stdout and "ner PER: precision" in text.stdout
+    out = predict_ner(ner_run, ner_files["valid"], tmp_path / "pred.txt")
+    sentences = out.read_text().split("\n\n")
+    assert len(sentences) == 24 and sentences[0].splitlines()[0].split(" ")[:2] == [gold.words[0][0],
+                                                                                     gold.tags[0][0]]
+    predicted = [[line.split(" ")[2] for line in s.splitlines()] for s in sentences]
+    assert entity_scores(gold.tags, predicted)[0]["f1"] == pytest.approx(results["validation"]["f1"])
+    words = tmp_path / "words.jsonl"
+    words.write_text("".join(json.dumps({"tokens": w}) + "\n" for w in gold.words[:3]))
+    shown = CliRunner().invoke(app, ["predict", "ner", "--model", str(ner_run), "--data", str(words), "--out",
+                                     str(tmp_path / "p.jsonl")])
+    assert shown.exit_code == 0, shown.output
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["tokens"] for r in rows] == gold.words[:3] and "ner_tags" not in rows[0]
+    assert [r["predictions"] for r in rows] == predicted[:3]
+    again = CliRunner().invoke(app, ["predict", "ner", "--model", str(ner_run), "--data", str(words), "--out",
+                                     str(tmp_path / "p.jsonl")])
+    assert again.exit_code != 0 and "--overwrite" in again.output
+
+
+def test_ner_defaults_and_config_file(tmp_path):
+    cfg = FinetuneConfig.ner()
+    assert (cfg.lr, cfg.epochs, cfg.max_seq_length, cfg.batch_size) == (5e-5, 3, 128, 32)
+    from bertctl.cli_tasks import _ner_config
+
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"epochs": 5, "label_names": "O,B-PER"}))
+    flags = {name: None for name in ("model", "out", "train", "validation", "lr")}
+    cfg = _ner_config({**flags, "config": config, "lr": 1e-4})
+    assert (cfg.epochs, cfg.lr, cfg.label_names, cfg.max_seq_length) == (5, 1e-4, ("O", "B-PER"), 128)
+
+
+def _one_line_failure(args: list[str], message: str) -> None:
+    shown = CliRunner().invoke(app, args)
+    assert shown.exit_code != 0 and message in shown.output, shown.output
+    assert "Traceback" not in shown.output
+
+
+def test_refusals(encoder, ner_run, ner_files, tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("EU\nrejects\n\nPeter\n")
+    train = ["finetune", "ner", "--model", str(encoder), "--out", str(tmp_path / "o"), "--max-seq-length", "24",
+             "--train"]
+    _one_line_failure([*train, str(words)], "has no NER tags")
+    ragged = tmp_path / "ragged.txt"
+    ragged.write_text("EU NNP B-ORG\nrejects O\n")
+    _one_line_failure([*train, str(ragged)], "ragged.txt:2: 2 columns where the file's first line has 3")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("EU NNP\n")
+    _one_line_failure([*train, str(bad)], "tag 'NNP' is not O or B-/I-/E-/S-TYPE")
+    unknown = _conll(tmp_path / "unknown.txt", [[("eu", "B-ORG"), ("paris", "B-LOC")]])
+    _one_line_failure(["evaluate", "ner", "--model", str(ner_run), "--data", str(unknown)],
+                      "has the tags B-ORG, which the model")
+    _one_line_failure(["evaluate", "ner", "--model", str(encoder), "--data", str(ner_files["valid"])],
+                      "no token-classification head")
+    _one_line_failure([*train, str(ner_files["train"]), "--validation", str(unknown)], "has the tags B-ORG")
+    with pytest.raises(UsageError, match="validation: for `bertctl finetune classify`"):
+        from bertctl.finetune_squad import finetune_squad
+
+        finetune_squad(FinetuneConfig.squad(model=encoder, train=ner_files["train"], out=tmp_path / "o",
+                                            validation=ner_files["valid"]))
+    with pytest.raises(UsageError, match="--train and --out"):
+        finetune_ner(FinetuneConfig.ner(model=encoder))
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_word_with_a_space_goes_to_jsonl_not_to_a_conll_line(ner_run, tmp_path):
+    """jsonl tokens may hold spaces ("New York"), which would split into extra CoNLL columns."""
+    data = tmp_path / "spaced.jsonl"
+    data.write_text(json.dumps({"tokens": ["peter", "saw", "new york"]}) + "\n")
+    _one_line_failure(["predict", "ner", "--model", str(ner_run), "--data", str(data), "--out",
+                       str(tmp_path / "p.txt")], "sentence 1 has the word 'new york', which a CoNLL line cannot hold")
+    assert not (tmp_path / "p.txt").exists()
+    out = predict_ner(ner_run, data, tmp_path / "p.jsonl")
+    assert json.loads(out.read_text())["tokens"] == ["peter", "saw", "new york"]
