@@ -13,8 +13,9 @@ import math
 import reprlib
 import statistics
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -134,31 +135,39 @@ def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size
                    precision: str, env: training.Distributed | None = None,
                    label_order: list[int] | None = None) -> np.ndarray:
     """(N, num_labels) float32 logits in the examples' order; with `label_order` (the model's output for each
-    of the task's classes, for a model trained elsewhere with its classes in another order) in the task's.
-
-    Under torchrun (`env`), rank r runs batches r, r + world, ... of exactly the batches one process runs and
-    the ranks' logits are summed (each row is non-zero on one rank), so every rank gets the one-process logits.
-    """
-    rank, world = (env.rank, env.world_size) if env is not None else (0, 1)
+    of the task's classes, for a model trained elsewhere with its classes in another order) in the task's."""
     out = np.zeros((len(features), model.num_labels), dtype=np.float32)
-    _fill_logits(out, model, features, list(eval_order(features.lengths, batch_size))[rank::world], pad_id,
-                 device, precision, show=rank == 0)
-    if world > 1:
-        torch.distributed.all_reduce(torch.from_numpy(out), group=env.control)  # gloo, on the host
+    for rows, _, output in scored_batches(model, features, partial(collate, features, pad_id=pad_id,
+                                                                   with_labels=False), batch_size, device, precision,
+                                          env):
+        out[rows] = output.logits.float().cpu().numpy()
+    sum_over_ranks(out, env)
     return out if label_order is None else out[:, label_order]
 
 
-@torch.inference_mode()
-def _fill_logits(out: np.ndarray, model: nn.Module, features: Features, batches: list[np.ndarray], pad_id: int,
-                 device: torch.device, precision: str, show: bool = True) -> None:
+def scored_batches(model: nn.Module, features: Any, collate_rows: Callable[[np.ndarray], dict[str, Tensor]],
+                   batch_size: int, device: torch.device, precision: str, env: training.Distributed | None = None
+                   ) -> Iterator[tuple[np.ndarray, dict[str, Tensor], Any]]:
+    """(rows, batch on the device, model output) for the batches one process scores, longest rows first, in eval
+    mode under `precision`'s autocast. Under torchrun (`env`) rank r runs batches r, r + world, ... of exactly
+    those batches: each row is scored on one rank, and `sum_over_ranks` of outputs that are zero elsewhere gives
+    every rank the one-process outputs."""
+    rank, world = (env.rank, env.world_size) if env is not None else (0, 1)
+    batches = list(eval_order(features.lengths, batch_size))[rank::world]
     model.eval()
-    with quiet_bar(sum(map(len, batches)), "scoring", show) as bar:
+    with torch.inference_mode(), quiet_bar(sum(map(len, batches)), "scoring", rank == 0) as bar:
         for rows in batches:
-            batch = training.to_device(collate(features, rows, pad_id, with_labels=False), device)
+            batch = training.to_device(collate_rows(rows), device)
             with training.autocast(precision, device):
-                logits = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask")).logits
-            out[rows] = logits.float().cpu().numpy()
+                output = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"))
+            yield rows, batch, output
             bar.update(len(rows))
+
+
+def sum_over_ranks(out: np.ndarray, env: training.Distributed | None) -> None:
+    """Add up every rank's `out` in place (gloo, on the host): see `scored_batches`."""
+    if env is not None and env.world_size > 1:
+        torch.distributed.all_reduce(torch.from_numpy(out), group=env.control)
 
 
 def to_predictions(logits: np.ndarray, regression: bool) -> np.ndarray:

@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,11 @@ from bertctl.errors import UsageError
 from bertctl.evaluate import (
     Scorer,
     check_scoring_flags,
-    eval_order,
-    quiet_bar,
     read_run_record,
     resolve_model_folder,
+    scored_batches,
     scoring_device,
+    sum_over_ranks,
 )
 from bertctl.files import check_new_out, json_text, write_text_atomic
 from bertctl.metrics import entity_scores
@@ -74,33 +75,19 @@ def collate_tokens(features: NerFeatures, rows: np.ndarray, pad_id: int) -> dict
 
 def word_predictions(model: nn.Module, features: NerFeatures, pad_id: int, batch_size: int, device: torch.device,
                      precision: str, env: training.Distributed | None = None) -> list[np.ndarray]:
-    """Each sentence's tag id per word (argmax at its first piece), -1 for a word without a piece. Under
-    torchrun each rank runs its share of the one-process batches and the ranks' results are summed."""
-    rank, world = (env.rank, env.world_size) if env is not None else (0, 1)
+    """Each sentence's tag id per word (argmax at its first piece), -1 for a word without a piece (under
+    torchrun, every rank's)."""
     words = max((len(f) for f in features.first_piece), default=0)
     out = np.zeros((len(features), words), dtype=np.int64)  # (N, W): tag id + 1, 0 for no prediction
-    _fill_predictions(out, model, features, list(eval_order(features.lengths, batch_size))[rank::world], pad_id,
-                      device, precision, show=rank == 0)
-    if world > 1:
-        torch.distributed.all_reduce(torch.from_numpy(out), group=env.control)
+    for rows, _, output in scored_batches(model, features, partial(collate_tokens, features, pad_id=pad_id),
+                                          batch_size, device, precision, env):
+        best = output.logits.float().argmax(-1).cpu().numpy()  # (B, T)
+        for i, r in enumerate(rows):
+            first = features.first_piece[r]
+            kept = first >= 0
+            out[r, : len(first)][kept] = best[i, first[kept]] + 1
+    sum_over_ranks(out, env)
     return [out[i, : len(first)] - 1 for i, first in enumerate(features.first_piece)]
-
-
-@torch.inference_mode()
-def _fill_predictions(out: np.ndarray, model: nn.Module, features: NerFeatures, batches: list[np.ndarray],
-                      pad_id: int, device: torch.device, precision: str, show: bool) -> None:
-    model.eval()
-    with quiet_bar(sum(map(len, batches)), "scoring", show) as bar:
-        for rows in batches:
-            batch = training.to_device(collate_tokens(features, rows, pad_id), device)
-            with training.autocast(precision, device):
-                logits = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask")).logits
-            best = logits.float().argmax(-1).cpu().numpy()  # (B, T)
-            for i, r in enumerate(rows):
-                first = features.first_piece[r]
-                kept = first >= 0
-                out[r, : len(first)][kept] = best[i, first[kept]] + 1
-            bar.update(len(rows))
 
 
 def scored_tags(data: NerData, predictions: Sequence[np.ndarray], labels: Sequence[str]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,14 @@ from bertctl.config_types import take_bool, take_int
 from bertctl.data.batches import pad_batch
 from bertctl.data.squad import SquadData, SquadFeatures, declared_version, make_features, read_squad
 from bertctl.errors import UsageError
-from bertctl.evaluate import Scorer, eval_order, quiet_bar, read_run_record, resolve_model_folder, scoring_device
+from bertctl.evaluate import (
+    Scorer,
+    read_run_record,
+    resolve_model_folder,
+    scored_batches,
+    scoring_device,
+    sum_over_ranks,
+)
 from bertctl.files import check_out, json_text, user_path, write_json_atomic
 from bertctl.squad_answers import Answers, AnswerSettings, answers_from_logits
 from bertctl.squad_metrics import squad_v1_scores, squad_v2_scores
@@ -83,32 +91,17 @@ def collate_spans(features: SquadFeatures, rows: np.ndarray, pad_id: int) -> dic
 
 def span_logits(model: nn.Module, features: SquadFeatures, pad_id: int, batch_size: int, device: torch.device,
                 precision: str, env: training.Distributed | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Every feature's start and end logits over its own tokens, float32. Under torchrun each rank runs its
-    share of the one-process batches and the ranks' (zero elsewhere) logits are summed."""
-    rank, world = (env.rank, env.world_size) if env is not None else (0, 1)
+    """Every feature's start and end logits over its own tokens, float32 (under torchrun, every rank's)."""
     width = int(features.lengths.max()) if len(features) else 0
     out = np.zeros((2, len(features), width), dtype=np.float32)  # (start|end, N, T)
-    _fill_span_logits(out, model, features, list(eval_order(features.lengths, batch_size))[rank::world], pad_id,
-                      device, precision, show=rank == 0)
-    if world > 1:
-        torch.distributed.all_reduce(torch.from_numpy(out), group=env.control)
+    for rows, batch, result in scored_batches(model, features, partial(collate_spans, features, pad_id=pad_id),
+                                              batch_size, device, precision, env):
+        width = batch["input_ids"].shape[1]
+        out[0, rows, :width] = result.start_logits.float().cpu().numpy()
+        out[1, rows, :width] = result.end_logits.float().cpu().numpy()
+    sum_over_ranks(out, env)
     return ([out[0, i, :n] for i, n in enumerate(features.lengths)],
             [out[1, i, :n] for i, n in enumerate(features.lengths)])
-
-
-@torch.inference_mode()
-def _fill_span_logits(out: np.ndarray, model: nn.Module, features: SquadFeatures, batches: list[np.ndarray],
-                      pad_id: int, device: torch.device, precision: str, show: bool) -> None:
-    model.eval()
-    with quiet_bar(sum(map(len, batches)), "scoring", show) as bar:
-        for rows in batches:
-            batch = training.to_device(collate_spans(features, rows, pad_id), device)
-            with training.autocast(precision, device):
-                result = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"))
-            width = batch["input_ids"].shape[1]
-            out[0, rows, :width] = result.start_logits.float().cpu().numpy()
-            out[1, rows, :width] = result.end_logits.float().cpu().numpy()
-            bar.update(len(rows))
 
 
 def predict_answers(model: nn.Module, features: SquadFeatures, tokenizer: BertTokenizer, settings: AnswerSettings,
