@@ -144,12 +144,13 @@ class NerReader:
         check_known(read, self.labels, "--data", f"the model {self.scorer.folder}")
         return read
 
-    def predict(self, data: NerData, device: str | None, precision: str | None) -> list[np.ndarray]:
+    def predict(self, data: NerData, device: str | None, precision: str | None) -> tuple[list[np.ndarray], int]:
+        """Each sentence's tag id per word (-1: no prediction) and how many sentences max_seq_length cut."""
         run_on = scoring_device(device)
         self.scorer.model.to(run_on)
         features = make_ner_features(self.scorer.tokenizer, data, None, self.scorer.max_seq_length)
         return word_predictions(self.scorer.model, features, self.scorer.tokenizer.pad_id, self.scorer.batch_size,
-                                run_on, self.scorer.precision_on(precision, run_on))
+                                run_on, self.scorer.precision_on(precision, run_on)), features.truncated
 
 
 def open_ner_reader(path: Path | str, max_seq_length: int | None, batch_size: int | None,
@@ -181,9 +182,8 @@ def evaluate_ner(model: Path | str, data: Path | str, batch_size: int | None = N
     its own validation file gives exactly the numbers in its eval_results.json."""
     reader = open_ner_reader(model, max_seq_length, batch_size, label_names)
     read = reader.read(data, need_tags=True)
-    predictions = reader.predict(read, device, precision)
+    predictions, cut = reader.predict(read, device, precision)
     overall, types = ner_scores(read, predictions, reader.labels)
-    cut = sum(bool((p < 0).any()) for p in predictions)
     return {**overall, "types": types, "sentences": len(read), "sentences_cut": cut}
 
 
@@ -197,8 +197,8 @@ def print_ner_results(data: Path | str, results: dict[str, Any], as_json: bool =
         sys.stdout.write(f"ner {kind}: precision {figures['precision']:.4f}, recall {figures['recall']:.4f}, "
                          f"f1 {figures['f1']:.4f}, {figures['number']} entities\n")
     if results["sentences_cut"]:
-        sys.stdout.write(f"ner: {results['sentences_cut']} of {results['sentences']} sentences had words without "
-                         "a prediction (cut by --max-seq-length), left out of the scores\n")
+        sys.stdout.write(f"ner: {results['sentences_cut']} of {results['sentences']} sentences were cut to "
+                         "--max-seq-length; their words past the cut are left out of the scores\n")
 
 
 def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size: int | None = None,
@@ -217,7 +217,11 @@ def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size
     if conll and (bad := _word_with_space(read)) is not None:
         raise UsageError(f"--out {path}: sentence {bad[0]} has the word {bad[1]!r}, which a CoNLL line cannot hold "
                          "(its columns are split at spaces); name the output .jsonl")
-    tags = [[reader.labels[p] if p >= 0 else "O" for p in row] for row in reader.predict(read, device, precision)]
+    if conll and (empty := next((n for n, words in enumerate(read.words, 1) if not words), None)) is not None:
+        raise UsageError(f"--out {path}: sentence {empty} has no words, which a CoNLL file cannot hold (a blank "
+                         "line ends a sentence); name the output .jsonl")
+    predictions, _ = reader.predict(read, device, precision)
+    tags = [[reader.labels[p] if p >= 0 else "O" for p in row] for row in predictions]
     write_text_atomic(path, _conll(read, tags) if conll else _jsonl(read, tags))
     return path
 

@@ -365,3 +365,51 @@ def test_a_word_with_a_space_goes_to_jsonl_not_to_a_conll_line(ner_run, tmp_path
     assert not (tmp_path / "p.txt").exists()
     out = predict_ner(ner_run, data, tmp_path / "p.jsonl")
     assert json.loads(out.read_text())["tokens"] == ["peter", "saw", "new york"]
+
+
+def test_line_separators_inside_a_word_do_not_split_the_line(tmp_path):
+    """Files are split at line ends only, as Python's file iteration and datasets' readers split them: U+2028,
+    U+0085 or a form feed inside a word (and written raw by `predict ner`'s jsonl) stay in the word."""
+    odd = ["x\u2028y", "a\x85b", "\x0c", "p\x1cq"]
+    conll = tmp_path / "odd.txt"
+    conll.write_text("".join(f"{word} O\n" for word in odd) + "EU B-ORG\r\n")
+    jsonl = tmp_path / "odd.jsonl"
+    jsonl.write_text(json.dumps({"tokens": odd, "ner_tags": ["O"] * 4}, ensure_ascii=False) + "\n")
+    for path in (conll, jsonl):
+        read = read_ner(path, "--data")
+        assert read.words[0][:4] == odd and read.tags[0][:4] == ["O"] * 4
+
+
+def test_a_model_with_the_same_tags_keeps_its_order(encoder, ner_files, tmp_path):
+    """As run_ner.py: fine-tuning a NER model whose id2label holds the training file's tags keeps the model's order
+    (hub conll2003 models: O, B-PER, ...), so its head goes on meaning what it meant."""
+    hub_order = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    model = build_model(read_checkpoint(encoder), "BertForTokenClassification", num_labels=5)
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([9.0, 0, 0, 0, 0]))  # says O everywhere
+    tagger = save_model(model, tmp_path / "tagger", _tokenizer(), labels=hub_order)
+    out = finetune_ner(FinetuneConfig.ner(model=tagger, train=ner_files["train"], out=tmp_path / "again",
+                                          epochs=1, lr=1e-9, batch_size=32, max_seq_length=24))
+    assert read_checkpoint(out).labels == hub_order
+    assert evaluate_ner(out, ner_files["valid"])["accuracy"] == evaluate_ner(tagger, ner_files["valid"])["accuracy"]
+
+
+def test_a_word_without_pieces_is_not_counted_as_cut(ner_run, tmp_path):
+    """A lone control character or zero-width space gets no piece (as in run_ner.py, left out of the scores), but
+    its sentence was not cut by --max-seq-length."""
+    data = _conll(tmp_path / "odd.txt", [[("john", "B-PER"), ("\u200b", "O"), ("went", "O")], [("\x07", "O")]])
+    results = evaluate_ner(ner_run, data)
+    assert results["sentences"] == 2 and results["sentences_cut"] == 0
+    cut = evaluate_ner(ner_run, _conll(tmp_path / "long.txt", [[("john", "B-PER")] * 30]))
+    assert cut["sentences_cut"] == 1
+
+
+def test_an_empty_sentence_goes_to_jsonl_not_to_a_conll_file(ner_run, tmp_path):
+    """Read back, a CoNLL file would lose the empty sentence (two blank lines are one break) and shift the rest."""
+    data = tmp_path / "gap.jsonl"
+    data.write_text("".join(json.dumps({"tokens": t}) + "\n" for t in (["peter"], [], ["paris"])))
+    _one_line_failure(["predict", "ner", "--model", str(ner_run), "--data", str(data), "--out",
+                       str(tmp_path / "p.txt")], "sentence 2 has no words, which a CoNLL file cannot hold")
+    lines = predict_ner(ner_run, data, tmp_path / "p.jsonl").read_text().splitlines()
+    assert [json.loads(line)["tokens"] for line in lines] == [["peter"], [], ["paris"]]

@@ -64,12 +64,18 @@ def read_ner(path: Path | str, flag: str, need_tags: bool = True,
     return NerData(words, tags, path)
 
 
+def _lines(text: str) -> list[str]:
+    """The file's lines, split at line ends only (read_text made them all \\n): str.splitlines would also split at
+    U+2028, U+0085, form feeds and \\x1c-\\x1e inside a word, which a jsonl string may hold raw."""
+    return text.split("\n")
+
+
 def _read_conll(text: str, where: str) -> tuple[list, list | None]:
     words: list[list[str]] = []
     tags: list[list[str]] = []
     sentence: list[list[str]] = []
     width = 0  # columns a line has in this file
-    for number, line in enumerate([*text.splitlines(), ""], start=1):
+    for number, line in enumerate([*_lines(text), ""], start=1):
         fields = _COLUMNS.split(line.strip(" \t\r\n"))
         if fields[0] == "-DOCSTART-" or not line.strip(" \t\r\n"):
             if sentence:
@@ -91,7 +97,7 @@ def _read_jsonl(text: str, where: str, label_names: Sequence[str] | None) -> tup
     words: list[list[str]] = []
     tags: list[list[str]] = []
     has_tags = None
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_lines(text), start=1):
         if not line.strip():
             continue
         at = f"{where}:{number}"
@@ -145,17 +151,21 @@ def check_tag_names(names: Sequence[str], flag: str) -> None:
         _check_tag(name, flag, " (IOB1, IOB2 or IOBES tags)")
 
 
-def tag_set(train: NerData, label_names: Sequence[str] | None) -> tuple[str, ...]:
+def tag_set(train: NerData, label_names: Sequence[str] | None,
+            model_labels: Sequence[str] | None = None) -> tuple[str, ...]:
     """The head's tags in output order: the given label names, else the training tags sorted (run_ner.py's
-    `sorted(set(labels))`)."""
+    `sorted(set(labels))`); as run_ner.py, the model's own id2label order when it names the same tags, so a
+    fine-tuned head goes on predicting what it predicted."""
     found = {tag for sentence in train.tags or [] for tag in sentence}
     if label_names:
         check_tag_names(label_names, "--label-names")
         missing = sorted(found - set(label_names))
         if missing:
             raise UsageError(f"--train {train.path} has the tags {', '.join(missing)}, which --label-names lacks")
-        return tuple(label_names)
-    return tuple(sorted(found))
+    tags = tuple(label_names) if label_names else tuple(sorted(found))
+    if model_labels and sorted(model_labels) == sorted(tags):
+        return tuple(model_labels)
+    return tags
 
 
 def check_known(data: NerData, labels: Sequence[str], flag: str, owner: str) -> None:
