@@ -80,8 +80,10 @@ def check_lengths(max_seq_length: int, max_query_length: int, positions: int, fo
 # --- logits and scores -----------------------------------------------------------------------------------
 
 def collate_spans(features: SquadFeatures, rows: np.ndarray, pad_id: int) -> dict[str, Tensor]:
-    """The rows padded to the longest of them, with their start/end labels when the features have them."""
-    padded = pad_batch([features.input_ids[r] for r in rows], [features.token_type_ids[r] for r in rows], pad_id)
+    """The rows padded to max_seq_length (as run_squad.py's features are), with their start/end labels when the
+    features have them."""
+    padded = pad_batch([features.input_ids[r] for r in rows], [features.token_type_ids[r] for r in rows], pad_id,
+                       features.width or None)
     batch = {name: torch.from_numpy(array) for name, array in padded.items()}
     if features.start_positions is not None and features.end_positions is not None:
         batch["start_positions"] = torch.from_numpy(features.start_positions[rows])
@@ -91,8 +93,9 @@ def collate_spans(features: SquadFeatures, rows: np.ndarray, pad_id: int) -> dic
 
 def span_logits(model: nn.Module, features: SquadFeatures, pad_id: int, batch_size: int, device: torch.device,
                 precision: str, env: training.Distributed | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Every feature's start and end logits over its own tokens, float32 (under torchrun, every rank's)."""
-    width = int(features.lengths.max()) if len(features) else 0
+    """Every feature's start and end logits over all max_seq_length positions, padding included (run_squad.py
+    takes its n-best from those too, then drops what is not context), float32 (under torchrun, every rank's)."""
+    width = features.width or (int(features.lengths.max()) if len(features) else 0)
     out = np.zeros((2, len(features), width), dtype=np.float32)  # (start|end, N, T)
     for rows, batch, result in scored_batches(model, features, partial(collate_spans, features, pad_id=pad_id),
                                               batch_size, device, precision, env):
@@ -100,8 +103,7 @@ def span_logits(model: nn.Module, features: SquadFeatures, pad_id: int, batch_si
         out[0, rows, :width] = result.start_logits.float().cpu().numpy()
         out[1, rows, :width] = result.end_logits.float().cpu().numpy()
     sum_over_ranks(out, env)
-    return ([out[0, i, :n] for i, n in enumerate(features.lengths)],
-            [out[1, i, :n] for i, n in enumerate(features.lengths)])
+    return list(out[0]), list(out[1])
 
 
 def predict_answers(model: nn.Module, features: SquadFeatures, tokenizer: BertTokenizer, settings: AnswerSettings,

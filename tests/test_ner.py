@@ -413,3 +413,21 @@ def test_an_empty_sentence_goes_to_jsonl_not_to_a_conll_file(ner_run, tmp_path):
                        str(tmp_path / "p.txt")], "sentence 2 has no words, which a CoNLL file cannot hold")
     lines = predict_ner(ner_run, data, tmp_path / "p.jsonl").read_text().splitlines()
     assert [json.loads(line)["tokens"] for line in lines] == [["peter"], [], ["paris"]]
+
+
+def test_two_gloo_processes_give_the_losses_and_validation_scores_of_one(encoder, ner_files, tmp_path):
+    """torchrun: the loss is weighted by labelled pieces over all ranks, and each rank tags its share of the
+    validation sentences; the tags summed over the ranks give the one-process scores."""
+    from test_finetune_resume import _dev, _losses, _torchrun
+
+    flags = [a for k, v in {**FAST, "epochs": 2, "log_every": 1}.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    args = ["finetune", "ner", "--model", str(encoder), "--train", str(ner_files["train"]), "--validation",
+            str(ner_files["valid"]), "--device", "cpu", *flags]
+    one = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one")])
+    assert one.exit_code == 0, one.output
+    two = _torchrun([*args, "--out", str(tmp_path / "two")], 2, 29780)
+    assert two.returncode == 0, two.stderr[-2000:]
+    a, b = _losses(tmp_path / "one" / "metrics.jsonl"), _losses(tmp_path / "two" / "metrics.jsonl")
+    assert sorted(a) == sorted(b) and len(a) > 10 and max(abs(a[s] - b[s]) for s in a) < 1e-4
+    dev_one, dev_two = _dev(tmp_path / "one" / "metrics.jsonl"), _dev(tmp_path / "two" / "metrics.jsonl")
+    assert [r["validation_f1"] for r in dev_one] == [r["validation_f1"] for r in dev_two]

@@ -17,7 +17,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from bertctl.checkpoint import build_model, read_checkpoint, save_model
+from bertctl.checkpoint import build_model, load_model, read_checkpoint, save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.squad import make_features, read_squad
@@ -494,6 +494,31 @@ def test_answers_from_fixed_logits_equal_write_predictions(tmp_path, v2):
     assert any(p[:1].isupper() for p in preds.values())  # final text keeps the context's case
 
 
+def test_padding_positions_take_part_in_the_n_best_as_in_run_squad(tmp_path, squad_run, squad_files):
+    """run_squad.py pads every window to max_seq_length and takes the n-best start/end positions over all of
+    them before dropping what is not context: high logits at padding thin a question's candidates. bertctl's
+    logits cover the same positions, so the answers agree even then."""
+    from bertctl.squad import span_logits
+
+    raw = _squad([EDGE_CASES], "1.1")
+    data = read_squad(_write(tmp_path / "d.json", raw), "score")
+    tokenizer = _tokenizer()
+    features = make_features(tokenizer, data, 16, 3, 4, training=False)
+    model = load_model(squad_run, "BertForQuestionAnswering").eval()
+    starts, ends = span_logits(model, features, tokenizer.pad_id, 4, torch.device("cpu"), "fp32")
+    assert {len(s) for s in starts} == {16}
+    for logits, n in zip(starts + ends, list(features.lengths) * 2, strict=True):
+        logits[n:] += 50.0  # padding outranks every real position
+    settings = AnswerSettings(n_best_size=6, max_answer_length=4)
+    ours = answers_from_logits(features, starts, ends, tokenizer, settings)
+    examples = _google_examples(raw, False, False)
+    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
+                                 False)
+    preds, nbest, _ = _google_predictions(examples, reference, starts, ends, 6, 4, False, 0.0,
+                                          lambda text: basic_tokens(text, tokenizer))
+    assert ours.predictions == preds and ours.nbest == pytest.approx(nbest)
+
+
 def test_a_v2_question_without_windows_predicts_no_answer(tmp_path):
     """A context with no pieces gives its question no window: v2.0 has the answer "" for it, not v1.1's nonce
     "empty" (Google's script fails on it)."""
@@ -646,3 +671,22 @@ def test_refusals(encoder, squad_files, tmp_path):
                                          text_columns=("a",), doc_stride=7))
     shown = CliRunner().invoke(app, ["evaluate", "squad", "--model", str(encoder), "--data", str(squad_files["dev"])])
     assert shown.exit_code != 0 and "no question-answering head" in shown.output and "Traceback" not in shown.output
+
+
+def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, squad_files, tmp_path):
+    """torchrun: each rank trains on its share of every batch and scores its share of the dev windows; the
+    span logits summed over the ranks give the one-process answers."""
+    from test_finetune_resume import _dev, _losses, _torchrun
+
+    flags = [a for k, v in {**FAST, "epochs": 2, "log_every": 1, "dropout": 0.0}.items()
+             for a in (f"--{k.replace('_', '-')}", str(v))]
+    args = ["finetune", "squad", "--model", str(encoder), "--train", str(squad_files["train"]), "--dev",
+            str(squad_files["dev"]), "--device", "cpu", *flags]
+    one = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one")])
+    assert one.exit_code == 0, one.output
+    two = _torchrun([*args, "--out", str(tmp_path / "two")], 2, 29760)
+    assert two.returncode == 0, two.stderr[-2000:]
+    a, b = _losses(tmp_path / "one" / "metrics.jsonl"), _losses(tmp_path / "two" / "metrics.jsonl")
+    assert sorted(a) == sorted(b) and len(a) > 10 and max(abs(a[s] - b[s]) for s in a) < 1e-4
+    dev_one, dev_two = _dev(tmp_path / "one" / "metrics.jsonl"), _dev(tmp_path / "two" / "metrics.jsonl")
+    assert [r["dev_f1"] for r in dev_one] == [r["dev_f1"] for r in dev_two]

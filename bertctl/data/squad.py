@@ -200,6 +200,8 @@ class SquadFeatures:
     start_positions: np.ndarray | None = None  # (N,) training labels: token of the answer's start (0: [CLS])
     end_positions: np.ndarray | None = None
     truncated: int = 0  # questions cut to max_query_length pieces
+    width: int = 0  # max_seq_length: every batch is padded to it, as run_squad.py pads its features, so the
+    # start/end softmax (loss and n-best) spans the same positions however the windows are batched
     data: SquadData | None = None
     pieces: list[list[str]] = field(default_factory=list)  # per paragraph: its words' WordPieces
     piece_ids: list[list[int]] = field(default_factory=list)  # per paragraph: their ids
@@ -303,8 +305,8 @@ def make_features(tokenizer: BertTokenizer, data: SquadData, max_seq_length: int
     lengths = np.fromiter(map(len, out["ids"]), dtype=np.int64, count=len(out["ids"]))
     return SquadFeatures(out["ids"], out["types"], lengths, np.asarray(out["example"], dtype=np.int64),
                          np.asarray(out["start"], dtype=np.int64), np.asarray(out["offset"], dtype=np.int64),
-                         out["context"], *labels, truncated=truncated, data=data, pieces=pieces, piece_ids=piece_ids,
-                         piece_word=piece_word)
+                         out["context"], *labels, truncated=truncated, width=max_seq_length, data=data,
+                         pieces=pieces, piece_ids=piece_ids, piece_word=piece_word)
 
 
 def _answer_pieces(example: SquadExample, doc: list[str], words: np.ndarray, answer: list[str]) -> tuple[int, int]:
