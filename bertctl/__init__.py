@@ -36,15 +36,18 @@ _LAZY = {
     "finetune_classify": "bertctl.finetune",
     "finetune_squad": "bertctl.finetune_squad",
     "finetune_ner": "bertctl.finetune_ner",
+    "finetune_choice": "bertctl.finetune_choice",
     "evaluate_glue": "bertctl.evaluate",
     "evaluate_classify": "bertctl.evaluate",
     "evaluate_mlm": "bertctl.mlm_eval",
     "evaluate_squad": "bertctl.squad",
     "evaluate_ner": "bertctl.ner",
+    "evaluate_choice": "bertctl.choice",
     "predict_glue": "bertctl.predict",
     "predict_classify": "bertctl.predict",
     "predict_squad": "bertctl.squad",
     "predict_ner": "bertctl.ner",
+    "predict_choice": "bertctl.choice",
 }
 
 _COMMAND_MODULES = ("pretrain", "fill", "convert", "info")  # named after their command function

@@ -1,4 +1,5 @@
-"""The fine-tuning command groups: `bertctl finetune`, `evaluate` and `predict`, for GLUE, own tables, SQuAD, NER.
+"""The fine-tuning command groups: `bertctl finetune`, `evaluate` and `predict`, for GLUE, own tables, SQuAD, NER,
+multiple choice (SWAG).
 
 Thin typer wrappers like the rest of the CLI: heavy modules are imported inside the command bodies.
 """
@@ -12,11 +13,12 @@ import typer
 
 from bertctl.cli_base import command_config, command_group
 
-finetune_app = command_group("Fine-tune a model on GLUE, on your own labelled data, on SQuAD, or for NER.")
-evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set, a labelled table, SQuAD or NER data, or a "
-                              "pre-trained model's masked-LM on a corpus.")
+finetune_app = command_group("Fine-tune a model on GLUE, on your own labelled data, on SQuAD, for NER, or "
+                              "for multiple choice (SWAG).")
+evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set, a labelled table, SQuAD, NER or multiple-"
+                              "choice data, or a pre-trained model's masked-LM on a corpus.")
 predict_app = command_group("Write predictions: GLUE submission files, one row per row of a table, SQuAD "
-                            "answers, or NER tags.")
+                            "answers, NER tags, or the picked choice.")
 
 # Options of `finetune glue` and `finetune classify`; None falls through to the --config file, then to
 # FinetuneConfig's defaults (shown in brackets).
@@ -375,3 +377,72 @@ def predict_ner(
 
     typer.echo(str(run_predict(model, data, out, batch_size, max_seq_length, label_names, device, precision,
                                overwrite)))
+
+
+# `finetune choice`: run_swag.py's learning rate and batch (CHOICE_DEFAULTS) under the --config file, the flags
+# over both.
+_ChoiceBatch = Annotated[int | None, typer.Option(help="Examples (each of all its choices) per optimizer step [16].")]
+
+
+def _choice_config(flags: dict[str, Any]) -> Any:
+    from bertctl.config import CHOICE_DEFAULTS, FinetuneConfig
+    from bertctl.config_files import build_config, read_config_file
+
+    flags = dict(flags)
+    config = flags.pop("config")
+    return build_config(FinetuneConfig, {**CHOICE_DEFAULTS, **(read_config_file(config) if config else {})},
+                        **flags)
+
+
+@finetune_app.command("choice")
+def finetune_choice(
+    train: Annotated[Path | None, typer.Option(help="SWAG-style .csv (sent1, sent2, ending0.., label) or .jsonl "
+                                               "({\"context\", \"choices\", \"label\"}).")] = None,
+    validation: Annotated[Path | None, typer.Option(help="File scored after each epoch (best accuracy kept).")
+                          ] = None,
+    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
+    batch_size: _ChoiceBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
+    lr: _NerLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
+    weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
+    adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
+    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
+    save_every: _FtSaveEvery = None, max_bad_steps: _FtMaxBad = None, resume: _FtResume = None,
+    overwrite: _FtOverwrite = None,
+    config: _FtConfig = None,
+) -> None:
+    """Fine-tune for multiple choice, as on SWAG (run_swag.py's recipe; softmax over the choices' [CLS] scores)."""
+    cfg = _choice_config(locals())
+    from bertctl.finetune_choice import finetune_choice as run_finetune_choice
+
+    run_finetune_choice(cfg)
+
+
+# Options of `evaluate choice` and `predict choice`: by default the fine-tuning run's.
+_ChoiceData = Annotated[Path, typer.Option("--data", help="SWAG-style .csv or .jsonl (labels needed to evaluate, "
+                                           "optional to predict).")]
+
+
+@evaluate_app.command("choice")
+def evaluate_choice(
+    model: _EvModel, data: _ChoiceData, as_json: _EvJson = False, batch_size: _EvBatch = None,
+    max_seq_length: _EvMaxLen = None, device: _FtDevice = None, precision: _EvPrecision = None,
+) -> None:
+    """Score a multiple-choice model: accuracy."""
+    from bertctl.choice import evaluate_choice as run_evaluate
+    from bertctl.choice import print_choice_results
+
+    results = run_evaluate(model, data, batch_size, max_seq_length, device, precision)
+    print_choice_results(data, results, as_json=as_json)
+
+
+@predict_app.command("choice")
+def predict_choice(
+    model: _EvModel, data: _ChoiceData,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Predictions csv: id, prediction, [label,] prob0...")],
+    batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, device: _FtDevice = None,
+    precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
+) -> None:
+    """Pick the choice of every example of a SWAG-style .csv or .jsonl file with a multiple-choice model."""
+    from bertctl.choice import predict_choice as run_predict
+
+    typer.echo(str(run_predict(model, data, out, batch_size, max_seq_length, device, precision, overwrite)))

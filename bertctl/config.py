@@ -423,16 +423,18 @@ FINETUNE_PROBLEMS = ("auto", "classification", "regression")
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """`bertctl finetune glue|classify|squad|ner`: the BERT paper's fine-tuning defaults (Devlin et al. 2018,
-    A.3); `FinetuneConfig.squad(...)` starts from google-research/bert's SQuAD ones instead (SQUAD_DEFAULTS),
-    `FinetuneConfig.ner(...)` from transformers' run_ner.py's (NER_DEFAULTS)."""
+    """`bertctl finetune glue|classify|squad|ner|choice`: the BERT paper's fine-tuning defaults (Devlin et al.
+    2018, A.3); `FinetuneConfig.squad(...)` starts from google-research/bert's SQuAD ones instead
+    (SQUAD_DEFAULTS), `FinetuneConfig.ner(...)` from transformers' run_ner.py's (NER_DEFAULTS),
+    `FinetuneConfig.choice(...)` from run_swag.py's (CHOICE_DEFAULTS)."""
 
     model: Path | None = None  # any model folder bertctl reads; a missing task head is created fresh
     out: Path | None = None  # run folder: best model + eval_results.json, run.json, metrics.jsonl
     task: str | None = None  # GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or all
     data: str | None = None  # GLUE download folder (CoLA/, SST-2/, ...) or a hub dataset id (nyu-mll/glue)
-    train: Path | None = None  # classify: training file (.csv, .tsv, .jsonl or .parquet); ner: CoNLL text or .jsonl
-    validation: Path | None = None  # classify, ner: file scored after each epoch (None: the last epoch is kept)
+    train: Path | None = None  # classify: training file (.csv, .tsv, .jsonl or .parquet); ner: CoNLL text or .jsonl;
+    # choice: SWAG-style .csv or .jsonl
+    validation: Path | None = None  # classify, ner, choice: file scored after each epoch (None: the last epoch is kept)
     text_columns: tuple[str, ...] = ()  # classify: one or two text columns
     label_column: str = "label"  # classify: the label column
     problem: str = "auto"  # classify: auto | classification | regression
@@ -511,6 +513,11 @@ class FinetuneConfig:
         """A config with transformers' run_ner.py learning rate (NER_DEFAULTS) under `values`."""
         return cls(**{**NER_DEFAULTS, **values})
 
+    @classmethod
+    def choice(cls, **values: Any) -> FinetuneConfig:
+        """A config with transformers' run_swag.py learning rate and batch (CHOICE_DEFAULTS) under `values`."""
+        return cls(**{**CHOICE_DEFAULTS, **values})
+
     def micro_batch(self, world_size: int = 1) -> int:
         """Examples per forward pass and process; without --micro-batch-size a process takes its whole share
         of the batch at once."""
@@ -548,3 +555,6 @@ class TokenizerTrainConfig:
                 raise UsageError(f"{flag_name(name)} must be at least {low}, got {getattr(self, name)}")
         if self.vocab_size > MAX_VOCAB_SIZE:
             raise UsageError(f"--vocab-size {self.vocab_size}: give at most {MAX_VOCAB_SIZE:,}")
+# transformers' run_swag.py README (lr 5e-5, 3 epochs, batch 16 examples: the paper's SWAG batch too); 128 tokens
+# as FinetuneConfig's and run_swag_no_trainer.py's (run_swag.py's own default is the tokenizer's 512)
+CHOICE_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "batch_size": 16}

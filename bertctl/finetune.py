@@ -160,8 +160,8 @@ def require(cfg: FinetuneConfig, *names: str) -> None:
 
 
 # the fields only some of the commands read, and those commands
-_ONLY = {"task": ("glue",), "data": ("glue",), "train": ("classify", "ner", "squad"),
-         **dict.fromkeys(("validation", "label_names"), ("classify", "ner")),
+_ONLY = {"task": ("glue",), "data": ("glue",), "train": ("classify", "ner", "squad", "choice"),
+         "validation": ("classify", "ner", "choice"), "label_names": ("classify", "ner"),
          **dict.fromkeys(("text_columns", "label_column", "problem"), ("classify",)),
          **dict.fromkeys(("dev", "doc_stride", "max_query_length", "n_best_size", "max_answer_length",
                           "null_score_diff_threshold"), ("squad",))}
@@ -174,7 +174,7 @@ def refuse_the_other_commands(cfg: FinetuneConfig, command: str) -> None:
     given = [name for name, commands in _ONLY.items()
              if command not in commands and getattr(cfg, name) not in (None, (), defaults[name])]
     if given:
-        first, *also = sorted({c for name in given for c in _ONLY[name]})
+        first, *also = dict.fromkeys(c for name in given for c in _ONLY[name])  # in _ONLY's order
         others = "".join(f" (and `bertctl finetune {c}`)" for c in also)
         raise UsageError(f"{', '.join(given)}: for `bertctl finetune {first}` only{others}; leave them out here")
 
@@ -369,7 +369,8 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
                 pending.append(training.optimizer_step(train_model, micro_batches, optimizer, prep.head.loss_terms,
                                                        prep.head.weights or _weights, env, precision, scaler, cfg.clip))
                 progress.step += 1
-                speed.add(int(prep.train.lengths[rows].sum()))  # on the host: no device sync
+                # on the host (no device sync); an example of several sequences (choices) counts them all
+                speed.add(int(getattr(prep.train, "tokens", prep.train.lengths)[rows].sum()))
                 bar.update(1)
                 stopping = training.any_rank(stop.requested, env)
                 saving = progress.step % per_epoch != 0 and (stopping or _save_due(cfg, progress.step))

@@ -1,0 +1,189 @@
+"""`bertctl evaluate choice` and `bertctl predict choice`: a multiple-choice model (SWAG) scored or run on data.
+
+Also what fine-tuning shares with them, so a run's dev accuracy and `evaluate choice` agree: the task record,
+the padded (B, C, T) batches, and the choices' logits computed in one process or split over torchrun's ranks.
+The model scores each (context, choice) sequence from its pooled [CLS] with one linear layer; softmax over the
+C scores gives the choices' probabilities (Devlin et al. 4.4).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from bertctl import training
+from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
+from bertctl.config import FinetuneConfig
+from bertctl.config_types import take_bool
+from bertctl.data.batches import pad_batch
+from bertctl.data.choice import ChoiceData, ChoiceFeatures, make_choice_features, read_choice
+from bertctl.errors import UsageError
+from bertctl.evaluate import (
+    Scorer,
+    check_scoring_flags,
+    read_run_record,
+    resolve_model_folder,
+    scored_batches,
+    scoring_device,
+    sum_over_ranks,
+)
+from bertctl.files import check_new_out, json_text, write_text_atomic
+
+CHOICE_ARCHITECTURE = "BertForMultipleChoice"
+
+
+@dataclass(frozen=True)
+class ChoiceTask:
+    """Multiple choice as the fine-tuning loop sees a task: accuracy over examples of `num_choices` choices."""
+
+    num_choices: int
+    name: str = "choice"
+    label_names: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ("accuracy",)
+    main_metric: str = "accuracy"
+    is_regression: bool = False
+
+
+def collate_choices(features: ChoiceFeatures, rows: np.ndarray, pad_id: int) -> dict[str, Tensor]:
+    """The rows' C sequences each, padded to the longest of them: (B, C, T) tensors, and (B,) labels if known."""
+    width = features.data.num_choices
+    padded = pad_batch([seq for r in rows for seq in features.input_ids[r]],
+                       [seq for r in rows for seq in features.token_type_ids[r]], pad_id)
+    batch = {name: torch.from_numpy(array).view(len(rows), width, -1) for name, array in padded.items()}
+    if features.labels is not None:
+        batch["labels"] = torch.from_numpy(features.labels[rows])
+    return batch
+
+
+def choice_logits(model: nn.Module, features: ChoiceFeatures, pad_id: int, batch_size: int, device: torch.device,
+                  precision: str, env: training.Distributed | None = None) -> np.ndarray:
+    """(N, C) float32 scores of every example's choices, in the examples' order (under torchrun, every rank's)."""
+    out = np.zeros((len(features), features.data.num_choices), dtype=np.float32)
+    for rows, _, output in scored_batches(model, features, partial(collate_choices, features, pad_id=pad_id),
+                                          batch_size, device, precision, env):
+        out[rows] = output.logits.float().cpu().numpy()
+    sum_over_ranks(out, env)
+    return out
+
+
+def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    """The share of examples whose best-scored choice is the answer (a row holding NaN counts as wrong)."""
+    right = (logits.argmax(axis=1) == labels) & ~np.isnan(logits).any(axis=1)
+    return float(right.mean())
+
+
+def score_dev(model: nn.Module, prep: Any, batch_size: int, device: torch.device, precision: str,
+              env: training.Distributed) -> dict[str, dict[str, float]]:
+    """The fine-tuning loop's dev scores: each split's accuracy."""
+    return {split: {"accuracy": accuracy(choice_logits(model, f, prep.tokenizer.pad_id, batch_size, device,
+                                                       precision, env), f.labels)}
+            for split, f in prep.dev.items()}
+
+
+def probabilities(logits: np.ndarray) -> np.ndarray:
+    return torch.from_numpy(logits).softmax(-1).numpy()
+
+
+# --- fine-tuned models -------------------------------------------------------------------------------------
+
+@dataclass
+class ChoiceReader:
+    """A fine-tuned multiple-choice model with the settings it is run with."""
+
+    scorer: Scorer  # the model, tokenizer, max_seq_length, batch size and the run's precision
+
+    def predict(self, data: ChoiceData, device: str | None, precision: str | None) -> tuple[np.ndarray, int]:
+        """(N, C) logits and how many examples max_seq_length cut."""
+        run_on = scoring_device(device)
+        scorer = self.scorer
+        scorer.model.to(run_on)
+        features = make_choice_features(scorer.tokenizer, data, scorer.max_seq_length)
+        return choice_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
+                             scorer.precision_on(precision, run_on)), features.truncated
+
+
+def open_choice_reader(path: Path | str, max_seq_length: int | None, batch_size: int | None) -> ChoiceReader:
+    """The model in `path` (a multi-seed run: its best seed), refused unless it has a trained multiple-choice
+    head; settings are the flags, else its run.json's, else the defaults."""
+    max_seq_length, batch_size = check_scoring_flags(max_seq_length, batch_size)
+    folder = resolve_model_folder(path)
+    ckpt = read_checkpoint(folder)
+    if "classifier" not in ckpt.parts or ckpt.architecture != CHOICE_ARCHITECTURE:
+        raise UsageError(f"{folder} has no multiple-choice head (it is a {ckpt.architecture}); fine-tune it "
+                         f"first: bertctl finetune choice --model {folder} --train train.csv ...")
+    saved = read_run_record(folder)
+    config = saved.get("config", {})
+    positions = ckpt.config.max_position_embeddings
+    max_len = max_seq_length or config.get("max_seq_length") or min(FinetuneConfig.max_seq_length, positions)
+    if max_len > positions:
+        raise UsageError(f"--max-seq-length {max_len}: the model takes at most {positions} tokens")
+    batch = batch_size or config.get("eval_batch_size") or FinetuneConfig.eval_batch_size
+    model = build_model(ckpt, CHOICE_ARCHITECTURE, share_weights=True)
+    return ChoiceReader(Scorer(model, model_tokenizer(ckpt), max_len, batch, run_precision=saved.get("precision"),
+                               run_device=saved.get("device"), folder=folder))
+
+
+def _read(reader: ChoiceReader, data: Path | str, need_labels: bool) -> ChoiceData:
+    read = read_choice(data, "--data", need_labels)
+    reader.scorer.model.config.refuse_pairs(reader.scorer.folder or "the model",
+                                            f"--data {read.path} gives (context, choice) pairs",
+                                            "pre-train one with type_vocab_size 2")
+    return read
+
+
+def evaluate_choice(model: Path | str, data: Path | str, batch_size: int | None = None,
+                    max_seq_length: int | None = None, device: str | None = None,
+                    precision: str | None = None) -> dict[str, Any]:
+    """{"accuracy", "examples", "choices": per example, "examples_cut": those with a choice past max_seq_length}.
+    With the run's settings its own validation file gives exactly the accuracy in its eval_results.json."""
+    reader = open_choice_reader(model, max_seq_length, batch_size)
+    read = _read(reader, data, need_labels=True)
+    logits, cut = reader.predict(read, device, precision)
+    return {"accuracy": accuracy(logits, np.asarray(read.labels)), "examples": len(read),
+            "choices": read.num_choices, "examples_cut": cut}
+
+
+def print_choice_results(data: Path | str, results: dict[str, Any], as_json: bool = False) -> None:
+    if as_json:
+        sys.stdout.write(json_text({"task": "choice", "data": str(data), **results}) + "\n")
+        return
+    sys.stdout.write(f"choice accuracy: {results['accuracy']:.4f} ({results['examples']} examples of "
+                     f"{results['choices']} choices)\n")
+    if results["examples_cut"]:
+        sys.stdout.write(f"choice: {results['examples_cut']} of {results['examples']} examples had a choice cut to "
+                         "--max-seq-length\n")
+
+
+def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_size: int | None = None,
+                   max_seq_length: int | None = None, device: str | None = None, precision: str | None = None,
+                   overwrite: bool = False) -> Path:
+    """Pick a choice for every example of `data` and write `out` (csv), once all are scored: `id`, `prediction`
+    (the choice's number from 0), `label` when the data has one, and `prob0`..: each choice's softmax."""
+    path = check_new_out(out, overwrite=take_bool("overwrite", overwrite), folder=False)
+    reader = open_choice_reader(model, max_seq_length, batch_size)
+    read = _read(reader, data, need_labels=False)
+    if path.resolve() == read.path.resolve():
+        raise UsageError(f"--out {path}: is the input file")
+    logits, _ = reader.predict(read, device, precision)
+    write_text_atomic(path, _csv(read, logits))
+    return path
+
+
+def _csv(data: ChoiceData, logits: np.ndarray) -> str:
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    gold = data.labels is not None
+    writer.writerow(["id", "prediction", *(["label"] if gold else []), *(f"prob{i}" for i in range(logits.shape[1]))])
+    for i, (scores, probs) in enumerate(zip(logits, probabilities(logits), strict=True)):
+        writer.writerow([data.ids[i], int(scores.argmax()), *([data.labels[i]] if gold else []),
+                         *(f"{p:.6f}" for p in probs)])
+    return text.getvalue()

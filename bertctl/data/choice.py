@@ -1,0 +1,178 @@
+"""Multiple-choice data for `bertctl finetune|evaluate|predict choice`: SWAG's csv files and a generic jsonl.
+
+A `.csv` file is laid out as SWAG distributes it (`video-id,fold-ind,startphrase,sent1,sent2,gold-source,
+ending0,ending1,ending2,ending3,label`): the context is `sent1`, the choices are `sent2 + " " + ending_i` for
+every `endingN` column (0, 1, ... without a gap; SWAG has 4), the answer is `label` (test.csv has none); a row
+is named by `fold-ind`, else by its number from 0. A `.jsonl` file holds `{"context": ..., "question" or
+"prefix": ... (optional), "choices": [...], "label": int (optional), "id": ... (optional)}` a line, every line
+with as many choices as the first; a question (or prefix) is put before each choice as SWAG's `sent2` is.
+
+Features follow transformers' run_swag.py and the paper (Devlin et al. 4.4): each choice is one sequence
+`[CLS] context [SEP] (question) choice [SEP]`, the pair cut to max_seq_length by Google's longest-first rule.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import count, takewhile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertctl.errors import UsageError
+from bertctl.evaluate import truncate_pair
+from bertctl.files import user_path
+from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
+
+SWAG_COLUMNS = ("sent1", "sent2", "ending0", "ending1")  # the least a SWAG-style csv must have
+_FORMATS = "a SWAG-style .csv or a .jsonl file"
+
+
+@dataclass(frozen=True)
+class ChoiceData:
+    """Examples of one context and C choices (the same C for every example), with the answers when given."""
+
+    ids: list[str]
+    contexts: list[str]  # text A of every choice
+    choices: list[list[str]]  # text B of each choice (SWAG: sent2 + " " + ending)
+    labels: list[int] | None  # the right choice, from 0; None: a file without answers
+    path: Path
+
+    def __len__(self) -> int:
+        return len(self.contexts)
+
+    @property
+    def num_choices(self) -> int:
+        return len(self.choices[0])
+
+
+def read_choice(path: Path | str, flag: str, need_labels: bool = True) -> ChoiceData:
+    """A SWAG-style .csv or a .jsonl file, refused in one line when its columns, choices or labels do not fit."""
+    path = user_path(path, flag)
+    if not path.is_file():
+        raise UsageError(f"{flag} {path}: no such file; give {_FORMATS}")
+    where = f"{flag} {path}"
+    reader = _read_jsonl if path.suffix.lower() == ".jsonl" else _read_csv
+    try:
+        rows = list(reader(path, where))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{where}: cannot read it as UTF-8 text ({exc})") from None
+    if not rows:
+        raise UsageError(f"{where} holds no examples; give {_FORMATS}")
+    labelled = [label is not None for *_, label in rows]
+    if need_labels and not all(labelled):
+        raise UsageError(f"{where}: example {labelled.index(False)} has no label; give the right choice of each")
+    if any(labelled) and not all(labelled):
+        raise UsageError(f"{where}: example {labelled.index(False)} has no label but others have; give all or none")
+    ids, contexts, choices, labels = (list(column) for column in zip(*rows, strict=True))
+    for number, (options, label) in enumerate(zip(choices, labels, strict=True)):
+        if len(options) != len(choices[0]):
+            raise UsageError(f"{where}: example {number} has {len(options)} choices where the first has "
+                             f"{len(choices[0])}; give every example the same number")
+        if label is not None and not 0 <= label < len(options):
+            raise UsageError(f"{where}: example {number} has the label {label}, outside its choices 0.."
+                             f"{len(options) - 1}")
+    return ChoiceData(ids, contexts, choices, labels if all(labelled) else None, path)
+
+
+def _read_csv(path: Path, where: str) -> Iterator[tuple[str, str, list[str], int | None]]:
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        missing = [c for c in SWAG_COLUMNS if c not in header]
+        if missing:
+            raise UsageError(f"{where} lacks the column(s) {', '.join(missing)}; give SWAG's columns (sent1, sent2, "
+                             "ending0, ending1, ..., label)")
+        endings = list(takewhile(header.__contains__, (f"ending{i}" for i in count())))
+        try:
+            for number, row in enumerate(reader):
+                if None in row or any(row.get(c) is None for c in SWAG_COLUMNS):
+                    raise UsageError(f"{where}:{reader.line_num}: {len(header)} columns in the header but not in "
+                                     "this row")
+                label = _csv_label(row.get("label"), f"{where}:{reader.line_num}")
+                yield (row.get("fold-ind") or str(number), row["sent1"],
+                       [f"{row['sent2']} {row[e]}" for e in endings], label)
+        except csv.Error as exc:
+            raise UsageError(f"{where}:{reader.line_num}: malformed csv: {exc}") from None
+
+
+def _csv_label(value: str | None, at: str) -> int | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{at}: label {value!r} is not the number of a choice (0, 1, ...)") from None
+
+
+def _read_jsonl(path: Path, where: str) -> Iterator[tuple[str, str, list[str], int | None]]:
+    for number, line in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), start=1):
+        if not line.strip():
+            continue
+        at = f"{where}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{at}: not valid JSON: {exc.msg}") from None
+        yield _jsonl_example(record, at, str(number - 1))
+
+
+def _jsonl_example(record: Any, at: str, number: str) -> tuple[str, str, list[str], int | None]:
+    shape = '{"context": ..., "question": ... (optional), "choices": [...], "label": int}'
+    if not isinstance(record, dict) or not isinstance(record.get("context"), str):
+        raise UsageError(f"{at}: expected {shape} with the context as a string")
+    choices = record.get("choices")
+    if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+        raise UsageError(f"{at}: choices must be a list of two or more strings, got {choices!r:.60}")
+    question = record.get("question", record.get("prefix"))
+    if question is not None and not isinstance(question, str):
+        raise UsageError(f"{at}: question must be a string, got {question!r:.60}")
+    label = record.get("label")
+    if label is not None and (not isinstance(label, int) or isinstance(label, bool)):
+        raise UsageError(f"{at}: label must be the number of a choice (0, 1, ...), got {label!r:.60}")
+    texts = [f"{question} {c}" if question is not None else c for c in choices]
+    return str(record.get("id", number)), record["context"], texts, label
+
+
+@dataclass(frozen=True)
+class ChoiceFeatures:
+    """Encoded examples: per example, C rows `[CLS] A [SEP] B [SEP]` with their segment ids."""
+
+    data: ChoiceData
+    input_ids: list[list[np.ndarray]]  # per example, per choice
+    token_type_ids: list[list[np.ndarray]]
+    labels: np.ndarray | None  # (N,) the right choice
+    lengths: np.ndarray  # (N,) tokens of the example's longest choice (batches are padded to it)
+    truncated: int  # examples with a choice cut to max_seq_length
+    tokens: np.ndarray  # (N,) tokens of all the example's choices: what a step's tokens/s counts
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def make_choice_features(tokenizer: BertTokenizer, data: ChoiceData, max_seq_length: int) -> ChoiceFeatures:
+    """Every (context, choice) pair as one sequence, cut by Google's longest-first rule (`truncate_pair`)."""
+    cls, sep, room, width = tokenizer.cls_id, tokenizer.sep_id, max_seq_length - 3, data.num_choices
+    ids, types, truncated = [], [], 0
+    for lo in range(0, len(data), ENCODE_CHUNK):
+        contexts = tokenizer.encode_batch(data.contexts[lo:lo + ENCODE_CHUNK], add_special_tokens=False)
+        flat = [text for options in data.choices[lo:lo + ENCODE_CHUNK] for text in options]
+        endings = tokenizer.encode_batch(flat, add_special_tokens=False)
+        for row, context in enumerate(contexts):
+            rows, segments, cut = [], [], False
+            for ending in endings[row * width:(row + 1) * width]:
+                a, b = truncate_pair(context.ids, ending.ids, room)
+                cut |= len(a) + len(b) < len(context.ids) + len(ending.ids)
+                rows.append(np.asarray([cls, *a, sep, *b, sep], dtype=np.int32))
+                segments.append(np.repeat(np.int8([0, 1]), [len(a) + 2, len(b) + 1]))
+            ids.append(rows)
+            types.append(segments)
+            truncated += cut
+    labels = np.asarray(data.labels, dtype=np.int64) if data.labels is not None else None
+    lengths = np.fromiter((max(map(len, rows)) for rows in ids), dtype=np.int64, count=len(ids))
+    tokens = np.fromiter((sum(map(len, rows)) for rows in ids), dtype=np.int64, count=len(ids))
+    return ChoiceFeatures(data, ids, types, labels, lengths, truncated, tokens)

@@ -1,0 +1,273 @@
+"""Multiple choice (SWAG): features against a port of transformers' run_swag.py preprocess_function (on
+transformers' own fast tokenizer of the same folder), parity with transformers' BertForMultipleChoice, and a tiny
+model fine-tuned, evaluated and run end to end on a synthetic set through the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertctl.checkpoint import save_model
+from bertctl.choice import evaluate_choice, predict_choice
+from bertctl.cli import app
+from bertctl.config import BertConfig, FinetuneConfig
+from bertctl.data.choice import make_choice_features, read_choice
+from bertctl.errors import UsageError
+from bertctl.finetune_choice import finetune_choice
+from bertctl.model import BertForMaskedLM, BertForMultipleChoice
+from bertctl.tokenizer import BertTokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PEOPLE = {"john": "paris", "mary": "london", "anna": "york"}  # who went where: the right choice names the place
+PLACES = ["paris", "london", "york", "city"]
+FILLER = ["the", "man", "went", "to", "store", "and", "bought", "a", "of", "milk", "in", "day"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *FILLER, "un", "##like", "##ly", ".", ",", *PEOPLE, *PLACES,
+         "smith", "##son"]
+HEADER = ["video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source", "ending0", "ending1", "ending2",
+          "ending3", "label"]
+FAST = {"lr": 2e-3, "batch_size": 8, "max_seq_length": 24, "eval_batch_size": 16, "log_every": 4, "epochs": 4,
+        "warmup_fraction": 0.1, "dropout": 0.0}
+
+
+def _tokenizer() -> BertTokenizer:
+    return BertTokenizer.from_vocab(VOCAB)
+
+
+def _config() -> BertConfig:
+    return BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    return save_model(BertForMaskedLM(_config()), tmp_path_factory.mktemp("model") / "encoder", _tokenizer())
+
+
+def _swag_csv(path: Path, rows: list[dict], labelled: bool = True) -> Path:
+    header = HEADER if labelled else HEADER[:-1]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, header, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _synthetic(n: int, seed: int) -> list[dict]:
+    """sent1 names a person among filler words; the right ending names that person's place, the others
+    filler words only."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        person = rng.choice(list(PEOPLE))
+        label = rng.randrange(4)
+        context = " ".join(rng.sample(FILLER, 3) + [person] + rng.sample(FILLER, 2))
+        endings = {f"ending{k}": f"{rng.choice(FILLER)} {PEOPLE[person] if k == label else rng.choice(FILLER)}"
+                   for k in range(4)}
+        rows.append({"video-id": f"v{i}", "fold-ind": str(1000 + i), "startphrase": context, "sent1": context,
+                     "sent2": "went to", "gold-source": "gold", **endings, "label": label})
+    return rows
+
+
+# --- features against run_swag.py's preprocess_function ------------------------------------------------------
+
+def _run_swag_preprocess(tokenizer, rows: list[dict], max_length: int) -> dict[str, list]:
+    """run_swag.py's preprocess_function (4 endings, sent1 as text A, sent2 + " " + ending as text B), ported."""
+    first = [row["sent1"] for row in rows for _ in range(4)]
+    second = [f"{row['sent2']} {row[f'ending{k}']}" for row in rows for k in range(4)]
+    tokenized = tokenizer(first, second, truncation=True, max_length=max_length)
+    return {key: [values[i:i + 4] for i in range(0, len(values), 4)] for key, values in tokenized.items()}
+
+
+@pytest.mark.parametrize("max_seq_length", [64, 12, 10, 9, 6])
+def test_features_equal_run_swags(tmp_path, max_seq_length):
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path / "tok"
+    _tokenizer().save(folder)
+    theirs = transformers.AutoTokenizer.from_pretrained(folder)
+    rows = _synthetic(3, 5) + [{**_synthetic(1, 6)[0], "sent1": "unlikely zzyzx john smithson , the man",
+                                "sent2": "The man", "ending0": "went", "ending2": "to the store and bought milk"}]
+    data = read_choice(_swag_csv(tmp_path / "t.csv", rows), "--train")
+    ours = make_choice_features(_tokenizer(), data, max_seq_length)
+    expected = _run_swag_preprocess(theirs, rows, max_seq_length)
+    assert [[r.tolist() for r in example] for example in ours.input_ids] == expected["input_ids"]
+    assert [[r.tolist() for r in example] for example in ours.token_type_ids] == expected["token_type_ids"]
+    assert ours.labels.tolist() == [row["label"] for row in rows]
+    untruncated = _run_swag_preprocess(theirs, rows, 512)["input_ids"]
+    assert ours.truncated == sum(any(len(x) > max_seq_length for x in example) for example in untruncated)
+
+
+def test_odd_room_ties_keep_googles_rule_where_the_fast_tokenizer_gives_text_b_the_token(tmp_path):
+    """Both texts past half of an odd room: Google's rule (bertctl) keeps the extra token in text A, the fast
+    tokenizer's longest_first in text B; the same tokens otherwise."""
+    transformers = pytest.importorskip("transformers")
+    _tokenizer().save(tmp_path / "tok")
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
+    row = {**_synthetic(1, 1)[0], "sent1": "the man went to the store", "sent2": "and bought a",
+           **{f"ending{k}": "milk in the day" for k in range(4)}}
+    ours = make_choice_features(_tokenizer(), read_choice(_swag_csv(tmp_path / "t.csv", [row]), "--train"), 10)
+    expected = _run_swag_preprocess(theirs, [row], 10)["input_ids"][0][0]
+    a = [VOCAB.index(w) for w in "the man went to".split()]
+    assert ours.input_ids[0][0].tolist() == [2, *a, 3, *[VOCAB.index(w) for w in "and bought a".split()], 3]
+    assert expected == [2, *a[:3], 3, *[VOCAB.index(w) for w in "and bought a milk".split()], 3]
+
+
+def test_reading_swag_csv_and_jsonl(tmp_path):
+    rows = _synthetic(2, 1)
+    test = read_choice(_swag_csv(tmp_path / "test.csv", rows, labelled=False), "--data", need_labels=False)
+    assert test.labels is None and test.ids == ["1000", "1001"] and test.num_choices == 4
+    assert test.contexts[0] == rows[0]["sent1"] and test.choices[0][1] == f"went to {rows[0]['ending1']}"
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text('{"context": "john went", "question": "to", "choices": ["paris", "york", "city"], "label": 1}\n'
+                     '\n{"context": "mary went", "choices": ["a", "b", "c"], "label": 0, "id": "q7"}\n')
+    data = read_choice(jsonl, "--train")
+    assert data.choices == [["to paris", "to york", "to city"], ["a", "b", "c"]] and data.labels == [1, 0]
+    assert data.ids == ["0", "q7"] and data.num_choices == 3
+
+
+# --- the model ------------------------------------------------------------------------------------------
+
+def test_logits_and_loss_equal_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(1)
+    ours = BertForMultipleChoice(_config()).eval()
+    folder = save_model(ours, tmp_path / "mc", _tokenizer())
+    theirs = transformers.BertForMultipleChoice.from_pretrained(folder).eval()
+    ids = torch.tensor([[[2, 22, 5, 3, 7, 26, 3], [2, 22, 5, 3, 27, 3, 0]], [[2, 23, 3, 8, 3, 0, 0],
+                                                                            [2, 23, 3, 28, 29, 9, 3]]])
+    types = torch.tensor([[[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1, 0]], [[0, 0, 0, 1, 1, 0, 0],
+                                                                          [0, 0, 0, 1, 1, 1, 1]]])
+    mask = (ids != 0).long()
+    labels = torch.tensor([1, 0])
+    with torch.no_grad():
+        a = ours(ids, types, mask, labels=labels)
+        b = theirs(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=labels)
+    torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(a.loss, b.loss, atol=1e-5, rtol=0)
+    assert a.logits.shape == (2, 2)
+
+
+# --- end to end ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def choice_files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("swag")
+    return {"train": _swag_csv(root / "train.csv", _synthetic(160, 1)),
+            "valid": _swag_csv(root / "val.csv", _synthetic(40, 2)),
+            "test": _swag_csv(root / "test.csv", _synthetic(6, 3), labelled=False)}
+
+
+@pytest.fixture(scope="module")
+def choice_run(encoder, choice_files, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "swag"
+    result = CliRunner().invoke(app, ["finetune", "choice", "--model", str(encoder), "--train",
+                                      str(choice_files["train"]), "--validation", str(choice_files["valid"]),
+                                      "--out", str(out),
+                                      *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+    assert result.exit_code == 0, result.output
+    assert "a new multiple-choice head" in result.stderr
+    return out
+
+
+def test_finetune_learns_the_choices_and_writes_a_run_folder(choice_run):
+    results = json.loads((choice_run / "eval_results.json").read_text())
+    assert results["task"] == "choice" and results["main_metric"] == "accuracy"
+    rows = [json.loads(line) for line in (choice_run / "metrics.jsonl").read_text().splitlines()]
+    dev = [row["validation_accuracy"] for row in rows if "validation_accuracy" in row]
+    losses = [row["loss"] for row in rows if "loss" in row]
+    assert len(dev) == FAST["epochs"] and results["validation"]["accuracy"] == max(dev) >= 0.8, dev
+    assert losses[-1] < losses[0] / 2, losses
+    config = json.loads((choice_run / "config.json").read_text())
+    assert config["architectures"] == ["BertForMultipleChoice"] and config["finetuning_task"] == "choice"
+    assert json.loads((choice_run / "run.json").read_text())["config"]["batch_size"] == 8
+
+
+def test_evaluate_reproduces_eval_results_and_predict_writes_csv(choice_run, choice_files, tmp_path):
+    results = json.loads((choice_run / "eval_results.json").read_text())
+    scored = evaluate_choice(choice_run, choice_files["valid"])
+    assert scored == {"accuracy": results["validation"]["accuracy"], "examples": 40, "choices": 4,
+                      "examples_cut": 0}
+    shown = CliRunner().invoke(app, ["evaluate", "choice", "--model", str(choice_run), "--data",
+                                     str(choice_files["valid"]), "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["accuracy"] == scored["accuracy"]
+    text = CliRunner().invoke(app, ["evaluate", "choice", "--model", str(choice_run), "--data",
+                                    str(choice_files["valid"])])
+    assert "choice accuracy:" in text.stdout
+    shown = CliRunner().invoke(app, ["predict", "choice", "--model", str(choice_run), "--data",
+                                     str(choice_files["test"]), "--out", str(tmp_path / "preds.csv")])
+    assert shown.exit_code == 0, shown.output
+    written = list(csv.DictReader((tmp_path / "preds.csv").open()))
+    assert list(written[0]) == ["id", "prediction", "prob0", "prob1", "prob2", "prob3"]
+    assert [r["id"] for r in written] == [str(1000 + i) for i in range(6)]
+    for row in written:
+        probs = [float(row[f"prob{k}"]) for k in range(4)]
+        assert sum(probs) == pytest.approx(1, abs=1e-5) and int(row["prediction"]) == probs.index(max(probs))
+    labelled = list(csv.DictReader(predict_choice(choice_run, choice_files["valid"], tmp_path / "v.csv").open()))
+    right = sum(r["prediction"] == r["label"] for r in labelled)
+    assert right / len(labelled) == pytest.approx(scored["accuracy"])
+
+
+def test_choice_defaults_and_config_file(tmp_path):
+    cfg = FinetuneConfig.choice()
+    assert (cfg.lr, cfg.epochs, cfg.max_seq_length, cfg.batch_size) == (5e-5, 3, 128, 16)
+    from bertctl.cli_tasks import _choice_config
+
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"epochs": 5, "batch_size": 32}))
+    flags = {name: None for name in ("model", "out", "train", "validation", "lr")}
+    cfg = _choice_config({**flags, "config": config, "lr": 1e-4})
+    assert (cfg.epochs, cfg.lr, cfg.batch_size, cfg.max_seq_length) == (5, 1e-4, 32, 128)
+
+
+def _one_line_failure(args: list[str], message: str) -> None:
+    shown = CliRunner().invoke(app, args)
+    assert shown.exit_code != 0 and message in shown.output, shown.output
+    assert "Traceback" not in shown.output
+
+
+def test_refusals(encoder, choice_run, choice_files, tmp_path):
+    train = ["finetune", "choice", "--model", str(encoder), "--out", str(tmp_path / "o"), "--max-seq-length", "24",
+             "--train"]
+    missing = tmp_path / "missing.csv"
+    missing.write_text("sent1,ending0,ending1,label\nthe man,a,b,0\n")
+    _one_line_failure([*train, str(missing)], "lacks the column(s) sent2")
+    outside = _swag_csv(tmp_path / "outside.csv", [{**_synthetic(1, 1)[0], "label": 4}])
+    _one_line_failure([*train, str(outside)], "example 0 has the label 4, outside its choices 0..3")
+    ragged = tmp_path / "ragged.jsonl"
+    ragged.write_text('{"context": "a", "choices": ["b", "c"], "label": 0}\n'
+                      '{"context": "a", "choices": ["b", "c", "d"], "label": 0}\n')
+    _one_line_failure([*train, str(ragged)], "example 1 has 3 choices where the first has 2")
+    _one_line_failure(["evaluate", "choice", "--model", str(encoder), "--data", str(choice_files["valid"])],
+                      "has no multiple-choice head")
+    _one_line_failure(["evaluate", "choice", "--model", str(choice_run), "--data", str(choice_files["test"])],
+                      "example 0 has no label")
+    with pytest.raises(UsageError, match="label_names: for `bertctl finetune classify`"):
+        finetune_choice(FinetuneConfig.choice(model=encoder, train=choice_files["train"], out=tmp_path / "o",
+                                              label_names=("a", "b")))
+    with pytest.raises(UsageError, match="--train and --out"):
+        finetune_choice(FinetuneConfig.choice(model=encoder))
+    assert not (tmp_path / "o").exists()
+
+
+def test_two_gloo_processes_give_the_losses_and_validation_scores_of_one(encoder, choice_files, tmp_path):
+    """torchrun: each rank trains on its share of every batch and scores its share of the validation examples."""
+    from test_finetune_resume import _dev, _losses, _torchrun
+
+    flags = [a for k, v in {**FAST, "epochs": 2, "log_every": 1}.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    args = ["finetune", "choice", "--model", str(encoder), "--train", str(choice_files["train"]), "--validation",
+            str(choice_files["valid"]), "--device", "cpu", *flags]
+    one = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one")])
+    assert one.exit_code == 0, one.output
+    two = _torchrun([*args, "--out", str(tmp_path / "two")], 2, 29800)
+    assert two.returncode == 0, two.stderr[-2000:]
+    a, b = _losses(tmp_path / "one" / "metrics.jsonl"), _losses(tmp_path / "two" / "metrics.jsonl")
+    assert sorted(a) == sorted(b) and len(a) > 10 and max(abs(a[s] - b[s]) for s in a) < 1e-4
+    dev_one, dev_two = _dev(tmp_path / "one" / "metrics.jsonl"), _dev(tmp_path / "two" / "metrics.jsonl")
+    assert [r["validation_accuracy"] for r in dev_one] == [r["validation_accuracy"] for r in dev_two]
