@@ -14,7 +14,6 @@ Features follow transformers' run_swag.py and the paper (Devlin et al. 4.4): eac
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count, takewhile
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
 from bertctl.evaluate import truncate_pair
 from bertctl.files import user_path
@@ -110,14 +110,7 @@ def _csv_label(value: str | None, at: str) -> int | None:
 
 
 def _read_jsonl(path: Path, where: str) -> Iterator[tuple[str, str, list[str], int | None]]:
-    for number, line in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), start=1):
-        if not line.strip():
-            continue
-        at = f"{where}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{at}: not valid JSON: {exc.msg}") from None
+    for number, at, record in jsonl_values(path.read_text(encoding="utf-8-sig").split("\n"), where):
         yield _jsonl_example(record, at, str(number - 1))
 
 

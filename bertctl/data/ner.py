@@ -13,7 +13,6 @@ a sentence longer than max_seq_length is cut, and its words past the cut get no 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
 from bertctl.files import user_path
 from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
@@ -97,14 +97,7 @@ def _read_jsonl(text: str, where: str, label_names: Sequence[str] | None) -> tup
     words: list[list[str]] = []
     tags: list[list[str]] = []
     has_tags = None
-    for number, line in enumerate(_lines(text), start=1):
-        if not line.strip():
-            continue
-        at = f"{where}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{at}: not valid JSON: {exc.msg}") from None
+    for _, at, record in jsonl_values(_lines(text), where):
         if not isinstance(record, dict) or not _strings(record.get("tokens")):
             raise UsageError(f'{at}: expected {{"tokens": [...], "ner_tags": [...]}} with the words as strings')
         if has_tags is None:

@@ -17,7 +17,6 @@ In a .jsonl file a blank line is no row and `{"text": ""}` is one.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import reprlib
 from collections.abc import Iterator, Sequence
@@ -28,6 +27,7 @@ from typing import Any
 
 from bertctl.config import FINETUNE_PROBLEMS
 from bertctl.data.glue import Examples, LabelledTask, read_tsv
+from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
 from bertctl.files import user_path
 
@@ -130,16 +130,10 @@ def _tsv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[st
 
 def _jsonl_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     with open(path, encoding="utf-8-sig", newline="\n") as handle:
-        for line, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{line}: not valid JSON: {exc.msg}") from None
+        for line, at, record in jsonl_values(handle, str(path)):
             if not isinstance(record, dict):
-                raise UsageError(f"{path}:{line}: expected one JSON object per line")
-            _require(columns, list(record), f"{path}:{line}")
+                raise UsageError(f"{at}: expected one JSON object per line")
+            _require(columns, list(record), at)
             yield line, record
 
 
