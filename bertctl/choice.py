@@ -22,7 +22,6 @@ from torch import Tensor, nn
 
 from bertctl import training
 from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
-from bertctl.config import FinetuneConfig
 from bertctl.config_types import take_bool
 from bertctl.data.batches import pad_batch
 from bertctl.data.choice import ChoiceData, ChoiceFeatures, make_choice_features, read_choice
@@ -30,8 +29,8 @@ from bertctl.errors import UsageError
 from bertctl.evaluate import (
     Scorer,
     check_scoring_flags,
-    read_run_record,
     resolve_model_folder,
+    run_scorer,
     scored_batches,
     scoring_device,
     sum_over_ranks,
@@ -120,16 +119,8 @@ def open_choice_reader(path: Path | str, max_seq_length: int | None, batch_size:
     if "classifier" not in ckpt.parts or ckpt.architecture != CHOICE_ARCHITECTURE:
         raise UsageError(f"{folder} has no multiple-choice head (it is a {ckpt.architecture}); fine-tune it "
                          f"first: bertctl finetune choice --model {folder} --train train.csv ...")
-    saved = read_run_record(folder)
-    config = saved.get("config", {})
-    positions = ckpt.config.max_position_embeddings
-    max_len = max_seq_length or config.get("max_seq_length") or min(FinetuneConfig.max_seq_length, positions)
-    if max_len > positions:
-        raise UsageError(f"--max-seq-length {max_len}: the model takes at most {positions} tokens")
-    batch = batch_size or config.get("eval_batch_size") or FinetuneConfig.eval_batch_size
     model = build_model(ckpt, CHOICE_ARCHITECTURE, share_weights=True)
-    return ChoiceReader(Scorer(model, model_tokenizer(ckpt), max_len, batch, run_precision=saved.get("precision"),
-                               run_device=saved.get("device"), folder=folder))
+    return ChoiceReader(run_scorer(folder, model, model_tokenizer(ckpt), max_seq_length, batch_size)[0])
 
 
 def _read(reader: ChoiceReader, data: Path | str, need_labels: bool) -> ChoiceData:

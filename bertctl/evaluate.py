@@ -314,6 +314,13 @@ def open_scorer(path: Path | str, task: GlueTask | TabularTask, max_seq_length: 
     max_seq_length, batch_size = check_scoring_flags(max_seq_length, batch_size)
     folder = resolve_model_folder(path)
     model, tokenizer, _, order = load_classifier(folder, task, ckpt)
+    return run_scorer(folder, model, tokenizer, max_seq_length, batch_size, order)[0]
+
+
+def run_scorer(folder: Path, model: nn.Module, tokenizer: BertTokenizer, max_seq_length: int | None,
+               batch_size: int | None, label_order: list[int] | None = None) -> tuple[Scorer, dict[str, Any]]:
+    """A fine-tuned model's Scorer, and its run record (run.json): max_seq_length and the batch size are the flags
+    (checked by check_scoring_flags), else the run's, else the defaults (no longer than the model's positions)."""
     record = read_run_record(folder)
     saved = record.get("config", {})
     positions = model.config.max_position_embeddings
@@ -321,8 +328,8 @@ def open_scorer(path: Path | str, task: GlueTask | TabularTask, max_seq_length: 
     if max_len > positions:
         raise UsageError(f"--max-seq-length {max_len}: the model takes at most {positions} tokens")
     batch_size = _setting(batch_size, saved.get("eval_batch_size"), FinetuneConfig.eval_batch_size)
-    return Scorer(model, tokenizer, max_len, batch_size, order, record.get("precision"), record.get("device"),
-                  folder)
+    return Scorer(model, tokenizer, max_len, batch_size, label_order, record.get("precision"), record.get("device"),
+                  folder), record
 
 
 def _setting(flag: int | None, saved: int | None, default: int) -> int:

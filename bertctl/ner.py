@@ -23,7 +23,6 @@ from torch import Tensor, nn
 
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
-from bertctl.config import FinetuneConfig
 from bertctl.config_types import split_list, take_bool
 from bertctl.data.batches import pad_batch
 from bertctl.data.ner import IGNORED, NerData, NerFeatures, check_known, check_tag_names, make_ner_features, read_ner
@@ -31,8 +30,8 @@ from bertctl.errors import UsageError
 from bertctl.evaluate import (
     Scorer,
     check_scoring_flags,
-    read_run_record,
     resolve_model_folder,
+    run_scorer,
     scored_batches,
     scoring_device,
     sum_over_ranks,
@@ -160,17 +159,10 @@ def open_ner_reader(path: Path | str, max_seq_length: int | None, batch_size: in
     max_seq_length, batch_size = check_scoring_flags(max_seq_length, batch_size)
     folder = resolve_model_folder(path)
     ckpt = read_ner_model(folder)
-    record = read_run_record(folder)
-    saved = record.get("config", {})
-    positions = ckpt.config.max_position_embeddings
-    max_len = max_seq_length or saved.get("max_seq_length") or min(FinetuneConfig.max_seq_length, positions)
-    if max_len > positions:
-        raise UsageError(f"--max-seq-length {max_len}: the model takes at most {positions} tokens")
-    batch = batch_size or saved.get("eval_batch_size") or FinetuneConfig.eval_batch_size
-    names = split_list(label_names) if label_names is not None else saved.get("label_names") or ckpt.labels
     model = build_model(ckpt, TOKEN_ARCHITECTURE, share_weights=True)
-    scorer = Scorer(model, model_tokenizer(ckpt), max_len, batch, run_precision=record.get("precision"),
-                    run_device=record.get("device"), folder=folder)
+    scorer, record = run_scorer(folder, model, model_tokenizer(ckpt), max_seq_length, batch_size)
+    saved = record.get("config", {})
+    names = split_list(label_names) if label_names is not None else saved.get("label_names") or ckpt.labels
     return NerReader(scorer, tuple(ckpt.labels or ()), tuple(names) if names else None)
 
 
