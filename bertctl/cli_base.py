@@ -147,14 +147,15 @@ def show_warnings() -> None:
         logger.addHandler(_AboveTheBar(logging.WARNING))
 
 
-def command_config(cls: type, flags: dict[str, Any]) -> Any:
-    """A command's config dataclass from its flags (a command's `locals()`) over its `--config` file; INPUTS
-    arguments become a tuple. Importing the config modules here keeps `bertctl --help` fast."""
+def command_config(cls: type, flags: dict[str, Any], defaults: dict[str, Any] | None = None) -> Any:
+    """A command's config dataclass from its flags (a command's `locals()`) over its `--config` file over
+    `defaults` (a task's own, where they differ from the dataclass's); INPUTS arguments become a tuple.
+    Importing the config modules here keeps `bertctl --help` fast."""
     from bertctl.config_files import build_config, read_config_file
 
     flags = dict(flags)
     config = flags.pop("config")
     if "inputs" in flags:
         flags["inputs"] = tuple(flags["inputs"]) if flags["inputs"] else None
-    return build_config(cls, read_config_file(config) if config else {}, **flags)
+    return build_config(cls, {**(defaults or {}), **(read_config_file(config) if config else {})}, **flags)
 

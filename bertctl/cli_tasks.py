@@ -128,14 +128,9 @@ _SqThreshold = Annotated[float | None, typer.Option(help="SQuAD 2.0: answer \"\"
 
 
 def _squad_config(flags: dict[str, Any]) -> Any:
-    """FinetuneConfig with the SQuAD defaults under the --config file, and the flags over both."""
     from bertctl.config import SQUAD_DEFAULTS, FinetuneConfig
-    from bertctl.config_files import build_config, read_config_file
 
-    flags = dict(flags)
-    config = flags.pop("config")
-    return build_config(FinetuneConfig, {**SQUAD_DEFAULTS, **(read_config_file(config) if config else {})},
-                        **flags)
+    return command_config(FinetuneConfig, flags, SQUAD_DEFAULTS)
 
 
 @finetune_app.command("squad")
@@ -312,11 +307,8 @@ _NerLabels = Annotated[str | None, typer.Option(help="Comma-separated tags in he
 
 def _ner_config(flags: dict[str, Any]) -> Any:
     from bertctl.config import NER_DEFAULTS, FinetuneConfig
-    from bertctl.config_files import build_config, read_config_file
 
-    flags = dict(flags)
-    config = flags.pop("config")
-    return build_config(FinetuneConfig, {**NER_DEFAULTS, **(read_config_file(config) if config else {})}, **flags)
+    return command_config(FinetuneConfig, flags, NER_DEFAULTS)
 
 
 @finetune_app.command("ner")
@@ -386,12 +378,8 @@ _ChoiceBatch = Annotated[int | None, typer.Option(help="Examples (each of all it
 
 def _choice_config(flags: dict[str, Any]) -> Any:
     from bertctl.config import CHOICE_DEFAULTS, FinetuneConfig
-    from bertctl.config_files import build_config, read_config_file
 
-    flags = dict(flags)
-    config = flags.pop("config")
-    return build_config(FinetuneConfig, {**CHOICE_DEFAULTS, **(read_config_file(config) if config else {})},
-                        **flags)
+    return command_config(FinetuneConfig, flags, CHOICE_DEFAULTS)
 
 
 @finetune_app.command("choice")

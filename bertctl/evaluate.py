@@ -34,7 +34,7 @@ from bertctl.errors import UsageError
 from bertctl.files import json_text, read_json_object
 from bertctl.hub import path_as_given
 from bertctl.metrics import compute_task_metrics
-from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
+from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer, truncate_pair
 from bertctl.training import pick_device
 
 MIN_SEQ_LENGTH = 3  # [CLS], one token, [SEP]
@@ -53,16 +53,6 @@ class Features:
 
     def __len__(self) -> int:
         return len(self.input_ids)
-
-
-def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[list[int], list[int] | None]:
-    """Google's `_truncate_seq_pair`: drop the last token of the longer text until both fit together."""
-    if b is None:
-        return a[:max_tokens], None
-    a, b = list(a), list(b)
-    while len(a) + len(b) > max_tokens:
-        (a if len(a) > len(b) else b).pop()
-    return a, b
 
 
 def scoring_device(device: str | None) -> torch.device:

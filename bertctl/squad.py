@@ -162,6 +162,18 @@ _SETTINGS = ("doc_stride", "max_query_length", "n_best_size", "max_answer_length
 _RUN_VERSIONS = {"squad": "1.1", "squad_v2": "2.0"}  # run.json's task (SquadTask.name) -> the SQuAD version
 
 
+_FLAGS = {"eval_batch_size": "--batch-size"}  # the scoring commands' flag for a run's eval_batch_size
+
+
+def reader_flags(batch_size: int | None, max_seq_length: int | None, doc_stride: int | None,
+                 max_query_length: int | None, n_best_size: int | None, max_answer_length: int | None,
+                 null_score_diff_threshold: float | None) -> dict[str, Any]:
+    """evaluate/predict squad's flags under the run's field names, for `open_reader`."""
+    return {"eval_batch_size": batch_size, "max_seq_length": max_seq_length, "doc_stride": doc_stride,
+            "max_query_length": max_query_length, "n_best_size": n_best_size, "max_answer_length": max_answer_length,
+            "null_score_diff_threshold": null_score_diff_threshold}
+
+
 def open_reader(path: Path | str, flags: dict[str, Any]) -> SquadReader:
     """The model in `path` (a multi-seed run: its best seed) with each setting from `flags`, else its run.json,
     else the SQuAD defaults."""
@@ -173,8 +185,8 @@ def open_reader(path: Path | str, flags: dict[str, Any]) -> SquadReader:
     chosen: dict[str, Any] = {}
     for name in ("max_seq_length", "eval_batch_size", *_SETTINGS):
         flag = flags.get(name)
-        chosen[name] = take_int(f"--{name.replace('_', '-')}", flag, minimum=1) if flag is not None else \
-            saved.get(name) or getattr(defaults, name)
+        chosen[name] = take_int(_FLAGS.get(name, f"--{name.replace('_', '-')}"), flag, minimum=1) \
+            if flag is not None else saved.get(name) or getattr(defaults, name)
     threshold = flags.get("null_score_diff_threshold")
     chosen["null_score_diff_threshold"] = float(threshold if threshold is not None else
                                                 saved.get("null_score_diff_threshold", 0.0))
@@ -205,17 +217,16 @@ def evaluate_squad(model: Path | str, data: Path | str, batch_size: int | None =
     """{"version": "1.1"|"2.0", metric: value, ...}: the official evaluation script's output for the data's
     version (v2.0 with the null odds, as `--na-prob-file null_odds.json` gives it). With the run's settings,
     its own dev file gives exactly the numbers in its eval_results.json."""
-    reader = open_reader(model, {"eval_batch_size": batch_size, "max_seq_length": max_seq_length,
-                                 "doc_stride": doc_stride, "max_query_length": max_query_length,
-                                 "n_best_size": n_best_size, "max_answer_length": max_answer_length,
-                                 "null_score_diff_threshold": null_score_diff_threshold})
+    reader = open_reader(model, reader_flags(batch_size, max_seq_length, doc_stride, max_query_length, n_best_size,
+                                             max_answer_length, null_score_diff_threshold))
     squad = _read_data(data, reader, "score")
     return {"version": squad.version, **squad_scores(squad, reader.answers(squad, device, precision))}
 
 
 def print_squad_results(data: Path | str, results: dict[str, Any], as_json: bool = False) -> None:
     if as_json:
-        sys.stdout.write(json_text({"task": "squad", "data": str(data), **results}) + "\n")
+        task = "squad_v2" if results["version"] == "2.0" else "squad"  # the fine-tuning run's task name
+        sys.stdout.write(json_text({"task": task, "data": str(data), **results}) + "\n")
         return
     version = results["version"]
     for name, value in results.items():
@@ -234,10 +245,8 @@ def predict_squad(model: Path | str, data: Path | str, out: Path | str, batch_si
     data. Returns the files written (all after every question is answered)."""
     overwrite = take_bool("overwrite", overwrite)
     folder = check_out(out)
-    reader = open_reader(model, {"eval_batch_size": batch_size, "max_seq_length": max_seq_length,
-                                 "doc_stride": doc_stride, "max_query_length": max_query_length,
-                                 "n_best_size": n_best_size, "max_answer_length": max_answer_length,
-                                 "null_score_diff_threshold": null_score_diff_threshold})
+    reader = open_reader(model, reader_flags(batch_size, max_seq_length, doc_stride, max_query_length, n_best_size,
+                                             max_answer_length, null_score_diff_threshold))
     squad = _read_data(data, reader, "predict")
     names = OUTPUT_FILES if squad.version == "2.0" else OUTPUT_FILES[:2]
     taken = [name for name in names if (folder / name).exists()]

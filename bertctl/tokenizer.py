@@ -586,3 +586,13 @@ def format_row(row: dict[str, Any]) -> str:
     head = row["text"] if "pair" not in row else f"{row['text']}  |  {row['pair']}"
     return "\n".join([head, *(f"  {label:<8} {line}" for label, line in zip(("tokens", "ids", "segments"),
                                                                              lines, strict=True))])
+
+
+def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[list[int], list[int] | None]:
+    """Google's `_truncate_seq_pair`: drop the last token of the longer text until both fit together."""
+    if b is None:
+        return a[:max_tokens], None
+    a, b = list(a), list(b)
+    while len(a) + len(b) > max_tokens:
+        (a if len(a) > len(b) else b).pop()
+    return a, b

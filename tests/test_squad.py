@@ -690,3 +690,11 @@ def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, squad
     assert sorted(a) == sorted(b) and len(a) > 10 and max(abs(a[s] - b[s]) for s in a) < 1e-4
     dev_one, dev_two = _dev(tmp_path / "one" / "metrics.jsonl"), _dev(tmp_path / "two" / "metrics.jsonl")
     assert [r["dev_f1"] for r in dev_one] == [r["dev_f1"] for r in dev_two]
+
+
+def test_a_bad_scoring_flag_is_named_as_the_command_spells_it(squad_run, squad_files):
+    """evaluate/predict squad take --batch-size (the run's eval_batch_size), so that is the flag a refusal names."""
+    from bertctl.squad import evaluate_squad
+
+    with pytest.raises(UsageError, match="^--batch-size must be at least 1"):
+        evaluate_squad(squad_run, squad_files["dev"], batch_size=0)

@@ -24,9 +24,8 @@ import numpy as np
 
 from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
-from bertctl.evaluate import truncate_pair
 from bertctl.files import user_path
-from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
+from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer, truncate_pair
 
 SWAG_COLUMNS = ("sent1", "sent2", "ending0", "ending1")  # the least a SWAG-style csv must have
 _FORMATS = "a SWAG-style .csv or a .jsonl file"
