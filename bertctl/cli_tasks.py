@@ -300,7 +300,7 @@ def predict_squad(
 
 
 # `finetune ner`: run_ner.py's learning rate (NER_DEFAULTS) under the --config file, the flags over both.
-_NerLr = Annotated[float | None, typer.Option(help="Peak learning rate [5e-5].")]
+_Lr5e5 = Annotated[float | None, typer.Option(help="Peak learning rate [5e-5].")]
 _NerLabels = Annotated[str | None, typer.Option(help="Comma-separated tags in head order; names a .jsonl file's "
                                                 "integer ner_tags [sorted training tags].")]
 
@@ -320,7 +320,7 @@ def finetune_ner(
     label_names: _NerLabels = None,
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
     batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
-    lr: _NerLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
+    lr: _Lr5e5 = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
     weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
     adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
     precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
@@ -390,7 +390,7 @@ def finetune_choice(
                           ] = None,
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
     batch_size: _ChoiceBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
-    lr: _NerLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
+    lr: _Lr5e5 = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
     weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
     adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
     precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,

@@ -420,9 +420,14 @@ def _read_steps(pending: list[training.PendingStep], progress: Progress, limit: 
     progress.window += results
 
 
+def head_dropout(cfg: FinetuneConfig) -> dict[str, float]:
+    """build_model's keyword for a task head's dropout: --dropout, or (none given) the folder's own."""
+    return {} if cfg.dropout is None else {"classifier_dropout": cfg.dropout}
+
+
 def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
-    dropout = {} if cfg.dropout is None else {"classifier_dropout": cfg.dropout}  # None: the folder's own
-    model = build_model(prep.ckpt, "BertForSequenceClassification", num_labels=prep.task.num_labels, **dropout)
+    model = build_model(prep.ckpt, "BertForSequenceClassification", num_labels=prep.task.num_labels,
+                        **head_dropout(cfg))
     fresh = set(model.fresh_heads)
     reordered = "classifier" not in fresh and _align_classifier(model, prep.ckpt, prep.task, cfg.model, announce)
     if announce:

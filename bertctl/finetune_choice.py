@@ -20,7 +20,7 @@ from bertctl.choice import CHOICE_ARCHITECTURE, ChoiceTask, collate_choices, sco
 from bertctl.config import FinetuneConfig
 from bertctl.data.choice import ChoiceData, make_choice_features, read_choice
 from bertctl.errors import UsageError
-from bertctl.finetune import Base, launch, publish_task, refuse_the_other_commands, require, run_task
+from bertctl.finetune import Base, head_dropout, launch, publish_task, refuse_the_other_commands, require, run_task
 from bertctl.finetune_seed import Head, Prepared
 from bertctl.finetune_work import open_work, say
 
@@ -66,8 +66,7 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: ChoiceTask, train: ChoiceDat
 
 
 def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
-    dropout = {} if cfg.dropout is None else {"classifier_dropout": cfg.dropout}  # None: the folder's own
-    model = build_model(prep.ckpt, CHOICE_ARCHITECTURE, **dropout)
+    model = build_model(prep.ckpt, CHOICE_ARCHITECTURE, **head_dropout(cfg))
     if announce:
         fresh = set(model.fresh_heads)
         what = "a new multiple-choice head" if "classifier" in fresh else "its own multiple-choice head"

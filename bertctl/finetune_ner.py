@@ -22,7 +22,7 @@ from bertctl import training
 from bertctl.checkpoint import build_model
 from bertctl.config import FinetuneConfig
 from bertctl.data.ner import IGNORED, NerData, check_known, make_ner_features, read_ner, tag_set
-from bertctl.finetune import Base, launch, publish_task, refuse_the_other_commands, require, run_task
+from bertctl.finetune import Base, head_dropout, launch, publish_task, refuse_the_other_commands, require, run_task
 from bertctl.finetune_seed import Head, Prepared
 from bertctl.finetune_work import open_work, say
 from bertctl.ner import TOKEN_ARCHITECTURE, NerTask, collate_tokens, score_dev
@@ -68,8 +68,7 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: NerTask, train: NerData, dev
 
 
 def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
-    dropout = {} if cfg.dropout is None else {"classifier_dropout": cfg.dropout}  # None: the folder's own
-    model = build_model(prep.ckpt, TOKEN_ARCHITECTURE, num_labels=prep.task.num_labels, **dropout)
+    model = build_model(prep.ckpt, TOKEN_ARCHITECTURE, num_labels=prep.task.num_labels, **head_dropout(cfg))
     if announce:
         what = (f"a new token-classification head ({prep.task.num_labels} tags)" if "classifier" in
                 model.fresh_heads else "its own token-classification head")
