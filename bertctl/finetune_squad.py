@@ -41,7 +41,7 @@ def finetune_squad(cfg: FinetuneConfig) -> Path | None:
     refuse_the_other_commands(cfg, "squad")
 
     def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
-        base.ckpt.config.refuse_pairs(cfg.model, "SQuAD puts the question and the context in two segments",
+        base.ckpt.config.refuse_pairs(base.ckpt.path, "SQuAD puts the question and the context in two segments",
                                       "fine-tune a classifier instead")
         check_lengths(cfg.max_seq_length, cfg.max_query_length, base.ckpt.config.max_position_embeddings, cfg.model)
         train = read_squad(cfg.train, "train", "--train")

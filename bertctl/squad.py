@@ -191,6 +191,8 @@ def open_reader(path: Path | str, flags: dict[str, Any]) -> SquadReader:
     chosen["null_score_diff_threshold"] = float(threshold if threshold is not None else
                                                 saved.get("null_score_diff_threshold", 0.0))
     check_lengths(chosen["max_seq_length"], chosen["max_query_length"], ckpt.config.max_position_embeddings, folder)
+    ckpt.config.refuse_pairs(folder, "SQuAD puts the question and the context in two segments",
+                             "a model fine-tuned with bertctl finetune squad")
     model = build_model(ckpt, QA_ARCHITECTURE, share_weights=True)
     scorer = Scorer(model, model_tokenizer(ckpt), chosen["max_seq_length"], chosen["eval_batch_size"],
                     run_precision=record.get("precision"), run_device=record.get("device"), folder=folder)

@@ -698,3 +698,14 @@ def test_a_bad_scoring_flag_is_named_as_the_command_spells_it(squad_run, squad_f
 
     with pytest.raises(UsageError, match="^--batch-size must be at least 1"):
         evaluate_squad(squad_run, squad_files["dev"], batch_size=0)
+
+
+def test_a_qa_model_with_one_segment_embedding_is_refused_in_one_line(squad_files, tmp_path):
+    """The context is segment 1: past a one-row token_type embedding it would fail deep in the forward pass."""
+    from bertctl.squad import evaluate_squad
+
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, type_vocab_size=1)
+    folder = save_model(BertForQuestionAnswering(config), tmp_path / "one-segment", _tokenizer())
+    with pytest.raises(UsageError, match="two segments but .* has type_vocab_size 1"):
+        evaluate_squad(folder, squad_files["dev"], max_seq_length=24, doc_stride=6, max_query_length=6)
