@@ -212,23 +212,35 @@ def make_folder(folder: Path | str, flag: str = "--out") -> Path:
 
 def write_text_atomic(path: Path | str, text: str) -> None:
     """Write through a temp file and rename, so a reader never sees half a file."""
-    path = Path(path)
-    make_folder(path.parent)
+    write_texts_atomic({Path(path): text})
+
+
+def write_texts_atomic(texts: dict[Path, str]) -> None:
+    """Write every file through a temp file beside it, then rename them all: a failed write (a full disk) leaves
+    none of them changed, so a set of outputs is never half old, half new."""
+    written: list[tuple[str, Path]] = []
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as exc:
-        raise WriteFailed(path, exc) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise WriteFailed(path, exc) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        for path, text in texts.items():
+            make_folder(path.parent)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            except OSError as exc:
+                raise WriteFailed(path, exc) from None
+            written.append((tmp, path))
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+                    handle.write(text)
+                os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files
+            except OSError as exc:
+                raise WriteFailed(path, exc) from None
+        for tmp, path in written:
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise WriteFailed(path, exc) from None
+    finally:
+        for tmp, _ in written:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def json_ready(data: Any) -> Any:

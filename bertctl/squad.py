@@ -33,7 +33,7 @@ from bertctl.evaluate import (
     scoring_device,
     sum_over_ranks,
 )
-from bertctl.files import check_out, json_text, user_path, write_json_atomic
+from bertctl.files import check_out, json_text, user_path, write_texts_atomic
 from bertctl.squad_answers import Answers, AnswerSettings, answers_from_logits
 from bertctl.squad_metrics import squad_v1_scores, squad_v2_scores
 from bertctl.tokenizer import BertTokenizer
@@ -258,12 +258,10 @@ def predict_squad(model: Path | str, data: Path | str, out: Path | str, batch_si
 
 
 def write_answers(answers: Answers, folder: Path) -> list[Path]:
-    """predictions.json, nbest_predictions.json and (v2.0) null_odds.json in `folder`, each written whole."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """predictions.json, nbest_predictions.json and (v2.0) null_odds.json in `folder`, written as one set."""
     contents = [answers.predictions, answers.nbest, answers.null_odds]
-    written = []
-    for name, content in zip(OUTPUT_FILES, contents, strict=True):
-        if content is not None:
-            write_json_atomic(folder / name, content)
-            written.append(folder / name)
-    return written
+    texts = {folder / name: json_text(content, indent=2) + "\n" for name, content in zip(OUTPUT_FILES, contents,
+                                                                                       strict=True)
+             if content is not None}
+    write_texts_atomic(texts)
+    return list(texts)

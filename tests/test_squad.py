@@ -709,3 +709,32 @@ def test_a_qa_model_with_one_segment_embedding_is_refused_in_one_line(squad_file
     folder = save_model(BertForQuestionAnswering(config), tmp_path / "one-segment", _tokenizer())
     with pytest.raises(UsageError, match="two segments but .* has type_vocab_size 1"):
         evaluate_squad(folder, squad_files["dev"], max_seq_length=24, doc_stride=6, max_query_length=6)
+
+
+def test_predict_writes_its_files_as_one_set(squad_run, squad_files, tmp_path, monkeypatch):
+    """A disk that fails on the second file leaves the first as it was: never a new predictions.json beside an
+    old nbest_predictions.json."""
+    import errno
+    import tempfile
+
+    from bertctl.errors import BertctlError
+    from bertctl.squad import predict_squad
+
+    out = tmp_path / "pred"
+    out.mkdir()
+    for name in ("predictions.json", "nbest_predictions.json"):
+        (out / name).write_text("old\n")
+    made = []
+    real = tempfile.mkstemp
+
+    def full_disk(*args, **kwargs):
+        made.append(1)
+        if len(made) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", full_disk)
+    with pytest.raises(BertctlError, match="No space left on device"):
+        predict_squad(squad_run, squad_files["dev"], out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["nbest_predictions.json", "predictions.json"]
+    assert all((out / name).read_text() == "old\n" for name in ("predictions.json", "nbest_predictions.json"))
