@@ -32,7 +32,6 @@ from bertctl.evaluate import (
     resolve_model_folder,
     run_scorer,
     scored_batches,
-    scoring_device,
     sum_over_ranks,
 )
 from bertctl.files import check_new_out, json_text, write_text_atomic
@@ -102,12 +101,10 @@ class ChoiceReader:
 
     def predict(self, data: ChoiceData, device: str | None, precision: str | None) -> tuple[np.ndarray, int]:
         """(N, C) logits and how many examples max_seq_length cut."""
-        run_on = scoring_device(device)
         scorer = self.scorer
-        scorer.model.to(run_on)
         features = make_choice_features(scorer.tokenizer, data, scorer.max_seq_length)
-        return choice_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
-                             scorer.precision_on(precision, run_on)), features.truncated
+        return choice_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size,
+                             *scorer.place(device, precision)), features.truncated
 
 
 def open_choice_reader(path: Path | str, max_seq_length: int | None, batch_size: int | None) -> ChoiceReader:

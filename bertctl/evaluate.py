@@ -281,6 +281,13 @@ class Scorer:
                                            "one text column")
         return encode_examples(self.tokenizer, examples, self.max_seq_length)
 
+    def place(self, device: str | None, precision: str | None) -> tuple[torch.device, str]:
+        """Move the model to --device (scoring_device's choice) and resolve --precision there (precision_on):
+        where every scoring command starts."""
+        run_on = scoring_device(device)
+        self.model.to(run_on)
+        return run_on, self.precision_on(precision, run_on)
+
     def precision_on(self, precision: str | None, device: torch.device) -> str:
         """--precision, else the run's own on the same kind of device (so scores reproduce its
         eval_results.json), else auto (bf16 on a GPU, fp32 on the CPU)."""
@@ -361,9 +368,9 @@ def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, spl
                          f"use bertctl predict glue {task.name}")
     scorer = open_scorer(model, task, max_seq_length, batch_size)
     features = {s: scorer.encode(read_split(task, s, data)) for s in splits}
-    run_on = scoring_device(device)
-    return score(task, scorer.model.to(run_on), features, scorer.tokenizer.pad_id, scorer.batch_size, run_on,
-                 scorer.precision_on(precision, run_on), scorer.label_order)
+    run_on, resolved = scorer.place(device, precision)
+    return score(task, scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, run_on, resolved,
+                 scorer.label_order)
 
 
 def predict_command(task: GlueTask) -> str:
@@ -458,10 +465,9 @@ def evaluate_classify(model: Path | str, data: str | Path, text_columns: str | S
     """
     run = open_classify_run(model, text_columns, label_column, max_seq_length, batch_size)
     features = run.scorer.encode(run.read_labelled(data))
-    run_on = scoring_device(device)
-    results = score(run.task, run.scorer.model.to(run_on), {"data": features}, run.scorer.tokenizer.pad_id,
-                    run.scorer.batch_size, run_on, run.scorer.precision_on(precision, run_on),
-                    run.scorer.label_order)
+    run_on, resolved = run.scorer.place(device, precision)
+    results = score(run.task, run.scorer.model, {"data": features}, run.scorer.tokenizer.pad_id,
+                    run.scorer.batch_size, run_on, resolved, run.scorer.label_order)
     return results["data"]
 
 

@@ -33,7 +33,6 @@ from bertctl.evaluate import (
     resolve_model_folder,
     run_scorer,
     scored_batches,
-    scoring_device,
     sum_over_ranks,
 )
 from bertctl.files import check_new_out, json_text, write_text_atomic
@@ -145,11 +144,9 @@ class NerReader:
 
     def predict(self, data: NerData, device: str | None, precision: str | None) -> tuple[list[np.ndarray], int]:
         """Each sentence's tag id per word (-1: no prediction) and how many sentences max_seq_length cut."""
-        run_on = scoring_device(device)
-        self.scorer.model.to(run_on)
         features = make_ner_features(self.scorer.tokenizer, data, None, self.scorer.max_seq_length)
         return word_predictions(self.scorer.model, features, self.scorer.tokenizer.pad_id, self.scorer.batch_size,
-                                run_on, self.scorer.precision_on(precision, run_on)), features.truncated
+                                *self.scorer.place(device, precision)), features.truncated
 
 
 def open_ner_reader(path: Path | str, max_seq_length: int | None, batch_size: int | None,

@@ -26,7 +26,6 @@ from bertctl.evaluate import (
     open_classify_run,
     open_scorer,
     predict_logits,
-    scoring_device,
     to_predictions,
 )
 from bertctl.files import check_new_out, check_out, user_path
@@ -81,9 +80,7 @@ def _predict_task(task: GlueTask, model: Path, data: str | Path, batch_size: int
     """(task, split, ids, predictions) for each of the task's test splits."""
     scorer = open_scorer(model, get_task(task.predicted_by or task), max_seq_length, batch_size)
     examples = {split: read_split(task, split, data) for split in task.eval_splits("test")}
-    run_on = scoring_device(device)
-    scorer.model.to(run_on)
-    resolved = scorer.precision_on(precision, run_on)
+    run_on, resolved = scorer.place(device, precision)
     results = []
     for split, test in examples.items():
         logits = _task_logits(scorer, test, run_on, resolved)
@@ -114,9 +111,7 @@ def predict_classify(model: Path | str, data: str | Path, out: str | Path,
     path = check_new_out(prediction_path(out, user_path(data)), overwrite=overwrite, folder=False)
     run = open_classify_run(model, text_columns, None, max_seq_length, batch_size)
     examples, id_name = read_examples(data, run.text_columns)
-    run_on = scoring_device(device)
-    run.scorer.model.to(run_on)
-    logits = _task_logits(run.scorer, examples, run_on, run.scorer.precision_on(precision, run_on))
+    logits = _task_logits(run.scorer, examples, *run.scorer.place(device, precision))
     predictions = to_predictions(logits, run.task.is_regression).tolist()
     probabilities = None if run.task.is_regression else torch.from_numpy(logits).softmax(-1).tolist()
     return write_predictions(path, id_name, examples.ids, run.task.label_names, predictions, probabilities)

@@ -30,7 +30,6 @@ from bertctl.evaluate import (
     read_run_record,
     resolve_model_folder,
     scored_batches,
-    scoring_device,
     sum_over_ranks,
 )
 from bertctl.files import check_out, json_text, user_path, write_texts_atomic
@@ -142,11 +141,9 @@ class SquadReader:
                              self.settings["max_query_length"], training=False)
 
     def answers(self, data: SquadData, device: str | None, precision: str | None) -> Answers:
-        run_on = scoring_device(device)
-        self.scorer.model.to(run_on)
         return predict_answers(self.scorer.model, self.features(data), self.scorer.tokenizer,
-                               answer_settings(self.settings, data.version), self.scorer.batch_size, run_on,
-                               self.scorer.precision_on(precision, run_on))
+                               answer_settings(self.settings, data.version), self.scorer.batch_size,
+                               *self.scorer.place(device, precision))
 
 
 def read_qa_model(folder: Path) -> Checkpoint:
