@@ -135,8 +135,10 @@ def _squad_config(flags: dict[str, Any]) -> Any:
 
 @finetune_app.command("squad")
 def finetune_squad(
-    train: Annotated[Path | None, typer.Option(help="SQuAD v1.1/v2.0 training JSON (train-v1.1.json).")] = None,
-    dev: Annotated[Path | None, typer.Option(help="SQuAD JSON scored after each epoch (best F1 kept).")] = None,
+    train: Annotated[Path | None, typer.Option(help="SQuAD v1.1/v2.0 training JSON (train-v1.1.json), or a hub "
+                                               "copy: .parquet, save_to_disk folder, to_json lines.")] = None,
+    dev: Annotated[Path | None, typer.Option(help="SQuAD JSON or hub copy scored after each epoch (best F1 kept).")
+                   ] = None,
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _SqMaxLen = None,
     doc_stride: _SqStride = None, max_query_length: _SqQuery = None, n_best_size: _SqNBest = None,
     max_answer_length: _SqAnswerLen = None, null_score_diff_threshold: _SqThreshold = None,
@@ -201,8 +203,8 @@ def evaluate_classify(
 
 
 # Options of `evaluate squad` and `predict squad`: by default the fine-tuning run's, else SQuAD's defaults.
-_SqData = Annotated[Path, typer.Option("--data", help="SQuAD v1.1/v2.0 JSON (dev-v1.1.json); the version is "
-                                       "read from it.")]
+_SqData = Annotated[Path, typer.Option("--data", help="SQuAD v1.1/v2.0 JSON (dev-v1.1.json) or a hub copy "
+                                       "(.parquet, save_to_disk folder, to_json lines); the version is read from it.")]
 _SqEvMaxLen = Annotated[int | None, typer.Option(help="Tokens per window [the run's, 384].")]
 _SqEvStride = Annotated[int | None, typer.Option(help="Pieces between windows [the run's, 128].")]
 _SqEvQuery = Annotated[int | None, typer.Option(help="Question pieces kept [the run's, 64].")]
@@ -301,8 +303,8 @@ def predict_squad(
 
 # `finetune ner`: run_ner.py's learning rate (NER_DEFAULTS) under the --config file, the flags over both.
 _Lr5e5 = Annotated[float | None, typer.Option(help="Peak learning rate [5e-5].")]
-_NerLabels = Annotated[str | None, typer.Option(help="Comma-separated tags in head order; names a .jsonl file's "
-                                                "integer ner_tags [sorted training tags].")]
+_NerLabels = Annotated[str | None, typer.Option(help="Comma-separated tags in head order; names a .jsonl/.json "
+                                                "file's integer ner_tags [sorted training tags].")]
 
 
 def _ner_config(flags: dict[str, Any]) -> Any:
@@ -313,8 +315,9 @@ def _ner_config(flags: dict[str, Any]) -> Any:
 
 @finetune_app.command("ner")
 def finetune_ner(
-    train: Annotated[Path | None, typer.Option(help="CoNLL-2003 text file (word first, NER tag last) or .jsonl "
-                                               "({\"tokens\", \"ner_tags\"}).")] = None,
+    train: Annotated[Path | None, typer.Option(help="CoNLL-2003 text file (word first, NER tag last), .jsonl/.json "
+                                               "({\"tokens\", \"ner_tags\"}) or a hub copy (.parquet, "
+                                               "save_to_disk folder).")] = None,
     validation: Annotated[Path | None, typer.Option(help="File scored after each epoch (best entity F1 kept).")
                           ] = None,
     label_names: _NerLabels = None,
@@ -336,9 +339,9 @@ def finetune_ner(
 
 
 # Options of `evaluate ner` and `predict ner`: by default the fine-tuning run's.
-_NerData = Annotated[Path, typer.Option("--data", help="CoNLL-2003 text file or .jsonl (tags needed to "
-                                        "evaluate, optional to predict).")]
-_NerEvLabels = Annotated[str | None, typer.Option(help="Tags of a .jsonl file's integer ner_tags, in id order "
+_NerData = Annotated[Path, typer.Option("--data", help="CoNLL-2003 text file, .jsonl/.json or a hub copy (.parquet, "
+                                        "save_to_disk folder); tags needed to evaluate, optional to predict.")]
+_NerEvLabels = Annotated[str | None, typer.Option(help="Tags of a .jsonl/.json file's integer ner_tags, in id order "
                                                   "[the run's, else the model's id2label].")]
 
 
@@ -364,7 +367,7 @@ def predict_ner(
     batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, label_names: _NerEvLabels = None,
     device: _FtDevice = None, precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
 ) -> None:
-    """Tag every word of a CoNLL or .jsonl file with a NER model."""
+    """Tag every word of a CoNLL file, .jsonl file or hub copy with a NER model."""
     from bertctl.ner import predict_ner as run_predict
 
     typer.echo(str(run_predict(model, data, out, batch_size, max_seq_length, label_names, device, precision,
@@ -384,8 +387,9 @@ def _choice_config(flags: dict[str, Any]) -> Any:
 
 @finetune_app.command("choice")
 def finetune_choice(
-    train: Annotated[Path | None, typer.Option(help="SWAG-style .csv (sent1, sent2, ending0.., label) or .jsonl "
-                                               "({\"context\", \"choices\", \"label\"}).")] = None,
+    train: Annotated[Path | None, typer.Option(help="SWAG-style .csv (sent1, sent2, ending0.., label), .jsonl "
+                                               "({\"context\", \"choices\", \"label\"}) or a hub copy (.parquet, "
+                                               "save_to_disk folder, to_json lines).")] = None,
     validation: Annotated[Path | None, typer.Option(help="File scored after each epoch (best accuracy kept).")
                           ] = None,
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
@@ -406,8 +410,9 @@ def finetune_choice(
 
 
 # Options of `evaluate choice` and `predict choice`: by default the fine-tuning run's.
-_ChoiceData = Annotated[Path, typer.Option("--data", help="SWAG-style .csv or .jsonl (labels needed to evaluate, "
-                                           "optional to predict).")]
+_ChoiceData = Annotated[Path, typer.Option("--data", help="SWAG-style .csv, .jsonl or a hub copy (.parquet, "
+                                           "save_to_disk folder, to_json lines); labels needed to evaluate, "
+                                           "optional to predict.")]
 
 
 @evaluate_app.command("choice")
@@ -430,7 +435,8 @@ def predict_choice(
     batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, device: _FtDevice = None,
     precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
 ) -> None:
-    """Pick the choice of every example of a SWAG-style .csv or .jsonl file with a multiple-choice model."""
+    """Pick the choice of every example of a SWAG-style .csv, .jsonl file or hub copy with a multiple-choice
+    model."""
     from bertctl.choice import predict_choice as run_predict
 
     typer.echo(str(run_predict(model, data, out, batch_size, max_seq_length, device, precision, overwrite)))

@@ -23,7 +23,7 @@ from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_ch
 from bertctl.config import FinetuneConfig
 from bertctl.config_types import take_bool, take_int
 from bertctl.data.batches import pad_batch
-from bertctl.data.squad import SquadData, SquadFeatures, declared_version, make_features, read_squad
+from bertctl.data.squad import SquadData, SquadFeatures, make_features, read_squad
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
     Scorer,
@@ -197,13 +197,10 @@ def open_reader(path: Path | str, flags: dict[str, Any]) -> SquadReader:
 
 
 def _read_data(data: Path | str, reader: SquadReader, mode: str) -> SquadData:
-    """The file's questions; a file that says nothing of its version (no `version`, no is_impossible) is read
-    as the version the model was trained on."""
+    """The file's questions; a v2.0 model reads a file that says nothing of its version (no `version`, no
+    is_impossible, no hub row without answers) as v2.0."""
     path = user_path(data, "--data")
-    version = None
-    if reader.run_version == "2.0" and declared_version(path) is None:
-        version = reader.run_version
-    squad = read_squad(path, mode, "--data", version)
+    squad = read_squad(path, mode, "--data", fallback="2.0" if reader.run_version == "2.0" else None)
     log.info("%s: SQuAD v%s", path, squad.version)
     return squad
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -271,3 +272,77 @@ def test_two_gloo_processes_give_the_losses_and_validation_scores_of_one(encoder
     assert sorted(a) == sorted(b) and len(a) > 10 and max(abs(a[s] - b[s]) for s in a) < 1e-4
     dev_one, dev_two = _dev(tmp_path / "one" / "metrics.jsonl"), _dev(tmp_path / "two" / "metrics.jsonl")
     assert [r["validation_accuracy"] for r in dev_one] == [r["validation_accuracy"] for r in dev_two]
+
+
+# --- copies of the hub's allenai/swag (regular) ----------------------------------------------------------------
+
+def _swag_copies(root: Path, rows: list[dict], labelled: bool = True) -> dict[str, Path]:
+    """The hub's rows: SWAG's columns, the label a ClassLabel id, -1 for the test split's missing one."""
+    from hub_copy_fixtures import SWAG_TEXTS, swag_features, write_copies
+
+    columns = {name: [row[name] for row in rows] for name in SWAG_TEXTS}
+    return write_copies(root, {**columns, "label": [row["label"] if labelled else -1 for row in rows]},
+                        swag_features())
+
+
+@pytest.mark.parametrize("labelled", [True, False])
+def test_hub_copies_give_the_examples_of_the_swag_csv(tmp_path, labelled):
+    rows = _synthetic(10, 4)
+    want = read_choice(_swag_csv(tmp_path / "swag.csv", rows, labelled), "--data", need_labels=False)
+    assert (want.labels is not None) == labelled
+    copies = _swag_copies(tmp_path / "copies", rows, labelled)
+    for form in ("parquet", "saved", "json", "split"):
+        got = read_choice(copies[form], "--data", need_labels=False)
+        assert (got.ids, got.contexts, got.choices, got.labels) == (want.ids, want.contexts, want.choices,
+                                                                      want.labels), form
+    jsonl = tmp_path / "copy.jsonl"
+    jsonl.write_text(copies["json"].read_text())
+    if not labelled:  # the hub's test split written out as csv
+        exported = _swag_csv(tmp_path / "exported.csv", [{**row, "label": -1} for row in rows])
+        assert read_choice(exported, "--data", need_labels=False).labels is None
+    assert read_choice(jsonl, "--data", need_labels=False).choices == want.choices
+    ours, theirs = (make_choice_features(_tokenizer(), read_choice(p, "--data", need_labels=False), 16)
+                    for p in (copies["parquet"], tmp_path / "swag.csv"))
+    assert [[x.tolist() for x in e] for e in ours.input_ids] == [[x.tolist() for x in e] for e in theirs.input_ids]
+
+
+def test_swag_copies_that_do_not_fit_are_refused_in_one_line(tmp_path):
+    import datasets
+
+    copies = _swag_copies(tmp_path / "c", _synthetic(3, 1))
+    saved = datasets.load_from_disk(str(copies["saved"]))
+    saved.remove_columns(["sent2", "ending1"]).to_parquet(str(tmp_path / "short.parquet"))
+    with pytest.raises(UsageError, match=r"short.parquet lacks the column\(s\) sent2, ending1; give SWAG's columns"):
+        read_choice(tmp_path / "short.parquet", "--train")
+    with pytest.raises(UsageError, match=re.escape(f"--validation {copies['dict']} is a DatasetDict folder of the "
+                                                   f"splits train, validation; give one split's folder, such as "
+                                                   f"{copies['dict'] / 'validation'}")):
+        read_choice(copies["dict"], "--validation")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"sent1": "a", "sent2": "b", "ending0": "c", "ending1": None, "label": 0}) + "\n")
+    with pytest.raises(UsageError, match=r"bad.json:1: ending1 must be text, got None"):
+        read_choice(bad, "--train")
+    bad.write_text(json.dumps({"sent1": "a", "sent2": "b", "ending0": "c", "ending1": "d", "label": "0"}) + "\n")
+    with pytest.raises(UsageError, match=r"bad.json:1: label must be the number of a choice"):
+        read_choice(bad, "--train")
+
+
+def test_finetune_and_evaluate_on_hub_copies_equal_the_swag_csvs(choice_run, choice_files, encoder, tmp_path):
+    train = _swag_copies(tmp_path / "train", _synthetic(160, 1))
+    valid = _swag_copies(tmp_path / "valid", _synthetic(40, 2))
+    test = _swag_copies(tmp_path / "test", _synthetic(6, 3), labelled=False)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["finetune", "choice", "--model", str(encoder), "--train", str(train["split"]),
+                                      "--validation", str(valid["parquet"]), "--out", str(out),
+                                      *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+    assert result.exit_code == 0, result.output
+    want = json.loads((choice_run / "eval_results.json").read_text())
+    assert json.loads((out / "eval_results.json").read_text())["validation"] == want["validation"]
+    shown = CliRunner().invoke(app, ["evaluate", "choice", "--model", str(choice_run), "--data", str(valid["json"]),
+                                     "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["accuracy"] == want["validation"]["accuracy"]
+    shown = CliRunner().invoke(app, ["predict", "choice", "--model", str(choice_run), "--data", str(test["saved"]),
+                                     "--out", str(tmp_path / "p.csv")])
+    assert shown.exit_code == 0, shown.output
+    expected = predict_choice(choice_run, choice_files["test"], tmp_path / "q.csv").read_text()
+    assert (tmp_path / "p.csv").read_text() == expected

@@ -431,3 +431,99 @@ def test_two_gloo_processes_give_the_losses_and_validation_scores_of_one(encoder
     assert sorted(a) == sorted(b) and len(a) > 10 and max(abs(a[s] - b[s]) for s in a) < 1e-4
     dev_one, dev_two = _dev(tmp_path / "one" / "metrics.jsonl"), _dev(tmp_path / "two" / "metrics.jsonl")
     assert [r["validation_f1"] for r in dev_one] == [r["validation_f1"] for r in dev_two]
+
+
+# --- copies of the hub's eriktks/conll2003 --------------------------------------------------------------------
+
+def _ner_copies(root: Path, sentences: list[list[tuple[str, str]]]) -> dict[str, Path]:
+    """The hub's rows of these sentences: tokens, and the tags as ids of conll2003's ClassLabel names."""
+    from hub_copy_fixtures import CONLL_TAGS, conll_features, write_copies
+
+    columns = {"id": [str(i) for i in range(len(sentences))], "tokens": [[w for w, _ in s] for s in sentences],
+               "pos_tags": [[0] * len(s) for s in sentences], "chunk_tags": [[1] * len(s) for s in sentences],
+               "ner_tags": [[CONLL_TAGS.index(t) for _, t in s] for s in sentences]}
+    return write_copies(root, columns, conll_features())
+
+
+def test_hub_copies_give_the_sentences_of_the_conll_file(tmp_path):
+    from hub_copy_fixtures import CONLL_TAGS
+
+    sentences = _synthetic(12, 7)
+    want = read_ner(_conll(tmp_path / "train.txt", sentences), "--train")
+    copies = _ner_copies(tmp_path / "copies", sentences)
+    for form in ("parquet", "saved", "split"):  # the ids are named by the copy's ClassLabel names
+        got = read_ner(copies[form], "--train", label_names=["O", "B-LOC"])
+        assert (got.words, got.tags) == (want.words, want.tags), form
+    with pytest.raises(UsageError, match=r"copy.json:1: ner_tags are class ids; give --label-names"):
+        read_ner(copies["json"], "--train")  # Dataset.to_json keeps no features
+    got = read_ner(copies["json"], "--train", label_names=CONLL_TAGS)
+    assert (got.words, got.tags) == (want.words, want.tags)
+    ours, theirs = (make_ner_features(_tokenizer(), read_ner(p, "--train"), tag_set(want, None), 16)
+                    for p in (copies["parquet"], tmp_path / "train.txt"))
+    assert [x.tolist() for x in ours.labels] == [x.tolist() for x in theirs.labels]
+
+
+def test_ner_copies_of_words_only_and_bad_ones(tmp_path):
+    import datasets
+
+    copies = _ner_copies(tmp_path / "c", _synthetic(3, 1))
+    words = datasets.load_from_disk(str(copies["saved"])).remove_columns("ner_tags")
+    words.save_to_disk(str(tmp_path / "words"))
+    assert read_ner(tmp_path / "words", "--data", need_tags=False).tags is None
+    with pytest.raises(UsageError, match="words has no NER tags"):
+        read_ner(tmp_path / "words", "--data")
+    words.remove_columns("tokens").to_parquet(str(tmp_path / "no-tokens.parquet"))
+    with pytest.raises(UsageError, match=r"no-tokens.parquet has no column tokens \(found: id, pos_tags, "
+                                         r"chunk_tags\); give the hub's columns tokens and ner_tags"):
+        read_ner(tmp_path / "no-tokens.parquet", "--data", need_tags=False)
+    names = datasets.ClassLabel(names=["O", "PER"])
+    odd = datasets.Dataset.from_dict({"tokens": [["a"]], "ner_tags": [[1]]}, features=datasets.Features(
+        {"tokens": datasets.List(datasets.Value("string")), "ner_tags": datasets.List(names)}))
+    odd.to_parquet(str(tmp_path / "odd.parquet"))
+    with pytest.raises(UsageError, match="ner_tags' ClassLabel names: tag 'PER' is not O or B-/I-/E-/S-TYPE"):
+        read_ner(tmp_path / "odd.parquet", "--train")
+    (tmp_path / "broken.parquet").write_text("not parquet")
+    with pytest.raises(UsageError, match="broken.parquet: cannot read it as parquet"):
+        read_ner(tmp_path / "broken.parquet", "--train")
+
+
+def test_finetune_and_evaluate_on_hub_copies_equal_the_conll_files(ner_run, ner_files, encoder, tmp_path):
+    from hub_copy_fixtures import CONLL_TAGS
+
+    train = _ner_copies(tmp_path / "train", _synthetic(96, 1))
+    valid = _ner_copies(tmp_path / "valid", _synthetic(24, 2))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["finetune", "ner", "--model", str(encoder), "--train", str(train["parquet"]),
+                                      "--validation", str(valid["saved"]), "--out", str(out),
+                                      *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+    assert result.exit_code == 0, result.output
+    want = json.loads((ner_run / "eval_results.json").read_text())
+    assert json.loads((out / "eval_results.json").read_text())["validation"] == want["validation"]
+    shown = CliRunner().invoke(app, ["evaluate", "ner", "--model", str(ner_run), "--data", str(valid["json"]),
+                                     "--label-names", ",".join(CONLL_TAGS), "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert {k: json.loads(shown.stdout)[k] for k in want["validation"]} == want["validation"]
+    shown = CliRunner().invoke(app, ["predict", "ner", "--model", str(ner_run), "--data", str(valid["split"]),
+                                     "--out", str(tmp_path / "p.txt")])
+    assert shown.exit_code == 0, shown.output
+    assert (tmp_path / "p.txt").read_text() == predict_ner(ner_run, ner_files["valid"], tmp_path / "q.txt").read_text()
+
+
+def test_text_files_and_parquet_copies_are_read_without_importing_datasets(tmp_path):
+    """`datasets` takes seconds to import; only a saved folder needs it."""
+    import subprocess
+    import sys
+
+    copies = _ner_copies(tmp_path / "c", _synthetic(2, 1))
+    conll = _conll(tmp_path / "t.txt", _synthetic(2, 1))
+    squad = tmp_path / "s.json"
+    squad.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": "red", "qas": [
+        {"id": "a", "question": "q", "answers": [{"text": "red", "answer_start": 0}]}]}]}]}))
+    code = ("import sys\nfrom bertctl.data.ner import read_ner\nfrom bertctl.data.squad import read_squad\n"
+            f"read_ner({str(conll)!r}, '--train')\nread_ner({str(copies['parquet'])!r}, '--train')\n"
+            f"read_ner({str(copies['json'])!r}, '--train', label_names=['O', 'B-PER', 'I-PER', 'B-ORG', 'I-ORG', "
+            "'B-LOC', 'I-LOC'])\n"
+            f"read_squad({str(squad)!r})\nassert 'datasets' not in sys.modules, 'datasets imported'\n"
+            f"read_ner({str(copies['saved'])!r}, '--train')\nassert 'datasets' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

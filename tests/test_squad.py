@@ -738,3 +738,116 @@ def test_predict_writes_its_files_as_one_set(squad_run, squad_files, tmp_path, m
         predict_squad(squad_run, squad_files["dev"], out, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == ["nbest_predictions.json", "predictions.json"]
     assert all((out / name).read_text() == "old\n" for name in ("predictions.json", "nbest_predictions.json"))
+
+
+# --- copies of the hub's rajpurkar/squad and squad_v2 --------------------------------------------------------
+
+def _hub_rows(raw: dict) -> dict[str, list]:
+    """The hub's flat rows of a SQuAD file, built as its loading script builds them: one row per question."""
+    columns: dict[str, list] = {"id": [], "title": [], "context": [], "question": [], "answers": []}
+    for article in raw["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                columns["id"].append(qa["id"])
+                columns["title"].append(article["title"])
+                columns["context"].append(paragraph["context"])
+                columns["question"].append(qa["question"])
+                columns["answers"].append({"text": [a["text"] for a in qa["answers"]],
+                                           "answer_start": [a["answer_start"] for a in qa["answers"]]})
+    return columns
+
+
+def _squad_copies(root: Path, raw: dict) -> dict[str, Path]:
+    from hub_copy_fixtures import squad_features, write_copies
+
+    copies = write_copies(root, _hub_rows(raw), squad_features())
+    rows = [json.loads(line) for line in copies["json"].read_text().splitlines()]
+    return {**copies, "run_qa": _write(root / "run_qa.json", {"data": rows})}  # run_qa.py's field="data"
+
+
+def _two_questions_a_paragraph(dev: bool) -> dict:
+    """Two articles, a paragraph asked three questions, one of them with three answers on a dev file, one whose
+    answer is not at its answer_start (skipped for training)."""
+    text = "the man went to store and bought a red milk"
+    qas = [{"id": "p0", "question": "what colour is it ?",
+            "answers": [{"text": "red", "answer_start": 34}] * (3 if dev else 1)},
+           {"id": "p1", "question": "what is it ?", "answers": [{"text": "milk", "answer_start": 38}]},
+           {"id": "p2", "question": "what is it ?", "answers": [{"text": "blue", "answer_start": 0}]}]
+    synthetic = _synthetic(12, 9)["data"][0]["paragraphs"]
+    return _squad([[(text, qas), *[(p["context"], p["qas"]) for p in synthetic[:5]]],
+                   [(p["context"], p["qas"]) for p in synthetic[5:]]])
+
+
+@pytest.mark.parametrize("version", ["1.1", "2.0"])
+@pytest.mark.parametrize("mode", ["train", "score", "predict"])
+def test_hub_copies_give_the_examples_of_the_official_file(tmp_path, version, mode):
+    raw = _two_questions_a_paragraph(mode != "train") if version == "1.1" else _synthetic(24, 5, 0.4)
+    official = _write(tmp_path / "official.json", raw)
+    copies = _squad_copies(tmp_path / "copies", raw)
+    want = read_squad(official, mode)
+    assert want.version == version and len(want.examples) > 10
+    for form in ("parquet", "saved", "json", "split", "run_qa"):
+        got = read_squad(copies[form], mode)
+        assert (got.examples, got.paragraphs, got.version, got.skipped) == \
+            (want.examples, want.paragraphs, want.version, want.skipped), form
+    ours, theirs = (make_features(_tokenizer(), read_squad(p, mode), 24, 6, 6, training=mode == "train")
+                    for p in (copies["parquet"], official))
+    assert [x.tolist() for x in ours.input_ids] == [x.tolist() for x in theirs.input_ids]
+    if mode == "train":
+        assert ours.start_positions.tolist() == theirs.start_positions.tolist()
+
+
+def test_a_copy_without_unanswerable_questions_is_read_as_a_v2_runs(tmp_path):
+    copies = _squad_copies(tmp_path, _synthetic(4, 1))
+    assert read_squad(copies["parquet"], "score").version == "1.1"
+    assert read_squad(copies["parquet"], "score", fallback="2.0").version == "2.0"
+    official = _write(tmp_path / "d.json", _synthetic(4, 1))  # it says "version": "1.1"
+    assert read_squad(official, "score", fallback="2.0").version == "1.1"
+
+
+def test_squad_copies_predict_without_answers_and_bad_ones_are_refused_in_one_line(squad_run, tmp_path):
+    import datasets
+
+    raw = _synthetic(3, 1)
+    copies = _squad_copies(tmp_path / "c", raw)
+    questions = datasets.load_from_disk(str(copies["saved"])).remove_columns("answers")
+    questions.to_parquet(str(tmp_path / "questions.parquet"))
+    assert [e.qid for e in read_squad(tmp_path / "questions.parquet", "predict").examples] == ["q1-0", "q1-1", "q1-2"]
+    with pytest.raises(UsageError, match=r"questions.parquet has no column answers \(found: id, title, context, "
+                                         r"question\); give the hub's columns"):
+        read_squad(tmp_path / "questions.parquet", "score", "--dev")
+    with pytest.raises(UsageError, match=re.escape(f"--train {copies['dict']} is a DatasetDict folder of the splits "
+                                                   f"train, validation; give one split's folder, such as "
+                                                   f"{copies['dict'] / 'train'}")):
+        read_squad(copies["dict"], "train", "--train")
+    with pytest.raises(UsageError, match="is a folder but not a Dataset.save_to_disk folder"):
+        read_squad(tmp_path, "score")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"id": "a", "context": "red", "question": "q", "answers": {"text": ["red"]}}\n'
+                   '{"id": "b", "context": "red", "question": "q", "answers": {"text": [], "answer_start": []}}\n')
+    with pytest.raises(UsageError, match=r"bad.json: line 1: answers must be \{text: \[strings\], answer_start"):
+        read_squad(bad, "score")
+    bad.write_text('{"data": [{"id": "a", "context": 3, "question": "q", "answers": {"text": [], '
+                   '"answer_start": []}}]}')
+    with pytest.raises(UsageError, match=r"bad.json: data\[0\]: context is int, not text"):
+        read_squad(bad, "score")
+    shown = CliRunner().invoke(app, ["evaluate", "squad", "--model", str(squad_run), "--data", str(copies["dict"])])
+    assert shown.exit_code == 2 and f"such as {copies['dict'] / 'validation'}" in shown.output, shown.output
+    assert "Traceback" not in shown.output
+
+
+def test_finetune_and_evaluate_on_hub_copies_equal_the_official_files(squad_run, squad_files, encoder, tmp_path):
+    train = _squad_copies(tmp_path / "train", json.loads(squad_files["train"].read_text()))
+    dev = _squad_copies(tmp_path / "dev", json.loads(squad_files["dev"].read_text()))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["finetune", "squad", "--model", str(encoder), "--train", str(train["parquet"]),
+                                      "--dev", str(dev["split"]), "--out", str(out),
+                                      *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+    assert result.exit_code == 0, result.output
+    want = json.loads((squad_run / "eval_results.json").read_text())
+    assert json.loads((out / "eval_results.json").read_text())["dev"] == want["dev"]
+    shown = CliRunner().invoke(app, ["evaluate", "squad", "--model", str(squad_run), "--data", str(dev["json"]),
+                                     "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert {k: v for k, v in json.loads(shown.stdout).items() if k not in ("data", "task")} == \
+        {"version": "1.1", **want["dev"]}

@@ -1,4 +1,5 @@
-"""Multiple-choice data for `bertctl finetune|evaluate|predict choice`: SWAG's csv files and a generic jsonl.
+"""Multiple-choice data for `bertctl finetune|evaluate|predict choice`: SWAG's csv files, a generic jsonl and
+copies of the hub's SWAG.
 
 A `.csv` file is laid out as SWAG distributes it (`video-id,fold-ind,startphrase,sent1,sent2,gold-source,
 ending0,ending1,ending2,ending3,label`): the context is `sent1`, the choices are `sent2 + " " + ending_i` for
@@ -6,6 +7,9 @@ every `endingN` column (0, 1, ... without a gap; SWAG has 4), the answer is `lab
 is named by `fold-ind`, else by its number from 0. A `.jsonl` file holds `{"context": ..., "question" or
 "prefix": ... (optional), "choices": [...], "label": int (optional), "id": ... (optional)}` a line, every line
 with as many choices as the first; a question (or prefix) is put before each choice as SWAG's `sent2` is.
+A copy of the hub's allenai/swag (regular config: a parquet file, a `save_to_disk` split, or `Dataset.to_json`'s
+lines, in a .json or .jsonl file) holds SWAG's columns, read as the csv's; its label -1 (the test split) means
+none, in a csv too.
 
 Features follow transformers' run_swag.py and the paper (Devlin et al. 4.4): each choice is one sequence
 `[CLS] context [SEP] (question) choice [SEP]`, the pair cut to max_seq_length by Google's longest-first rule.
@@ -14,7 +18,7 @@ Features follow transformers' run_swag.py and the paper (Devlin et al. 4.4): eac
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from itertools import count, takewhile
 from pathlib import Path
@@ -22,13 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from bertctl.data.hub_copies import is_copy, read_copy
 from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
 from bertctl.files import user_path
 from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer, truncate_pair
 
 SWAG_COLUMNS = ("sent1", "sent2", "ending0", "ending1")  # the least a SWAG-style csv must have
-_FORMATS = "a SWAG-style .csv or a .jsonl file"
+_FORMATS = "a SWAG-style .csv, a .jsonl/.json file or a hub copy (.parquet, a save_to_disk folder)"
 
 
 @dataclass(frozen=True)
@@ -50,16 +55,20 @@ class ChoiceData:
 
 
 def read_choice(path: Path | str, flag: str, need_labels: bool = True) -> ChoiceData:
-    """A SWAG-style .csv or a .jsonl file, refused in one line when its columns, choices or labels do not fit."""
+    """A SWAG-style .csv, JSON Lines (.jsonl, or .json as `Dataset.to_json` names it) or a hub copy (a .parquet
+    file, a saved split), refused in one line when its columns, choices or labels do not fit."""
     path = user_path(path, flag)
-    if not path.is_file():
-        raise UsageError(f"{flag} {path}: no such file; give {_FORMATS}")
     where = f"{flag} {path}"
-    reader = _read_jsonl if path.suffix.lower() == ".jsonl" else _read_csv
-    try:
-        rows = list(reader(path, where))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{where}: cannot read it as UTF-8 text ({exc})") from None
+    if is_copy(path):
+        rows = list(_read_copy(path, flag))
+    elif not path.is_file():
+        raise UsageError(f"{where}: no such file; give {_FORMATS}")
+    else:
+        reader = _read_jsonl if path.suffix.lower() in (".jsonl", ".json") else _read_csv
+        try:
+            rows = list(reader(path, where))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{where}: cannot read it as UTF-8 text ({exc})") from None
     if not rows:
         raise UsageError(f"{where} holds no examples; give {_FORMATS}")
     labelled = [label is not None for *_, label in rows]
@@ -78,23 +87,32 @@ def read_choice(path: Path | str, flag: str, need_labels: bool = True) -> Choice
     return ChoiceData(ids, contexts, choices, labels if all(labelled) else None, path)
 
 
+def _missing_swag(columns: Collection[str], where: str) -> None:
+    missing = [c for c in SWAG_COLUMNS if c not in columns]
+    if missing:
+        raise UsageError(f"{where} lacks the column(s) {', '.join(missing)}; give SWAG's columns (sent1, sent2, "
+                         "ending0, ending1, ..., label)")
+
+
+def _swag(row: dict[str, Any], number: int, label: int | None) -> tuple[str, str, list[str], int | None]:
+    """SWAG's example: the context is sent1, each choice sent2 + " " + ending; named by fold-ind, else its number.
+    The label -1 (the hub's test split) means none."""
+    endings = takewhile(row.__contains__, (f"ending{i}" for i in count()))
+    name = row.get("fold-ind")
+    return (str(name) if name not in (None, "") else str(number), row["sent1"],
+            [f"{row['sent2']} {row[e]}" for e in endings], None if label == -1 else label)
+
+
 def _read_csv(path: Path, where: str) -> Iterator[tuple[str, str, list[str], int | None]]:
     with path.open(encoding="utf-8-sig", newline="") as handle:
         reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
-        missing = [c for c in SWAG_COLUMNS if c not in header]
-        if missing:
-            raise UsageError(f"{where} lacks the column(s) {', '.join(missing)}; give SWAG's columns (sent1, sent2, "
-                             "ending0, ending1, ..., label)")
-        endings = list(takewhile(header.__contains__, (f"ending{i}" for i in count())))
+        _missing_swag(reader.fieldnames or [], where)
         try:
             for number, row in enumerate(reader):
                 if None in row or any(row.get(c) is None for c in SWAG_COLUMNS):
-                    raise UsageError(f"{where}:{reader.line_num}: {len(header)} columns in the header but not in "
-                                     "this row")
-                label = _csv_label(row.get("label"), f"{where}:{reader.line_num}")
-                yield (row.get("fold-ind") or str(number), row["sent1"],
-                       [f"{row['sent2']} {row[e]}" for e in endings], label)
+                    raise UsageError(f"{where}:{reader.line_num}: {len(reader.fieldnames or [])} columns in the "
+                                     "header but not in this row")
+                yield _swag(row, number, _csv_label(row.get("label"), f"{where}:{reader.line_num}"))
         except csv.Error as exc:
             raise UsageError(f"{where}:{reader.line_num}: malformed csv: {exc}") from None
 
@@ -108,9 +126,33 @@ def _csv_label(value: str | None, at: str) -> int | None:
         raise UsageError(f"{at}: label {value!r} is not the number of a choice (0, 1, ...)") from None
 
 
+def _read_copy(path: Path, flag: str) -> Iterator[tuple[str, str, list[str], int | None]]:
+    """The hub's swag rows (allenai/swag, regular), or rows of context, choices and label as in a .jsonl file."""
+    copy = read_copy(path, flag, (), "SWAG's columns")
+    if "choices" not in copy.columns:
+        _missing_swag(copy.columns, copy.where)
+    for number, row in enumerate(copy.rows):
+        yield _record(row, copy.at(number), number)
+
+
 def _read_jsonl(path: Path, where: str) -> Iterator[tuple[str, str, list[str], int | None]]:
     for number, at, record in jsonl_values(path.read_text(encoding="utf-8-sig").split("\n"), where):
-        yield _jsonl_example(record, at, str(number - 1))
+        yield _record(record, at, number - 1)
+
+
+def _record(record: Any, at: str, number: int) -> tuple[str, str, list[str], int | None]:
+    """A hub row of SWAG's columns (`Dataset.to_json` of allenai/swag), else our own layout."""
+    if not isinstance(record, dict) or "sent1" not in record:
+        return _jsonl_example(record, at, str(number))
+    _missing_swag(record, at)
+    label = record.get("label")
+    if label is not None and (not isinstance(label, int) or isinstance(label, bool)):
+        raise UsageError(f"{at}: label must be the number of a choice (0, 1, ...; -1: none), got {label!r:.60}")
+    endings = takewhile(record.__contains__, (f"ending{i}" for i in count()))
+    bad = next((c for c in ("sent1", "sent2", *endings) if not isinstance(record[c], str)), None)
+    if bad is not None:
+        raise UsageError(f"{at}: {bad} must be text, got {record[bad]!r:.60}")
+    return _swag(record, number, label)
 
 
 def _jsonl_example(record: Any, at: str, number: str) -> tuple[str, str, list[str], int | None]:

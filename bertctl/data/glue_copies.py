@@ -7,12 +7,13 @@ copy gives names; texts and `idx` come as they are. The result is the same `Exam
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bertctl.data import hub_copies
 from bertctl.data.glue import Examples, GlueTask, SplitFile, match_labels, parse_label
+from bertctl.data.hub_copies import class_names, first_line, saved_splits, schema_features
 from bertctl.errors import BertctlError, UsageError
 
 
@@ -27,23 +28,23 @@ def read_hub(task: GlueTask, entry: SplitFile, name: str) -> Examples:
             table = datasets.load_dataset(name, task.hub_config, split=entry.hub_split)
     except Exception as exc:  # offline, not cached, no such config: all mean "cannot load it"
         raise UsageError(f"--data {name}: not a local folder, and loading {source} from the hub failed: "
-                         f"{_first_line(exc)}") from None
+                         f"{first_line(exc)}") from None
     return _dataset_examples(task, entry, table, source)
 
 
 def read_saved(task: GlueTask, entry: SplitFile, folder: Path) -> Examples:
     """A `DatasetDict.save_to_disk` folder of one task (`glue-saved/mnli/`), split names as on the hub."""
-    import datasets
-
-    source = f"{folder} ({entry.hub_split})"
-    try:
-        saved = datasets.load_from_disk(str(folder))
-    except Exception as exc:  # a damaged or foreign folder
-        raise UsageError(f"{folder}: cannot load the saved dataset: {_first_line(exc)}") from None
-    if entry.hub_split not in saved:
-        raise UsageError(f"{folder}: no split {entry.hub_split} (found: {', '.join(saved)}); "
+    splits = saved_splits(folder)
+    if not splits:
+        raise UsageError(f"{folder}: cannot read the split names in its dataset_dict.json")
+    if entry.hub_split not in splits:
+        raise UsageError(f"{folder}: no split {entry.hub_split} (found: {', '.join(splits)}); "
                          f"{task.name} {entry.split} is read from it")
-    return _dataset_examples(task, entry, saved[entry.hub_split], source)
+    table, features = hub_copies.read_saved(folder / entry.hub_split, "--data")
+    source = f"{folder} ({entry.hub_split})"
+    wanted = _hub_columns(task, entry, table.column_names, source)
+    names = class_names(features).get("label", ())
+    return _hub_examples(task, entry, table.select(wanted).to_pydict(), names, source)
 
 
 def _dataset_examples(task: GlueTask, entry: SplitFile, table: Any, source: str) -> Examples:
@@ -68,21 +69,12 @@ def read_parquet(task: GlueTask, entry: SplitFile, config: Path) -> Examples:
     try:
         table = pa.concat_tables([pq.read_table(f) for f in files])
     except (OSError, pa.ArrowException) as exc:
-        raise UsageError(f"{files[0]}: cannot read it as parquet: {_first_line(exc)}") from None
+        raise UsageError(f"{files[0]}: cannot read it as parquet: {first_line(exc)}") from None
     source = str(files[0]) if len(files) == 1 else f"{config}/{entry.hub_split}-*.parquet"
     wanted = _hub_columns(task, entry, table.column_names, source)
-    names = _parquet_label_names(table.schema) or _readme_label_names(config.parent, task.hub_config)
+    names = (class_names(schema_features(table.schema)).get("label", ())
+             or _readme_label_names(config.parent, task.hub_config))
     return _hub_examples(task, entry, table.select(wanted).to_pydict(), names, source)
-
-
-def _parquet_label_names(schema: Any) -> tuple[str, ...]:
-    """ClassLabel names that `datasets` stores in a parquet file's schema metadata."""
-    raw = (getattr(schema, "metadata", None) or {}).get(b"huggingface")
-    try:
-        label = json.loads(raw)["info"]["features"]["label"] if raw else {}
-    except (ValueError, KeyError, TypeError):
-        return ()
-    return tuple(label.get("names") or ()) if isinstance(label, dict) else ()
 
 
 def _readme_label_names(root: Path, config: str) -> tuple[str, ...]:
@@ -142,7 +134,3 @@ def _hub_label(task: GlueTask, value: int | float, order: list[int], source: str
         raise UsageError(f"{source} row {row}: label {value!r} is not a class index 0..{task.num_labels - 1}")
     return order[value]
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,10 +1,12 @@
-"""Named-entity data for `bertctl finetune|evaluate|predict ner`: CoNLL-2003 text files and jsonl.
+"""Named-entity data for `bertctl finetune|evaluate|predict ner`: CoNLL-2003 text files, jsonl and hub copies.
 
 A CoNLL file holds one word a line, its columns separated by spaces or tabs, the word first and the NER tag
 last (`EU NNP B-NP B-ORG`, or `EU B-ORG`); a blank line ends a sentence and `-DOCSTART-` lines are skipped. A
 file of one column has words only (for `predict ner`). A `.jsonl` file holds `{"tokens": [...], "ner_tags":
 [...]}` a line, the tags as strings or, as the hub's `conll2003` has them, as class ids named by label names
-given with them. Tags are O or B-/I-/E-/S- plus a type (IOB1, IOB2, IOBES; see `metrics.entity_spans`).
+given with them (`Dataset.to_json` writes such lines, in a .json file). A copy of the hub's conll2003 (a parquet
+file, a `save_to_disk` split) holds the same rows and names its ids in its ClassLabel features. Tags are O or
+B-/I-/E-/S- plus a type (IOB1, IOB2, IOBES; see `metrics.entity_spans`).
 
 Features follow transformers' run_ner.py (label_all_tokens off) and the paper (Devlin et al. 5.3): each word is
 split into pieces, the word's tag goes on its first piece and -100 on the rest, on [CLS], [SEP] and padding;
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertctl.data.hub_copies import is_copy, read_copy
 from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
 from bertctl.files import user_path
@@ -28,6 +31,7 @@ from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 IGNORED = -100  # the label of a position the loss and the scores skip (transformers' ignore_index)
 _COLUMNS = re.compile(r"[ \t]+")
 _TAG = re.compile(r"^(O|[BIES](-.+)?)$")
+_FORMATS = "a CoNLL-2003 text file, a .jsonl/.json file or a hub copy (.parquet, a save_to_disk folder)"
 
 
 @dataclass(frozen=True)
@@ -44,24 +48,47 @@ class NerData:
 
 def read_ner(path: Path | str, flag: str, need_tags: bool = True,
              label_names: Sequence[str] | None = None) -> NerData:
-    """A CoNLL text file or a .jsonl file; `label_names` name a jsonl file's integer tags."""
+    """A CoNLL text file, JSON Lines (.jsonl, or .json as `Dataset.to_json` names it), or a hub copy (a .parquet
+    file, a saved split); integer tags are named by the copy's ClassLabel names, else by `label_names`."""
     path = user_path(path, flag)
-    if not path.is_file():
-        raise UsageError(f"{flag} {path}: no such file; give a CoNLL-2003 text file or a .jsonl file")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{flag} {path}: cannot read it as UTF-8 text ({exc})") from None
-    if path.suffix.lower() == ".jsonl":
-        words, tags = _read_jsonl(text, f"{flag} {path}", label_names)
+    if is_copy(path):
+        words, tags = _read_copy(path, flag, label_names)
+    elif not path.is_file():
+        raise UsageError(f"{flag} {path}: no such file; give {_FORMATS}")
     else:
-        words, tags = _read_conll(text, f"{flag} {path}")
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{flag} {path}: cannot read it as UTF-8 text ({exc})") from None
+        if path.suffix.lower() in (".jsonl", ".json"):
+            words, tags = _read_jsonl(text, f"{flag} {path}", label_names)
+        else:
+            words, tags = _read_conll(text, f"{flag} {path}")
     if not words:
-        raise UsageError(f"{flag} {path} holds no sentences; give a CoNLL-2003 text file or a .jsonl file")
+        raise UsageError(f"{flag} {path} holds no sentences; give {_FORMATS}")
     if need_tags and tags is None:
         raise UsageError(f"{flag} {path} has no NER tags (one column: words only); give a file with the tag as "
                          "the last column")
     return NerData(words, tags, path)
+
+
+def _read_copy(path: Path, flag: str, label_names: Sequence[str] | None) -> tuple[list, list | None]:
+    """The hub's conll2003 rows: `tokens`, and `ner_tags` as ClassLabel ids (or tag strings)."""
+    copy = read_copy(path, flag, ("tokens",), "the hub's columns tokens and ner_tags (eriktks/conll2003)")
+    names = copy.names.get("ner_tags")
+    for name in names or ():
+        _check_tag(name, f"{copy.where}: ner_tags' ClassLabel names", " (IOB1, IOB2 or IOBES tags)")
+    has_tags = "ner_tags" in copy.columns
+    words: list[list[str]] = []
+    tags: list[list[str]] = []
+    for number, row in enumerate(copy.rows):
+        at = copy.at(number)
+        if not _strings(row["tokens"]):
+            raise UsageError(f"{at}: tokens must be a list of strings, got {row['tokens']!r:.60}")
+        words.append(row["tokens"])
+        if has_tags:
+            tags.append(_jsonl_tags(row["ner_tags"], len(row["tokens"]), names or label_names, at))
+    return words, (tags if has_tags else None)
 
 
 def _lines(text: str) -> list[str]:

@@ -16,10 +16,14 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from bertctl.data import squad_rows
+from bertctl.data.hub_copies import is_copy
+from bertctl.data.jsonl import jsonl_values
+from bertctl.data.squad_rows import Paragraphs
 from bertctl.errors import UsageError
 from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 
@@ -55,48 +59,35 @@ class SquadData:
         return self.paragraphs[example.paragraph]
 
 
-def detect_version(raw: dict[str, Any]) -> str:
-    """2.0 when the file says so (`"version": "v2.0"`) or any question has `is_impossible` true, else 1.1."""
-    declared = str(raw.get("version", "")).lstrip("vV")
-    if declared.startswith("2"):
-        return "2.0"
-    impossible = any(qa.get("is_impossible") for entry in raw["data"] for paragraph in entry["paragraphs"]
-                     for qa in paragraph["qas"] if isinstance(qa, dict))
-    return "2.0" if impossible else "1.1"
+class _Parsed(NamedTuple):
+    """A file's questions in the official layout's order, and the versions it declares and implies."""
+
+    paragraphs: Paragraphs
+    declared: str | None  # the version the file states (hub rows: 2.0 when a question has no answer), if any
+    detected: str  # the declared version, else 2.0 when a question is impossible, else 1.1
 
 
-def declared_version(path: Path | str) -> str | None:
-    """The file's own `version` field as 1.1 or 2.0, None when it has none (a test file may lack both it and
-    is_impossible)."""
-    raw = _load(Path(path), "--data")
-    declared = str(raw.get("version", "")).lstrip("vV")
-    return "2.0" if declared.startswith("2") else "1.1" if declared.startswith("1") else None
-
-
-def read_squad(path: Path | str, mode: str = "score", flag: str = "--data", version: str | None = None
-               ) -> SquadData:
+def read_squad(path: Path | str, mode: str = "score", flag: str = "--data", version: str | None = None,
+               fallback: str | None = None) -> SquadData:
     """The file's questions. `mode`: "train" (one answer per answerable question, located in the context),
-    "score" (answers needed), "predict" (answers not read). `version` overrides the detected one."""
+    "score" (answers needed), "predict" (answers not read). `version` overrides the detected one; `fallback`
+    is the version of a file that states none (a test file may lack both `version` and is_impossible)."""
     path = Path(path)
-    raw = _load(path, flag)
-    version = version or detect_version(raw)
+    parsed = _load(path, flag, mode)
+    version = version or (fallback if parsed.declared is None else None) or parsed.detected
     examples, paragraphs, skipped = [], [], 0
     first_seen: dict[str, str] = {}  # question id -> where it first is
-    for i, entry in enumerate(raw["data"]):
-        for j, paragraph in enumerate(_field(entry, "paragraphs", list, path, f"data[{i}]")):
-            where = f"data[{i}].paragraphs[{j}]"
-            context = _field(paragraph, "context", str, path, where)
-            words, word_of_char = split_words(context)
-            paragraphs.append(words)
-            for k, qa in enumerate(_field(paragraph, "qas", list, path, where)):
-                example = _example(qa, len(paragraphs) - 1, words, word_of_char, mode, version, path,
-                                   f"{where}.qas[{k}]")
-                if example is None:
-                    skipped += 1
-                    continue
-                if mode != "train":
-                    _check_answerable(example, f"{where}.qas[{k}]", first_seen, mode, version, path)
-                examples.append(example)
+    for context, questions in parsed.paragraphs:
+        words, word_of_char = split_words(context)
+        paragraphs.append(words)
+        for where, qa in questions:
+            example = _example(qa, len(paragraphs) - 1, words, word_of_char, mode, version, path, where)
+            if example is None:
+                skipped += 1
+                continue
+            if mode != "train":
+                _check_answerable(example, where, first_seen, mode, version, path)
+            examples.append(example)
     if not examples:
         lost = f" ({skipped} skipped: answer not at its answer_start)" if skipped else ""
         raise UsageError(f"{flag} {path} has no {'training ' if mode == 'train' else ''}questions{lost}; give a "
@@ -117,19 +108,49 @@ def _check_answerable(example: SquadExample, where: str, first_seen: dict[str, s
                          'be scored (a v2.0 file says "version": "v2.0")')
 
 
-def _load(path: Path, flag: str) -> dict[str, Any]:
+def _load(path: Path, flag: str, mode: str) -> _Parsed:
+    """The official JSON, or the hub's flat rows: a parquet file or saved split, JSON Lines, {"data": [rows]}."""
+    if is_copy(path):
+        return _flat(squad_rows.copy_rows(path, flag, mode), path, mode)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8-sig"))
+        text = path.read_text(encoding="utf-8-sig")
+        raw = json.loads(text)
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot read it: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except json.JSONDecodeError as exc:
+        if exc.msg != "Extra data":  # more than one JSON value: JSON Lines, as Dataset.to_json writes
+            raise UsageError(f"{flag} {path} is not a SQuAD JSON file ({str(exc).splitlines()[0]})") from None
+        rows = [(f"line {number}", row) for number, _, row in jsonl_values(text.split("\n"), f"{flag} {path}")]
+        return _flat(rows, path, mode)
+    except UnicodeDecodeError as exc:
         raise UsageError(f"{flag} {path} is not a SQuAD JSON file ({str(exc).splitlines()[0]})") from None
+    if (rows := squad_rows.json_rows(raw)) is not None:
+        return _flat(rows, path, mode)
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
-        raise UsageError(f"{flag} {path} is not a SQuAD JSON file: it needs a top-level \"data\" list of articles")
+        raise UsageError(f"{flag} {path} is not a SQuAD JSON file: it needs a top-level \"data\" list of articles "
+                         f"(or rows of {squad_rows.LAYOUT})")
+    return _nested(raw, path)
+
+
+def _flat(rows: list[tuple[str, Any]], path: Path, mode: str) -> _Parsed:
+    paragraphs, declared = squad_rows.paragraphs(rows, path, mode)
+    return _Parsed(paragraphs, declared, declared or "1.1")
+
+
+def _nested(raw: dict[str, Any], path: Path) -> _Parsed:
+    """The official layout's paragraphs; 2.0 when it says so (`"version": "v2.0"`) or a question is impossible."""
+    paragraphs: Paragraphs = []
     for i, entry in enumerate(raw["data"]):
         for j, paragraph in enumerate(_field(entry, "paragraphs", list, path, f"data[{i}]")):
-            _field(paragraph, "qas", list, path, f"data[{i}].paragraphs[{j}]")
-    return raw
+            where = f"data[{i}].paragraphs[{j}]"
+            questions = _field(paragraph, "qas", list, path, where)
+            context = _field(paragraph, "context", str, path, where)
+            paragraphs.append((context, [(f"{where}.qas[{k}]", qa) for k, qa in enumerate(questions)]))
+    stated = str(raw.get("version", "")).lstrip("vV")
+    declared = "2.0" if stated.startswith("2") else "1.1" if stated.startswith("1") else None
+    impossible = any(isinstance(qa, dict) and qa.get("is_impossible") for _, questions in paragraphs
+                     for _, qa in questions)
+    return _Parsed(paragraphs, declared, "2.0" if declared == "2.0" or impossible else "1.1")
 
 
 def _field(record: Any, name: str, kind: type | tuple[type, ...], path: Path, where: str) -> Any:
