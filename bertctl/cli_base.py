@@ -1,19 +1,22 @@
 """What every bertctl command shares: library errors become one line on stderr and an exit code.
 
 Library code raises `BertctlError`; only the command groups made here turn it into `bertctl: error: ...`
-(exit 1, or 2 for usage errors), with the traceback only under `bertctl --debug`.
+(exit 1, or 2 for usage errors), with the traceback only under `bertctl --debug`. Under torchrun that line is
+said once per node however many of its processes fail with it (`_first_to_say`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import io
 import logging
 import os
 import select
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -26,8 +29,30 @@ ClickUsageError = typer.BadParameter.__mro__[1]  # click's UsageError, wherever 
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"bertctl: error: {' '.join(str(message).split())}", err=True)
+    line = f"bertctl: error: {' '.join(str(message).split())}"
+    if _first_to_say(line):
+        typer.echo(line, err=True)
     return typer.Exit(code)
+
+
+def _first_to_say(line: str) -> bool:
+    """Under torchrun every process runs the same command and mostly fails the same way (a bad flag, a missing
+    file), which printed N copies of one line. The first process of this node to fail with a line claims it
+    with a marker file in torchrun's folder for this launch (new for every launch and restart); the others
+    exit silently with the same code. A line only some processes meet (after they diverged) is claimed by the
+    first of them, so every different line is still said. Outside torchrun, or where its folder is not as
+    expected, every process says its own."""
+    error_file = Path(os.environ.get("TORCHELASTIC_ERROR_FILE") or os.devnull)
+    if os.environ.get("LOCAL_WORLD_SIZE", "1") == "1" or error_file.parent.name != os.environ.get("LOCAL_RANK"):
+        return True
+    claim = error_file.parent.parent / f"bertctl-said-{hashlib.sha256(line.encode()).hexdigest()[:16]}"
+    try:
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    except OSError:  # torchrun's folder is gone or not ours to write: saying it twice beats not at all
+        return True
+    return True
 
 
 def _usage(exc: Any, ctx: Any) -> Exception:

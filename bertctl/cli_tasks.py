@@ -137,8 +137,8 @@ def _squad_config(flags: dict[str, Any]) -> Any:
 def finetune_squad(
     train: Annotated[Path | None, typer.Option(help="SQuAD v1.1/v2.0 training JSON (train-v1.1.json), or a hub "
                                                "copy: .parquet, save_to_disk folder, to_json lines.")] = None,
-    dev: Annotated[Path | None, typer.Option(help="SQuAD JSON or hub copy scored after each epoch (best F1 kept).")
-                   ] = None,
+    validation: Annotated[Path | None, typer.Option(help="SQuAD JSON or hub copy scored after each epoch (best F1 "
+                                                    "kept).")] = None,
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _SqMaxLen = None,
     doc_stride: _SqStride = None, max_query_length: _SqQuery = None, n_best_size: _SqNBest = None,
     max_answer_length: _SqAnswerLen = None, null_score_diff_threshold: _SqThreshold = None,

@@ -434,12 +434,12 @@ class FinetuneConfig:
     data: str | None = None  # GLUE download folder (CoLA/, SST-2/, ...) or a hub dataset id (nyu-mll/glue)
     train: Path | None = None  # classify: training file (.csv, .tsv, .jsonl or .parquet); ner: CoNLL text or .jsonl;
     # choice: SWAG-style .csv or .jsonl
-    validation: Path | None = None  # classify, ner, choice: file scored after each epoch (None: the last epoch is kept)
+    validation: Path | None = None  # classify, ner, choice, squad: file scored after each epoch (None: the last epoch
+    # is kept)
     text_columns: tuple[str, ...] = ()  # classify: one or two text columns
     label_column: str = "label"  # classify: the label column
     problem: str = "auto"  # classify: auto | classification | regression
     label_names: tuple[str, ...] | None = None  # classify, ner: class names (tags) in head order (default: sorted)
-    dev: Path | None = None  # squad: SQuAD JSON scored after each epoch (None: the last epoch is kept)
     doc_stride: int = 128  # squad: pieces between the starts of a long context's windows
     max_query_length: int = 64  # squad: question pieces kept (the rest is cut)
     n_best_size: int = 20  # squad: start and end candidates per window, and answers in nbest_predictions.json

@@ -10,6 +10,7 @@ through.
 from __future__ import annotations
 
 import errno
+import fnmatch
 import hashlib
 import json
 import math
@@ -20,8 +21,8 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ _WRITE_HINTS = {
     errno.ENAMETOOLONG: "choose a shorter name",
     errno.ELOOP: "a symbolic link there points back at itself; fix it or choose another path",
 }
-NAME_ROOM = 32  # bytes a temp name beside OUT adds to OUT's name (`.OUT.partial-xxxxxxxx`, `.OUT.old-PID-xxxxxxxx`)
+NAME_ROOM = 32  # bytes a temp name beside OUT adds to OUT's name (`.OUT.partial-PID-xxxxxxxx`, `.OUT.old-PID-xxxxxxxx`)
 
 
 def os_error(exc: BaseException) -> OSError | None:
@@ -222,8 +223,9 @@ def write_texts_atomic(texts: dict[Path, str]) -> None:
     try:
         for path, text in texts.items():
             make_folder(path.parent)
+            remove_stale_temps(path)
             try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+                fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path, "tmp"), dir=path.parent)
             except OSError as exc:
                 raise WriteFailed(path, exc) from None
             written.append((tmp, path))
@@ -277,12 +279,65 @@ def read_json_object(path: Path | str, needs: Iterable[str] = ()) -> dict[str, A
     return data
 
 
+def _temp_prefix(target: Path, tag: str) -> str:
+    """Every hidden name beside `target` names the process that made it, so a leftover of one that was killed
+    can be told from the work of one still writing."""
+    return f".{target.name}.{tag}-{os.getpid()}-"
+
+
+_TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?:tmp|partial|old)-(?P<pid>\d+)-[a-z0-9_]+")  # what _temp_prefix makes
+
+
+def remove_stale_temps(target: Path | str) -> None:
+    """Remove what killed writers of `target` left beside it (kill -9 or a power cut while writing it or
+    moving the old one aside): hidden temp and moved-aside folders or files, never read again and as large as
+    the output. Only those of processes that are gone: a writer still at work keeps its own."""
+    target = Path(target)
+    _remove_stale(target.parent, lambda name: name == target.name)
+
+
+def remove_stale_temps_of(folder: Path | str, pattern: str) -> None:
+    """`remove_stale_temps` for every target in `folder` whose name matches the glob `pattern` (`step-*`)."""
+    _remove_stale(Path(folder), lambda name: fnmatch.fnmatchcase(name, pattern))
+
+
+def _remove_stale(folder: Path, owned: Callable[[str], bool]) -> None:
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # no folder yet, or one we may not list: nothing of ours to clean there
+        return
+    for entry in entries:
+        found = _TEMP_NAME.fullmatch(entry.name)
+        if found and owned(found["target"]) and _process_gone(int(found["pid"])):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with suppress(OSError):
+                    os.unlink(entry.path)
+
+
+def _process_gone(pid: int) -> bool:
+    """Whether no process `pid` runs on this machine (signal 0 only asks). Where that cannot be asked, and for
+    a process of another user, the answer is no: a leftover kept costs disk, one removed too soon a write."""
+    if os.name != "posix" or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def temp_folder_beside(target: Path | str, tag: str = "tmp") -> Path:
-    """A hidden, empty folder next to `target` (same file system, so the final rename is atomic)."""
+    """A hidden, empty folder next to `target` (same file system, so the final rename is atomic); stale ones
+    of earlier, killed writers of `target` go first, freeing their space."""
     target = Path(target)
     make_folder(target.parent)
+    remove_stale_temps(target)
     try:
-        return Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}-", dir=target.parent))
+        return Path(tempfile.mkdtemp(prefix=_temp_prefix(target, tag), dir=target.parent))
     except OSError as exc:
         raise WriteFailed(target, exc) from None
 
@@ -295,6 +350,7 @@ def replace_folder(tmp: Path | str, target: Path | str) -> None:
     done, and when the second fails the old target is put back, so target is never missing.
     """
     tmp, target = Path(tmp), Path(target)
+    remove_stale_temps(target)
     mask = _umask()
     old = None
     try:
@@ -305,7 +361,7 @@ def replace_folder(tmp: Path | str, target: Path | str) -> None:
         with _signals_held():  # a signal held here is raised as the block ends, and the old one still goes
             if target.exists() or target.is_symlink():
                 # a name no other save uses: a leftover of one killed while removing it must not block this one
-                old = target.with_name(f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+                old = target.with_name(f"{_temp_prefix(target, 'old')}{secrets.token_hex(4)}")
             try:
                 if old is not None:
                     os.replace(target, old)

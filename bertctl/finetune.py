@@ -161,9 +161,9 @@ def require(cfg: FinetuneConfig, *names: str) -> None:
 
 # the fields only some of the commands read, and those commands
 _ONLY = {"task": ("glue",), "data": ("glue",), "train": ("classify", "ner", "squad", "choice"),
-         "validation": ("classify", "ner", "choice"), "label_names": ("classify", "ner"),
+         "validation": ("classify", "ner", "squad", "choice"), "label_names": ("classify", "ner"),
          **dict.fromkeys(("text_columns", "label_column", "problem"), ("classify",)),
-         **dict.fromkeys(("dev", "doc_stride", "max_query_length", "n_best_size", "max_answer_length",
+         **dict.fromkeys(("doc_stride", "max_query_length", "n_best_size", "max_answer_length",
                           "null_score_diff_threshold"), ("squad",))}
 
 

@@ -1,8 +1,8 @@
 """`bertctl finetune squad`: fine-tune BERT for extractive question answering on SQuAD v1.1 or v2.0 JSON.
 
 google-research/bert's run_squad.py recipe (features in `data.squad`, answers in `squad_answers`, the official
-scores in `squad_metrics`) on the loop `finetune` runs for GLUE: seeds, the dev F1 after every epoch keeping the
-best epoch, torchrun DDP, exact resume, run.json/metrics.jsonl, OUT put in place whole. The defaults are the
+scores in `squad_metrics`) on the loop `finetune` runs for GLUE: seeds, the --validation F1 after every epoch
+keeping the best epoch, torchrun DDP, exact resume, run.json/metrics.jsonl, OUT put in place whole. The defaults are the
 README's for BERT-base on SQuAD 1.1 (`FinetuneConfig.squad()`: lr 3e-5, 2 epochs, 384 tokens, batch 32,
 stride 128). A model without a question-answering head gets a fresh one.
 """
@@ -34,7 +34,7 @@ from bertctl.squad import (
 
 
 def finetune_squad(cfg: FinetuneConfig) -> Path | None:
-    """Fine-tune on a SQuAD train file (scored on `cfg.dev` after each epoch); returns OUT, or None when a
+    """Fine-tune on a SQuAD train file (scored on `cfg.validation` after each epoch); returns OUT, or None when a
     signal stopped the run (the same call with `resume=True` continues it). Build `cfg` with
     `FinetuneConfig.squad(...)` for the SQuAD defaults."""
     require(cfg, "train", "model", "out")
@@ -45,8 +45,8 @@ def finetune_squad(cfg: FinetuneConfig) -> Path | None:
                                       "fine-tune a classifier instead")
         check_lengths(cfg.max_seq_length, cfg.max_query_length, base.ckpt.config.max_position_embeddings, cfg.model)
         train = read_squad(cfg.train, "train", "--train")
-        dev = read_squad(cfg.dev, "score", "--dev", "2.0" if train.version == "2.0" else None) \
-            if cfg.dev is not None else None
+        dev = read_squad(cfg.validation, "score", "--validation", "2.0" if train.version == "2.0" else None) \
+            if cfg.validation is not None else None
         version = "2.0" if "2.0" in (train.version, dev.version if dev else "") else "1.1"
         if version != train.version:  # a v1.1-looking train file of a v2.0 run: read its is_impossible too
             train = read_squad(cfg.train, "train", "--train", version)
@@ -54,13 +54,14 @@ def finetune_squad(cfg: FinetuneConfig) -> Path | None:
         if env.is_main:
             skipped = f" ({train.skipped} skipped: answer not found in the context)" if train.skipped else ""
             say(f"{task.name}: SQuAD v{version}, {len(train.examples)} training questions{skipped}"
-                + (f", {len(dev.examples)} dev questions" if dev else ", no --dev: the last epoch is kept"))
+                + (f", {len(dev.examples)} validation questions" if dev else
+                   ", no --validation: the last epoch is kept"))
         open_work(cfg, work, env)
-        summary = run_task(cfg, base, task, train, {"dev": dev} if dev else {}, work, env, stop,
+        summary = run_task(cfg, base, task, train, {"validation": dev} if dev else {}, work, env, stop,
                            prepare=_prepare)
         publish_task(summary, work, out, env)
 
-    return launch(cfg, body, [Path(cfg.dev)] if cfg.dev is not None else [])
+    return launch(cfg, body, [Path(cfg.validation)] if cfg.validation is not None else [])
 
 
 def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: SquadData, dev: dict[str, SquadData],

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from bertctl.errors import BertctlError
-from bertctl.files import read_json_object
+from bertctl.files import read_json_object, remove_stale_temps, remove_stale_temps_of
 from bertctl.training import Distributed
 
 TRAINING_STATE = "training_state.safetensors"
@@ -182,11 +182,12 @@ def checkpoint_step(folder: Path) -> int:
 
 def remove_interrupted_saves(run: Path) -> None:
     """A save killed mid-write (kill -9, power loss) leaves its hidden temp folder, or the folder a replaced
-    final/ was moved aside to: never read, but gigabytes each for a large model. A step folder past the newest
-    checkpoint that lacks its trainer_state.json is no checkpoint either, and goes too: this run saves that
-    step again, and that save refuses a folder already there (pretrain has no --overwrite)."""
-    for left in (*run.glob(".step-*.tmp-*"), *run.glob(".final.tmp-*"), *run.glob(".final.old-*")):
-        shutil.rmtree(left, ignore_errors=True)
+    final/ was moved aside to: never read, but gigabytes each for a large model (`files.remove_stale_temps`).
+    A step folder past the newest checkpoint that lacks its trainer_state.json is no checkpoint either, and
+    goes too: this run saves that step again, and that save refuses a folder already there (pretrain has no
+    --overwrite)."""
+    remove_stale_temps_of(run, "step-*")
+    remove_stale_temps(run / "final")
     latest = latest_checkpoint(run)
     newest = checkpoint_step(latest) if latest is not None else -1
     for folder in run.glob("step-*"):

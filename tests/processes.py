@@ -13,3 +13,15 @@ def gone(pid: int, group: bool = False) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def dead_pid() -> int:
+    """The id of a process that has just ended (and been waited for), so no process has it for now."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    pid = int(done.stdout)
+    assert gone(pid)
+    return pid

@@ -93,6 +93,44 @@ def test_user_mistakes_give_one_line_and_exit_2(args):
     assert "Traceback" not in result.output
 
 
+# every rank records its exit code, so the test sees each one (torchrun reports only that some rank failed)
+_RANK = """
+import os, sys
+from pathlib import Path
+from bertctl.cli import main
+rank = os.environ["RANK"]
+sys.argv = ["bertctl", *(arg.replace("{rank}", rank) for arg in sys.argv[1:])]
+try:
+    main()
+except SystemExit as done:
+    Path(os.environ["EXITS"], rank).write_text(str(done.code))
+    raise
+"""
+
+
+@pytest.mark.parametrize(("args", "lines"), [
+    (["--epochs", "two"], ["Invalid value for '--epochs'"]),  # before the process group exists
+    (["--model", "./missing"], ["model folder ./missing does not"]),  # after torchrun's process group is made
+    (["--model", "./missing-{rank}"], [f"model folder ./missing-{r} does not" for r in (0, 1)]),  # ranks differ
+])
+def test_under_torchrun_an_error_is_said_once_and_each_different_one_too(tmp_path, args, lines):
+    """Every rank ran the same command and failed with the same line: 2 processes printed it twice. Now once,
+    and a line only one rank meets is still said; every rank exits 2."""
+    script, exits = tmp_path / "rank.py", tmp_path / "exits"
+    script.write_text(_RANK)
+    exits.mkdir()
+    command = ["finetune", "classify", "--train", "t.csv", "--text-columns", "text", "--device", "cpu",
+               "--model", "m", "--out", "out", *args]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--monitor-interval", "2",
+                "--master_port", str(29640 + os.getpid() % 1000), str(script)]
+    done = subprocess.run([*launcher, *command], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "EXITS": str(exits)})
+    said = sorted(line for line in done.stderr.splitlines() if line.startswith("bertctl: error: "))
+    assert len(said) == len(lines), done.stderr[-3000:]
+    assert all(line in each for line, each in zip(lines, said, strict=True)), said
+    assert {p.name: p.read_text() for p in exits.iterdir()} == {"0": "2", "1": "2"}
+
+
 @pytest.mark.parametrize(("args", "named"), [
     (["pretrain", "--steps", "abc"], "'--steps'"), (["fill", "--top-k", "0", "a [MASK]"], "'--top-k'"),
     (["nosuch"], "'nosuch'"), (["--nope"], "--nope"), (["evaluate", "glue"], "'task'"),

@@ -346,11 +346,11 @@ def test_refusals(encoder, ner_run, ner_files, tmp_path):
     _one_line_failure(["evaluate", "ner", "--model", str(encoder), "--data", str(ner_files["valid"])],
                       "no token-classification head")
     _one_line_failure([*train, str(ner_files["train"]), "--validation", str(unknown)], "has the tags B-ORG")
-    with pytest.raises(UsageError, match="validation: for `bertctl finetune classify`"):
+    with pytest.raises(UsageError, match="label_names: for `bertctl finetune classify`"):
         from bertctl.finetune_squad import finetune_squad
 
         finetune_squad(FinetuneConfig.squad(model=encoder, train=ner_files["train"], out=tmp_path / "o",
-                                            validation=ner_files["valid"]))
+                                            label_names=("O", "B-ORG")))
     with pytest.raises(UsageError, match="--train and --out"):
         finetune_ner(FinetuneConfig.ner(model=encoder))
     assert not (tmp_path / "o").exists()

@@ -359,6 +359,32 @@ def test_a_leftover_of_a_save_killed_while_removing_the_old_folder_blocks_no_lat
     assert (target / "x").read_text() == "two"
 
 
+@pytest.mark.parametrize("command", ["convert", "tokenizer", "finetune", "corpus", "predict classify"])
+def test_a_command_removes_what_killed_writers_of_its_output_left_beside_it(models, tmp_path, command):
+    """kill -9 (or a power cut) while writing OUT or moving the old one aside leaves a hidden folder or file as
+    large as OUT; only pretrain removed its own. Every command writing OUT now removes those of processes that
+    are gone, and keeps those of one still running (a concurrent writer) and those of other outputs."""
+    import os
+
+    from processes import dead_pid
+
+    out = tmp_path / ("p.csv" if command == "predict classify" else "out")
+    dead = dead_pid()
+    stale = [tmp_path / f".{out.name}.{tag}-{dead}-abc123_z" for tag in ("tmp", "partial", "old")]
+    for path in stale[:2]:
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(b"half written")
+    stale[2].write_text("a moved-aside file output")
+    kept = [tmp_path / f".{out.name}.tmp-{os.getpid()}-abc123_z", tmp_path / f".other.old-{dead}-abc123_z",
+            tmp_path / f".{out.name}.tmp-{dead}"]  # a running writer's; another output's; not a name bertctl makes
+    for path in kept:
+        path.mkdir()
+    short = {"finetune": ["--max-seq-length", 16], "corpus": ["--max-seq-length", 16]}.get(command, [])
+    result = _cli(*_commands(models, out)[command], *short)
+    assert result.exit_code == 0, result.output
+    assert out.exists() and not any(path.exists() for path in stale) and all(path.exists() for path in kept)
+
+
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
 def test_the_old_folder_comes_back_when_the_new_one_cannot_take_its_place(tmp_path, monkeypatch, failure):
     """Between the two renames of a replace (old aside, new in), a Ctrl-C (its signal arrived just before) or a

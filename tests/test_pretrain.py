@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from processes import gone
+from processes import dead_pid, gone
 from typer.testing import CliRunner
 
 from bertctl.cli import app
@@ -542,11 +542,14 @@ def test_a_resume_without_dropout_keeps_and_records_the_runs(corpus, tmp_path, c
     whole = pretrain(small_run(corpus, tmp_path / "whole", steps=4, save_every=2, dropout=0.0))
     pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2, dropout=0.0))
     shutil.rmtree(tmp_path / "run" / "final")
-    (tmp_path / "run" / ".step-000004.tmp-killed").mkdir()
+    run = tmp_path / "run"
+    killed, running = run / f".step-000004.tmp-{dead_pid()}-x", run / f".final.old-{os.getpid()}-x"
+    killed.mkdir()  # a leftover of a killed save goes; one of a process still running stays
+    running.mkdir()
     caplog.clear()
     pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2, resume=True, dropout=None))
     assert "--dropout" not in caplog.text
-    assert not (tmp_path / "run" / ".step-000004.tmp-killed").exists()
+    assert not killed.exists() and running.exists()
     assert losses(tmp_path / "run") == losses(tmp_path / "whole")
     config = json.loads((tmp_path / "run" / "run.json").read_text())["config"]
     assert config["dropout"] == 0.0

@@ -584,10 +584,12 @@ def squad_files(tmp_path_factory) -> dict[str, Path]:
 def squad_run(encoder, squad_files, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "squad"
     result = CliRunner().invoke(app, ["finetune", "squad", "--model", str(encoder), "--train",
-                                      str(squad_files["train"]), "--dev", str(squad_files["dev"]), "--out", str(out),
+                                      str(squad_files["train"]), "--validation", str(squad_files["dev"]), "--out",
+                                      str(out),
                                       *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
     assert result.exit_code == 0, result.output
     assert "SQuAD v1.1" in result.stderr and "a new question-answering head" in result.stderr
+    assert "24 validation questions" in result.stderr
     return out
 
 
@@ -595,9 +597,9 @@ def test_finetune_learns_the_answer_and_writes_a_run_folder(squad_run, encoder, 
     results = json.loads((squad_run / "eval_results.json").read_text())
     assert results["task"] == "squad" and results["main_metric"] == "f1"
     rows = [json.loads(line) for line in (squad_run / "metrics.jsonl").read_text().splitlines()]
-    dev = [row["dev_f1"] for row in rows if "dev_f1" in row]
+    dev = [row["validation_f1"] for row in rows if "validation_f1" in row]
     losses = [row["loss"] for row in rows if "loss" in row]
-    assert len(dev) == FAST["epochs"] and results["dev"]["f1"] == max(dev) >= 90.0, dev
+    assert len(dev) == FAST["epochs"] and results["validation"]["f1"] == max(dev) >= 90.0, dev
     assert losses[-1] < losses[0] / 10, losses
     untrained = save_model(build_model(read_checkpoint(encoder), "BertForQuestionAnswering"), tmp_path / "fresh",
                            _tokenizer())  # the starting point: the same encoder with a fresh head
@@ -608,21 +610,32 @@ def test_finetune_learns_the_answer_and_writes_a_run_folder(squad_run, encoder, 
     run = json.loads((squad_run / "run.json").read_text())
     assert run["config"]["doc_stride"] == 6 and run["config"]["lr"] == 3e-3 and run["fresh_heads"] == [
         "question_answering"]
+    assert run["config"]["validation"] == str(squad_files["dev"]) and "dev" not in run["config"]
+
+
+def test_the_scored_file_is_validation_as_in_the_other_finetune_commands(tmp_path):
+    """`finetune squad` names its scored file --validation, as classify, ner and choice do; --dev is gone."""
+    shown = CliRunner().invoke(app, ["finetune", "squad", "--dev", str(tmp_path / "dev.json")])
+    assert shown.exit_code == 2 and "No such option: --dev" in shown.stderr, shown.output
+    shown = CliRunner().invoke(app, ["finetune", "squad", "--validation", str(tmp_path / "dev.json")])
+    assert shown.exit_code == 2 and "give --train and --model and --out" in shown.stderr, shown.output
+    with pytest.raises(TypeError, match="'dev'"):
+        FinetuneConfig.squad(dev=tmp_path / "dev.json")
 
 
 def test_evaluate_reproduces_eval_results_and_predict_writes_googles_files(squad_run, squad_files, tmp_path):
     results = json.loads((squad_run / "eval_results.json").read_text())
-    assert evaluate_squad(squad_run, squad_files["dev"]) == {"version": "1.1", **results["dev"]}
+    assert evaluate_squad(squad_run, squad_files["dev"]) == {"version": "1.1", **results["validation"]}
     shown = CliRunner().invoke(app, ["evaluate", "squad", "--model", str(squad_run), "--data",
                                      str(squad_files["dev"]), "--json"])
-    assert shown.exit_code == 0 and json.loads(shown.stdout)["f1"] == results["dev"]["f1"]
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["f1"] == results["validation"]["f1"]
     written = predict_squad(squad_run, squad_files["dev"], tmp_path / "pred")
     assert [p.name for p in written] == ["predictions.json", "nbest_predictions.json"]
     predictions = json.loads((tmp_path / "pred" / "predictions.json").read_text())
     assert len(predictions) == 24 and all(isinstance(v, str) for v in predictions.values())
     gold = {qa["id"]: [a["text"] for a in qa["answers"]] for p in json.loads(squad_files["dev"].read_text())[
         "data"][0]["paragraphs"] for qa in p["qas"]}
-    assert squad_v1_scores(gold, predictions)["f1"] == pytest.approx(results["dev"]["f1"])
+    assert squad_v1_scores(gold, predictions)["f1"] == pytest.approx(results["validation"]["f1"])
     nbest = json.loads((tmp_path / "pred" / "nbest_predictions.json").read_text())
     assert set(nbest["q2-0"][0]) == {"text", "probability", "start_logit", "end_logit"}
     again = CliRunner().invoke(app, ["predict", "squad", "--model", str(squad_run), "--data",
@@ -636,14 +649,14 @@ def test_v2_run_writes_null_odds_and_v2_scores(encoder, squad_files, tmp_path):
     for qa in (qa for p in quiet["data"][0]["paragraphs"] for qa in p["qas"]):
         del qa["is_impossible"]
     dev = _write(tmp_path / "dev2.json", quiet)
-    out = finetune_squad(FinetuneConfig.squad(model=encoder, train=squad_files["train2"], dev=dev,
+    out = finetune_squad(FinetuneConfig.squad(model=encoder, train=squad_files["train2"], validation=dev,
                                               out=tmp_path / "v2", **{**FAST, "epochs": 1}))
     results = json.loads((out / "eval_results.json").read_text())
     assert results["task"] == "squad_v2"
-    assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(results["dev"])
+    assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(results["validation"])
     written = predict_squad(out, dev, tmp_path / "pred")
     assert [p.name for p in written] == ["predictions.json", "nbest_predictions.json", "null_odds.json"]
-    assert evaluate_squad(out, dev) == {"version": "2.0", **results["dev"]}
+    assert evaluate_squad(out, dev) == {"version": "2.0", **results["validation"]}
 
 
 def test_squad_defaults_and_config_file(tmp_path):
@@ -653,7 +666,7 @@ def test_squad_defaults_and_config_file(tmp_path):
     from bertctl.cli_tasks import _squad_config
 
     config = _write(tmp_path / "c.json", {"epochs": 5, "doc_stride": 64})
-    flags = {name: None for name in ("model", "out", "train", "dev", "lr")}
+    flags = {name: None for name in ("model", "out", "train", "validation", "lr")}
     cfg = _squad_config({**flags, "config": config, "lr": 1e-4})
     assert (cfg.epochs, cfg.doc_stride, cfg.lr, cfg.max_seq_length) == (5, 64, 1e-4, 384)
 
@@ -680,8 +693,8 @@ def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, squad
 
     flags = [a for k, v in {**FAST, "epochs": 2, "log_every": 1, "dropout": 0.0}.items()
              for a in (f"--{k.replace('_', '-')}", str(v))]
-    args = ["finetune", "squad", "--model", str(encoder), "--train", str(squad_files["train"]), "--dev",
-            str(squad_files["dev"]), "--device", "cpu", *flags]
+    args = ["finetune", "squad", "--model", str(encoder), "--train", str(squad_files["train"]),
+            "--validation", str(squad_files["dev"]), "--device", "cpu", *flags]
     one = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one")])
     assert one.exit_code == 0, one.output
     two = _torchrun([*args, "--out", str(tmp_path / "two")], 2, 29760)
@@ -689,7 +702,7 @@ def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, squad
     a, b = _losses(tmp_path / "one" / "metrics.jsonl"), _losses(tmp_path / "two" / "metrics.jsonl")
     assert sorted(a) == sorted(b) and len(a) > 10 and max(abs(a[s] - b[s]) for s in a) < 1e-4
     dev_one, dev_two = _dev(tmp_path / "one" / "metrics.jsonl"), _dev(tmp_path / "two" / "metrics.jsonl")
-    assert [r["dev_f1"] for r in dev_one] == [r["dev_f1"] for r in dev_two]
+    assert [r["validation_f1"] for r in dev_one] == [r["validation_f1"] for r in dev_two]
 
 
 def test_a_bad_scoring_flag_is_named_as_the_command_spells_it(squad_run, squad_files):
@@ -841,13 +854,13 @@ def test_finetune_and_evaluate_on_hub_copies_equal_the_official_files(squad_run,
     dev = _squad_copies(tmp_path / "dev", json.loads(squad_files["dev"].read_text()))
     out = tmp_path / "run"
     result = CliRunner().invoke(app, ["finetune", "squad", "--model", str(encoder), "--train", str(train["parquet"]),
-                                      "--dev", str(dev["split"]), "--out", str(out),
+                                      "--validation", str(dev["split"]), "--out", str(out),
                                       *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
     assert result.exit_code == 0, result.output
     want = json.loads((squad_run / "eval_results.json").read_text())
-    assert json.loads((out / "eval_results.json").read_text())["dev"] == want["dev"]
+    assert json.loads((out / "eval_results.json").read_text())["validation"] == want["validation"]
     shown = CliRunner().invoke(app, ["evaluate", "squad", "--model", str(squad_run), "--data", str(dev["json"]),
                                      "--json"])
     assert shown.exit_code == 0, shown.output
     assert {k: v for k, v in json.loads(shown.stdout).items() if k not in ("data", "task")} == \
-        {"version": "1.1", **want["dev"]}
+        {"version": "1.1", **want["validation"]}
