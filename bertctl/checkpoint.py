@@ -3,10 +3,10 @@
 A model folder is what transformers loads as it is: config.json (plus a `bertctl` block), model.safetensors
 with transformers' names, and the tokenizer files. We read transformers' folders too: safetensors or
 pytorch_model.bin (weights_only), single or sharded, fp16/bf16 upcast to fp32, with or without the `bert.` prefix,
-legacy `gamma`/`beta` names, tied or absent decoder weights and saved buffers; Google's TensorFlow checkpoints
-(bertctl.tf_checkpoint reads them into transformers' names) and NVIDIA DeepLearningExamples' PyTorch checkpoints
-(bertctl.nvidia_checkpoint), with their bert_config.json. Loading is strict: leftovers are named, never ignored; an
-untied decoder is refused.
+legacy `gamma`/`beta` names, tied, untied or absent decoder weights and saved buffers; Google's TensorFlow
+checkpoints (bertctl.tf_checkpoint reads them into transformers' names) and NVIDIA DeepLearningExamples' PyTorch
+checkpoints (bertctl.nvidia_checkpoint), with their bert_config.json. Loading is strict: leftovers are named, never
+ignored.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ _ENCODER_NAMES = [
 _HEAD_NAMES = [
     ("mlm.dense.", "cls.predictions.transform.dense."),
     ("mlm.norm.", "cls.predictions.transform.LayerNorm."),
+    ("mlm.decoder.", "cls.predictions.decoder."),  # only an untied decoder: a tied one is the word embeddings
     ("mlm.bias", "cls.predictions.bias"),
     ("nsp.", "cls.seq_relationship."),
     ("classifier.", "classifier."),
@@ -68,8 +69,9 @@ KEPT_CONFIG_KEYS = ("classifier_dropout", "finetuning_task", "tokenizer_class", 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # transformers'
 # Buffers some versions saved (position_ids; token_type_ids, all zeros) carry no weights.
 _DROPPED = re.compile(r"(^|\.)(position_ids|embeddings\.token_type_ids)$")
-_DECODER_WEIGHT = "cls.predictions.decoder.weight"  # tied to the word embeddings: checked, then dropped
-_DECODER_BIAS = "cls.predictions.decoder.bias"  # older files: the same tensor as cls.predictions.bias
+_DECODER_WEIGHT = "cls.predictions.decoder.weight"  # dropped when tied (it is the word embeddings), else kept
+_DECODER_BIAS = "cls.predictions.decoder.bias"  # older files and untied models: cls.predictions.bias, as used
+_DECODER_KEY = "mlm.decoder.weight"  # our name for an untied decoder
 # Which head (or optional encoder part) a parameter of ours belongs to.
 _PART_OF = [("bert.pooler.", "pooler"), ("mlm.", "mlm"), ("nsp.", "nsp"), ("qa_outputs.", "question_answering"),
             ("classifier.", "classifier")]
@@ -81,9 +83,13 @@ _SHAPE_FIELDS = [(r"embeddings\.word\.", ("vocab_size", "hidden_size")),
 
 
 def to_transformers_names(state: dict[str, Tensor], bare: bool = False) -> dict[str, Tensor]:
-    """Our state dict -> transformers' names; Q, K and V are split out of the fused projection."""
+    """Our state dict -> transformers' names; Q, K and V are split out of the fused projection. Beside an untied
+    decoder the bias is written as the decoder's too, as transformers writes it (its untied model computes with
+    that one and would start it at zero without it)."""
     prefix = "" if bare else "bert."
     out: dict[str, Tensor] = {}
+    if _DECODER_KEY in state and "mlm.bias" in state:
+        out[_DECODER_BIAS] = state["mlm.bias"].clone()  # safetensors refuses a tensor stored twice
     for key, tensor in state.items():
         if key.startswith("bert."):
             rest = key[len("bert."):]
@@ -115,7 +121,7 @@ def from_transformers_names(state: dict[str, Tensor]) -> tuple[dict[str, Tensor]
     qkv: dict[tuple[str, str], dict[str, Tensor]] = {}
     for key, tensor in state.items():
         key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
-        if _DROPPED.search(key) or key == _DECODER_WEIGHT:
+        if _DROPPED.search(key):
             continue
         if key in (_DECODER_BIAS, "cls.predictions.bias"):
             # transformers 5 computes with the decoder's bias when a file has both (they are equal in real files)
@@ -159,10 +165,6 @@ class Checkpoint:
     architecture: str
     parts: frozenset[str] = field(default_factory=frozenset)  # heads present (+ "pooler")
     stored_dtype: str = "float32"  # floating dtype(s) of the file's tensors; loaded as float32
-    untied_decoder: bool = False  # the MLM head cannot be used (bertctl ties it); the encoder and other heads can
-    # config.json's tie_word_embeddings false: transformers' decoder is a parameter of its own even while it equals
-    # the embeddings (an untied model saved before training), or a random one when the file has none
-    untied_by_config: bool = False
     weights_file: str = ""  # the name of the file the weights were read from (a TensorFlow checkpoint's .index)
     from_nvidia: bool = False  # read from NVIDIA DeepLearningExamples' container or names (a .pt, their .bin)
 
@@ -329,11 +331,12 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     rows = _embedding_rows(weights)
     if from_nvidia and rows is not None and nvidia_checkpoint.padded_vocab_size(config.vocab_size, rows):
         config = config.replace(vocab_size=rows)  # as NVIDIA's scripts build the model they trained
-    untied = _untied_decoder(weights)
+    decoder_differs = _untied_decoder(weights)
     stored = sorted({str(t.dtype).removeprefix("torch.") for t in weights.values() if t.is_floating_point()})
     # fp16/bf16 files are upcast: bertctl's weights are fp32 (mixed precision is the recipes' business)
     weights = {k: t.float() if t.is_floating_point() else t for k, t in weights.items()}
     state, unknown = from_transformers_names(weights)
+    config = _decoder_tying(config, decoder_differs, _DECODER_BIAS in weights, state)
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise BertctlError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
@@ -341,7 +344,7 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     _check_heads(weights_file, set(weights), config, state)
     parts = frozenset(p for p in map(_part, state) if p is not None)
     ckpt = Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
-                      untied, raw.get("tie_word_embeddings") is False, weights_file.name, from_nvidia)
+                      weights_file.name, from_nvidia)
     _check_labels(ckpt)
     return ckpt
 
@@ -415,8 +418,8 @@ def _check_heads(weights_file: Path, in_file: set[str], config: BertConfig, stat
     """The pooler and every head must fit the encoder config.json describes (its shape was checked first), as
     transformers requires: build_model would otherwise create a head of another shape afresh, at random (fill,
     pretrain --init-from). Only a classifier may have another number of outputs (fine-tuning on other labels)."""
-    with shapes_only():
-        expected = {**ARCHITECTURES["BertForPreTraining"](config).state_dict(),
+    with shapes_only():  # untied, so that a decoder in the file is checked too
+        expected = {**ARCHITECTURES["BertForPreTraining"](config.replace(tie_word_embeddings=False)).state_dict(),
                     **ARCHITECTURES["BertForQuestionAnswering"](config).state_dict()}
     classifier = state.get("classifier.weight")
     if classifier is not None:
@@ -450,9 +453,28 @@ def _embedding_rows(weights: dict[str, Tensor]) -> int | None:
     return embeddings.shape[0] if embeddings is not None and embeddings.ndim == 2 else None
 
 
+def _decoder_tying(config: BertConfig, decoder_differs: bool, decoder_bias: bool,
+                   state: dict[str, Tensor]) -> BertConfig:
+    """The config with the tying transformers' from_pretrained makes of the file, `state` edited to match.
+
+    Tied (tie_word_embeddings true or unset, and the file's decoder absent or equal to the embeddings): the decoder
+    is the embeddings, so the file's copy is dropped. Untied: config.json's false, or a decoder that differs (then
+    transformers warns and keeps both, whatever config.json says). With config.json's false the decoder's own bias
+    is used and starts at zero when the file has none (cls.predictions.bias is then unused there); a decoder the
+    file lacks is left out of `state`: build_model refuses it or draws it.
+    """
+    by_config = not config.tie_word_embeddings
+    if not (by_config or decoder_differs):
+        state.pop(_DECODER_KEY, None)
+        return config
+    if by_config and not decoder_bias and "mlm.bias" in state:
+        state["mlm.bias"] = torch.zeros_like(state["mlm.bias"])
+    return config.replace(tie_word_embeddings=False)
+
+
 def _untied_decoder(weights: dict[str, Tensor]) -> bool:
-    """Whether the file's MLM decoder differs from the word embeddings (tie_word_embeddings=false with another
-    matrix): transformers computes with that matrix, bertctl's decoder is always the embeddings."""
+    """Whether the file holds an MLM decoder other than the word embeddings: transformers then computes with that
+    matrix even when config.json asks for tied weights."""
     decoder = weights.get(_DECODER_WEIGHT)
     embeddings = weights.get("bert.embeddings.word_embeddings.weight",
                              weights.get("embeddings.word_embeddings.weight"))
@@ -494,7 +516,7 @@ def heads_present(ckpt: Checkpoint) -> list[str]:
 
 
 def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weights: bool = False,
-                **head_kwargs: Any) -> BertTaskModel:
+                draw_decoder: bool = False, **head_kwargs: Any) -> BertTaskModel:
     """Instantiate `architecture` (default: the checkpoint's) and load its weights strictly.
 
     A head the checkpoint lacks (or has with another shape) is created fresh and listed in `model.fresh_heads`;
@@ -502,6 +524,8 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weig
     `share_weights`: the model's parameters are `ckpt.state`'s tensors, not copies, so the weights are in
     memory once (a BERT-base load peaks ~400 MB lower); only for a caller that builds one model from `ckpt`,
     since training that model changes `ckpt.state` too.
+    An untied MLM decoder the file lacks is refused (the head cannot be computed), or with `draw_decoder` drawn as
+    transformers draws it and listed as "mlm decoder" (pre-training trains it anyway).
     """
     name = architecture or ckpt.architecture
     if name not in ARCHITECTURES:
@@ -528,23 +552,29 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weig
     with shapes_only():  # weights the checkpoint replaces are never drawn
         model = cls(ckpt.config, **head_kwargs)
     expected = model.state_dict()
-    if ckpt.untied_decoder and "mlm" in map(_part, expected):
-        raise BertctlError(f"{ckpt.path}: {_DECODER_WEIGHT} differs from the word embeddings (an untied MLM decoder, "
-                           "tie_word_embeddings=false); bertctl ties them, so it cannot compute this MLM head")
     fresh: set[str] = set()
+    fresh_keys: set[str] = set()
     state: dict[str, Tensor] = {}
     for key, target in expected.items():
         part = _part(key)
         source = ckpt.state.get(key)
         if part is not None and (part not in ckpt.parts or (source is not None and source.shape != target.shape)):
             fresh.add(part)  # absent from the checkpoint, or a classifier with another number of labels
+            fresh_keys.add(key)
+        elif source is None and key == _DECODER_KEY and draw_decoder:
+            fresh.add("mlm decoder")
+            fresh_keys.add(key)
+        elif source is None and key == _DECODER_KEY:
+            raise UsageError(f"{ckpt.path}: {ckpt.config_file.name} sets tie_word_embeddings false but the weights "
+                             f"hold no {_DECODER_WEIGHT}, so the MLM head cannot be computed (transformers would "
+                             "draw it at random); give the folder its decoder, or set tie_word_embeddings true if "
+                             "the decoder is the word embeddings")
         elif source is None:
             raise BertctlError(f"{ckpt.path}: missing parameter {to_transformers_name(key)} for {name}")
         else:  # an encoder weight: read_checkpoint checked its shape against the config; an integer one (the
             # TensorFlow reader takes them) is cast as load_state_dict's copy would, since share_weights assigns it
             state[key] = source.to(target.dtype)
     model.to_empty(device="cpu")
-    fresh_keys = {key for key in expected if _part(key) in fresh}
     model.init_weights(module for prefix, module in model.named_modules()  # from the caller's RNG, as transformers
                        if any(f"{prefix}.{name}".lstrip(".") in fresh_keys for name, _ in module.named_parameters(
                            recurse=False)))

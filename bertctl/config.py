@@ -43,6 +43,7 @@ class BertConfig:
     initializer_range: float = 0.02  # std of the normal init
     layer_norm_eps: float = 1e-12
     pad_token_id: int | None = 0  # the embedding row kept at zero gradient; None in some hub configs
+    tie_word_embeddings: bool = True  # the MLM decoder is the word embeddings; false: a matrix of its own
 
     def __post_init__(self) -> None:
         take_types(self)

@@ -118,7 +118,9 @@ class Bert(nn.Module):
 
 
 class MaskedLMHead(nn.Module):
-    """Dense + activation + LayerNorm, then the decoder tied to the word embeddings, plus its own bias."""
+    """Dense + activation + LayerNorm, then the decoder plus its own bias. The decoder is the word embeddings
+    (tied, the paper's and transformers' default), or with tie_word_embeddings false a (V, H) matrix of its own,
+    trained apart from them as transformers trains it."""
 
     def __init__(self, cfg: BertConfig, word_embeddings: nn.Embedding) -> None:
         super().__init__()
@@ -127,9 +129,10 @@ class MaskedLMHead(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.word_embeddings = [word_embeddings]  # a list keeps it out of this module's parameters
+        self.decoder = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        decoder = self.word_embeddings[0].weight  # (V, H), shared with the input embeddings
+        decoder = self.word_embeddings[0].weight if self.decoder is None else self.decoder.weight  # (V, H)
         return F.linear(self.norm(self.act(self.dense(hidden))), decoder, self.bias)
 
 

@@ -376,12 +376,8 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
     torch.manual_seed(cfg.seed)  # the weights of a fresh model, or of the heads --init-from's model lacks
     if source is not None:
         ckpt = read_checkpoint(source)
-        if ckpt.untied_by_config:
-            raise UsageError(f"--init-from {source}: config.json sets tie_word_embeddings false, so transformers "
-                             "trains its MLM decoder apart from the word embeddings; bertctl ties them and would "
-                             "train another model (set it to true in config.json to train them tied)")
         ckpt.config = ckpt.config.replace(**dropout)
-        model = build_model(ckpt, architecture, share_weights=True)
+        model = build_model(ckpt, architecture, share_weights=True, draw_decoder=True)  # as transformers: at random
     else:
         # a config.json's own vocab_size wins (a padded vocabulary, 30528 rows for 30522 tokens in NVIDIA's BERT
         # configs), as transformers and Google's run_pretraining.py build it; presets take the tokenizer's size

@@ -18,7 +18,9 @@ transformers = pytest.importorskip("transformers")
 from test_parity import TOLERANCE, batch, outputs, reference_model  # noqa: E402
 
 from bertctl.checkpoint import load_model, read_checkpoint, save_model  # noqa: E402
+from bertctl.convert import convert  # noqa: E402
 from bertctl.errors import BertctlError, UsageError  # noqa: E402
+from bertctl.info import info  # noqa: E402
 
 # transformers 5 renamed from_pretrained's torch_dtype to dtype (and defaults to "auto": the file's dtype)
 FP32 = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
@@ -158,16 +160,67 @@ def test_mlm_decoder_entries(decoder, odd_config, tmp_path):
     assert max_diff("BertForMaskedLM", tmp_path / "hf", odd_config) <= TOLERANCE
 
 
-def test_an_untied_decoder_is_refused_in_one_line_for_the_mlm_head_only(odd_config, tmp_path):
-    """transformers computes with an untied decoder; bertctl cannot, but the encoder is still usable."""
+DECODER = "cls.predictions.decoder.weight"
+
+
+def with_decoder(folder, tie, decoder):
+    """A transformers folder edited to config.json's tie_word_embeddings `tie` (None: unset) and a file decoder that
+    is the embeddings ("equal"), another matrix ("different") or none ("absent")."""
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("tie_word_embeddings", None)
+    (folder / "config.json").write_text(json.dumps(config if tie is None else {**config, "tie_word_embeddings": tie}))
+    state = load_file(folder / "model.safetensors")
+    embeddings = state["bert.embeddings.word_embeddings.weight"]
+    if decoder != "absent":
+        state[DECODER] = embeddings.clone() if decoder == "equal" else embeddings + 0.3 * torch.randn_like(embeddings)
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("name", ["BertForPreTraining", "BertForMaskedLM"])
+@pytest.mark.parametrize(("tie", "decoder"), [(tie, decoder) for tie in (True, None, False)
+                                               for decoder in ("equal", "different", "absent")
+                                               if (tie, decoder) != (False, "absent")])  # refused: next test
+def test_the_mlm_decoder_tied_or_untied_as_transformers_computes_it(name, tie, decoder, odd_config, tmp_path):
+    """transformers unties the decoder when config.json says false, or when the file's decoder differs from the
+    embeddings whatever config.json says; untied by config.json, the bias is the decoder's own (zero here: the file
+    has none, and its trained cls.predictions.bias goes unused). bertctl computes the same logits, and the folder
+    it saves is reloaded by transformers to the same logits, untied (tie_word_embeddings false, the decoder and its
+    bias written) exactly when the model is."""
+    saved(name, odd_config, tmp_path / "hf")
+    with_decoder(tmp_path / "hf", tie, decoder)
+    assert max_diff(name, tmp_path / "hf", odd_config) <= TOLERANCE
+    untied = tie is False or decoder == "different"
+    assert info(tmp_path / "hf")["config"]["tie_word_embeddings"] is not untied
+    convert(tmp_path / "hf", tmp_path / "ours")
+    assert (DECODER in load_file(tmp_path / "ours" / "model.safetensors")) is untied
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["tie_word_embeddings"] is not untied
+    ids, types, mask = batch(odd_config)
+    theirs, again = (getattr(transformers, name).from_pretrained(tmp_path / folder, **FP32).eval()
+                     for folder in ("hf", "ours"))
+    with torch.no_grad():
+        theirs, again = (outputs(name, model(input_ids=ids, token_type_ids=types, attention_mask=mask))
+                         for model in (theirs, again))
+    assert max((a - t).abs().max().item() for t, a in zip(theirs, again, strict=True)) <= TOLERANCE
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_a_decoder_transformers_would_draw_at_random_is_refused_in_one_line_for_the_mlm_head_only(tie, odd_config,
+                                                                                                 tmp_path):
+    """tie_word_embeddings false and no decoder in the file: transformers draws it at random, so no MLM output can be
+    computed (fill, evaluate mlm, convert refuse); the encoder is still usable. With true the decoder is the
+    embeddings."""
     saved("BertForMaskedLM", odd_config, tmp_path / "hf")
-    path = tmp_path / "hf" / "model.safetensors"
-    state = load_file(path)
-    state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"] + 1.0
-    save_file(state, path, metadata={"format": "pt"})
-    with pytest.raises(BertctlError, match="untied MLM decoder") as error:
+    with_decoder(tmp_path / "hf", tie, "absent")
+    if tie:
+        assert load_model(tmp_path / "hf").fresh_heads == ()
+        return
+    with pytest.raises(UsageError, match="sets tie_word_embeddings false but the weights hold no "
+                                           "cls.predictions.decoder.weight") as error:
         load_model(tmp_path / "hf")
     assert "\n" not in str(error.value)
+    with pytest.raises(UsageError, match="sets tie_word_embeddings false"):
+        convert(tmp_path / "hf", tmp_path / "converted")  # it would write a random decoder as if trained
+    assert not (tmp_path / "converted").exists()
     model = load_model(tmp_path / "hf", "BertForSequenceClassification", num_labels=3)
     assert model.fresh_heads == ("classifier", "pooler")  # a masked-LM file has no pooler
 

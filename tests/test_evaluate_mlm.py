@@ -73,7 +73,9 @@ def test_a_runs_checkpoints_score_its_validation_rows(corpora, tmp_path, masking
     assert code == 0 and "note" not in err, err
 
 
-def _transformers_model(folder: Path, tokenizer: Path, architecture: str, positions: int = 64) -> Path:
+def _transformers_model(folder: Path, tokenizer: Path, architecture: str, positions: int = 64,
+                        tied: bool = True) -> Path:
+    """A random transformers model; untied, its decoder and the decoder's bias are matrices of their own."""
     transformers = pytest.importorskip("transformers")
     import torch
 
@@ -82,17 +84,24 @@ def _transformers_model(folder: Path, tokenizer: Path, architecture: str, positi
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=load_tokenizer(tokenizer).vocab_size, hidden_size=32,
                                      num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                     max_position_embeddings=positions)
-    getattr(transformers, architecture)(config).save_pretrained(folder)
+                                     max_position_embeddings=positions, tie_word_embeddings=tied)
+    model = getattr(transformers, architecture)(config)
+    with torch.no_grad():
+        model.cls.predictions.bias.normal_(0, 1.0)  # used tied, unused untied: a mix-up shows
+        if not tied:
+            model.cls.predictions.decoder.bias.normal_(0, 1.0)
+    model.save_pretrained(folder)
     shutil.copytree(tokenizer, folder, dirs_exist_ok=True)
     return folder
 
 
-@pytest.mark.parametrize("architecture", ["BertForPreTraining", "BertForMaskedLM"])
-def test_figures_equal_transformers_on_the_same_masked_rows(corpora, tmp_path, architecture, one_thread, caplog):
+@pytest.mark.parametrize(("architecture", "tied"), [("BertForPreTraining", True), ("BertForMaskedLM", True),
+                                                     ("BertForPreTraining", False), ("BertForMaskedLM", False)])
+def test_figures_equal_transformers_on_the_same_masked_rows(corpora, tmp_path, architecture, tied, one_thread,
+                                                            caplog):
     """transformers' model from the same folder, fed each row alone (no padding) with pretrain's masks for it:
-    its loss over all masked tokens, accuracies and NSP accuracy. A model without an NSP head has no NSP
-    figure, and a note says so."""
+    its loss over all masked tokens, accuracies and NSP accuracy, with the decoder tied to the embeddings or not
+    (tie_word_embeddings false). A model without an NSP head has no NSP figure, and a note says so."""
     import torch
     import torch.nn.functional as F
     import transformers
@@ -104,7 +113,7 @@ def test_figures_equal_transformers_on_the_same_masked_rows(corpora, tmp_path, a
     from bertctl.tokenizer_folder import load_tokenizer
 
     corpus = corpora["dynamic"]
-    folder = _transformers_model(tmp_path / "hf", corpus / "tokenizer", architecture)
+    folder = _transformers_model(tmp_path / "hf", corpus / "tokenizer", architecture, tied=tied)
     scores = evaluate_mlm(folder, corpus, samples=0, batch_size=5, seed=3, device="cpu")
 
     tables, manifest = load_corpus(corpus)
@@ -171,6 +180,7 @@ def test_the_python_function_is_exported_where_evaluate_glue_is():
 
 @pytest.mark.parametrize(("case", "said"), [
     ("no_mlm_head", "has no MLM head (it is a BertModel)"),
+    ("untied_without_decoder", "sets tie_word_embeddings false but the weights hold no cls.predictions.decoder"),
     ("other_vocabulary", "'s tokenizer is not the one corpus"),
     ("other_casing", "do_lower_case False vs True"),
     ("too_long", "has sequences of 32 tokens but --model"),
@@ -190,6 +200,9 @@ def test_refusals_are_one_line(corpora, tmp_path, case, said):
         architecture = "BertModel" if case == "no_mlm_head" else "BertForPreTraining"
         casing = {"do_lower_case": False} if case == "other_casing" else {}
         folder = _model_folder(tmp_path / "model", own, architecture=architecture, **casing)
+    if case == "untied_without_decoder":  # transformers would draw the decoder at random
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
     flags = {"bad_split": ["--split", "test"], "bad_samples": ["--samples", "-1"]}.get(case, [])
     code, out, err = _cli("--model", str(folder), "--corpus", str(corpus), "--device", "cpu", *flags)
     assert code == 2, (out, err)

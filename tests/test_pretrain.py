@@ -818,10 +818,12 @@ def test_ranks_reading_different_corpora_are_refused(corpus, tmp_path):
     assert not (tmp_path / "run" / "final").exists()
 
 
-def test_init_from_says_which_heads_start_fresh_and_refuses_an_untied_decoder(corpus, tmp_path):
-    """A masked-LM folder has no NSP head and no pooler: they were trained from scratch without a word. A config
-    with tie_word_embeddings false (transformers trains that decoder apart from the embeddings) was trained tied,
-    so from the second step on another model than transformers' (and saved tied)."""
+def test_init_from_says_which_heads_start_fresh_an_untied_decoder_too(corpus, tmp_path):
+    """A masked-LM folder has no NSP head and no pooler: they were trained from scratch without a word. With
+    tie_word_embeddings false and no decoder in the file, transformers draws the decoder at random: so does
+    pretrain (from --seed), then trains it apart from the embeddings and saves it; fill refuses that folder."""
+    from safetensors.torch import load_file
+
     from bertctl.checkpoint import load_model
 
     masked = _model_folder(tmp_path / "masked", corpus / "tokenizer", architecture="BertForMaskedLM")
@@ -833,13 +835,57 @@ def test_init_from_says_which_heads_start_fresh_and_refuses_an_untied_decoder(co
     config = json.loads((masked / "config.json").read_text())
     (masked / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
     untied = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "untied"),
-                                      "--steps", "1", "--init-from", str(masked), "--device", "cpu"])
-    assert untied.exit_code == 2 and "tie_word_embeddings false" in untied.stderr, untied.output
-    assert not (tmp_path / "untied").exists()
-    assert load_model(masked).fresh_heads == ()  # fill reads it: the decoder it holds is the embeddings
+                                      "--steps", "2", "--batch-size", "4", "--init-from", str(masked), "--device",
+                                      "cpu", "--num-workers", "0", "--seed", "7"])
+    assert untied.exit_code == 0, untied.output
+    assert f"{masked} has no mlm decoder, nsp or pooler; they start fresh (--seed 7)" in untied.stderr
+    saved = load_file(tmp_path / "untied" / "final" / "model.safetensors")
+    decoder = saved["cls.predictions.decoder.weight"]
+    assert 0.015 < decoder.std() < 0.025  # initializer_range 0.02, then two small steps
+    assert (decoder - saved["bert.embeddings.word_embeddings.weight"]).abs().max() > 0.01
+    assert json.loads((tmp_path / "untied" / "final" / "config.json").read_text())["tie_word_embeddings"] is False
+    with pytest.raises(UsageError, match="sets tie_word_embeddings false but the weights hold no"):
+        load_model(masked)  # fill cannot compute its MLM head
     quick = CliRunner().invoke(app, ["pretrain", "--out", str(tmp_path / "quick"), "--init-from", str(masked)])
     assert quick.exit_code == 2 and "needs --corpus" in quick.stderr, quick.output  # the quick start built its data
     assert not (tmp_path / "quick").exists()
+
+
+def test_an_untied_run_resumes_and_transformers_reloads_it_untied(corpus, tmp_path):
+    """--init-from a transformers model with tie_word_embeddings false: a resume from its step checkpoint ends with
+    the uninterrupted run's weights (the decoder's optimizer moments saved and restored with the rest), and the
+    final folder loads in transformers untied, with no missing key and bertctl's logits."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from safetensors.torch import load_file
+
+    from bertctl.checkpoint import load_model
+    from bertctl.pretrain import pretrain
+    from bertctl.tokenizer_folder import load_tokenizer
+
+    torch.manual_seed(0)
+    transformers.BertForPreTraining(transformers.BertConfig(
+        vocab_size=load_tokenizer(corpus / "tokenizer").vocab_size, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+        tie_word_embeddings=False)).save_pretrained(tmp_path / "init")
+    shutil.copytree(corpus / "tokenizer", tmp_path / "init", dirs_exist_ok=True)
+    run = {"init_from": tmp_path / "init", "model_config": None, "steps": 4, "save_every": 2}
+    final = pretrain(small_run(corpus, tmp_path / "full", **run))
+    shutil.copytree(tmp_path / "full", tmp_path / "resumed")
+    shutil.rmtree(tmp_path / "resumed" / "final")  # as if killed after step 2's checkpoint
+    pretrain(small_run(corpus, tmp_path / "resumed", resume=True, **run))
+    full, resumed = (load_file(folder / "final" / "model.safetensors") for folder in (tmp_path / "full",
+                                                                                         tmp_path / "resumed"))
+    assert full.keys() == resumed.keys() and "cls.predictions.decoder.weight" in full
+    assert all(torch.equal(full[k], resumed[k]) for k in full)
+    theirs, info = transformers.BertForPreTraining.from_pretrained(final, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert theirs.config.tie_word_embeddings is False
+    ids = torch.tensor([[2, 7, 4, 9, 3]])
+    with torch.no_grad():
+        expected = theirs.eval()(input_ids=ids).prediction_logits
+        got = load_model(final).eval()(ids).logits
+    assert (got - expected).abs().max().item() <= 1e-5
 
 
 def _lamb_step(groups: list[dict], state: dict, lr: float, betas=(0.9, 0.999), eps=1e-6) -> None:
@@ -863,11 +909,13 @@ def _lamb_step(groups: list[dict], state: dict, lr: float, betas=(0.9, 0.999), e
 
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")  # LAMB's SGD only holds the lr
-@pytest.mark.parametrize("case", ["adamw", "unpadded_accumulation_cosine", "lamb_accumulation", "mlm_only"])
+@pytest.mark.parametrize("case", ["adamw", "unpadded_accumulation_cosine", "lamb_accumulation", "mlm_only",
+                                  "untied"])
 def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case):
     """With dropout off, `pretrain --init-from` a transformers checkpoint trains exactly as a hand-written loop over
     the same batches: transformers' BertForPreTraining (or BertForMaskedLM) loss, AdamW over the Trainer's decay
-    groups (no decay on biases and LayerNorm; the tied word embeddings decayed once, the MLM bias not), or a
+    groups (no decay on biases and LayerNorm; the tied word embeddings decayed once, the MLM bias not; untied, the
+    decoder decayed as a matrix of its own and its own bias not), or a
     per-tensor apex-style LAMB, transformers' warmup schedules from step 0 (phase 2: a fresh optimizer), clipping
     at 1.0 and gradient accumulation that weights each micro-batch by its share of the global masked tokens and
     sequences. metrics.jsonl's loss, grad_norm (before clipping) and lr are the loop's, and so are the weights."""
@@ -885,7 +933,7 @@ def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case
     settings = {"adamw": {}, "unpadded_accumulation_cosine": {"batch_size": 2, "micro_batch_size": 1,
                                                                  "schedule": "cosine"},
                 "lamb_accumulation": {"micro_batch_size": 4, "optimizer": "lamb", "schedule": "constant"},
-                "mlm_only": {"micro_batch_size": 2}}[case]
+                "mlm_only": {"micro_batch_size": 2}, "untied": {}}[case]
     if case == "mlm_only":
         _write_text(tmp_path / "docs.txt", documents=20, seed=5)
         build_corpus(CorpusConfig(inputs=(str(tmp_path / "docs.txt"),), tokenizer=corpus / "tokenizer",
@@ -895,7 +943,7 @@ def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case
     tokenizer = load_tokenizer(corpus / "tokenizer")
     init = transformers.BertForPreTraining(transformers.BertConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=64))
+        intermediate_size=64, max_position_embeddings=64, tie_word_embeddings=case != "untied"))
     with torch.no_grad():  # biases and LayerNorm weights away from 0 and 1, so that decaying them would show
         for p in init.parameters():
             if p.ndim == 1:
@@ -964,5 +1012,11 @@ def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case
     assert [r["lr"] for r in rows] == pytest.approx([e[2] for e in expected], abs=1e-12)
     trained, reference = load_file(final / "model.safetensors"), theirs.state_dict()
     assert trained.keys() <= reference.keys()
+    if case == "untied":  # transformers' untied model leaves cls.predictions.bias unused; bertctl writes the one used
+        assert torch.equal(trained.pop("cls.predictions.bias"), trained["cls.predictions.decoder.bias"])
+        decoder, embeddings = (trained[k] for k in ("cls.predictions.decoder.weight",
+                                                    "bert.embeddings.word_embeddings.weight"))
+        assert (decoder - embeddings).abs().max() > 0.01
+        assert (decoder - init.cls.predictions.decoder.weight).abs().max() > 1e-4  # trained, apart
     for name, weight in trained.items():
         assert torch.allclose(weight, reference[name], atol=1e-6), name
