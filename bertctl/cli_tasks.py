@@ -88,7 +88,8 @@ def finetune_glue(
 
 @finetune_app.command("classify")
 def finetune_classify(
-    train: Annotated[Path | None, typer.Option(help="Training file: .csv, .tsv, .jsonl or .parquet.")] = None,
+    train: Annotated[Path | None, typer.Option(help="Training file: .csv, .tsv, .jsonl or .parquet, or a "
+                                               "save_to_disk folder.")] = None,
     validation: Annotated[Path | None, typer.Option(help="File scored after each epoch (best kept).")] = None,
     text_columns: Annotated[str | None, typer.Option(help="Text column, or two comma-separated (a pair).")
                             ] = None,
@@ -161,7 +162,8 @@ def finetune_squad(
 # Options of `evaluate` and `predict`; by default the fine-tuning run's settings (its run.json).
 _EvModel = Annotated[str, typer.Option("--model", "-m", help="Fine-tuned model folder (multi-seed run: best seed).")]
 _EvGlueData = Annotated[str, typer.Option("--data", help="GLUE download folder or nyu-mll/glue.")]
-_EvTable = Annotated[Path, typer.Option(help="A .csv, .tsv, .jsonl or .parquet file with a header (or keys).")]
+_EvTable = Annotated[Path, typer.Option(help="A .csv, .tsv, .jsonl or .parquet file with a header (or keys), or a "
+                                                "save_to_disk folder.")]
 _EvColumns = Annotated[str | None, typer.Option(help="Text column, or two comma-separated [the run's].")]
 _EvJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 _EvBatch = Annotated[int | None, typer.Option(help="Examples per forward pass [the run's, 128].")]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
+import datasets
 import pytest
 from glue_fixtures import ALL_TASKS, LABELS, PAIR_TASKS, rule_label, write_glue_data
 
@@ -224,6 +226,8 @@ def _write_formats(folder: Path, rows: list[dict]) -> dict[str, Path]:
     paths[".tsv"].write_text("\n".join(tsv) + "\n", encoding="utf-8")
     paths[".jsonl"].write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     pq.write_table(pa.Table.from_pylist(rows), paths[".parquet"])
+    paths["saved"] = folder / "saved"
+    datasets.Dataset.from_list(rows).save_to_disk(str(paths["saved"]))
     return paths
 
 
@@ -236,7 +240,19 @@ def test_every_format_gives_the_same_examples(tmp_path):
         results[suffix] = (task.label_names, task.train.text_a, task.train.text_b, task.train.labels)
         assert task.metrics == ("accuracy", "f1", "matthews_correlation") and task.validation is not None
     expected = (("2", "10"), ["first, with comma", "second", "third"], ['say "hi"', "x", "y"], [1, 0, 0])
-    assert all(result == expected for result in results.values()), results
+    assert all(result == expected for result in results.values()) and len(results) == 5, results
+
+
+def test_a_saved_dataset_dict_is_refused_naming_the_split_folder_to_give(tmp_path):
+    split = datasets.Dataset.from_list([{"text": "a", "label": 0}, {"text": "b", "label": 1}])
+    datasets.DatasetDict({"train": split, "test": split}).save_to_disk(str(tmp_path / "dict"))
+    with pytest.raises(UsageError, match=re.escape(f"--train {tmp_path / 'dict'} is a DatasetDict folder of the "
+                                                   f"splits train, test; give one split's folder, such as "
+                                                   f"{tmp_path / 'dict' / 'train'}")):
+        load_labelled_data(tmp_path / "dict", None, ["text"], "label")
+    with pytest.raises(UsageError, match=r"no column 'sentence' \(found: text, label\)"):
+        load_labelled_data(tmp_path / "dict" / "train", None, ["sentence"], "label")
+    assert load_labelled_data(tmp_path / "dict" / "train", None, ["text"], "label").train.labels == [0, 1]
 
 
 def test_csv_quoting_spans_lines_and_errors_name_the_starting_line(tmp_path):

@@ -482,6 +482,13 @@ def test_ner_copies_of_words_only_and_bad_ones(tmp_path):
     odd.to_parquet(str(tmp_path / "odd.parquet"))
     with pytest.raises(UsageError, match="ner_tags' ClassLabel names: tag 'PER' is not O or B-/I-/E-/S-TYPE"):
         read_ner(tmp_path / "odd.parquet", "--train")
+    unset = datasets.Dataset.from_dict({"tokens": [["a"]], "ner_tags": [[-1]]}, features=datasets.Features(
+        {"tokens": datasets.List(datasets.Value("string")),
+         "ner_tags": datasets.List(datasets.ClassLabel(names=["O", "B-PER"]))}))
+    unset.to_parquet(str(tmp_path / "unset.parquet"))  # ClassLabel allows -1 (no label)
+    with pytest.raises(UsageError, match=r"unset.parquet row 1: ner_tags holds an id outside 0..1 \(the copy's "
+                                         r"ClassLabel names name 2 tags\)"):
+        read_ner(tmp_path / "unset.parquet", "--train", label_names=["O", "B-PER", "I-PER"])
     (tmp_path / "broken.parquet").write_text("not parquet")
     with pytest.raises(UsageError, match="broken.parquet: cannot read it as parquet"):
         read_ner(tmp_path / "broken.parquet", "--train")

@@ -87,7 +87,8 @@ def _read_copy(path: Path, flag: str, label_names: Sequence[str] | None) -> tupl
             raise UsageError(f"{at}: tokens must be a list of strings, got {row['tokens']!r:.60}")
         words.append(row["tokens"])
         if has_tags:
-            tags.append(_jsonl_tags(row["ner_tags"], len(row["tokens"]), names or label_names, at))
+            tags.append(_jsonl_tags(row["ner_tags"], len(row["tokens"]), names or label_names, at,
+                                    "the copy's ClassLabel names" if names else "--label-names"))
     return words, (tags if has_tags else None)
 
 
@@ -142,7 +143,8 @@ def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-def _jsonl_tags(value: object, count: int, label_names: Sequence[str] | None, at: str) -> list[str]:
+def _jsonl_tags(value: object, count: int, label_names: Sequence[str] | None, at: str,
+                named_by: str = "--label-names") -> list[str]:
     if not isinstance(value, list) or len(value) != count:
         raise UsageError(f"{at}: ner_tags must be a list of one tag per token ({count}), got {value!r:.60}")
     if all(isinstance(v, str) for v in value):
@@ -155,7 +157,7 @@ def _jsonl_tags(value: object, count: int, label_names: Sequence[str] | None, at
         raise UsageError(f"{at}: ner_tags are class ids; give --label-names with the tag of each id, in order "
                          "(conll2003: O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC)")
     if any(not 0 <= v < len(label_names) for v in value):
-        raise UsageError(f"{at}: ner_tags holds an id outside 0..{len(label_names) - 1} (--label-names names "
+        raise UsageError(f"{at}: ner_tags holds an id outside 0..{len(label_names) - 1} ({named_by} name "
                          f"{len(label_names)} tags)")
     return [label_names[v] for v in value]
 

@@ -1,9 +1,11 @@
-"""The user's own labelled data for `bertctl finetune classify`: csv, tsv, jsonl or parquet files.
+"""The user's own labelled data for `bertctl finetune classify`: csv, tsv, jsonl or parquet files, or a
+`Dataset.save_to_disk` folder of one split.
 
 `.csv` is read with standard (RFC 4180) quoting, as spreadsheets and pandas write it; `.tsv` is split on tabs
 and newlines with no quote processing, like GLUE's files; `.jsonl` holds one JSON object per line; `.parquet`
-is read with pyarrow (installed with `datasets`). The result is the same `Examples` the GLUE readers give,
-inside a `TabularTask` that carries its label names and metrics, so one fine-tuning recipe serves both.
+is read with pyarrow (installed with `datasets`), a saved split with `datasets`. The result is the same
+`Examples` the GLUE readers give, inside a `TabularTask` that carries its label names and metrics, so one
+fine-tuning recipe serves both.
 `read_examples` reads one file for scoring or predicting with a fine-tuned model (labels optional), its
 rows identified by the file's `id`/`idx` column or else their position.
 
@@ -22,6 +24,7 @@ import reprlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -151,23 +154,38 @@ def _parquet_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dic
     yield from enumerate(table.to_pylist(), start=1)
 
 
+def _saved_rows(path: Path, columns: Sequence[str], flag: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    from bertctl.data.hub_copies import read_saved
+
+    table, _ = read_saved(path, flag)
+    _require(columns, table.column_names, str(path))
+    yield from enumerate(table.to_pylist(), start=1)
+
+
 _READERS = {".csv": _csv_rows, ".tsv": _tsv_rows, ".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
 
 
-def read_table(path: str | Path, text_columns: Sequence[str], label_column: str | None, ids: bool = True) -> _Table:
-    """The text and label columns (None: no labels) of one file, and its ids, checked row by row. With
-    `ids=False` (training, scoring: no row is named) a row's id may be missing (kept as ""): a gap in an
+def read_table(path: str | Path, text_columns: Sequence[str], label_column: str | None, ids: bool = True,
+               flag: str = "--data") -> _Table:
+    """The text and label columns (None: no labels) of one file (or saved split), and its ids, checked row by
+    row. With `ids=False` (training, scoring: no row is named) a row's id may be missing (kept as ""): a gap in an
     `id`/`idx` column the run never uses is no reason to refuse the file."""
-    path = user_path(path, "--data")
+    path = user_path(path, flag)
     suffix = path.suffix.lower()
-    if suffix not in _READERS:
-        raise UsageError(f"{path}: unsupported file type {suffix or '(none)'}; use one of {', '.join(FORMATS)}")
-    if not path.is_file():
+    if path.is_dir():
+        rows = partial(_saved_rows, flag=flag)
+    elif suffix not in _READERS:
+        raise UsageError(f"{path}: unsupported file type {suffix or '(none)'}; use one of {', '.join(FORMATS)} "
+                         "or a Dataset.save_to_disk folder")
+    elif not path.is_file():
         raise UsageError(f"{path}: no such file")
-    table = _Table(path, " row " if suffix == ".parquet" else ":", texts=[[] for _ in text_columns])
+    else:
+        rows = _READERS[suffix]
+    table = _Table(path, ":" if suffix in _READERS and suffix != ".parquet" else " row ",
+                   texts=[[] for _ in text_columns])
     try:
         required = [*text_columns, *([label_column] if label_column else [])]
-        for number, record in _READERS[suffix](path, required):
+        for number, record in rows(path, required):
             _add_row(table, number, record, text_columns, label_column, ids)
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not UTF-8 text") from None
@@ -358,7 +376,7 @@ def load_labelled_data(train: str | Path, validation: str | Path | None, text_co
         raise UsageError(f"--problem {problem}: choose one of {', '.join(FINETUNE_PROBLEMS)}")
     if not isinstance(label_column, str) or not label_column.strip():  # "" would read no labels at all
         raise UsageError(f"--label-column: give the label column's name, not {label_column!r}")
-    train_table = read_table(train, text_columns, label_column, ids=False)
+    train_table = read_table(train, text_columns, label_column, ids=False, flag="--train")
     texts = [_label_text(v) for v in train_table.labels]
     if None in texts:  # before the classes are counted, so the row is named rather than too few classes
         raise UsageError(f"{train_table.where(texts.index(None))}: label column {label_column!r} is empty")
@@ -371,6 +389,7 @@ def load_labelled_data(train: str | Path, validation: str | Path | None, text_co
         raise UsageError(f"{where} has fewer than two classes ({', '.join(names) or 'none'}); classification "
                          "needs at least two")
     train_examples = _to_examples(train_table, names, label_column)
-    dev = (_to_examples(read_table(validation, text_columns, label_column, ids=False), names, label_column)
+    dev = (_to_examples(read_table(validation, text_columns, label_column, ids=False, flag="--validation"), names,
+                        label_column)
            if validation else None)
     return classify_task(names, train_examples, dev)
