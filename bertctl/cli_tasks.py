@@ -136,10 +136,11 @@ def _squad_config(flags: dict[str, Any]) -> Any:
 
 @finetune_app.command("squad")
 def finetune_squad(
-    train: Annotated[Path | None, typer.Option(help="SQuAD v1.1/v2.0 training JSON (train-v1.1.json), or a hub "
-                                               "copy: .parquet, save_to_disk folder, to_json lines.")] = None,
-    validation: Annotated[Path | None, typer.Option(help="SQuAD JSON or hub copy scored after each epoch (best F1 "
-                                                    "kept).")] = None,
+    train: Annotated[Path | None, typer.Option(help="SQuAD v1.1/v2.0 training JSON (train-v1.1.json), a hub "
+                                               "copy (.parquet, save_to_disk folder, to_json lines) or a hub id "
+                                               "NAME[:SPLIT] (rajpurkar/squad; split train).")] = None,
+    validation: Annotated[Path | None, typer.Option(help="SQuAD JSON, hub copy or hub id (split validation) scored "
+                                                    "after each epoch (best F1 kept).")] = None,
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _SqMaxLen = None,
     doc_stride: _SqStride = None, max_query_length: _SqQuery = None, n_best_size: _SqNBest = None,
     max_answer_length: _SqAnswerLen = None, null_score_diff_threshold: _SqThreshold = None,
@@ -205,8 +206,9 @@ def evaluate_classify(
 
 
 # Options of `evaluate squad` and `predict squad`: by default the fine-tuning run's, else SQuAD's defaults.
-_SqData = Annotated[Path, typer.Option("--data", help="SQuAD v1.1/v2.0 JSON (dev-v1.1.json) or a hub copy "
-                                       "(.parquet, save_to_disk folder, to_json lines); the version is read from it.")]
+_SqData = Annotated[Path, typer.Option("--data", help="SQuAD v1.1/v2.0 JSON (dev-v1.1.json), a hub copy (.parquet, "
+                                       "save_to_disk folder, to_json lines) or a hub id NAME[:SPLIT] "
+                                       "(rajpurkar/squad_v2; split validation); the version is read from it.")]
 _SqEvMaxLen = Annotated[int | None, typer.Option(help="Tokens per window [the run's, 384].")]
 _SqEvStride = Annotated[int | None, typer.Option(help="Pieces between windows [the run's, 128].")]
 _SqEvQuery = Annotated[int | None, typer.Option(help="Question pieces kept [the run's, 64].")]
@@ -318,10 +320,11 @@ def _ner_config(flags: dict[str, Any]) -> Any:
 @finetune_app.command("ner")
 def finetune_ner(
     train: Annotated[Path | None, typer.Option(help="CoNLL-2003 text file (word first, NER tag last), .jsonl/.json "
-                                               "({\"tokens\", \"ner_tags\"}) or a hub copy (.parquet, "
-                                               "save_to_disk folder).")] = None,
-    validation: Annotated[Path | None, typer.Option(help="File scored after each epoch (best entity F1 kept).")
-                          ] = None,
+                                               "({\"tokens\", \"ner_tags\"}), a hub copy (.parquet, "
+                                               "save_to_disk folder) or a hub id NAME[:SPLIT] (eriktks/conll2003; "
+                                               "split train).")] = None,
+    validation: Annotated[Path | None, typer.Option(help="File, hub copy or hub id (split validation) scored after "
+                                                    "each epoch (best entity F1 kept).")] = None,
     label_names: _NerLabels = None,
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
     batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
@@ -341,8 +344,9 @@ def finetune_ner(
 
 
 # Options of `evaluate ner` and `predict ner`: by default the fine-tuning run's.
-_NerData = Annotated[Path, typer.Option("--data", help="CoNLL-2003 text file, .jsonl/.json or a hub copy (.parquet, "
-                                        "save_to_disk folder); tags needed to evaluate, optional to predict.")]
+_NerData = Annotated[Path, typer.Option("--data", help="CoNLL-2003 text file, .jsonl/.json, a hub copy (.parquet, "
+                                        "save_to_disk folder) or a hub id NAME[:SPLIT] (eriktks/conll2003; split "
+                                        "validation); tags needed to evaluate, optional to predict.")]
 _NerEvLabels = Annotated[str | None, typer.Option(help="Tags of a .jsonl/.json file's integer ner_tags, in id order "
                                                   "[the run's, else the model's id2label].")]
 
@@ -390,10 +394,11 @@ def _choice_config(flags: dict[str, Any]) -> Any:
 @finetune_app.command("choice")
 def finetune_choice(
     train: Annotated[Path | None, typer.Option(help="SWAG-style .csv (sent1, sent2, ending0.., label), .jsonl "
-                                               "({\"context\", \"choices\", \"label\"}) or a hub copy (.parquet, "
-                                               "save_to_disk folder, to_json lines).")] = None,
-    validation: Annotated[Path | None, typer.Option(help="File scored after each epoch (best accuracy kept).")
-                          ] = None,
+                                               "({\"context\", \"choices\", \"label\"}), a hub copy (.parquet, "
+                                               "save_to_disk folder, to_json lines) or a hub id NAME[:SPLIT] "
+                                               "(allenai/swag, config regular; split train).")] = None,
+    validation: Annotated[Path | None, typer.Option(help="File, hub copy or hub id (split validation) scored after "
+                                                    "each epoch (best accuracy kept).")] = None,
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
     batch_size: _ChoiceBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
     lr: _Lr5e5 = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
@@ -412,8 +417,9 @@ def finetune_choice(
 
 
 # Options of `evaluate choice` and `predict choice`: by default the fine-tuning run's.
-_ChoiceData = Annotated[Path, typer.Option("--data", help="SWAG-style .csv, .jsonl or a hub copy (.parquet, "
-                                           "save_to_disk folder, to_json lines); labels needed to evaluate, "
+_ChoiceData = Annotated[Path, typer.Option("--data", help="SWAG-style .csv, .jsonl, a hub copy (.parquet, "
+                                           "save_to_disk folder, to_json lines) or a hub id NAME[:SPLIT] "
+                                           "(allenai/swag:test; split validation); labels needed to evaluate, "
                                            "optional to predict.")]
 
 

@@ -434,9 +434,9 @@ class FinetuneConfig:
     task: str | None = None  # GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or all
     data: str | None = None  # GLUE download folder (CoLA/, SST-2/, ...) or a hub dataset id (nyu-mll/glue)
     train: Path | None = None  # classify: training file (.csv, .tsv, .jsonl or .parquet); ner: CoNLL text or .jsonl;
-    # choice: SWAG-style .csv or .jsonl
+    # choice: SWAG-style .csv or .jsonl; squad, ner, choice: also a hub copy or a hub id NAME[[:CONFIG]:SPLIT]
     validation: Path | None = None  # classify, ner, choice, squad: file scored after each epoch (None: the last epoch
-    # is kept)
+    # is kept); squad, ner, choice: also a hub copy or a hub id
     text_columns: tuple[str, ...] = ()  # classify: one or two text columns
     label_column: str = "label"  # classify: the label column
     problem: str = "auto"  # classify: auto | classification | regression

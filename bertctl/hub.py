@@ -4,6 +4,7 @@ A name that is not an existing path and looks like a hub id is fetched with `hug
 of `datasets`), which serves it from the local cache when offline. Only the files bertctl reads are fetched:
 the config, the tokenizer files, and one weights format (safetensors when the repository has it, else
 pytorch_model.bin), not the TensorFlow, Flax, ONNX or Core ML copies hub repositories often carry too.
+A data flag's `owner/name` is told from a missing file the same way (`is_hub_dataset_id`); `datasets` loads it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from urllib.parse import urlparse
 from bertctl.errors import UsageError
 
 HUB_MODEL_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")  # [owner/]name
+HUB_DATASET_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as `datasets.load_dataset` takes it
+# endings of the data files bertctl reads: `data/train.json` is a file that is missing, never a hub dataset
+DATA_FILE_SUFFIXES = frozenset({".json", ".jsonl", ".csv", ".tsv", ".txt", ".parquet", ".arrow", ".conll", ".gz",
+                                ".bz2", ".xz", ".zst"})
 _COMMON = ["config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
            "added_tokens.json"]
 _WEIGHTS = (["model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors"],
@@ -33,6 +38,17 @@ def is_hub_id(name: str | Path) -> bool:
     if Path(text).exists() or written_like_path(text):
         return False
     return HUB_MODEL_ID.fullmatch(text) is not None
+
+
+def is_hub_dataset_id(name: str | Path) -> bool:
+    """True for a name that can only mean a hub dataset (`nyu-mll/glue`, `rajpurkar/squad`): no such path here,
+    not written like a path, `owner/name` without a data file's ending, and no folder `owner` here (then
+    `data/train` is a file missing from data/)."""
+    text = str(name)
+    if Path(text).expanduser().exists() or written_like_path(text) or not HUB_DATASET_ID.fullmatch(text):
+        return False
+    owner, repository = text.split("/")
+    return Path(repository).suffix.lower() not in DATA_FILE_SUFFIXES and not Path(owner).is_dir()
 
 
 def written_like_path(text: str) -> bool:

@@ -3,6 +3,7 @@ file, a `Dataset.save_to_disk` split, `Dataset.to_json` lines and the `train/` s
 
 The features are written out here from the hub's dataset cards (rajpurkar/squad, eriktks/conll2003,
 allenai/swag regular), not taken from bertctl, so a reader that expects another layout fails the tests.
+`stub_hub` serves such a copy as `datasets.load_dataset` would serve the hub dataset, offline.
 """
 
 from __future__ import annotations
@@ -55,3 +56,20 @@ def write_copies(root: Path, columns: dict[str, list], features: Any) -> dict[st
     datasets.DatasetDict({"train": table, "validation": table}).save_to_disk(str(root / "dict"))
     return {"parquet": root / "copy.parquet", "saved": root / "saved", "json": root / "copy.json",
             "split": root / "dict" / "train", "dict": root / "dict"}
+
+
+def stub_hub(monkeypatch: Any, saved: dict[str, Path]) -> list[tuple[str, str | None, str]]:
+    """`datasets.load_dataset` answering each hub id of `saved` with the rows of that saved copy, whatever the
+    config and split asked (the returned calls say which), and any other id as offline and uncached: no network."""
+    import datasets
+
+    calls: list[tuple[str, str | None, str]] = []
+
+    def load_dataset(name: str, config: str | None = None, split: str | None = None, **_: Any) -> Any:
+        calls.append((name, config, split))
+        if name not in saved:
+            raise ConnectionError(f"Couldn't reach '{name}' on the Hub (OfflineModeIsEnabled)\nmore detail")
+        return datasets.load_from_disk(str(saved[name]))
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return calls

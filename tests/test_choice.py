@@ -346,3 +346,53 @@ def test_finetune_and_evaluate_on_hub_copies_equal_the_swag_csvs(choice_run, cho
     assert shown.exit_code == 0, shown.output
     expected = predict_choice(choice_run, choice_files["test"], tmp_path / "q.csv").read_text()
     assert (tmp_path / "p.csv").read_text() == expected
+
+
+# --- hub ids (datasets.load_dataset stubbed with a copy's rows: no network) ------------------------------------
+
+def test_a_hub_id_gives_the_examples_of_a_copy_from_the_flags_split_and_swags_regular_config(tmp_path, monkeypatch):
+    from hub_copy_fixtures import stub_hub
+
+    rows = _synthetic(10, 4)
+    want = read_choice(_swag_csv(tmp_path / "swag.csv", rows), "--data")
+    saved = _swag_copies(tmp_path / "copies", rows)["saved"]
+    calls = stub_hub(monkeypatch, {"allenai/swag": saved, "someone/choices": saved})
+    for flag, split in (("--train", "train"), ("--validation", "validation"), ("--data", "validation")):
+        got = read_choice("allenai/swag", flag)
+        assert (got.ids, got.contexts, got.choices, got.labels) == (want.ids, want.contexts, want.choices,
+                                                                      want.labels), flag
+        assert calls[-1] == ("allenai/swag", "regular", split)
+    read_choice("allenai/swag:train", "--data")
+    read_choice("allenai/swag:full:test", "--train")
+    read_choice("someone/choices", "--train")  # only allenai/swag is known to need a config
+    assert calls[-3:] == [("allenai/swag", "regular", "train"), ("allenai/swag", "full", "test"),
+                          ("someone/choices", None, "train")]
+    monkeypatch.chdir(tmp_path)
+    for name in ("swag/train.csv", "copies/train"):  # a file's ending, or in a folder here
+        with pytest.raises(UsageError, match=f"^--train {name}: no such file; give a SWAG-style .csv"):
+            read_choice(name, "--train")
+    with pytest.raises(UsageError, match=r"^--data someone/swag: not a local file or folder, and loading "
+                                         r"someone/swag \(validation\) from the hub failed \(.*\); go online once to "
+                                         r"download it to the cache, or give a local copy$"):
+        read_choice("someone/swag", "--data")
+    assert len(calls) == 7
+
+
+def test_finetune_on_hub_ids_equals_the_swag_csvs_and_records_the_ids(choice_run, encoder, tmp_path, monkeypatch):
+    from hub_copy_fixtures import stub_hub
+
+    calls = stub_hub(monkeypatch, {"allenai/swag": _swag_copies(tmp_path / "train", _synthetic(160, 1))["saved"],
+                                   "someone/swag-dev": _swag_copies(tmp_path / "valid", _synthetic(40, 2))["saved"]})
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["finetune", "choice", "--model", str(encoder), "--train", "allenai/swag",
+                                      "--validation", "someone/swag-dev:train", "--out", str(out),
+                                      *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+    assert result.exit_code == 0, result.output
+    assert calls == [("allenai/swag", "regular", "train"), ("someone/swag-dev", None, "train")]
+    want = json.loads((choice_run / "eval_results.json").read_text())
+    assert json.loads((out / "eval_results.json").read_text())["validation"] == want["validation"]
+    config = json.loads((out / "run.json").read_text())["config"]
+    assert (config["train"], config["validation"]) == ("allenai/swag", "someone/swag-dev:train")
+    shown = CliRunner().invoke(app, ["predict", "choice", "--model", str(choice_run), "--data", "allenai/swag:test",
+                                     "--out", str(tmp_path / "p.csv")])
+    assert shown.exit_code == 0 and calls[-1] == ("allenai/swag", "regular", "test"), shown.output

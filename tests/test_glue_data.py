@@ -161,9 +161,15 @@ def test_empty_or_undecodable_files_are_usage_errors(own_glue):
         read_split("sst2", "dev", own_glue)
 
 
-def test_data_that_is_neither_a_folder_nor_a_hub_id(tmp_path):
+def test_data_that_is_neither_a_folder_nor_a_hub_id(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="no such folder"):
         read_split("rte", "dev", tmp_path / "nowhere")
+    calls = _stub_hub(monkeypatch, ["entailment", "not_entailment"], [0, 1, 0])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    with pytest.raises(UsageError, match="^--data data/glue: no such folder"):  # in data/, not the hub's data/glue
+        read_split("rte", "dev", "data/glue")
+    assert calls == []
     (tmp_path / "file.tsv").write_text("x\n")
     with pytest.raises(UsageError, match="is a file"):
         read_split("rte", "dev", tmp_path / "file.tsv")
@@ -207,7 +213,9 @@ def test_hub_labels_in_another_order_map_by_name_and_unknown_names_or_a_failed_l
     _stub_hub(monkeypatch, ["entailment", "contradiction", "unsure"], [0, 1, 2])
     with pytest.raises(BertctlError, match="label names entailment, contradiction, unsure are not mnli's"):
         read_split("mnli", "train", "nyu-mll/glue")
-    with pytest.raises(UsageError, match=r"--data broken/glue: not a local folder.*failed: offline$"):
+    with pytest.raises(UsageError, match=r"^--data broken/glue: not a local folder, and loading broken/glue "
+                                         r"\(mnli, train\) from the hub failed \(offline\); go online once .* or "
+                                         r"give a local copy$"):
         read_split("mnli", "train", "broken/glue")
 
 

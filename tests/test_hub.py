@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig
-from bertctl.hub import is_hub_id, local_folder, path_as_given
+from bertctl.hub import is_hub_dataset_id, is_hub_id, local_folder, path_as_given
 from bertctl.model import BertForMaskedLM
 from bertctl.tokenizer_folder import load_tokenizer
 
@@ -46,6 +46,18 @@ def offline_cache(tmp_path, monkeypatch):
 def test_paths_are_never_taken_for_hub_ids(tmp_path):
     assert is_hub_id("bert-base-uncased") and is_hub_id("google-bert/bert-base-cased")
     assert not any(is_hub_id(name) for name in ("./runs/x", "/abs/model", "~/m", "runs/mnli/", "a/b/c", str(tmp_path)))
+
+
+def test_a_missing_data_file_is_never_taken_for_a_hub_dataset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "squad").mkdir()
+    (tmp_path / "squad" / "plain_text").mkdir()
+    assert all(is_hub_dataset_id(name) for name in ("rajpurkar/squad_v2", "nyu-mll/glue", "teknium/OpenHermes-2.5"))
+    assert not any(is_hub_dataset_id(name) for name in (
+        "data/train", "squad/plain_text",  # in a folder here (missing, or there)
+        "swag/train.csv", "x/dev.JSONL", "x/train.parquet", "x/a.txt.gz",  # a data file's ending
+        "./x/y", "x/y/", "~/x", "/x/y", "squad", "a/b/c"))  # written like a path, or not owner/name
 
 
 def test_a_cached_hub_model_is_read_offline(offline_cache):

@@ -516,6 +516,54 @@ def test_finetune_and_evaluate_on_hub_copies_equal_the_conll_files(ner_run, ner_
     assert (tmp_path / "p.txt").read_text() == predict_ner(ner_run, ner_files["valid"], tmp_path / "q.txt").read_text()
 
 
+def test_a_hub_id_gives_the_sentences_of_a_copy_from_the_flags_split_or_the_one_named(tmp_path, monkeypatch):
+    from hub_copy_fixtures import stub_hub
+
+    sentences = _synthetic(12, 7)
+    want = read_ner(_conll(tmp_path / "train.txt", sentences), "--train")
+    calls = stub_hub(monkeypatch, {"eriktks/conll2003": _ner_copies(tmp_path / "copies", sentences)["saved"]})
+    for flag, split in (("--train", "train"), ("--validation", "validation"), ("--data", "validation")):
+        got = read_ner("eriktks/conll2003", flag)  # the tag ids named by the dataset's ClassLabel names
+        assert (got.words, got.tags) == (want.words, want.tags), flag
+        assert calls[-1] == ("eriktks/conll2003", None, split)
+    read_ner("eriktks/conll2003:test", "--data")
+    read_ner("eriktks/conll2003:conll2003:train", "--validation")
+    assert calls[-2:] == [("eriktks/conll2003", None, "test"), ("eriktks/conll2003", "conll2003", "train")]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    for name in ("data/eng.train", "conll/train.txt", "conll/train.parquet"):  # in a folder here, or a file's ending
+        with pytest.raises(UsageError, match=f"^--train {name}: no such file"):
+            read_ner(name, "--train")
+    with pytest.raises(UsageError, match=r"^--train someone/ner: not a local file or folder, and loading someone/ner "
+                                         r"\(train\) from the hub failed \(Couldn't reach 'someone/ner' on the Hub "
+                                         r"\(OfflineModeIsEnabled\)\); go online once to download it to the cache, "
+                                         r"or give a local copy$"):
+        read_ner("someone/ner", "--train")
+    assert len(calls) == 6
+
+
+def test_finetune_on_hub_ids_equals_the_conll_files_and_records_the_ids(ner_run, encoder, tmp_path, monkeypatch):
+    from hub_copy_fixtures import stub_hub
+
+    saved = {"eriktks/conll2003": _ner_copies(tmp_path / "train", _synthetic(96, 1))["saved"],
+             "someone/conll-dev": _ner_copies(tmp_path / "valid", _synthetic(24, 2))["saved"]}
+    calls = stub_hub(monkeypatch, saved)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["finetune", "ner", "--model", str(encoder), "--train", "eriktks/conll2003",
+                                      "--validation", "someone/conll-dev", "--out", str(out),
+                                      *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+    assert result.exit_code == 0, result.output
+    assert calls == [("eriktks/conll2003", None, "train"), ("someone/conll-dev", None, "validation")]
+    want = json.loads((ner_run / "eval_results.json").read_text())
+    assert json.loads((out / "eval_results.json").read_text())["validation"] == want["validation"]
+    config = json.loads((out / "run.json").read_text())["config"]
+    assert (config["train"], config["validation"]) == ("eriktks/conll2003", "someone/conll-dev")
+    shown = CliRunner().invoke(app, ["evaluate", "ner", "--model", str(ner_run), "--data", "someone/conll-dev",
+                                     "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert {k: json.loads(shown.stdout)[k] for k in want["validation"]} == want["validation"]
+
+
 def test_text_files_and_parquet_copies_are_read_without_importing_datasets(tmp_path):
     """`datasets` takes seconds to import; only a saved folder needs it."""
     import subprocess

@@ -864,3 +864,60 @@ def test_finetune_and_evaluate_on_hub_copies_equal_the_official_files(squad_run,
     assert shown.exit_code == 0, shown.output
     assert {k: v for k, v in json.loads(shown.stdout).items() if k not in ("data", "task")} == \
         {"version": "1.1", **want["validation"]}
+
+
+# --- hub ids (datasets.load_dataset stubbed with a copy's rows: no network) ------------------------------------
+
+def test_a_hub_id_gives_the_examples_of_a_copy_from_the_flags_split_or_the_one_named(tmp_path, monkeypatch):
+    from hub_copy_fixtures import stub_hub
+
+    copies = _squad_copies(tmp_path / "c", _synthetic(24, 5, 0.4))
+    calls = stub_hub(monkeypatch, {"rajpurkar/squad_v2": copies["saved"]})
+    for mode, flag, split in (("train", "--train", "train"), ("score", "--validation", "validation"),
+                              ("predict", "--data", "validation")):
+        want, got = read_squad(copies["parquet"], mode, flag), read_squad("rajpurkar/squad_v2", mode, flag)
+        assert want.version == "2.0" and len(want.examples) > 10
+        assert (got.examples, got.paragraphs, got.version, got.skipped) == \
+            (want.examples, want.paragraphs, want.version, want.skipped), flag
+        assert calls[-1] == ("rajpurkar/squad_v2", None, split)
+    read_squad("rajpurkar/squad_v2:train", "score", "--data")
+    read_squad("rajpurkar/squad_v2:plain_text:validation[:10]", "score", "--train")
+    assert calls[-2:] == [("rajpurkar/squad_v2", None, "train"),
+                          ("rajpurkar/squad_v2", "plain_text", "validation[:10]")]
+
+
+def test_a_missing_file_is_no_hub_id_and_an_uncached_hub_id_offline_is_one_line(squad_run, tmp_path, monkeypatch):
+    from hub_copy_fixtures import stub_hub
+
+    calls = stub_hub(monkeypatch, {})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    for name in ("data/train.json", "squad/train-v1.1.json", "data/train", "squad/train.jsonl"):
+        with pytest.raises(UsageError, match=f"^--train {re.escape(name)}: cannot read it: No such file"):
+            read_squad(name, "train", "--train")
+    assert calls == []
+    shown = CliRunner().invoke(app, ["evaluate", "squad", "--model", str(squad_run), "--data", "rajpurkar/squad"])
+    assert shown.exit_code == 2 and calls == [("rajpurkar/squad", None, "validation")], shown.output
+    assert shown.output.strip() == (
+        "bertctl: error: --data rajpurkar/squad: not a local file or folder, and loading rajpurkar/squad "
+        "(validation) from the hub failed (Couldn't reach 'rajpurkar/squad' on the Hub (OfflineModeIsEnabled)); "
+        "go online once to download it to the cache, or give a local copy")
+
+
+def test_finetune_on_hub_ids_equals_the_official_files_and_records_the_ids(squad_run, squad_files, encoder, tmp_path,
+                                                                             monkeypatch):
+    from hub_copy_fixtures import stub_hub
+
+    saved = {name: _squad_copies(tmp_path / name, json.loads(squad_files[part].read_text()))["saved"]
+             for name, part in (("rajpurkar/squad", "train"), ("someone/squad-dev", "dev"))}
+    calls = stub_hub(monkeypatch, saved)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["finetune", "squad", "--model", str(encoder), "--train", "rajpurkar/squad",
+                                      "--validation", "someone/squad-dev:test", "--out", str(out),
+                                      *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
+    assert result.exit_code == 0, result.output
+    assert calls == [("rajpurkar/squad", None, "train"), ("someone/squad-dev", None, "test")]
+    want = json.loads((squad_run / "eval_results.json").read_text())
+    assert json.loads((out / "eval_results.json").read_text())["validation"] == want["validation"]
+    config = json.loads((out / "run.json").read_text())["config"]
+    assert (config["train"], config["validation"]) == ("rajpurkar/squad", "someone/squad-dev:test")

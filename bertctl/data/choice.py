@@ -1,5 +1,5 @@
-"""Multiple-choice data for `bertctl finetune|evaluate|predict choice`: SWAG's csv files, a generic jsonl and
-copies of the hub's SWAG.
+"""Multiple-choice data for `bertctl finetune|evaluate|predict choice`: SWAG's csv files, a generic jsonl, and
+the hub's SWAG or copies of it.
 
 A `.csv` file is laid out as SWAG distributes it (`video-id,fold-ind,startphrase,sent1,sent2,gold-source,
 ending0,ending1,ending2,ending3,label`): the context is `sent1`, the choices are `sent2 + " " + ending_i` for
@@ -8,8 +8,8 @@ is named by `fold-ind`, else by its number from 0. A `.jsonl` file holds `{"cont
 "prefix": ... (optional), "choices": [...], "label": int (optional), "id": ... (optional)}` a line, every line
 with as many choices as the first; a question (or prefix) is put before each choice as SWAG's `sent2` is.
 A copy of the hub's allenai/swag (regular config: a parquet file, a `save_to_disk` split, or `Dataset.to_json`'s
-lines, in a .json or .jsonl file) holds SWAG's columns, read as the csv's; its label -1 (the test split) means
-none, in a csv too.
+lines, in a .json or .jsonl file), or the hub dataset itself by id, holds SWAG's columns, read as the csv's; its
+label -1 (the test split) means none, in a csv too.
 
 Features follow transformers' run_swag.py and the paper (Devlin et al. 4.4): each choice is one sequence
 `[CLS] context [SEP] (question) choice [SEP]`, the pair cut to max_seq_length by Google's longest-first rule.
@@ -33,7 +33,9 @@ from bertctl.files import user_path
 from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer, truncate_pair
 
 SWAG_COLUMNS = ("sent1", "sent2", "ending0", "ending1")  # the least a SWAG-style csv must have
-_FORMATS = "a SWAG-style .csv, a .jsonl/.json file or a hub copy (.parquet, a save_to_disk folder)"
+HUB_CONFIGS = {"allenai/swag": "regular"}  # the config read when a hub id names none (run_swag.py's)
+_FORMATS = ("a SWAG-style .csv, a .jsonl/.json file, a hub copy (.parquet, a save_to_disk folder) or a hub dataset "
+            "id (allenai/swag)")
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,9 @@ def _csv_label(value: str | None, at: str) -> int | None:
 
 
 def _read_copy(path: Path, flag: str) -> Iterator[tuple[str, str, list[str], int | None]]:
-    """The hub's swag rows (allenai/swag, regular), or rows of context, choices and label as in a .jsonl file."""
-    copy = read_copy(path, flag, (), "SWAG's columns")
+    """The hub's swag rows (allenai/swag, regular: a hub id or a copy), or rows of context, choices and label as in
+    a .jsonl file."""
+    copy = read_copy(path, flag, (), "SWAG's columns", HUB_CONFIGS)
     if "choices" not in copy.columns:
         _missing_swag(copy.columns, copy.where)
     for number, row in enumerate(copy.rows):

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertctl.errors import BertctlError, UsageError
+from bertctl.hub import is_hub_dataset_id
 
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as `datasets.load_dataset` takes it
 MAX_MALFORMED = 0.01  # share of rows with a wrong field count a GLUE file may have before it is refused
 
 log = logging.getLogger(__name__)
@@ -241,7 +241,7 @@ def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:
     if path.exists():
         raise UsageError(f"--data {data}: is a file; give the GLUE folder (with {task.folder}/ inside) "
                          "or a hub dataset id such as nyu-mll/glue")
-    if HUB_ID.fullmatch(str(data)):
+    if is_hub_dataset_id(str(data)):
         from bertctl.data.glue_copies import read_hub  # glue_copies builds on this module's types
 
         return read_hub(task, entry, str(data))

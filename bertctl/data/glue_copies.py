@@ -9,27 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from bertctl.data import hub_copies
 from bertctl.data.glue import Examples, GlueTask, SplitFile, match_labels, parse_label
-from bertctl.data.hub_copies import class_names, first_line, saved_splits, schema_features
+from bertctl.data.hub_copies import HubSplit, class_names, first_line, saved_splits, schema_features
 from bertctl.errors import BertctlError, UsageError
 
 
 def read_hub(task: GlueTask, entry: SplitFile, name: str) -> Examples:
-    source = f"{name} ({task.hub_config}, {entry.hub_split})"
-    from bertctl.hub import offline_when_unreachable
-
-    try:
-        import datasets
-
-        with offline_when_unreachable():
-            table = datasets.load_dataset(name, task.hub_config, split=entry.hub_split)
-    except Exception as exc:  # offline, not cached, no such config: all mean "cannot load it"
-        raise UsageError(f"--data {name}: not a local folder, and loading {source} from the hub failed: "
-                         f"{first_line(exc)}") from None
-    return _dataset_examples(task, entry, table, source)
+    """The task's split loaded from the hub (or offline from the `datasets` cache): config and split are the task's."""
+    hub = HubSplit(name, task.hub_config, entry.hub_split)
+    table, features = hub_copies.load_hub(hub, f"--data {name}: not a local folder")
+    wanted = _hub_columns(task, entry, table.column_names, str(hub))
+    names = class_names(features).get("label", ())
+    return _hub_examples(task, entry, table.select(wanted).to_pydict(), names, str(hub))
 
 
 def read_saved(task: GlueTask, entry: SplitFile, folder: Path) -> Examples:
@@ -45,13 +38,6 @@ def read_saved(task: GlueTask, entry: SplitFile, folder: Path) -> Examples:
     wanted = _hub_columns(task, entry, table.column_names, source)
     names = class_names(features).get("label", ())
     return _hub_examples(task, entry, table.select(wanted).to_pydict(), names, source)
-
-
-def _dataset_examples(task: GlueTask, entry: SplitFile, table: Any, source: str) -> Examples:
-    """Examples from a `datasets.Dataset` laid out as nyu-mll/glue (texts, `label`, `idx`)."""
-    wanted = _hub_columns(task, entry, table.column_names, source)
-    names = tuple(getattr(table.features.get("label"), "names", None) or ())
-    return _hub_examples(task, entry, table.select_columns(wanted).to_dict(), names, source)
 
 
 def read_parquet(task: GlueTask, entry: SplitFile, config: Path) -> Examples:

@@ -1,20 +1,28 @@
-"""Local copies of Hugging Face hub datasets as `datasets` writes them: a parquet file (a hub repository's shard,
-the parquet converter's file, `Dataset.to_parquet`) or a `Dataset.save_to_disk` folder of one split.
+"""Hugging Face hub datasets and their local copies as `datasets` writes them: a split loaded from the hub (or
+its cache) by id, a parquet file (a hub repository's shard, the parquet converter's file, `Dataset.to_parquet`)
+or a `Dataset.save_to_disk` folder of one split.
 
-Both keep the dataset's features, whose ClassLabel names say what integer labels mean (conll2003's `ner_tags`
-are ids of O, B-PER, ...); the task readers turn the rows into their own examples. pyarrow reads the parquet
-files; `datasets` (slow to import) is imported only to open a saved folder.
+All keep the dataset's features, whose ClassLabel names say what integer labels mean (conll2003's `ner_tags`
+are ids of O, B-PER, ...); the task readers turn the rows into their own examples, the same whichever source.
+A data flag names a hub split as `NAME`, `NAME:SPLIT` or `NAME:CONFIG:SPLIT` (the split defaults to the flag's:
+--train reads train, --validation and --data validation). pyarrow reads the parquet files; `datasets` (slow to
+import) is imported only to open a saved folder or load from the hub.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertctl.errors import UsageError
+from bertctl.hub import is_hub_dataset_id, offline_when_unreachable
+
+# NAME[[:CONFIG]:SPLIT]; a split may be sliced as `datasets` slices it (`validation[:500]`)
+_HUB_SPLIT = re.compile(r"(?P<name>[^:]+)(?::(?:(?P<config>[\w.-]+):)?(?P<split>[\w.-]+(?:\[[^\]]*\])?))?")
 
 
 @dataclass(frozen=True)
@@ -31,15 +39,55 @@ class CopyRows:
         return f"{self.where} row {row + 1}"
 
 
+@dataclass(frozen=True)
+class HubSplit:
+    """One split of a hub dataset, as `datasets.load_dataset` takes it."""
+
+    name: str  # owner/name
+    config: str | None  # None: the dataset's only (or default) config
+    split: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({', '.join(filter(None, (self.config, self.split)))})"
+
+
+def flag_split(flag: str) -> str:
+    """The split a data flag reads when it names none: --train the training split, any other the validation."""
+    return "train" if flag == "--train" else "validation"
+
+
+def hub_split(value: Path | str, flag: str, configs: Mapping[str, str] | None = None) -> HubSplit | None:
+    """A data flag's value as a hub split (`configs`: the config read of a dataset that needs one, when the value
+    names none), or None: a local path, or a name that is no hub dataset id (`data/train.json`)."""
+    match = _hub_match(value)
+    if match is None:
+        return None
+    config = match["config"] or (configs or {}).get(match["name"])
+    return HubSplit(match["name"], config, match["split"] or flag_split(flag))
+
+
+def _hub_match(value: Path | str) -> re.Match[str] | None:
+    match = _HUB_SPLIT.fullmatch(str(value))
+    if Path(value).expanduser().exists() or match is None or not is_hub_dataset_id(match["name"]):
+        return None
+    return match
+
+
 def is_copy(path: Path) -> bool:
-    """Whether a data flag's path is read as a hub copy rather than as a text file."""
-    return path.is_dir() or path.suffix.lower() == ".parquet"
+    """Whether a data flag's path is read as hub rows (a copy, or a hub id) rather than as a text file."""
+    return path.is_dir() or path.suffix.lower() == ".parquet" or _hub_match(path) is not None
 
 
-def read_copy(path: Path, flag: str, required: Sequence[str], layout: str) -> CopyRows:
-    """The rows of a parquet file or a saved split; `layout` tells what columns to give when `required` lack."""
+def read_copy(path: Path, flag: str, required: Sequence[str], layout: str,
+              configs: Mapping[str, str] | None = None) -> CopyRows:
+    """The rows of a hub split, a parquet file or a saved split; `layout` tells what columns to give when
+    `required` lack; `configs` as `hub_split` takes them."""
+    hub = hub_split(path, flag, configs)
     where = f"{flag} {path}"
-    table, features = read_saved(path, flag) if path.is_dir() else read_parquet(path, where)
+    if hub is not None:
+        table, features = load_hub(hub, f"{where}: not a local file or folder")
+    else:
+        table, features = read_saved(path, flag) if path.is_dir() else read_parquet(path, where)
     missing = [c for c in required if c not in table.column_names]
     if missing:
         raise UsageError(f"{where} has no column {', '.join(missing)} (found: {', '.join(table.column_names)}); "
@@ -77,8 +125,7 @@ def read_saved(folder: Path, flag: str) -> tuple[Any, dict[str, Any]]:
     where = f"{flag} {folder}"
     splits = saved_splits(folder)
     if splits:
-        wanted = "train" if flag == "--train" else "validation"
-        split = wanted if wanted in splits else splits[0]
+        split = flag_split(flag) if flag_split(flag) in splits else splits[0]
         raise UsageError(f"{where} is a DatasetDict folder of the splits {', '.join(splits)}; give one split's "
                          f"folder, such as {folder / split}")
     if not (folder / "state.json").is_file():
@@ -90,6 +137,20 @@ def read_saved(folder: Path, flag: str) -> tuple[Any, dict[str, Any]]:
         dataset = datasets.load_from_disk(str(folder))
     except Exception as exc:  # a damaged or foreign folder: whatever `datasets` raises means "cannot load it"
         raise UsageError(f"{where}: cannot load the saved dataset ({first_line(exc)})") from None
+    return dataset.with_format("arrow")[:], dataset.features.to_dict()
+
+
+def load_hub(hub: HubSplit, refusal: str) -> tuple[Any, dict[str, Any]]:
+    """A hub split's table and features, from the hub or offline from the `datasets` cache; `refusal` starts the
+    one line that says it could not be loaded."""
+    try:
+        import datasets
+
+        with offline_when_unreachable():
+            dataset = datasets.load_dataset(hub.name, hub.config, split=hub.split)
+    except Exception as exc:  # offline and not cached, no such dataset, config or split: all mean "cannot load it"
+        raise UsageError(f"{refusal}, and loading {hub} from the hub failed ({first_line(exc)}); go online once to "
+                         "download it to the cache, or give a local copy") from None
     return dataset.with_format("arrow")[:], dataset.features.to_dict()
 
 

@@ -5,7 +5,8 @@ last (`EU NNP B-NP B-ORG`, or `EU B-ORG`); a blank line ends a sentence and `-DO
 file of one column has words only (for `predict ner`). A `.jsonl` file holds `{"tokens": [...], "ner_tags":
 [...]}` a line, the tags as strings or, as the hub's `conll2003` has them, as class ids named by label names
 given with them (`Dataset.to_json` writes such lines, in a .json file). A copy of the hub's conll2003 (a parquet
-file, a `save_to_disk` split) holds the same rows and names its ids in its ClassLabel features. Tags are O or
+file, a `save_to_disk` split), or the hub dataset itself by id, holds the same rows and names its ids in its
+ClassLabel features. Tags are O or
 B-/I-/E-/S- plus a type (IOB1, IOB2, IOBES; see `metrics.entity_spans`).
 
 Features follow transformers' run_ner.py (label_all_tokens off) and the paper (Devlin et al. 5.3): each word is
@@ -31,7 +32,8 @@ from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 IGNORED = -100  # the label of a position the loss and the scores skip (transformers' ignore_index)
 _COLUMNS = re.compile(r"[ \t]+")
 _TAG = re.compile(r"^(O|[BIES](-.+)?)$")
-_FORMATS = "a CoNLL-2003 text file, a .jsonl/.json file or a hub copy (.parquet, a save_to_disk folder)"
+_FORMATS = ("a CoNLL-2003 text file, a .jsonl/.json file, a hub copy (.parquet, a save_to_disk folder) or a hub "
+            "dataset id (eriktks/conll2003)")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """SQuAD as the Hugging Face hub holds it (rajpurkar/squad, rajpurkar/squad_v2): one flat row per question,
-`id, title, context, question, answers = {text: [...], answer_start: [...]}`, in a parquet file, a saved split,
-JSON Lines (`Dataset.to_json`) or the `{"data": [rows]}` JSON that transformers' run_qa.py reads.
+`id, title, context, question, answers = {text: [...], answer_start: [...]}`, loaded by hub id, in a parquet file, a
+saved split, JSON Lines (`Dataset.to_json`) or the `{"data": [rows]}` JSON that transformers' run_qa.py reads.
 
 Each row becomes a question of the official layout (`{"id", "question", "answers": [{"text", "answer_start"}],
 "is_impossible"}`) and consecutive rows of the same title and context one paragraph, so the official reader
@@ -22,7 +22,7 @@ Paragraphs = list[tuple[str, list[tuple[str, Any]]]]  # (context, [(where, quest
 
 
 def copy_rows(path: Path, flag: str, mode: str) -> list[tuple[str, Any]]:
-    """(where, row) of a parquet file or a saved split."""
+    """(where, row) of a hub split, a parquet file or a saved split."""
     copy = read_copy(path, flag, COLUMNS + (() if mode == "predict" else ("answers",)), LAYOUT)
     return [(f"row {number}", row) for number, row in enumerate(copy.rows, start=1)]
 
