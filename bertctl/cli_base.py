@@ -41,9 +41,10 @@ def _first_to_say(line: str) -> bool:
     with a marker file in torchrun's folder for this launch (new for every launch and restart); the others
     exit silently with the same code. A line only some processes meet (after they diverged) is claimed by the
     first of them, so every different line is still said. Outside torchrun, or where its folder is not as
-    expected, every process says its own."""
+    expected, every process says its own; so does one whose stderr nobody else shares (`_stderr_private`)."""
     error_file = Path(os.environ.get("TORCHELASTIC_ERROR_FILE") or os.devnull)
-    if os.environ.get("LOCAL_WORLD_SIZE", "1") == "1" or error_file.parent.name != os.environ.get("LOCAL_RANK"):
+    if (os.environ.get("LOCAL_WORLD_SIZE", "1") == "1" or error_file.parent.name != os.environ.get("LOCAL_RANK")
+            or _stderr_private(error_file.parent)):
         return True
     claim = error_file.parent.parent / f"bertctl-said-{hashlib.sha256(line.encode()).hexdigest()[:16]}"
     try:
@@ -53,6 +54,21 @@ def _first_to_say(line: str) -> bool:
     except OSError:  # torchrun's folder is gone or not ours to write: saying it twice beats not at all
         return True
     return True
+
+
+def _stderr_private(rank_folder: Path) -> bool:
+    """Whether torchrun sends this process's stderr nowhere (a rank `--local-ranks-filter` leaves out: /dev/null)
+    or to this rank's own stderr.log (`--redirects`, `--tee`). Such a process must not claim a line: claimed
+    there, the line never reaches the console the other ranks share, or is missing from their logs."""
+    try:
+        mine = os.fstat(2)
+    except OSError:
+        return True
+    for private in (Path(os.devnull), rank_folder / "stderr.log"):
+        with contextlib.suppress(OSError):
+            if os.path.samestat(mine, private.stat()):
+                return True
+    return False
 
 
 def _usage(exc: Any, ctx: Any) -> Exception:

@@ -131,6 +131,30 @@ def test_under_torchrun_an_error_is_said_once_and_each_different_one_too(tmp_pat
     assert {p.name: p.read_text() for p in exits.iterdir()} == {"0": "2", "1": "2"}
 
 
+def test_under_torchrun_a_rank_whose_stderr_no_one_sees_leaves_the_line_to_the_others(tmp_path):
+    """`torchrun --local-ranks-filter 0` sends the other ranks' stderr to /dev/null, `--redirects` each rank's to its
+    own stderr.log: a rank claiming the line there kept it from the console (rank 0 then kept silent) or from the
+    other logs. Such a rank says it in its own stream and claims nothing; ranks on the shared console say it once."""
+    attempt = tmp_path / "attempt_0"  # torchrun's folder for this launch, a folder per local rank in it
+    for rank in range(4):
+        (attempt / str(rank)).mkdir(parents=True)
+
+    def run(rank, stderr):
+        env = {**os.environ, "LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": str(rank),
+               "TORCHELASTIC_ERROR_FILE": str(attempt / str(rank) / "error.json")}
+        return subprocess.run([sys.executable, "-m", "bertctl", "fill", "--top-k", "0", "a [MASK]"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=stderr, text=True, timeout=60)
+
+    assert run(1, subprocess.DEVNULL).returncode == 2  # left out by --local-ranks-filter
+    with (attempt / "2" / "stderr.log").open("w") as log:  # --redirects 3
+        assert run(2, log).returncode == 2
+    first, second = run(0, subprocess.PIPE), run(3, subprocess.PIPE)
+    assert (first.returncode, second.returncode) == (2, 2)
+    assert first.stderr.count("bertctl: error:") == 1 and "'--top-k'" in first.stderr, first.stderr
+    assert second.stderr == ""
+    assert "'--top-k'" in (attempt / "2" / "stderr.log").read_text()
+
+
 @pytest.mark.parametrize(("args", "named"), [
     (["pretrain", "--steps", "abc"], "'--steps'"), (["fill", "--top-k", "0", "a [MASK]"], "'--top-k'"),
     (["nosuch"], "'nosuch'"), (["--nope"], "--nope"), (["evaluate", "glue"], "'task'"),
