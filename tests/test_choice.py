@@ -314,6 +314,13 @@ def test_swag_copies_that_do_not_fit_are_refused_in_one_line(tmp_path):
     saved.remove_columns(["sent2", "ending1"]).to_parquet(str(tmp_path / "short.parquet"))
     with pytest.raises(UsageError, match=r"short.parquet lacks the column\(s\) sent2, ending1; give SWAG's columns"):
         read_choice(tmp_path / "short.parquet", "--train")
+    full = {"video-id": ["v"], "fold-ind": ["1"], "startphrase": ["A man"], "gold-ending": ["walks."],
+            "distractor-0": ["sits."], "distractor-1": ["runs."], "gold-source": ["gold"]}
+    datasets.Dataset.from_dict(full).to_parquet(str(tmp_path / "full.parquet"))  # allenai/swag's `full` config
+    with pytest.raises(UsageError, match=r"full.parquet lacks the column\(s\) sent1, sent2, ending0, ending1 \(this is "
+                                         r"SWAG's `full` layout, gold-ending and distractor-N: give its `regular` "
+                                         r"config\)"):
+        read_choice(tmp_path / "full.parquet", "--train")
     with pytest.raises(UsageError, match=re.escape(f"--validation {copies['dict']} is a DatasetDict folder of the "
                                                    f"splits train, validation; give one split's folder, such as "
                                                    f"{copies['dict'] / 'validation'}")):

@@ -91,9 +91,11 @@ def read_choice(path: Path | str, flag: str, need_labels: bool = True) -> Choice
 
 def _missing_swag(columns: Collection[str], where: str) -> None:
     missing = [c for c in SWAG_COLUMNS if c not in columns]
+    full = " (this is SWAG's `full` layout, gold-ending and distractor-N: give its `regular` config)" \
+        if "gold-ending" in columns else ""
     if missing:
-        raise UsageError(f"{where} lacks the column(s) {', '.join(missing)}; give SWAG's columns (sent1, sent2, "
-                         "ending0, ending1, ..., label)")
+        raise UsageError(f"{where} lacks the column(s) {', '.join(missing)}{full}; give SWAG's columns (sent1, "
+                         "sent2, ending0, ending1, ..., label)")
 
 
 def _swag(row: dict[str, Any], number: int, label: int | None) -> tuple[str, str, list[str], int | None]:
