@@ -19,6 +19,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -63,7 +64,7 @@ _WRITE_HINTS = {
     errno.ENAMETOOLONG: "choose a shorter name",
     errno.ELOOP: "a symbolic link there points back at itself; fix it or choose another path",
 }
-NAME_ROOM = 32  # bytes a temp name beside OUT adds to OUT's name (`.OUT.partial-PID-xxxxxxxx`, `.OUT.old-PID-xxxxxxxx`)
+NAME_ROOM = 40  # bytes a temp name beside OUT adds to OUT's name (`.OUT.partial-PID-MACHIN-xxxxxxxx`)
 
 
 def os_error(exc: BaseException) -> OSError | None:
@@ -279,19 +280,33 @@ def read_json_object(path: Path | str, needs: Iterable[str] = ()) -> dict[str, A
     return data
 
 
+def _machine_tag() -> str:
+    """This machine and process namespace, in six hex digits: a process id means a process only there, so a
+    writer on another host of a shared file system (or in another container) is never taken for a dead one."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()}|{namespace}".encode()).hexdigest()[:6]
+
+
+MACHINE_TAG = _machine_tag()
+
+
 def _temp_prefix(target: Path, tag: str) -> str:
-    """Every hidden name beside `target` names the process that made it, so a leftover of one that was killed
-    can be told from the work of one still writing."""
-    return f".{target.name}.{tag}-{os.getpid()}-"
+    """Every hidden name beside `target` names the process (and machine) that made it, so a leftover of one that
+    was killed can be told from the work of one still writing."""
+    return f".{target.name}.{tag}-{os.getpid()}-{MACHINE_TAG}-"
 
 
-_TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?:tmp|partial|old)-(?P<pid>\d+)-[a-z0-9_]+")  # what _temp_prefix makes
+# what _temp_prefix makes, then mkdtemp's or secrets' random part
+_TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?:tmp|partial|old)-(?P<pid>\d+)-(?P<machine>[0-9a-f]{6})-[a-z0-9_]+")
 
 
 def remove_stale_temps(target: Path | str) -> None:
     """Remove what killed writers of `target` left beside it (kill -9 or a power cut while writing it or
     moving the old one aside): hidden temp and moved-aside folders or files, never read again and as large as
-    the output. Only those of processes that are gone: a writer still at work keeps its own."""
+    the output. Only those of processes of this machine that are gone: a writer still at work keeps its own."""
     target = Path(target)
     _remove_stale(target.parent, lambda name: name == target.name)
 
@@ -308,7 +323,7 @@ def _remove_stale(folder: Path, owned: Callable[[str], bool]) -> None:
         return
     for entry in entries:
         found = _TEMP_NAME.fullmatch(entry.name)
-        if found and owned(found["target"]) and _process_gone(int(found["pid"])):
+        if found and owned(found["target"]) and found["machine"] == MACHINE_TAG and _process_gone(int(found["pid"])):
             if entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path, ignore_errors=True)
             else:

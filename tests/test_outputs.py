@@ -353,7 +353,7 @@ def test_a_leftover_of_a_save_killed_while_removing_the_old_folder_blocks_no_lat
     for text in ("one", "two"):
         with building_folder(target) as tmp:
             (tmp / "x").write_text(text)
-        leftover = tmp_path / f".final.old-{os.getpid()}"
+        leftover = tmp_path / f".final.old-{os.getpid()}"  # not a name bertctl makes: never removed
         leftover.mkdir(exist_ok=True)
         (leftover / "x").write_text("half removed")
     assert (target / "x").read_text() == "two"
@@ -368,15 +368,20 @@ def test_a_command_removes_what_killed_writers_of_its_output_left_beside_it(mode
 
     from processes import dead_pid
 
+    from bertctl.files import MACHINE_TAG
+
     out = tmp_path / ("p.csv" if command == "predict classify" else "out")
     dead = dead_pid()
-    stale = [tmp_path / f".{out.name}.{tag}-{dead}-abc123_z" for tag in ("tmp", "partial", "old")]
+    here, elsewhere = MACHINE_TAG, "ffffff" if MACHINE_TAG != "ffffff" else "000000"
+    stale = [tmp_path / f".{out.name}.{tag}-{dead}-{here}-abc123_z" for tag in ("tmp", "partial", "old")]
     for path in stale[:2]:
         path.mkdir()
         (path / "model.safetensors").write_bytes(b"half written")
     stale[2].write_text("a moved-aside file output")
-    kept = [tmp_path / f".{out.name}.tmp-{os.getpid()}-abc123_z", tmp_path / f".other.old-{dead}-abc123_z",
-            tmp_path / f".{out.name}.tmp-{dead}"]  # a running writer's; another output's; not a name bertctl makes
+    # a running writer's; another output's; one of a writer on another host (its pid means nothing here); not a
+    # name bertctl makes
+    kept = [tmp_path / f".{out.name}.tmp-{os.getpid()}-{here}-abc123_z", tmp_path / f".other.old-{dead}-{here}-abc",
+            tmp_path / f".{out.name}.tmp-{dead}-{elsewhere}-abc123_z", tmp_path / f".{out.name}.tmp-{dead}"]
     for path in kept:
         path.mkdir()
     short = {"finetune": ["--max-seq-length", 16], "corpus": ["--max-seq-length", 16]}.get(command, [])

@@ -543,7 +543,10 @@ def test_a_resume_without_dropout_keeps_and_records_the_runs(corpus, tmp_path, c
     pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2, dropout=0.0))
     shutil.rmtree(tmp_path / "run" / "final")
     run = tmp_path / "run"
-    killed, running = run / f".step-000004.tmp-{dead_pid()}-x", run / f".final.old-{os.getpid()}-x"
+    from bertctl.files import MACHINE_TAG
+
+    killed = run / f".step-000004.tmp-{dead_pid()}-{MACHINE_TAG}-x"
+    running = run / f".final.old-{os.getpid()}-{MACHINE_TAG}-x"
     killed.mkdir()  # a leftover of a killed save goes; one of a process still running stays
     running.mkdir()
     caplog.clear()
