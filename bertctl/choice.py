@@ -67,7 +67,7 @@ def choice_logits(model: nn.Module, features: ChoiceFeatures, pad_id: int, batch
     """(N, C) float32 scores of every example's choices, in the examples' order (under torchrun, every rank's)."""
     out = np.zeros((len(features), features.data.num_choices), dtype=np.float32)
     for rows, _, output in scored_batches(model, features, partial(collate_choices, features, pad_id=pad_id),
-                                          batch_size, device, precision, env):
+                                          batch_size, device, precision, env, skip_padding=True):
         out[rows] = output.logits.float().cpu().numpy()
     sum_over_ranks(out, env)
     return out

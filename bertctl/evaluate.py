@@ -129,27 +129,29 @@ def predict_logits(model: nn.Module, features: Features, pad_id: int, batch_size
     out = np.zeros((len(features), model.num_labels), dtype=np.float32)
     for rows, _, output in scored_batches(model, features, partial(collate, features, pad_id=pad_id,
                                                                    with_labels=False), batch_size, device, precision,
-                                          env):
+                                          env, skip_padding=True):
         out[rows] = output.logits.float().cpu().numpy()
     sum_over_ranks(out, env)
     return out if label_order is None else out[:, label_order]
 
 
 def scored_batches(model: nn.Module, features: Any, collate_rows: Callable[[np.ndarray], dict[str, Tensor]],
-                   batch_size: int, device: torch.device, precision: str, env: training.Distributed | None = None
-                   ) -> Iterator[tuple[np.ndarray, dict[str, Tensor], Any]]:
+                   batch_size: int, device: torch.device, precision: str, env: training.Distributed | None = None,
+                   skip_padding: bool = False) -> Iterator[tuple[np.ndarray, dict[str, Tensor], Any]]:
     """(rows, batch on the device, model output) for the batches one process scores, longest rows first, in eval
     mode under `precision`'s autocast. Under torchrun (`env`) rank r runs batches r, r + world, ... of exactly
     those batches: each row is scored on one rank, and `sum_over_ranks` of outputs that are zero elsewhere gives
-    every rank the one-process outputs."""
+    every rank the one-process outputs. `skip_padding` (heads whose caller reads no padded position): the
+    model computes the real tokens alone."""
     rank, world = (env.rank, env.world_size) if env is not None else (0, 1)
     batches = list(eval_order(features.lengths, batch_size))[rank::world]
+    flags = {"skip_padding": True} if skip_padding else {}  # SQuAD's head, which reads padding, has no such flag
     model.eval()
     with torch.inference_mode(), quiet_bar(sum(map(len, batches)), "scoring", rank == 0) as bar:
         for rows in batches:
             batch = training.to_device(collate_rows(rows), device)
             with training.autocast(precision, device):
-                output = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"))
+                output = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), **flags)
             yield rows, batch, output
             bar.update(len(rows))
 

@@ -472,7 +472,8 @@ def _collate_share(prep: Prepared, share: np.ndarray, rows: np.ndarray, pad_id: 
 
 
 def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
-    out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), labels=batch["labels"])
+    out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), labels=batch["labels"],
+                skip_padding=True)
     labels = batch["labels"]
     if labels.is_floating_point():  # regression: no accuracy
         return {"task": (out.loss, labels.new_zeros(()))}

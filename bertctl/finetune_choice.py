@@ -77,6 +77,7 @@ def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
 
 def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
     """Cross-entropy over each example's choices (the model's own loss) and the examples answered right."""
-    out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), labels=batch["labels"])
+    out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), labels=batch["labels"],
+                skip_padding=True)
     correct = ((out.logits.argmax(-1) == batch["labels"]) & batch["real"]).sum()
     return {"task": (out.loss, correct)}

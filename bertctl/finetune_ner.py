@@ -85,7 +85,7 @@ def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[T
     """Cross-entropy over the labelled pieces (the model's own loss, but 0 rather than NaN for a micro-batch
     without any) and the pieces whose tag is right."""
     labels = batch["labels"]
-    logits = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask")).logits
+    logits = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), skip_padding=True).logits
     counted = (labels != IGNORED).sum().clamp(min=1)
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORED,
                            reduction="sum") / counted

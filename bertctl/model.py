@@ -56,10 +56,34 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
-        x = self.word(input_ids) + self.token_type(token_type_ids)  # (B, T, H)
-        x = x + self.position.weight[: input_ids.shape[1]]
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, positions: Tensor | None = None) -> Tensor:
+        """(B, T) ids give (B, T, H); packed (N,) ids with their `positions` in their rows give (N, H)."""
+        x = self.word(input_ids) + self.token_type(token_type_ids)  # (B, T, H) or (N, H)
+        x = x + (self.position.weight[: input_ids.shape[1]] if positions is None else self.position(positions))
         return self.dropout(self.norm(x))
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Where the real tokens of a padded (B, T) batch sit, so the layers can skip its padding: every per-token
+    step runs on the packed (N, H) real tokens, attention alone on the (B, T) layout."""
+
+    index: Tensor  # (N,) flat positions b * T + t of the real tokens, in order
+    batch: int
+    tokens: int
+
+    @classmethod
+    def of(cls, attention_mask: Tensor) -> Packing:
+        return cls(attention_mask.flatten().nonzero().squeeze(1), *attention_mask.shape)
+
+    def scatter(self, x: Tensor) -> Tensor:
+        """(N, C) packed rows into a (B, T, C) batch, zeros at the padding."""
+        padded = x.new_zeros(self.batch * self.tokens, x.shape[-1]).index_copy(0, self.index, x)
+        return padded.view(self.batch, self.tokens, -1)
+
+    def gather(self, x: Tensor) -> Tensor:
+        """The real tokens' rows of a (B, T, C) batch: (N, C)."""
+        return x.reshape(self.batch * self.tokens, -1).index_select(0, self.index)
 
 
 class EncoderLayer(nn.Module):
@@ -79,13 +103,18 @@ class EncoderLayer(nn.Module):
         self.act = _ACTIVATIONS[cfg.hidden_act]
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        B, T, H = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads).permute(2, 0, 3, 1, 4)
+    def forward(self, x: Tensor, mask: Tensor | None, packing: Packing | None = None) -> Tensor:
+        """x is (B, T, H), or with `packing` the batch's (N, H) real tokens."""
+        H = x.shape[-1]
+        qkv = self.qkv(x) if packing is None else packing.scatter(self.qkv(x))  # (B, T, 3H)
+        B, T, _ = qkv.shape
+        q, k, v = qkv.view(B, T, 3, self.num_heads, H // self.num_heads).permute(2, 0, 3, 1, 4)
         attn = F.scaled_dot_product_attention(  # (B, A, T, D)
             q, k, v, attn_mask=mask, dropout_p=self.attention_dropout if self.training else 0.0
         )
         attn = attn.transpose(1, 2).reshape(B, T, H)
+        if packing is not None:
+            attn = packing.gather(attn)  # (N, H)
         x = self.attn_norm(x + self.dropout(self.attn_out(attn)))
         return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
 
@@ -101,20 +130,40 @@ class Bert(nn.Module):
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if add_pooler else None
 
     def forward(
-        self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None
+        self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+        skip_padding: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Returns the hidden states (B, T, H) and the pooled [CLS] vector (B, H), or None without a pooler."""
+        """Returns the hidden states (B, T, H) and the pooled [CLS] vector (B, H), or None without a pooler.
+
+        `skip_padding` computes the real tokens of a padded batch alone (what fine-tuning and scoring of the heads
+        that read no padded position want), on the CPU: their outputs are the same up to rounding, the padded
+        positions' hidden states are zeros, and dropout draws its masks for the real tokens only (another random
+        stream). Elsewhere, and under torch.compile, every position is computed as without it.
+        """
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         mask = None  # none lets SDPA take its fastest kernel; to_device drops an unpadded one while on the host
         if attention_mask is not None and (torch.compiler.is_compiling() or attention_mask.device.type != "cpu"
                                            or not bool(attention_mask.all())):
             mask = attention_mask[:, None, None, :].bool()  # (B, 1, 1, T): True where a key may be attended
-        x = self.embeddings(input_ids, token_type_ids)
-        for layer in self.layers:
-            x = layer(x, mask)
+        # on the host alone: finding the real tokens on a device would make the host wait for it every forward
+        packed = skip_padding and mask is not None and mask.device.type == "cpu" and not torch.compiler.is_compiling()
+        if packed:
+            x = self._packed(input_ids, token_type_ids, mask, Packing.of(attention_mask))
+        else:
+            x = self.embeddings(input_ids, token_type_ids)
+            for layer in self.layers:
+                x = layer(x, mask)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
         return x, pooled
+
+    def _packed(self, input_ids: Tensor, token_type_ids: Tensor, mask: Tensor, packing: Packing) -> Tensor:
+        """The layers on the real tokens alone; (B, T, H) hidden states, zeros at the padding."""
+        positions = packing.index % packing.tokens  # (N,) each real token's position in its row
+        x = self.embeddings(input_ids.flatten()[packing.index], token_type_ids.flatten()[packing.index], positions)
+        for layer in self.layers:
+            x = layer(x, mask, packing)  # (N, H)
+        return packing.scatter(x)
 
 
 class MaskedLMHead(nn.Module):
@@ -220,9 +269,9 @@ class BertTaskModel(nn.Module):
             elif isinstance(module, MaskedLMHead):
                 nn.init.zeros_(module.bias)
 
-    def encode(self, input_ids: Tensor, token_type_ids: Tensor | None,
-               attention_mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        return self.bert(input_ids, token_type_ids, attention_mask)
+    def encode(self, input_ids: Tensor, token_type_ids: Tensor | None, attention_mask: Tensor | None,
+               skip_padding: bool = False) -> tuple[Tensor, Tensor | None]:
+        return self.bert(input_ids, token_type_ids, attention_mask, skip_padding)
 
 
 class BertEncoderModel(BertTaskModel):
@@ -298,8 +347,9 @@ class BertForSequenceClassification(BertTaskModel):
         self.init_weights()
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                labels: Tensor | None = None) -> ModelOutput:
-        _, pooled = self.encode(input_ids, token_type_ids, attention_mask)
+                labels: Tensor | None = None, skip_padding: bool = False) -> ModelOutput:
+        """`skip_padding`: see `Bert.forward`; the outputs are the same, up to rounding."""
+        _, pooled = self.encode(input_ids, token_type_ids, attention_mask, skip_padding)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
         loss = classification_loss(logits, labels, regression=self.num_labels == 1) if labels is not None else None
         return ModelOutput(loss=loss, logits=logits, pooled=pooled)
@@ -318,8 +368,10 @@ class BertForTokenClassification(BertTaskModel):
         self.init_weights()
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                labels: Tensor | None = None) -> ModelOutput:
-        hidden, _ = self.encode(input_ids, token_type_ids, attention_mask)
+                labels: Tensor | None = None, skip_padding: bool = False) -> ModelOutput:
+        """`skip_padding`: see `Bert.forward`; the outputs at real tokens are the same, up to rounding, the loss
+        too (labels at padding are -100), and the logits at padding are the classifier's bias."""
+        hidden, _ = self.encode(input_ids, token_type_ids, attention_mask, skip_padding)
         logits = self.classifier(self.dropout(hidden))  # (B, T, num_labels)
         loss = classification_loss(logits, labels) if labels is not None else None
         return ModelOutput(loss=loss, logits=logits, hidden_states=hidden)
@@ -361,13 +413,14 @@ class BertForMultipleChoice(BertTaskModel):
         self.init_weights()
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                labels: Tensor | None = None) -> ModelOutput:
+                labels: Tensor | None = None, skip_padding: bool = False) -> ModelOutput:
+        """`skip_padding`: see `Bert.forward`; the outputs are the same, up to rounding."""
         B, C, T = input_ids.shape
 
         def flat(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.reshape(B * C, T)
 
-        _, pooled = self.encode(flat(input_ids), flat(token_type_ids), flat(attention_mask))
+        _, pooled = self.encode(flat(input_ids), flat(token_type_ids), flat(attention_mask), skip_padding)
         logits = self.classifier(self.dropout(pooled)).view(B, C)
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
         return ModelOutput(loss=loss, logits=logits, pooled=pooled)

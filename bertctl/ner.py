@@ -78,7 +78,7 @@ def word_predictions(model: nn.Module, features: NerFeatures, pad_id: int, batch
     words = max((len(f) for f in features.first_piece), default=0)
     out = np.zeros((len(features), words), dtype=np.int64)  # (N, W): tag id + 1, 0 for no prediction
     for rows, _, output in scored_batches(model, features, partial(collate_tokens, features, pad_id=pad_id),
-                                          batch_size, device, precision, env):
+                                          batch_size, device, precision, env, skip_padding=True):
         best = output.logits.float().argmax(-1).cpu().numpy()  # (B, T)
         for i, r in enumerate(rows):
             first = features.first_piece[r]

@@ -1,0 +1,198 @@
+"""Skipping padding (`skip_padding`): the heads that read no padded position give the padded path's outputs,
+losses and gradients at the real tokens, while every per-token step runs on the real tokens alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertctl.config import BertConfig
+from bertctl.model import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
+
+HEADS = {"classify": BertForSequenceClassification, "ner": BertForTokenClassification,
+         "choice": BertForMultipleChoice}
+HF_NAMES = {"classify": "BertForSequenceClassification", "ner": "BertForTokenClassification",
+            "choice": "BertForMultipleChoice"}
+
+
+def no_dropout(odd_config: BertConfig) -> BertConfig:
+    return BertConfig(**{**odd_config.to_dict(), "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+
+
+def inputs(head: str, padded: bool, seed: int = 3) -> dict[str, torch.Tensor]:
+    """Rows of 4-13 real tokens (segment 1 from the middle), or all 13 without padding; choice: (2, 3, T)."""
+    g = torch.Generator().manual_seed(seed)
+    rows, width = 6, 13
+    ids = torch.randint(1, 97, (rows, width), generator=g)
+    lengths = torch.tensor([13, 4, 9, 13, 7, 11]) if padded else torch.full((rows,), width)
+    mask = (torch.arange(width) < lengths[:, None]).long()
+    ids = ids * mask
+    types = ((torch.arange(width) >= 3) & mask.bool()).long()
+    batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+    if head == "classify":
+        batch["labels"] = torch.randint(0, 3, (rows,), generator=g)
+    elif head == "ner":
+        labels = torch.randint(0, 3, (rows, width), generator=g)
+        batch["labels"] = torch.where(mask.bool() & (torch.rand(rows, width, generator=g) < 0.7), labels, -100)
+    else:
+        batch = {k: v.view(2, 3, width) for k, v in batch.items()}
+        batch["labels"] = torch.tensor([2, 0])
+    return batch
+
+
+def build(head: str, cfg: BertConfig) -> torch.nn.Module:
+    torch.manual_seed(0)
+    kwargs = {} if head == "choice" else {"num_labels": 3}
+    model = HEADS[head](cfg, classifier_dropout=0.0, **kwargs)
+    with torch.no_grad():  # non-trivial biases and LayerNorms, so a position mix-up shows
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    return model
+
+
+def real_logits(head: str, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    return logits[batch["attention_mask"].bool()] if head == "ner" else logits
+
+
+def tokens_per_layer(model: torch.nn.Module) -> list[int]:
+    """A list that fills with the tokens each forward's first feed-forward layer runs on."""
+    seen: list[int] = []
+    model.bert.layers[0].ffn_in.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[:-1].numel()))
+    return seen
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+@pytest.mark.parametrize("head", list(HEADS))
+def test_skipping_padding_gives_the_same_logits_loss_and_gradients(head, padded, odd_config):
+    model = build(head, no_dropout(odd_config)).train()
+    batch = inputs(head, padded)
+    seen = tokens_per_layer(model)
+    results = []
+    for skip in (False, True):
+        model.zero_grad()
+        out = model(**batch, skip_padding=skip)
+        out.loss.backward()
+        results.append((real_logits(head, out.logits, batch), out.loss,
+                        {name: p.grad.clone() for name, p in model.named_parameters()}))
+    (logits, loss, grads), (logits_skip, loss_skip, grads_skip) = results
+    torch.testing.assert_close(logits_skip, logits, rtol=0, atol=1e-6)
+    torch.testing.assert_close(loss_skip, loss, rtol=0, atol=1e-6)
+    assert grads_skip.keys() == grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grads_skip[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+    real = int(batch["attention_mask"].sum())
+    assert seen == [batch["input_ids"].numel(), real if padded else batch["input_ids"].numel()]
+
+
+def test_the_padded_positions_hidden_states_are_zero_and_the_default_forward_keeps_them(odd_config):
+    model = build("ner", no_dropout(odd_config)).eval()
+    batch = {k: v for k, v in inputs("ner", padded=True).items() if k != "labels"}
+    pad = ~batch["attention_mask"].bool()
+    with torch.no_grad():
+        hidden = model(**batch).hidden_states
+        skipped = model(**batch, skip_padding=True).hidden_states
+    assert hidden[pad].abs().min() > 0  # computed, as transformers computes them
+    assert torch.equal(skipped[pad], torch.zeros_like(skipped[pad]))
+
+
+def test_dropout_still_drops_and_a_seed_gives_the_same_bytes(odd_config):
+    model = build("ner", odd_config).train()
+    batch = {k: v for k, v in inputs("ner", padded=True).items() if k != "labels"}
+    real = batch["attention_mask"].bool()
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        with torch.no_grad():
+            runs.append(model(**batch, skip_padding=True).logits[real])
+    with torch.no_grad():
+        plain = model.eval()(**batch).logits[real]
+    assert torch.equal(runs[0], runs[1])
+    assert (runs[0] - plain).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_skipping_padding_matches_transformers_at_the_real_tokens(head, odd_config, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from bertctl.checkpoint import load_model
+
+    extra = {} if head == "choice" else {"num_labels": 3}
+    torch.manual_seed(0)
+    reference = getattr(transformers, HF_NAMES[head])(transformers.BertConfig(**odd_config.to_dict(), **extra))
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    reference.eval().save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf").eval()
+    batch = inputs(head, padded=True)
+    with torch.no_grad():
+        expected = reference(**batch)
+        got = ours(**batch, skip_padding=True)
+    torch.testing.assert_close(real_logits(head, got.logits, batch), real_logits(head, expected.logits, batch),
+                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
+
+
+def _features(head: str):
+    """Four rows of 3-11 tokens as each task's features hold them (random ids, a label each)."""
+    from bertctl.data.choice import ChoiceData, ChoiceFeatures
+    from bertctl.data.ner import NerData, NerFeatures
+    from bertctl.evaluate import Features
+
+    rng = np.random.default_rng(0)
+    lengths = np.array([11, 3, 7, 5])
+    ids = [rng.integers(1, 97, n) for n in lengths]
+    types = [np.zeros(n, dtype=np.int64) for n in lengths]
+    if head == "classify":
+        return Features(ids, types, lengths, rng.integers(0, 3, 4), 0)
+    if head == "ner":
+        labels = [rng.integers(0, 3, n) for n in lengths]
+        return NerFeatures(NerData([[]] * 4, None, Path("t")), ids, labels, [np.arange(1, n - 1) for n in lengths],
+                           lengths, 0)
+    choices = [[ids[i], ids[(i + 1) % 4], ids[(i + 2) % 4]] for i in range(4)]
+    data = ChoiceData([str(i) for i in range(4)], [""] * 4, [[""] * 3] * 4, None, Path("t"))
+    longest = np.array([max(map(len, c)) for c in choices])
+    return ChoiceFeatures(data, choices, [[np.zeros(len(s), dtype=np.int64) for s in c] for c in choices],
+                          rng.integers(0, 3, 4), longest, 0, longest)
+
+
+def _runs(head: str):
+    """The head's fine-tuning loss terms and the function its evaluate/predict score with."""
+    from bertctl import choice, evaluate, finetune, finetune_choice, finetune_ner, ner
+
+    if head == "classify":
+        return finetune._loss_terms, evaluate.collate, evaluate.predict_logits
+    if head == "ner":
+        return finetune_ner._loss_terms, ner.collate_tokens, ner.word_predictions
+    return finetune_choice._loss_terms, choice.collate_choices, choice.choice_logits
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_fine_tuning_and_scoring_run_the_real_tokens_only(head, odd_config):
+    loss_terms, collate, scorer = _runs(head)
+    features = _features(head)
+    model = build(head, odd_config)
+    seen = tokens_per_layer(model)
+    batch = collate(features, np.arange(4), 0)
+    batch["real"] = torch.ones(4, dtype=torch.bool)
+    loss_terms(model.train(), batch)
+    scorer(model, features, 0, 4, torch.device("cpu"), "fp32")
+    assert seen == [int(batch["attention_mask"].sum())] * 2
+
+
+def test_squad_keeps_computing_its_padding(odd_config):
+    from bertctl.data.squad import SquadFeatures
+    from bertctl.model import BertForQuestionAnswering
+    from bertctl.squad import span_logits
+
+    model = BertForQuestionAnswering(odd_config)
+    seen = tokens_per_layer(model)
+    lengths = np.array([9, 5])
+    ids = [np.arange(1, n + 1) for n in lengths]
+    zeros = np.zeros(2, dtype=np.int64)
+    features = SquadFeatures(ids, [np.zeros(n, dtype=np.int64) for n in lengths], lengths, zeros, zeros, zeros,
+                             [np.ones(1, bool)] * 2, width=12)
+    span_logits(model, features, 0, 2, torch.device("cpu"), "fp32")
+    assert seen == [2 * 12]
