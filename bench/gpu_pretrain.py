@@ -34,7 +34,7 @@ import torch
 from bertctl import optim, training
 from bertctl.config import BertConfig, preset
 from bertctl.model import BertForPreTraining
-from bertctl.pretrain import _loss_terms, _weights
+from bertctl.pretraining_objective import loss_terms, loss_weights
 
 PEAK_TFLOPS = 790.0
 SEQ, VOCAB, MASKED = 128, 30522, 0.15
@@ -91,8 +91,8 @@ def bertctl_step(size: str, batch: dict[str, torch.Tensor], device: torch.device
     optimizer = optim.make_optimizer("adamw", model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
     compiled = torch.compile(model, mode=mode)
     env = training.Distributed(device=device)
-    terms = partial(_loss_terms, predictions=PREDICTIONS)
-    return lambda: training.optimizer_step(compiled, [batch], optimizer, terms, _weights, env, "bf16")
+    terms = partial(loss_terms, predictions=PREDICTIONS)
+    return lambda: training.optimizer_step(compiled, [batch], optimizer, terms, loss_weights, env, "bf16")
 
 
 def transformers_step(size: str, batch: dict[str, torch.Tensor], device: torch.device,
