@@ -10,14 +10,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import inspect
 import io
 import logging
 import os
 import select
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
 from typer.core import TyperGroup
@@ -188,13 +190,42 @@ def show_warnings() -> None:
         logger.addHandler(_AboveTheBar(logging.WARNING))
 
 
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def shared_options(template: Callable[..., None]) -> Callable[[Command], Command]:
+    """Gives a command the options of `template` (a function whose parameters are those options), so options that
+    several commands take are written once. --help lists them in the template's order, after the command's
+    leading parameters; a parameter of the command's own named as a template one replaces it there (its own
+    default and help), and the command's parameters after it follow it (squad's window options come after
+    --max-seq-length). The command takes the template's options as `**shared`, which `command_config` spreads."""
+    def decorate(command: Command) -> Command:
+        merged = list(inspect.signature(template, eval_str=True).parameters.values())
+        at = 0  # where the command's next parameter goes
+        for param in inspect.signature(command, eval_str=True).parameters.values():
+            if param.kind is param.VAR_KEYWORD:
+                continue
+            names = [p.name for p in merged]
+            if param.name in names:
+                at = names.index(param.name)
+                merged[at] = param
+            else:
+                merged.insert(at, param)
+            at += 1
+        command.__signature__ = inspect.Signature(merged, return_annotation=None)  # what typer reads
+        return command
+
+    return decorate
+
+
 def command_config(cls: type, flags: dict[str, Any], defaults: dict[str, Any] | None = None) -> Any:
-    """A command's config dataclass from its flags (a command's `locals()`) over its `--config` file over
-    `defaults` (a task's own, where they differ from the dataclass's); INPUTS arguments become a tuple.
-    Importing the config modules here keeps `bertctl --help` fast."""
+    """A command's config dataclass from its flags (a command's `locals()`, its `**shared` options spread) over
+    its `--config` file over `defaults` (a task's own, where they differ from the dataclass's); INPUTS arguments
+    become a tuple. Importing the config modules here keeps `bertctl --help` fast."""
     from bertctl.config_files import build_config, read_config_file
 
     flags = dict(flags)
+    flags.update(flags.pop("shared", None) or {})
     config = flags.pop("config")
     if "inputs" in flags:
         flags["inputs"] = tuple(flags["inputs"]) if flags["inputs"] else None

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bertctl.cli_base import command_config, command_group
+from bertctl.cli_base import command_config, command_group, shared_options
 
 finetune_app = command_group("Fine-tune a model on GLUE, on your own labelled data, on SQuAD, for NER, or "
                               "for multiple choice (SWAG).")
@@ -20,8 +20,8 @@ evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set, a labe
 predict_app = command_group("Write predictions: GLUE submission files, one row per row of a table, SQuAD "
                             "answers, NER tags, or the picked choice.")
 
-# Options of `finetune glue` and `finetune classify`; None falls through to the --config file, then to
-# FinetuneConfig's defaults (shown in brackets).
+# Options of every `finetune` command (`_training_options`); None falls through to the --config file, then to
+# the task's defaults (shown in brackets: FinetuneConfig's, where a task's differ its own alias says so).
 _FtModel = Annotated[str | None, typer.Option("--model", "-m", help="Any model folder bertctl reads "
                                                "(pre-training run, transformers folder, bare encoder).")]
 _FtOut = Annotated[Path | None, typer.Option("--out", "-o", help="Run folder: best model, eval_results.json, "
@@ -57,18 +57,7 @@ _FtOverwrite = Annotated[bool | None, typer.Option("--overwrite/--no-overwrite",
 _FtConfig = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields (flags win).")]
 
 
-def _finetune_config(flags: dict[str, Any]) -> Any:
-    from bertctl.config import FinetuneConfig
-
-    return command_config(FinetuneConfig, flags)  # --seeds 1,2 is split by the config, as a file's string is
-
-
-@finetune_app.command("glue")
-def finetune_glue(
-    task: Annotated[str | None, typer.Argument(help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, or all "
-                                               "[the --config file's task].")] = None,
-    data: Annotated[str | None, typer.Option(help="GLUE download folder (CoLA/, SST-2/, ...) or nyu-mll/glue.")
-                    ] = None,
+def _training_options(
     model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
     batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
     lr: _FtLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
@@ -76,8 +65,29 @@ def finetune_glue(
     adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
     precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
     save_every: _FtSaveEvery = None, max_bad_steps: _FtMaxBad = None, resume: _FtResume = None,
-    overwrite: _FtOverwrite = None,
-    config: _FtConfig = None,
+    overwrite: _FtOverwrite = None, config: _FtConfig = None,
+) -> None:
+    """The options every `finetune` command takes, in their --help order (`shared_options` gives them)."""
+
+
+def _finetune_config(flags: dict[str, Any], task: str = "") -> Any:
+    """The run's FinetuneConfig: the flags over the --config file over the task's own defaults (squad: google-
+    research/bert's, ner and choice: transformers' run_ner.py's and run_swag.py's) over FinetuneConfig's. The
+    config splits --seeds 1,2, as it splits a file's string."""
+    from bertctl import config
+
+    defaults = {"squad": config.SQUAD_DEFAULTS, "ner": config.NER_DEFAULTS, "choice": config.CHOICE_DEFAULTS}
+    return command_config(config.FinetuneConfig, flags, defaults.get(task))
+
+
+@finetune_app.command("glue")
+@shared_options(_training_options)
+def finetune_glue(
+    task: Annotated[str | None, typer.Argument(help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, or all "
+                                               "[the --config file's task].")] = None,
+    data: Annotated[str | None, typer.Option(help="GLUE download folder (CoLA/, SST-2/, ...) or nyu-mll/glue.")
+                    ] = None,
+    **shared: Any,
 ) -> None:
     """Fine-tune on a GLUE task (best dev epoch kept in --out); `all` runs every task into OUT/<task>."""
     cfg = _finetune_config(locals())
@@ -87,6 +97,7 @@ def finetune_glue(
 
 
 @finetune_app.command("classify")
+@shared_options(_training_options)
 def finetune_classify(
     train: Annotated[Path | None, typer.Option(help="Training file: .csv, .tsv, .jsonl or .parquet, or a "
                                                "save_to_disk folder.")] = None,
@@ -97,15 +108,7 @@ def finetune_classify(
     problem: Annotated[str | None, typer.Option(help="auto|classification|regression [auto].")] = None,
     label_names: Annotated[str | None, typer.Option(help="Comma-separated class names in head order "
                                                     "[sorted training labels].")] = None,
-    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
-    batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
-    lr: _FtLr = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
-    weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
-    adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
-    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
-    save_every: _FtSaveEvery = None, max_bad_steps: _FtMaxBad = None, resume: _FtResume = None,
-    overwrite: _FtOverwrite = None,
-    config: _FtConfig = None,
+    **shared: Any,
 ) -> None:
     """Fine-tune on your own labelled table (classification or regression)."""
     cfg = _finetune_config(locals())
@@ -128,33 +131,20 @@ _SqThreshold = Annotated[float | None, typer.Option(help="SQuAD 2.0: answer \"\"
                                                     "the best span by more than this [0.0].")]
 
 
-def _squad_config(flags: dict[str, Any]) -> Any:
-    from bertctl.config import SQUAD_DEFAULTS, FinetuneConfig
-
-    return command_config(FinetuneConfig, flags, SQUAD_DEFAULTS)
-
-
 @finetune_app.command("squad")
+@shared_options(_training_options)
 def finetune_squad(
     train: Annotated[Path | None, typer.Option(help="SQuAD v1.1/v2.0 training JSON (train-v1.1.json), a hub "
                                                "copy (.parquet, save_to_disk folder, to_json lines) or a hub id "
                                                "NAME[:SPLIT] (rajpurkar/squad; split train).")] = None,
     validation: Annotated[Path | None, typer.Option(help="SQuAD JSON, hub copy or hub id (split validation) scored "
                                                     "after each epoch (best F1 kept).")] = None,
-    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _SqMaxLen = None,
-    doc_stride: _SqStride = None, max_query_length: _SqQuery = None, n_best_size: _SqNBest = None,
-    max_answer_length: _SqAnswerLen = None, null_score_diff_threshold: _SqThreshold = None,
-    batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
-    lr: _SqLr = None, epochs: _SqEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
-    weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
-    adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
-    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
-    save_every: _FtSaveEvery = None, max_bad_steps: _FtMaxBad = None, resume: _FtResume = None,
-    overwrite: _FtOverwrite = None,
-    config: _FtConfig = None,
+    max_seq_length: _SqMaxLen = None, doc_stride: _SqStride = None, max_query_length: _SqQuery = None,
+    n_best_size: _SqNBest = None, max_answer_length: _SqAnswerLen = None,
+    null_score_diff_threshold: _SqThreshold = None, lr: _SqLr = None, epochs: _SqEpochs = None, **shared: Any,
 ) -> None:
     """Fine-tune for extractive question answering on SQuAD v1.1 or v2.0 (run_squad.py's recipe)."""
-    cfg = _squad_config(locals())
+    cfg = _finetune_config(locals(), "squad")
     from bertctl.finetune_squad import finetune_squad as run_finetune_squad
 
     run_finetune_squad(cfg)
@@ -311,13 +301,8 @@ _NerLabels = Annotated[str | None, typer.Option(help="Comma-separated tags in he
                                                 "file's integer ner_tags [sorted training tags].")]
 
 
-def _ner_config(flags: dict[str, Any]) -> Any:
-    from bertctl.config import NER_DEFAULTS, FinetuneConfig
-
-    return command_config(FinetuneConfig, flags, NER_DEFAULTS)
-
-
 @finetune_app.command("ner")
+@shared_options(_training_options)
 def finetune_ner(
     train: Annotated[Path | None, typer.Option(help="CoNLL-2003 text file (word first, NER tag last), .jsonl/.json "
                                                "({\"tokens\", \"ner_tags\"}), a hub copy (.parquet, "
@@ -326,18 +311,10 @@ def finetune_ner(
     validation: Annotated[Path | None, typer.Option(help="File, hub copy or hub id (split validation) scored after "
                                                     "each epoch (best entity F1 kept).")] = None,
     label_names: _NerLabels = None,
-    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
-    batch_size: _FtBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
-    lr: _Lr5e5 = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
-    weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
-    adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
-    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
-    save_every: _FtSaveEvery = None, max_bad_steps: _FtMaxBad = None, resume: _FtResume = None,
-    overwrite: _FtOverwrite = None,
-    config: _FtConfig = None,
+    lr: _Lr5e5 = None, **shared: Any,
 ) -> None:
     """Fine-tune for named-entity recognition (run_ner.py's recipe; tag on each word's first piece)."""
-    cfg = _ner_config(locals())
+    cfg = _finetune_config(locals(), "ner")
     from bertctl.finetune_ner import finetune_ner as run_finetune_ner
 
     run_finetune_ner(cfg)
@@ -385,13 +362,8 @@ def predict_ner(
 _ChoiceBatch = Annotated[int | None, typer.Option(help="Examples (each of all its choices) per optimizer step [16].")]
 
 
-def _choice_config(flags: dict[str, Any]) -> Any:
-    from bertctl.config import CHOICE_DEFAULTS, FinetuneConfig
-
-    return command_config(FinetuneConfig, flags, CHOICE_DEFAULTS)
-
-
 @finetune_app.command("choice")
+@shared_options(_training_options)
 def finetune_choice(
     train: Annotated[Path | None, typer.Option(help="SWAG-style .csv (sent1, sent2, ending0.., label), .jsonl "
                                                "({\"context\", \"choices\", \"label\"}), a hub copy (.parquet, "
@@ -399,18 +371,10 @@ def finetune_choice(
                                                "(allenai/swag, config regular; split train).")] = None,
     validation: Annotated[Path | None, typer.Option(help="File, hub copy or hub id (split validation) scored after "
                                                     "each epoch (best accuracy kept).")] = None,
-    model: _FtModel = None, out: _FtOut = None, seeds: _FtSeeds = None, max_seq_length: _FtMaxLen = None,
-    batch_size: _ChoiceBatch = None, micro_batch_size: _FtMicro = None, eval_batch_size: _FtEvalBatch = None,
-    lr: _Lr5e5 = None, epochs: _FtEpochs = None, warmup_fraction: _FtWarmup = None, schedule: _FtSchedule = None,
-    weight_decay: _FtDecay = None, adam_beta1: _FtBeta1 = None, adam_beta2: _FtBeta2 = None,
-    adam_eps: _FtEps = None, clip: _FtClip = None, dropout: _FtDropout = None, group_by_length: _FtGroup = None,
-    precision: _FtPrecision = None, device: _FtDevice = None, log_every: _FtLogEvery = None,
-    save_every: _FtSaveEvery = None, max_bad_steps: _FtMaxBad = None, resume: _FtResume = None,
-    overwrite: _FtOverwrite = None,
-    config: _FtConfig = None,
+    batch_size: _ChoiceBatch = None, lr: _Lr5e5 = None, **shared: Any,
 ) -> None:
     """Fine-tune for multiple choice, as on SWAG (run_swag.py's recipe; softmax over the choices' [CLS] scores)."""
-    cfg = _choice_config(locals())
+    cfg = _finetune_config(locals(), "choice")
     from bertctl.finetune_choice import finetune_choice as run_finetune_choice
 
     run_finetune_choice(cfg)

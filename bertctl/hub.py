@@ -26,6 +26,9 @@ HUB_DATASET_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as `da
 # endings of the data files bertctl reads: `data/train.json` is a file that is missing, never a hub dataset
 DATA_FILE_SUFFIXES = frozenset({".json", ".jsonl", ".csv", ".tsv", ".txt", ".parquet", ".arrow", ".conll", ".gz",
                                 ".bz2", ".xz", ".zst"})
+# dataset names of older Hugging Face docs, without an owner, and the hub id each has now
+LEGACY_DATASETS = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "conll2003": "eriktks/conll2003",
+                   "swag": "allenai/swag", "glue": "nyu-mll/glue"}
 _COMMON = ["config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
            "added_tokens.json"]
 _WEIGHTS = (["model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors"],
@@ -49,6 +52,14 @@ def is_hub_dataset_id(name: str | Path) -> bool:
         return False
     owner, repository = text.split("/")
     return Path(repository).suffix.lower() not in DATA_FILE_SUFFIXES and not Path(owner).is_dir()
+
+
+def legacy_dataset_hint(name: str | Path) -> str:
+    """` (the hub dataset is rajpurkar/squad)` for a data flag's missing path named as older Hugging Face docs name
+    a dataset, without its owner (`squad`, `squad_v2:validation`); "" for any other name. The bare name is never
+    loaded: it may as well be a file missing here, and the owner is the user's to give."""
+    owned = LEGACY_DATASETS.get(str(name).split(":")[0].lower())
+    return f" (the hub dataset is {owned})" if owned and not Path(name).exists() else ""
 
 
 def written_like_path(text: str) -> bool:

@@ -218,12 +218,12 @@ def test_evaluate_reproduces_eval_results_and_predict_writes_csv(choice_run, cho
 def test_choice_defaults_and_config_file(tmp_path):
     cfg = FinetuneConfig.choice()
     assert (cfg.lr, cfg.epochs, cfg.max_seq_length, cfg.batch_size) == (5e-5, 3, 128, 16)
-    from bertctl.cli_tasks import _choice_config
+    from bertctl.cli_tasks import _finetune_config
 
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"epochs": 5, "batch_size": 32}))
     flags = {name: None for name in ("model", "out", "train", "validation", "lr")}
-    cfg = _choice_config({**flags, "config": config, "lr": 1e-4})
+    cfg = _finetune_config({**flags, "config": config, "lr": 1e-4}, "choice")
     assert (cfg.epochs, cfg.lr, cfg.batch_size, cfg.max_seq_length) == (5, 1e-4, 32, 128)
 
 

@@ -353,3 +353,41 @@ def test_a_flag_switches_off_what_a_config_file_switched_on(tmp_path):
     assert CliRunner().invoke(app, train).exit_code == 0  # the file's overwrite: true
     refused = CliRunner().invoke(app, [*train, "--no-overwrite"])
     assert refused.exit_code == 2 and "already exists" in refused.stderr, refused.output
+
+
+_RECIPES = {"glue": "bertctl.finetune", "classify": "bertctl.finetune", "squad": "bertctl.finetune_squad",
+            "ner": "bertctl.finetune_ner", "choice": "bertctl.finetune_choice"}
+
+
+@pytest.mark.parametrize("task", list(_RECIPES))
+def test_every_finetune_command_passes_its_own_and_the_shared_options_to_its_recipe(monkeypatch, tmp_path, task):
+    """The options all `finetune` commands share are written once (`shared_options`): each command must still
+    hand them to its recipe, under its own task's defaults and a --config file."""
+    import importlib
+
+    given = []
+    monkeypatch.setattr(importlib.import_module(_RECIPES[task]), f"finetune_{task}", given.append)
+    (tmp_path / "run.yaml").write_text("warmup_fraction: 0.2\n")
+    data = ["sst2", "--data", "glue"] if task == "glue" else ["--train", "t.csv", "--text-columns", "text"] \
+        if task == "classify" else ["--train", "t.json"]
+    result = CliRunner().invoke(app, ["finetune", task, *data, "--model", "m", "--out", str(tmp_path / "run"),
+                                      "--adam-eps", "1e-7", "--seeds", "1,2", "--no-group-by-length", "--config",
+                                      str(tmp_path / "run.yaml")])
+    assert result.exit_code == 0, result.output
+    cfg = given[0]
+    assert (cfg.adam_eps, cfg.seeds, cfg.group_by_length, cfg.warmup_fraction) == (1e-7, (1, 2), False, 0.2)
+    assert (cfg.lr, cfg.batch_size, cfg.epochs) == {"squad": (3e-5, 32, 2), "ner": (5e-5, 32, 3),
+                                                    "choice": (5e-5, 16, 3)}.get(task, (2e-5, 32, 3))
+
+
+def test_finetune_squad_lists_its_window_options_among_the_shared_ones():
+    shown = CliRunner().invoke(app, ["finetune", "squad", "--help"], terminal_width=200)
+    options = [line.split()[0].rstrip(",") for line in shown.output.splitlines() if line.startswith("  -")]
+    assert options == ["--train", "--validation", "-m", "-o", "--seeds", "--max-seq-length", "--doc-stride",
+                       "--max-query-length", "--n-best-size", "--max-answer-length", "--null-score-diff-threshold",
+                       "--batch-size", "--micro-batch-size", "--eval-batch-size", "--lr", "--epochs",
+                       "--warmup-fraction", "--schedule", "--weight-decay", "--adam-beta1", "--adam-beta2",
+                       "--adam-eps", "--clip", "--dropout", "--group-by-length", "--precision", "--device",
+                       "--log-every", "--save-every", "--max-bad-steps", "--resume", "--overwrite", "--config",
+                       "--help"]
+    assert "Peak learning rate [3e-5]." in shown.output and "Tokens per window: [CLS]" in shown.output

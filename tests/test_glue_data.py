@@ -343,12 +343,14 @@ def test_regression_is_detected_or_forced_and_checked(tmp_path):
 def test_table_mistakes_are_one_line_usage_errors(tmp_path):
     good = tmp_path / "good.tsv"
     good.write_text("text\tlabel\nx\t1\ny\t0\n", encoding="utf-8")
+    (tmp_path / "data.xlsx").write_bytes(b"PK")
     cases = [
         ((good, None, ["text"], "y"), r"good.tsv:1: no column 'y' \(found: text, label\)"),
         ((good, None, ["a", "b", "c"], "label"), "--text-columns: give one or two column names"),
         ((good, None, ["text"], "label", "ordinal"), "--problem ordinal: choose one of auto, classification"),
         ((tmp_path / "data.xlsx", None, ["text"], "label"), r"unsupported file type .xlsx; use one of .csv, .tsv"),
-        ((tmp_path / "none.csv", None, ["text"], "label"), "none.csv: no such file"),
+        ((tmp_path / "none.xlsx", None, ["text"], "label"), r"^--train \S*none.xlsx: no such file; give a .csv, "
+                                                           r"\.tsv, \.jsonl or \.parquet file, or a Dataset"),
     ]
     for args, match in cases:
         with pytest.raises(UsageError, match=match):

@@ -313,12 +313,12 @@ def test_evaluate_reproduces_eval_results_and_predict_writes_conll(ner_run, ner_
 def test_ner_defaults_and_config_file(tmp_path):
     cfg = FinetuneConfig.ner()
     assert (cfg.lr, cfg.epochs, cfg.max_seq_length, cfg.batch_size) == (5e-5, 3, 128, 32)
-    from bertctl.cli_tasks import _ner_config
+    from bertctl.cli_tasks import _finetune_config
 
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"epochs": 5, "label_names": "O,B-PER"}))
     flags = {name: None for name in ("model", "out", "train", "validation", "lr")}
-    cfg = _ner_config({**flags, "config": config, "lr": 1e-4})
+    cfg = _finetune_config({**flags, "config": config, "lr": 1e-4}, "ner")
     assert (cfg.epochs, cfg.lr, cfg.label_names, cfg.max_seq_length) == (5, 1e-4, ("O", "B-PER"), 128)
 
 

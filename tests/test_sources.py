@@ -280,3 +280,25 @@ def test_corpus_build_and_tokenizer_train_refuse_a_late_problem_and_write_nothin
         assert last.startswith(f"bertctl: error: {message}") and result.stderr.endswith(last + "\n"), result.stderr
         assert "warning: skipped" not in result.stderr
         assert not [p.name for p in tmp_path.iterdir() if name in p.name]  # no OUT, no OUT.partial or such
+
+
+@pytest.mark.parametrize("name", ["wikitext", "bookcorpus", "squad"])
+def test_a_dataset_input_that_cannot_be_loaded_is_one_line_naming_the_argument(tmp_path: Path, monkeypatch,
+                                                                                 name: str) -> None:
+    """A bare name is still tried on the hub (no legacy hint here: these inputs take any `datasets` name), and
+    the line says which argument held it, as the other INPUTS lines do."""
+    from hub_copy_fixtures import stub_hub
+
+    from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
+
+    calls = stub_hub(monkeypatch, {})
+    monkeypatch.chdir(tmp_path)
+    BertTokenizer.from_vocab([*SPECIAL_TOKENS, "a"], lowercase=True).save(tmp_path / "tok")
+    for command in (["tokenizer", "train", name], ["corpus", "build", name, "--tokenizer", "tok", "--workers", "1"]):
+        result = CliRunner().invoke(app, [*command, "--out", "out"])
+        assert result.exit_code == 2, result.output
+        last = result.stderr.splitlines()[-1]  # after the progress bar's
+        assert last == (f"bertctl: error: INPUTS: '{name}' is not a local file and datasets cannot load it: "
+                        f"Couldn't reach '{name}' on the Hub (OfflineModeIsEnabled)"), result.stderr
+        assert not (tmp_path / "out").exists()
+    assert [call[0] for call in calls] == [name, name]

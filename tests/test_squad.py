@@ -663,11 +663,11 @@ def test_squad_defaults_and_config_file(tmp_path):
     cfg = FinetuneConfig.squad()
     assert (cfg.lr, cfg.epochs, cfg.max_seq_length, cfg.batch_size, cfg.doc_stride, cfg.max_query_length) == \
         (3e-5, 2, 384, 32, 128, 64)
-    from bertctl.cli_tasks import _squad_config
+    from bertctl.cli_tasks import _finetune_config
 
     config = _write(tmp_path / "c.json", {"epochs": 5, "doc_stride": 64})
     flags = {name: None for name in ("model", "out", "train", "validation", "lr")}
-    cfg = _squad_config({**flags, "config": config, "lr": 1e-4})
+    cfg = _finetune_config({**flags, "config": config, "lr": 1e-4}, "squad")
     assert (cfg.epochs, cfg.doc_stride, cfg.lr, cfg.max_seq_length) == (5, 64, 1e-4, 384)
 
 
@@ -893,7 +893,7 @@ def test_a_missing_file_is_no_hub_id_and_an_uncached_hub_id_offline_is_one_line(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
     for name in ("data/train.json", "squad/train-v1.1.json", "data/train", "squad/train.jsonl"):
-        with pytest.raises(UsageError, match=f"^--train {re.escape(name)}: cannot read it: No such file"):
+        with pytest.raises(UsageError, match=f"^--train {re.escape(name)}: no such file; give a SQuAD v1.1/v2.0"):
             read_squad(name, "train", "--train")
     assert calls == []
     shown = CliRunner().invoke(app, ["evaluate", "squad", "--model", str(squad_run), "--data", "rajpurkar/squad"])

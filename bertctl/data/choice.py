@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bertctl.data.hub_copies import is_copy, read_copy
+from bertctl.data.hub_copies import is_copy, read_copy, refuse_missing
 from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
 from bertctl.files import user_path
@@ -61,10 +61,9 @@ def read_choice(path: Path | str, flag: str, need_labels: bool = True) -> Choice
     file, a saved split), refused in one line when its columns, choices or labels do not fit."""
     path = user_path(path, flag)
     where = f"{flag} {path}"
+    refuse_missing(path, flag, _FORMATS)
     if is_copy(path):
         rows = list(_read_copy(path, flag))
-    elif not path.is_file():
-        raise UsageError(f"{where}: no such file; give {_FORMATS}")
     else:
         reader = _read_jsonl if path.suffix.lower() in (".jsonl", ".json") else _read_csv
         try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertctl.errors import BertctlError, UsageError
-from bertctl.hub import is_hub_dataset_id
+from bertctl.hub import is_hub_dataset_id, legacy_dataset_hint
 
 MAX_MALFORMED = 0.01  # share of rows with a wrong field count a GLUE file may have before it is refused
 
@@ -245,8 +245,8 @@ def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:
         from bertctl.data.glue_copies import read_hub  # glue_copies builds on this module's types
 
         return read_hub(task, entry, str(data))
-    raise UsageError(f"--data {data}: no such folder; give the GLUE download folder (CoLA/, SST-2/, ...) "
-                     "or a hub dataset id such as nyu-mll/glue")
+    raise UsageError(f"--data {data}: no such folder{legacy_dataset_hint(data)}; give the GLUE download folder "
+                     "(CoLA/, SST-2/, ...) or a hub dataset id such as nyu-mll/glue")
 
 
 def _read_folder(task: GlueTask, entry: SplitFile, root: Path) -> Examples:

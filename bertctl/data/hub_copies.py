@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl.errors import UsageError
-from bertctl.hub import is_hub_dataset_id, offline_when_unreachable
+from bertctl.hub import is_hub_dataset_id, legacy_dataset_hint, offline_when_unreachable
 
 # NAME[[:CONFIG]:SPLIT]; a split may be sliced as `datasets` slices it (`validation[:500]`)
 _HUB_SPLIT = re.compile(r"(?P<name>[^:]+)(?::(?:(?P<config>[\w.-]+):)?(?P<split>[\w.-]+(?:\[[^\]]*\])?))?")
@@ -71,6 +71,13 @@ def _hub_match(value: Path | str) -> re.Match[str] | None:
     if Path(value).expanduser().exists() or match is None or not is_hub_dataset_id(match["name"]):
         return None
     return match
+
+
+def refuse_missing(path: Path, flag: str, formats: str) -> None:
+    """Refuse a data flag's value that is neither a file or folder here nor a hub dataset id, in one line naming
+    the `formats` to give (and a legacy dataset name's hub id)."""
+    if not (path.is_file() or path.is_dir() or _hub_match(path)):
+        raise UsageError(f"{flag} {path}: no such file{legacy_dataset_hint(path)}; give {formats}")
 
 
 def is_copy(path: Path) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertctl.data.hub_copies import is_copy, read_copy
+from bertctl.data.hub_copies import is_copy, read_copy, refuse_missing
 from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
 from bertctl.files import user_path
@@ -53,10 +53,9 @@ def read_ner(path: Path | str, flag: str, need_tags: bool = True,
     """A CoNLL text file, JSON Lines (.jsonl, or .json as `Dataset.to_json` names it), or a hub copy (a .parquet
     file, a saved split); integer tags are named by the copy's ClassLabel names, else by `label_names`."""
     path = user_path(path, flag)
+    refuse_missing(path, flag, _FORMATS)
     if is_copy(path):
         words, tags = _read_copy(path, flag, label_names)
-    elif not path.is_file():
-        raise UsageError(f"{flag} {path}: no such file; give {_FORMATS}")
     else:
         try:
             text = path.read_text(encoding="utf-8-sig")

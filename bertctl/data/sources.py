@@ -417,7 +417,7 @@ def _dataset_rows(name: str, text_column: str, stats: ReadStats) -> Iterator[str
             iterator = iter(rows)
             first = next(iterator, None)
         except Exception as exc:  # datasets raises many types (offline, not found, no such config)
-            raise UsageError(f"{name!r} is not a local file and datasets cannot load it: "
+            raise UsageError(f"INPUTS: {name!r} is not a local file and datasets cannot load it: "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
         if first is None:
             return

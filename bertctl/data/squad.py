@@ -21,14 +21,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from bertctl.data import squad_rows
-from bertctl.data.hub_copies import is_copy
+from bertctl.data.hub_copies import is_copy, refuse_missing
 from bertctl.data.jsonl import jsonl_values
 from bertctl.data.squad_rows import Paragraphs
 from bertctl.errors import UsageError
+from bertctl.files import user_path
 from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 
 WHITESPACE = frozenset(" \t\r\n\u202f")  # run_squad.py's is_whitespace: the only word separators
 log = logging.getLogger(__name__)
+_FORMATS = ("a SQuAD v1.1/v2.0 JSON file, a hub copy (.parquet, a save_to_disk folder, to_json lines) or a hub "
+            "dataset id (rajpurkar/squad or rajpurkar/squad_v2)")
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,8 @@ def read_squad(path: Path | str, mode: str = "score", flag: str = "--data", vers
     """The file's questions. `mode`: "train" (one answer per answerable question, located in the context),
     "score" (answers needed), "predict" (answers not read). `version` overrides the detected one; `fallback`
     is the version of a file that states none (a test file may lack both `version` and is_impossible)."""
-    path = Path(path)
+    path = user_path(path, flag)
+    refuse_missing(path, flag, _FORMATS)
     parsed = _load(path, flag, mode)
     version = version or (fallback if parsed.declared is None else None) or parsed.detected
     examples, paragraphs, skipped = [], [], 0

@@ -1,0 +1,111 @@
+"""Every data flag of every task command (glue, classify, squad, ner, choice; finetune, evaluate, predict) given a
+name that is not there: one line naming the flag, what to give, and for a dataset name of older Hugging Face docs
+(`squad`), the hub id it has now, without loading anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertctl.checkpoint import save_model
+from bertctl.cli import app
+from bertctl.config import BertConfig
+from bertctl.errors import UsageError
+from bertctl.hub import LEGACY_DATASETS, legacy_dataset_hint
+from bertctl.model import (
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+from bertctl.tokenizer import BertTokenizer
+
+GIVE = {
+    "glue": "no such folder{hint}; give the GLUE download folder (CoLA/, SST-2/, ...) or a hub dataset id such as "
+            "nyu-mll/glue",
+    "classify": "no such file; give a .csv, .tsv, .jsonl or .parquet file, or a Dataset.save_to_disk folder",
+    "squad": "no such file{hint}; give a SQuAD v1.1/v2.0 JSON file, a hub copy (.parquet, a save_to_disk folder, "
+             "to_json lines) or a hub dataset id (rajpurkar/squad or rajpurkar/squad_v2)",
+    "ner": "no such file{hint}; give a CoNLL-2003 text file, a .jsonl/.json file, a hub copy (.parquet, a "
+           "save_to_disk folder) or a hub dataset id (eriktks/conll2003)",
+    "choice": "no such file{hint}; give a SWAG-style .csv, a .jsonl/.json file, a hub copy (.parquet, a save_to_disk "
+              "folder) or a hub dataset id (allenai/swag)",
+}
+# a good training file of each task, for the runs that get as far as --validation
+TRAIN = {"classify": ("train.csv", "text,label\na b,yes\nb a,no\n"),
+         "squad": ("train.json", '{"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "a b", "qas": '
+                                 '[{"id": "q", "question": "a", "answers": [{"text": "b", "answer_start": 2}]}]}]}]}'),
+         "ner": ("train.txt", "a B-PER\nb O\n"),
+         "choice": ("train.csv", "sent1,sent2,ending0,ending1,label\na,b,a,b,0\n")}
+HEADS = {"glue": BertForSequenceClassification, "classify": BertForSequenceClassification,
+         "squad": BertForQuestionAnswering, "ner": BertForTokenClassification, "choice": BertForMultipleChoice}
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
+
+
+def _config() -> BertConfig:
+    return BertConfig(vocab_size=len(VOCAB), hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=16, max_position_embeddings=512)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """An encoder to fine-tune, and a model with each task's head to evaluate and predict with."""
+    torch.manual_seed(0)
+    root, tokenizer = tmp_path_factory.mktemp("models"), BertTokenizer.from_vocab(VOCAB)
+    found = {"encoder": save_model(BertForMaskedLM(_config()), root / "encoder", tokenizer)}
+    for task, head in HEADS.items():
+        labels = {"glue": ["0", "1"], "classify": ["no", "yes"], "ner": ["B-PER", "O"]}.get(task)
+        found[task] = save_model(head(_config()), root / task, tokenizer, labels=labels)
+    return found
+
+
+def _runs(task: str, name: str, models: dict[str, Path]) -> list[tuple[str, list[str]]]:
+    """(flag, arguments) of each command of `task` that reads `name`."""
+    first = ["mrpc"] if task == "glue" else []
+    columns = ["--text-columns", "text"] if task == "classify" else []
+    train = ["--model", str(models["encoder"]), "--out", "run", "--device", "cpu", *columns]
+    score = ["--model", str(models[task]), "--device", "cpu", *columns]
+    if task == "glue":
+        finetune = [("--data", ["--data", name, *train])]
+    else:
+        finetune = [("--train", ["--train", name, *train]),
+                    ("--validation", ["--train", TRAIN[task][0], "--validation", name, *train])]
+    return [*[(flag, ["finetune", task, *first, *args]) for flag, args in finetune],
+            ("--data", ["evaluate", task, *first, "--data", name, *score]),
+            ("--data", ["predict", task, *first, "--data", name, "--out", "predicted", *score])]
+
+
+@pytest.mark.parametrize("task", list(GIVE))
+@pytest.mark.parametrize("name", ["nothere", "squad", "squad_v2:validation", "conll2003", "swag", "glue",
+                                  "CoNLL2003"])
+def test_a_missing_data_name_is_one_line_naming_the_flag_the_formats_and_a_legacy_names_hub_id(
+        models, tmp_path, monkeypatch, task, name):
+    monkeypatch.chdir(tmp_path)
+    if task in TRAIN:
+        (tmp_path / TRAIN[task][0]).write_text(TRAIN[task][1], encoding="utf-8")
+    owned = LEGACY_DATASETS.get(name.split(":")[0].lower())
+    hint = f" (the hub dataset is {owned})" if owned else ""
+    for flag, args in _runs(task, name, models):
+        shown = CliRunner().invoke(app, args)
+        assert shown.exit_code == 2, (args, shown.output)
+        assert shown.stderr == f"bertctl: error: {flag} {name}: {GIVE[task].format(hint=hint)}\n", args
+        assert not (tmp_path / "run").exists() and not (tmp_path / "predicted").exists()
+
+
+def test_a_legacy_name_is_never_loaded_and_an_existing_path_of_that_name_gets_no_hint(tmp_path, monkeypatch):
+    from hub_copy_fixtures import stub_hub
+
+    from bertctl.data.ner import read_ner
+
+    calls = stub_hub(monkeypatch, {})
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"^--train conll2003: no such file \(the hub dataset is eriktks/conll2003\)"):
+        read_ner("conll2003", "--train")
+    assert calls == []
+    (tmp_path / "squad").mkdir()
+    assert legacy_dataset_hint("squad") == "" and legacy_dataset_hint("wikitext") == ""
+    assert legacy_dataset_hint("squad_v2") == " (the hub dataset is rajpurkar/squad_v2)"
