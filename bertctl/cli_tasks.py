@@ -20,6 +20,10 @@ evaluate_app = command_group("Score a fine-tuned model on a GLUE dev set, a labe
 predict_app = command_group("Write predictions: GLUE submission files, one row per row of a table, SQuAD "
                             "answers, NER tags, or the picked choice.")
 
+# Data flags that may name a hub dataset are str, not Path: Path("./x/y") is `x/y`, which reads like a hub id, so the
+# text as given decides (`bertctl.hub.written_like_path`); they show the metavar a Path flag does.
+_PATH = "<path>"
+
 # Options of every `finetune` command (`_training_options`); None falls through to the --config file, then to
 # the task's defaults (shown in brackets: FinetuneConfig's, where a task's differ its own alias says so).
 _FtModel = Annotated[str | None, typer.Option("--model", "-m", help="Any model folder bertctl reads "
@@ -134,11 +138,11 @@ _SqThreshold = Annotated[float | None, typer.Option(help="SQuAD 2.0: answer \"\"
 @finetune_app.command("squad")
 @shared_options(_training_options)
 def finetune_squad(
-    train: Annotated[Path | None, typer.Option(help="SQuAD v1.1/v2.0 training JSON (train-v1.1.json), a hub "
-                                               "copy (.parquet, save_to_disk folder, to_json lines) or a hub id "
+    train: Annotated[str | None, typer.Option(metavar=_PATH, help="SQuAD v1.1/v2.0 training JSON (train-v1.1.json), "
+                                               "a hub copy (.parquet, save_to_disk folder, to_json lines) or a hub id "
                                                "NAME[:SPLIT] (rajpurkar/squad; split train).")] = None,
-    validation: Annotated[Path | None, typer.Option(help="SQuAD JSON, hub copy or hub id (split validation) scored "
-                                                    "after each epoch (best F1 kept).")] = None,
+    validation: Annotated[str | None, typer.Option(metavar=_PATH, help="SQuAD JSON, hub copy or hub id (split "
+                                                    "validation) scored after each epoch (best F1 kept).")] = None,
     max_seq_length: _SqMaxLen = None, doc_stride: _SqStride = None, max_query_length: _SqQuery = None,
     n_best_size: _SqNBest = None, max_answer_length: _SqAnswerLen = None,
     null_score_diff_threshold: _SqThreshold = None, lr: _SqLr = None, epochs: _SqEpochs = None, **shared: Any,
@@ -196,8 +200,8 @@ def evaluate_classify(
 
 
 # Options of `evaluate squad` and `predict squad`: by default the fine-tuning run's, else SQuAD's defaults.
-_SqData = Annotated[Path, typer.Option("--data", help="SQuAD v1.1/v2.0 JSON (dev-v1.1.json), a hub copy (.parquet, "
-                                       "save_to_disk folder, to_json lines) or a hub id NAME[:SPLIT] "
+_SqData = Annotated[str, typer.Option("--data", metavar=_PATH, help="SQuAD v1.1/v2.0 JSON (dev-v1.1.json), a hub "
+                                       "copy (.parquet, save_to_disk folder, to_json lines) or a hub id NAME[:SPLIT] "
                                        "(rajpurkar/squad_v2; split validation); the version is read from it.")]
 _SqEvMaxLen = Annotated[int | None, typer.Option(help="Tokens per window [the run's, 384].")]
 _SqEvStride = Annotated[int | None, typer.Option(help="Pieces between windows [the run's, 128].")]
@@ -304,12 +308,13 @@ _NerLabels = Annotated[str | None, typer.Option(help="Comma-separated tags in he
 @finetune_app.command("ner")
 @shared_options(_training_options)
 def finetune_ner(
-    train: Annotated[Path | None, typer.Option(help="CoNLL-2003 text file (word first, NER tag last), .jsonl/.json "
-                                               "({\"tokens\", \"ner_tags\"}), a hub copy (.parquet, "
-                                               "save_to_disk folder) or a hub id NAME[:SPLIT] (eriktks/conll2003; "
-                                               "split train).")] = None,
-    validation: Annotated[Path | None, typer.Option(help="File, hub copy or hub id (split validation) scored after "
-                                                    "each epoch (best entity F1 kept).")] = None,
+    train: Annotated[str | None, typer.Option(metavar=_PATH, help="CoNLL-2003 text file (word first, NER tag "
+                                               "last), .jsonl/.json ({\"tokens\", \"ner_tags\"}), a hub copy "
+                                               "(.parquet, save_to_disk folder) or a hub id NAME[:SPLIT] "
+                                               "(eriktks/conll2003; split train).")] = None,
+    validation: Annotated[str | None, typer.Option(metavar=_PATH, help="File, hub copy or hub id (split "
+                                                    "validation) scored after each epoch (best entity F1 kept).")
+                          ] = None,
     label_names: _NerLabels = None,
     lr: _Lr5e5 = None, **shared: Any,
 ) -> None:
@@ -321,9 +326,10 @@ def finetune_ner(
 
 
 # Options of `evaluate ner` and `predict ner`: by default the fine-tuning run's.
-_NerData = Annotated[Path, typer.Option("--data", help="CoNLL-2003 text file, .jsonl/.json, a hub copy (.parquet, "
-                                        "save_to_disk folder) or a hub id NAME[:SPLIT] (eriktks/conll2003; split "
-                                        "validation); tags needed to evaluate, optional to predict.")]
+_NerData = Annotated[str, typer.Option("--data", metavar=_PATH, help="CoNLL-2003 text file, .jsonl/.json, a hub "
+                                        "copy (.parquet, save_to_disk folder) or a hub id NAME[:SPLIT] "
+                                        "(eriktks/conll2003; split validation); tags needed to evaluate, optional to "
+                                        "predict.")]
 _NerEvLabels = Annotated[str | None, typer.Option(help="Tags of a .jsonl/.json file's integer ner_tags, in id order "
                                                   "[the run's, else the model's id2label].")]
 
@@ -365,12 +371,13 @@ _ChoiceBatch = Annotated[int | None, typer.Option(help="Examples (each of all it
 @finetune_app.command("choice")
 @shared_options(_training_options)
 def finetune_choice(
-    train: Annotated[Path | None, typer.Option(help="SWAG-style .csv (sent1, sent2, ending0.., label), .jsonl "
-                                               "({\"context\", \"choices\", \"label\"}), a hub copy (.parquet, "
-                                               "save_to_disk folder, to_json lines) or a hub id NAME[:SPLIT] "
-                                               "(allenai/swag, config regular; split train).")] = None,
-    validation: Annotated[Path | None, typer.Option(help="File, hub copy or hub id (split validation) scored after "
-                                                    "each epoch (best accuracy kept).")] = None,
+    train: Annotated[str | None, typer.Option(metavar=_PATH, help="SWAG-style .csv (sent1, sent2, ending0.., "
+                                               "label), .jsonl ({\"context\", \"choices\", \"label\"}), a hub "
+                                               "copy (.parquet, save_to_disk folder, to_json lines) or a hub id "
+                                               "NAME[:SPLIT] (allenai/swag, config regular; split train).")] = None,
+    validation: Annotated[str | None, typer.Option(metavar=_PATH, help="File, hub copy or hub id (split "
+                                                    "validation) scored after each epoch (best accuracy kept).")
+                          ] = None,
     batch_size: _ChoiceBatch = None, lr: _Lr5e5 = None, **shared: Any,
 ) -> None:
     """Fine-tune for multiple choice, as on SWAG (run_swag.py's recipe; softmax over the choices' [CLS] scores)."""
@@ -381,8 +388,8 @@ def finetune_choice(
 
 
 # Options of `evaluate choice` and `predict choice`: by default the fine-tuning run's.
-_ChoiceData = Annotated[Path, typer.Option("--data", help="SWAG-style .csv, .jsonl, a hub copy (.parquet, "
-                                           "save_to_disk folder, to_json lines) or a hub id NAME[:SPLIT] "
+_ChoiceData = Annotated[str, typer.Option("--data", metavar=_PATH, help="SWAG-style .csv, .jsonl, a hub copy "
+                                           "(.parquet, save_to_disk folder, to_json lines) or a hub id NAME[:SPLIT] "
                                            "(allenai/swag:test; split validation); labels needed to evaluate, "
                                            "optional to predict.")]
 

@@ -433,10 +433,11 @@ class FinetuneConfig:
     out: Path | None = None  # run folder: best model + eval_results.json, run.json, metrics.jsonl
     task: str | None = None  # GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or all
     data: str | None = None  # GLUE download folder (CoLA/, SST-2/, ...) or a hub dataset id (nyu-mll/glue)
-    train: Path | None = None  # classify: training file (.csv, .tsv, .jsonl or .parquet); ner: CoNLL text or .jsonl;
-    # choice: SWAG-style .csv or .jsonl; squad, ner, choice: also a hub copy or a hub id NAME[[:CONFIG]:SPLIT]
-    validation: Path | None = None  # classify, ner, choice, squad: file scored after each epoch (None: the last epoch
-    # is kept); squad, ner, choice: also a hub copy or a hub id
+    train: str | None = None  # classify: training file (.csv, .tsv, .jsonl or .parquet); ner: CoNLL text or .jsonl;
+    # choice: SWAG-style .csv or .jsonl; squad, ner, choice: also a hub copy or a hub id NAME[[:CONFIG]:SPLIT]; as
+    # spelt (`~` expanded): `./x/y` is a local path, never a hub id
+    validation: str | None = None  # classify, ner, choice, squad: file scored after each epoch (None: the last epoch
+    # is kept); squad, ner, choice: also a hub copy or a hub id; as spelt, as `train`
     text_columns: tuple[str, ...] = ()  # classify: one or two text columns
     label_column: str = "label"  # classify: the label column
     problem: str = "auto"  # classify: auto | classification | regression

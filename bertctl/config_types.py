@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import os
 import re
 import reprlib
 import types
@@ -27,6 +28,9 @@ from bertctl.hub import path_as_given
 # Fields naming a model or tokenizer, which may be a hub id: Path("./x") and Path("x/") are `x`, which reads like
 # one, so a str is checked while it is still spelt as given (a flag, a --config value, a Python argument).
 LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer": "tokenizer"}
+# Data fields that may name a hub dataset (`rajpurkar/squad`): kept as spelt, for the same reason (`./x/y` is a
+# missing file, `x/y` may be a hub id); only `~` is expanded, as no shell does it for a --config value.
+_DATA_NAMES = {"train", "validation"}
 # List fields whose flag takes comma-separated items (--seeds 1,2, --text-columns a,b, --label-names x,y): a
 # string is read as the flag reads it. Not `inputs`, whose items are file names that may hold a comma.
 _COMMA_LISTS = {"seeds", "text_columns", "label_names"}
@@ -72,6 +76,8 @@ def take_types(cfg: Any) -> None:
         given = value = getattr(cfg, name)
         if name in LOCAL_NAMES and isinstance(value, str):
             value = path_as_given(value, LOCAL_NAMES[name])
+        if name in _DATA_NAMES and isinstance(value, (str, Path)):
+            value = _data_name(type(cfg).__name__, name, value)
         try:
             typed = _coerce(hint, value, commas=name in _COMMA_LISTS)
         except (ValueError, OverflowError):
@@ -117,6 +123,13 @@ def split_list(text: str, cast: Callable[[str], Any] = str) -> tuple[Any, ...]:
     if not all(items):
         raise ValueError(f"an empty item in {text!r}")
     return tuple(cast(item) for item in items)
+
+
+def _data_name(owner: str, name: str, value: str | Path) -> str:
+    """A data field's file, folder or hub id as spelt, `~` expanded; "" would be the working folder."""
+    if not str(value).strip():
+        raise FieldTypeError(owner, name, f"must be a path, got {_shown(value)}")
+    return os.path.expanduser(value)
 
 
 def _shown(value: Any) -> str:

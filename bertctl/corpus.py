@@ -196,12 +196,11 @@ def _run_shards(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int,
     about 1 GB/s, far ahead of the input reading that reaches the shard. A damaged one is rebuilt, with a
     warning.
     """
-    from tqdm.auto import tqdm
+    from bertctl.data.read_bar import ReadBar
 
     recorded = {int(p.stem) for p in folder.glob("[0-9]*.json")}
     stats: dict[int, dict[str, dict[str, int]]] = {}
-    bar = tqdm(desc="corpus build", total=total_bytes or None, unit="B", unit_scale=True, unit_divisor=1000,
-               dynamic_ncols=True)
+    bar = ReadBar("corpus build", total_bytes)
     if recorded:
         bar.write(f"resuming: {len(recorded)} finished shard(s) in {folder.parent} are checked and reused")
     seen = {"documents": 0, "text": 0}

@@ -159,8 +159,7 @@ def _input_files(inputs: tuple[str, ...]) -> list[Path]:
 def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
     """Write the corpus folder `cfg.out` from Google's pre-training TFRecords (or NVIDIA's HDF5 shards) and return
     its manifest."""
-    from tqdm.auto import tqdm
-
+    from bertctl.data.read_bar import ReadBar
     from bertctl.tokenizer_folder import load_tokenizer
 
     out = check_required(cfg, "corpus import", "TFRecord file (tf_examples.tfrecord*) or HDF5 shard (*.hdf5)",
@@ -178,8 +177,7 @@ def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
                                  str(cfg.tokenizer))
         template = _FileJob(0, Path(), 0, None, hdf5, partial / "shards", vocabulary, cfg, BLOCK_ROWS,
                             SHARD_TOKENS)
-        bar = tqdm(desc="corpus import", total=sum(f.stat().st_size for f in files) or None, unit="B",
-                   unit_scale=True, unit_divisor=1000, dynamic_ncols=True)
+        bar = ReadBar("corpus import", sum(f.stat().st_size for f in files))
 
         def progress(rows: int, read: int) -> None:
             bar.update(max(0, read - bar.n))

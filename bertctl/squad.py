@@ -32,7 +32,7 @@ from bertctl.evaluate import (
     scored_batches,
     sum_over_ranks,
 )
-from bertctl.files import check_out, json_text, user_path, write_texts_atomic
+from bertctl.files import check_out, json_text, write_texts_atomic
 from bertctl.squad_answers import Answers, AnswerSettings, answers_from_logits
 from bertctl.squad_metrics import squad_v1_scores, squad_v2_scores
 from bertctl.tokenizer import BertTokenizer
@@ -199,9 +199,8 @@ def open_reader(path: Path | str, flags: dict[str, Any]) -> SquadReader:
 def _read_data(data: Path | str, reader: SquadReader, mode: str) -> SquadData:
     """The file's questions; a v2.0 model reads a file that says nothing of its version (no `version`, no
     is_impossible, no hub row without answers) as v2.0."""
-    path = user_path(data, "--data")
-    squad = read_squad(path, mode, "--data", fallback="2.0" if reader.run_version == "2.0" else None)
-    log.info("%s: SQuAD v%s", path, squad.version)
+    squad = read_squad(data, mode, "--data", fallback="2.0" if reader.run_version == "2.0" else None)
+    log.info("%s: SQuAD v%s", squad.source, squad.version)
     return squad
 
 

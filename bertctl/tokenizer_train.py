@@ -85,10 +85,9 @@ def train_tokenizer(cfg: TokenizerTrainConfig) -> dict[str, Any]:
 
 
 def _bar(stats: ReadStats, desc: str) -> Any:
-    from tqdm.auto import tqdm
+    from bertctl.data.read_bar import ReadBar
 
-    return tqdm(total=stats.total_bytes or None, desc=desc, unit="B", unit_scale=True, unit_divisor=1000,
-                dynamic_ncols=True, disable=None)
+    return ReadBar(desc, stats.total_bytes, disable=None)
 
 
 def _batches(sources: Sequence[Source], cfg: TokenizerTrainConfig, stats: ReadStats, bar: Any,

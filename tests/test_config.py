@@ -438,7 +438,7 @@ def test_paths_in_configs_expand_the_home_folder(tmp_path, monkeypatch):
     (tmp_path / "run.yaml").write_text("out: ~/runs/x\ninit_from: ~/ckpt\n")
     cfg = build_config(PretrainConfig, read_config_file(tmp_path / "run.yaml"))
     assert (cfg.out, cfg.init_from) == (tmp_path / "runs" / "x", tmp_path / "ckpt")
-    assert FinetuneConfig(train="~/t.csv").train == tmp_path / "t.csv"
+    assert FinetuneConfig(train="~/t.csv").train == str(tmp_path / "t.csv")  # a data field stays a str
     (tmp_path / "model.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 1,
                                                      "num_attention_heads": 2, "intermediate_size": 128}))
     assert model_config("~/model.json").hidden_size == 64

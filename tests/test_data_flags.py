@@ -4,6 +4,7 @@ name that is not there: one line naming the flag, what to give, and for a datase
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,42 @@ def test_a_legacy_name_is_never_loaded_and_an_existing_path_of_that_name_gets_no
     (tmp_path / "squad").mkdir()
     assert legacy_dataset_hint("squad") == "" and legacy_dataset_hint("wikitext") == ""
     assert legacy_dataset_hint("squad_v2") == " (the hub dataset is rajpurkar/squad_v2)"
+
+
+@pytest.mark.parametrize("task", ["glue", "squad", "ner", "choice"])  # the flags that take a hub id
+@pytest.mark.parametrize("spelt", ["./{id}", "{id}/", "{home}/{id}", "~/{id}"])
+def test_a_missing_path_written_like_one_is_no_hub_id_on_any_data_flag(models, tmp_path, monkeypatch, task, spelt):
+    """Typer's Path would turn `./rajpurkar/squad` into `rajpurkar/squad`, a hub id: the flags keep the text."""
+    from hub_copy_fixtures import stub_hub
+
+    calls = stub_hub(monkeypatch, {})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if task in TRAIN:
+        (tmp_path / TRAIN[task][0]).write_text(TRAIN[task][1], encoding="utf-8")
+    hub_id = {"glue": "nyu-mll/glue", "ner": "eriktks/conll2003", "choice": "allenai/swag"}.get(task, "rajpurkar/squad")
+    name = spelt.format(id=hub_id, home=tmp_path)
+    for flag, args in _runs(task, name, models):
+        shown = CliRunner().invoke(app, args)
+        assert shown.exit_code == 2, (args, shown.output)
+        said = {f"bertctl: error: {flag} {shown_as}: {GIVE[task].format(hint='')}\n"
+                for shown_as in (name, os.path.expanduser(name))}  # a config expands `~`, as no shell did
+        assert shown.stderr in said, args
+    assert calls == []
+
+
+def test_a_python_caller_s_str_keeps_its_spelling_and_a_path_still_names_a_hub_id(tmp_path, monkeypatch):
+    from hub_copy_fixtures import stub_hub
+
+    from bertctl.config import FinetuneConfig
+    from bertctl.data.ner import read_ner
+
+    calls = stub_hub(monkeypatch, {})
+    monkeypatch.chdir(tmp_path)
+    assert FinetuneConfig(train="./eriktks/conll2003", validation=Path("dev.txt")).train == "./eriktks/conll2003"
+    with pytest.raises(UsageError, match=r"^--train \./eriktks/conll2003: no such file; give a CoNLL"):
+        read_ner("./eriktks/conll2003", "--train")
+    assert calls == []
+    with pytest.raises(UsageError, match=r"^--train eriktks/conll2003: not a local file or folder, and loading"):
+        read_ner(Path("eriktks/conll2003"), "--train")  # as before: a Path has no `./` to tell
+    assert calls == [("eriktks/conll2003", None, "train")]

@@ -297,8 +297,93 @@ def test_a_dataset_input_that_cannot_be_loaded_is_one_line_naming_the_argument(t
     for command in (["tokenizer", "train", name], ["corpus", "build", name, "--tokenizer", "tok", "--workers", "1"]):
         result = CliRunner().invoke(app, [*command, "--out", "out"])
         assert result.exit_code == 2, result.output
-        last = result.stderr.splitlines()[-1]  # after the progress bar's
-        assert last == (f"bertctl: error: INPUTS: '{name}' is not a local file and datasets cannot load it: "
-                        f"Couldn't reach '{name}' on the Hub (OfflineModeIsEnabled)"), result.stderr
+        assert result.stderr == (f"bertctl: error: INPUTS: '{name}' is not a local file and datasets cannot load "
+                                 f"it: Couldn't reach '{name}' on the Hub (OfflineModeIsEnabled)\n")  # no bar
         assert not (tmp_path / "out").exists()
-    assert [call[0] for call in calls] == [name, name]
+    assert calls == [(name, None, "train")] * 2
+
+
+def test_a_dataset_input_names_a_split_as_the_task_data_flags_do(tmp_path: Path, monkeypatch) -> None:
+    """`NAME:CONFIG:SPLIT` reaches `load_dataset` (streamed) and the records; `NAME:CONFIG` still names a config."""
+    import datasets
+    from hub_copy_fixtures import stub_hub
+
+    from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
+
+    datasets.Dataset.from_dict({"text": ["a b a.\nb a b.", "b b a.\na a b."] * 4}).save_to_disk(tmp_path / "rows")
+    calls = stub_hub(monkeypatch, {"owner/corpus": tmp_path / "rows"})
+    monkeypatch.chdir(tmp_path)
+    BertTokenizer.from_vocab([*SPECIAL_TOKENS, "a", "b", "."], lowercase=True).save(tmp_path / "tok")
+    name = "owner/corpus:plain:validation"
+    assert expand_inputs([name]) == [name]
+    assert list(iter_texts(["owner/corpus:plain"]))[:1] == ["a b a.\nb a b."]
+    assert calls == [("owner/corpus", "plain", "train")]
+    calls.clear()
+    trained = CliRunner().invoke(app, ["tokenizer", "train", name, "--out", "tok2", "--vocab-size", "20"])
+    built = CliRunner().invoke(app, ["corpus", "build", name, "--tokenizer", "tok", "--out", "c", "--workers", "1"])
+    assert trained.exit_code == 0 and built.exit_code == 0, (trained.output, built.output)
+    assert set(calls) == {("owner/corpus", "plain", "validation")}
+    provenance = json.loads((tmp_path / "tok2" / "provenance.json").read_text())
+    assert provenance["inputs"] == [{"source": name}] and provenance["config"]["inputs"] == [name]
+    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    assert manifest["inputs"] == [{"dataset": name}] and manifest["config"]["inputs"] == [name]
+    with pytest.raises(UsageError, match="nothing matched 'owner/corpus:plain:validation:more'"):
+        expand_inputs(["owner/corpus:plain:validation:more"])
+
+
+def _stderr_of(command: list[str], folder: Path, terminal: bool) -> str:
+    """What `command` writes on stderr, a pipe or a terminal (80 columns; its line ends read back as `\\n`)."""
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(folder / "hf"), "PYTHONPATH": os.pathsep.join(sys.path)}
+    if not terminal:
+        return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=120).stderr
+    reader, writer = pty.openpty()
+    fcntl.ioctl(writer, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    with subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=writer) as process:
+        os.close(writer)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(reader, 4096)
+            except OSError:  # EIO: the terminal's other end is closed
+                break
+            if not chunk:
+                break
+            said += chunk
+        process.wait(timeout=120)
+    os.close(reader)
+    return said.decode().replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_an_input_refused_at_once_leaves_its_one_error_line_alone_on_stderr(tmp_path: Path, terminal: bool) -> None:
+    """No `corpus build: 0.00B [00:00, ?B/s]` (nor import's bar) before the line: a bar is drawn once some input
+    has been read."""
+    import sys
+
+    from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
+
+    BertTokenizer.from_vocab([*SPECIAL_TOKENS, "a"], lowercase=True).save(tmp_path / "tok")
+    (tmp_path / "bad.tfrecord").write_bytes(b"not a record" * 4)
+    for command, start in ((["tokenizer", "train", "wikitext", "--out", "t"], "INPUTS: 'wikitext' is not a local"),
+                           (["corpus", "build", "wikitext", "--tokenizer", "tok", "--out", "c", "--workers", "1"],
+                            "INPUTS: 'wikitext' is not a local"),
+                           (["corpus", "import", "bad.tfrecord", "--tokenizer", "tok", "--out", "ci"],
+                            "corpus import: bad.tfrecord")):
+        said = _stderr_of([sys.executable, "-m", "bertctl", *command], tmp_path, terminal)
+        assert said.startswith(f"bertctl: error: {start}") and said.count("\n") == 1, said
+        assert said.endswith("\n") and "\r" not in said, said
+
+
+@pytest.mark.parametrize("spelt", ["./owner/corpus", "owner/corpus/", "./owner/corpus:a:validation", "~/owner/corpus"])
+def test_an_input_written_like_a_path_is_never_a_dataset_name(tmp_path: Path, monkeypatch, spelt: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(UsageError, match=f"^INPUTS: nothing matched {re.escape(repr(spelt))}"):
+        expand_inputs([spelt])

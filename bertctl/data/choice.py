@@ -59,9 +59,9 @@ class ChoiceData:
 def read_choice(path: Path | str, flag: str, need_labels: bool = True) -> ChoiceData:
     """A SWAG-style .csv, JSON Lines (.jsonl, or .json as `Dataset.to_json` names it) or a hub copy (a .parquet
     file, a saved split), refused in one line when its columns, choices or labels do not fit."""
-    path = user_path(path, flag)
+    given, path = path, user_path(path, flag)
     where = f"{flag} {path}"
-    refuse_missing(path, flag, _FORMATS)
+    refuse_missing(given, flag, _FORMATS)  # as spelt: `./x/y` is a missing file, never a hub id
     if is_copy(path):
         rows = list(_read_copy(path, flag))
     else:

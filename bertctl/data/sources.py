@@ -49,7 +49,7 @@ Source = Path | str  # a local file (Path) or a `datasets` name (str), as expand
 
 COMPRESSIONS = (".gz", ".bz2", ".xz")  # text and table files may be compressed with these
 TABLES = (".jsonl", ".json", ".csv", ".parquet")  # read through a text column, one text per row
-_DATASET_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(:[\w.-]+)?$")  # owner/name[:config]
+_DATASET_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(:[\w.-]+){0,2}$")  # owner/name[:config[:split]]
 _SNIFF_BYTES = 1 << 16  # how much of each file is checked for NUL bytes and UTF-8 up front
 _UPDATE_EVERY = 1024  # lines between bytes_read updates (tell() is a syscall)
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first bytes
@@ -81,7 +81,7 @@ class ReadStats:
 def expand_inputs(inputs: Sequence[str | Path], flag: str = "INPUTS") -> list[Source]:
     """Files, folders (recursively, sorted), glob patterns and dataset names -> a list without repeats.
 
-    A name that is no local path, has no glob characters and looks like `owner/name[:config]` without a
+    A name that is no local path, has no glob characters and looks like `owner/name[:config[:split]]` without a
     file suffix is kept as a `datasets` name (str). Raises UsageError naming `flag` when an input matches
     nothing, is a folder without files, is a pipe, '-' or a device (they cannot be read twice), or when nothing
     is left at all; hidden files (.name) in folders, and pipes and devices in folders or glob matches, are left
@@ -302,8 +302,9 @@ def _require_some(stats: ReadStats) -> None:
 
 
 def iter_records(source: Source, text_column: str = "text", stats: ReadStats | None = None) -> Iterator[str]:
-    """The `text_column` of every row of a table file or a `datasets` name (NAME or NAME:CONFIG, split
-    train), streamed. A missing column raises UsageError naming the source and the columns it has."""
+    """The `text_column` of every row of a table file or a `datasets` name (`NAME` or `NAME:CONFIG`, split
+    train, or `NAME:CONFIG:SPLIT`), streamed. A missing column raises UsageError naming the source and the columns
+    it has."""
     stats = stats if stats is not None else ReadStats()
     if isinstance(source, str):
         yield from _dataset_rows(source, text_column, stats)
@@ -410,10 +411,10 @@ def _dataset_rows(name: str, text_column: str, stats: ReadStats) -> Iterator[str
 
     from bertctl.hub import offline_when_unreachable
 
-    path, _, config = name.partition(":")
+    path, config, split = _dataset_split(name)
     with offline_when_unreachable():  # streaming reads while it iterates
         try:
-            rows = datasets.load_dataset(path, config or None, split="train", streaming=True)
+            rows = datasets.load_dataset(path, config, split=split, streaming=True)
             iterator = iter(rows)
             first = next(iterator, None)
         except Exception as exc:  # datasets raises many types (offline, not found, no such config)
@@ -424,6 +425,13 @@ def _dataset_rows(name: str, text_column: str, stats: ReadStats) -> Iterator[str
         yield from _dataset_text(first, text_column, name, stats, 0)
         for number, row in enumerate(iterator, 1):
             yield from _dataset_text(row, text_column, name, stats, number)
+
+
+def _dataset_split(name: str) -> tuple[str, str | None, str]:
+    """A `datasets` input's (name, config, split). `NAME:CONFIG` names a config, not a split as in the task data
+    flags: text to learn from is a dataset's training split; `NAME:CONFIG:SPLIT` reads as it does there."""
+    path, config, split = (name.split(":") + ["", ""])[:3]
+    return path, config or None, split or "train"
 
 
 def _dataset_text(row: dict[str, Any], text_column: str, name: str, stats: ReadStats, number: int) -> Iterator[str]:

@@ -75,8 +75,8 @@ def read_squad(path: Path | str, mode: str = "score", flag: str = "--data", vers
     """The file's questions. `mode`: "train" (one answer per answerable question, located in the context),
     "score" (answers needed), "predict" (answers not read). `version` overrides the detected one; `fallback`
     is the version of a file that states none (a test file may lack both `version` and is_impossible)."""
-    path = user_path(path, flag)
-    refuse_missing(path, flag, _FORMATS)
+    given, path = path, user_path(path, flag)
+    refuse_missing(given, flag, _FORMATS)  # as spelt: `./x/y` is a missing file, never a hub id
     parsed = _load(path, flag, mode)
     version = version or (fallback if parsed.declared is None else None) or parsed.detected
     examples, paragraphs, skipped = [], [], 0
