@@ -10,6 +10,7 @@ validation, metrics.jsonl. With no corpus it runs the quick start on the bundled
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import logging
 import sys
@@ -59,6 +60,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     _refuse_out_in_corpus(cfg)
     run = Path(cfg.out)
     resume_from = _resume_point(cfg, run, env)  # refusals come before the quick start builds anything
+    _refuse_other_checkpoints(cfg, resume_from, env)
     started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
     if resume_from is None and cfg.init_from is None:
         model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
@@ -207,6 +209,17 @@ def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> 
         raise UsageError(f"--out {run} already holds checkpoints; pass --resume to continue it or choose "
                          "another --out")
     return None
+
+
+def _refuse_other_checkpoints(cfg: PretrainConfig, resume_from: Path | None, env: training.Distributed) -> None:
+    """Rank 0 alone saves, so nodes that each keep their own --out (no shared storage) find other checkpoints on a
+    resume: their ranks would start at other steps with other optimizer moments, drift apart silently, and hang
+    at the first collective one of them reaches alone."""
+    seen = resume_from.name if resume_from is not None else ""
+    differing = training.ranks_differing(hashlib.sha256(seen.encode()).hexdigest(), env)
+    if differing:
+        raise UsageError(f"--out {cfg.out}: rank {differing[0]} finds other checkpoints there than rank 0 (rank 0 "
+                         "alone saves); put --out on storage that every node shares")
 
 
 # Settings that decide what a checkpoint's optimizer state and data position mean; a resume may change how long

@@ -76,12 +76,20 @@ def to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tenso
     """The batch on `device`; an attention mask without padding is dropped while it is still on the host.
 
     Without a mask SDPA may pick its fastest (flash) kernel, and the model need not ask the device whether
-    anything is padded (a sync per forward on a GPU).
+    anything is padded (a sync per forward on a GPU). Host tensors go to a GPU through pinned memory: a copy from
+    pageable memory first waits for everything queued on the GPU, so the host could not run ahead of it.
     """
     mask = batch.get("attention_mask")
     if mask is not None and mask.device.type == "cpu" and bool(mask.all()):
         batch = {k: v for k, v in batch.items() if k != "attention_mask"}
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    return {k: _pinned(v, device).to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _pinned(tensor: Tensor, device: torch.device) -> Tensor:
+    """A host tensor bound for a GPU, in page-locked memory (torch's caching host allocator reuses the blocks)."""
+    if device.type != "cuda" or tensor.device.type != "cpu" or tensor.is_pinned():
+        return tensor
+    return tensor.pin_memory()
 
 
 @dataclass(frozen=True)

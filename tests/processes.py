@@ -1,8 +1,12 @@
-"""Whether processes are still there, for the tests of signals and loader workers."""
+"""Whether processes are still there, for the tests of signals and loader workers; runs whose hung processes
+must not outlive a test."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+from typing import Any
 
 
 def gone(pid: int, group: bool = False) -> bool:
@@ -17,7 +21,6 @@ def gone(pid: int, group: bool = False) -> bool:
 
 def dead_pid() -> int:
     """The id of a process that has just ended (and been waited for), so no process has it for now."""
-    import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
@@ -25,3 +28,17 @@ def dead_pid() -> int:
     pid = int(done.stdout)
     assert gone(pid)
     return pid
+
+
+def run_group(command: list[str], timeout: float, **options: Any) -> subprocess.CompletedProcess:
+    """subprocess.run in a process group of its own, the whole group killed on a timeout: torchrun's ranks, hung
+    in a collective, would otherwise outlive the test (subprocess.run kills the launcher alone)."""
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, **options)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from glue_fixtures import write_glue_data
+from processes import run_group
 from test_finetune import _encoder
 from typer.testing import CliRunner
 
@@ -174,6 +175,26 @@ def test_a_resumed_multi_seed_run_does_not_train_finished_seeds_again(encoder, g
         a, b = (_losses(run / f"seed-{seed}" / "metrics.jsonl") for run in (full, resumed))
         assert sorted(a) == sorted(b) and max(abs(a[s] - b[s]) for s in a) < 1e-5
 
+
+def test_ranks_finding_another_unfinished_run_in_their_out_are_refused(encoder, glue, tmp_path, monkeypatch):
+    """Nodes each with their own OUT (no shared storage): rank 0 alone saves, so on a resume rank 1 found no work
+    folder and trained from step 0 while rank 0 went on from its checkpoint, until one of them hung in a collective
+    the other never reached."""
+    _stop_at(monkeypatch, 1, 3)
+    assert finetune_glue(_config(encoder, glue, tmp_path / "node0" / "run", seeds=(1,))) is None
+    (tmp_path / "node1").mkdir()
+    (tmp_path / "node.py").write_text(  # each rank in its own "node", writing the relative --out `run`
+        "import os, sys\nos.chdir(f'node{os.environ[\"RANK\"]}')\n"
+        "from bertctl.cli import main\nsys.argv[0] = 'bertctl'\nmain()\n")
+    done = run_group([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                      str(29600 + os.getpid() % 1000), str(tmp_path / "node.py"), "finetune", "glue", "rte",
+                      "--model", str(encoder), "--data", str(glue), "--out", "run", "--seeds", "1", "--log-every",
+                      "4", "--device", "cpu", "--resume", *_flags(SETTINGS)],
+                     timeout=120, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode != 0
+    assert "--out run: rank 1 finds another unfinished run in .run.work than rank 0" in done.stderr, \
+        done.stderr[-2000:]
+    assert [p.name for p in (tmp_path / "node0" / ".run.work" / "seed-1").glob("step-*")] == ["step-000004"]
 
 def test_sigterm_stops_the_command_cleanly_and_resume_finishes_it(encoder, glue, tmp_path):
     out, work = tmp_path / "run", tmp_path / ".run.work"

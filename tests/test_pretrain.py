@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from processes import dead_pid, gone
+from processes import dead_pid, gone, run_group
 from typer.testing import CliRunner
 
 from bertctl.cli import app
@@ -664,11 +664,16 @@ def test_a_second_sigterm_to_the_group_stops_at_once_and_leaves_no_worker(corpus
 
 def _run_processes(corpus: Path, out: Path, processes: int, *flags: str, port: int = 29500) -> str:
     """`python -m bertctl pretrain ...` in 1 process, or under torchrun (gloo) in several; returns stdout."""
+    return _launch(_cli(corpus, out, *flags), processes, port)
+
+
+def _launch(args: list[str], processes: int, port: int = 29500) -> str:
+    """`python -m bertctl ARGS` in 1 process, or under torchrun (gloo) in several; returns stdout and stderr."""
     launcher = [sys.executable, "-m", "bertctl"]
     if processes > 1:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                     "--master_port", str(port + os.getpid() % 1000), "-m", "bertctl"]
-    done = subprocess.run([*launcher, *_cli(corpus, out, *flags)], capture_output=True, text=True,
+    done = subprocess.run([*launcher, *args], capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout + done.stderr
@@ -820,6 +825,54 @@ def test_ranks_reading_different_corpora_are_refused(corpus, tmp_path):
     assert "--corpus corpus: rank 1 reads other instances than rank 0" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "run" / "final").exists()
 
+
+def test_ranks_finding_other_checkpoints_in_their_out_are_refused(corpus, tmp_path):
+    """Nodes each with their own --out (no shared storage): rank 0 alone saves, so on a resume rank 1 found no
+    checkpoint and started at step 0 while rank 0 went on from its checkpoint; their steps drifted apart until
+    rank 0 waited in its final save for a rank still training: a hang (and other optimizer moments before it)."""
+    from bertctl.pretrain import pretrain
+
+    for rank in (0, 1):
+        shutil.copytree(corpus, tmp_path / f"node{rank}" / "corpus")
+    pretrain(small_run(tmp_path / "node0" / "corpus", tmp_path / "node0" / "run", steps=2, save_every=1))
+    shutil.rmtree(tmp_path / "node0" / "run" / "final")
+    (tmp_path / "node.py").write_text(  # each rank in its own "node", reading the relative paths `corpus`, `run`
+        "import os, sys\nos.chdir(f'node{os.environ[\"RANK\"]}')\n"
+        "from bertctl.cli import main\nsys.argv[0] = 'bertctl'\nmain()\n")
+    done = run_group([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                      str(29900 + os.getpid() % 1000), str(tmp_path / "node.py"),
+                      *_cli(Path("corpus"), Path("run"), "--steps", "4", "--batch-size", "8", "--resume")],
+                     timeout=120, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode != 0
+    assert "--out run: rank 1 finds other checkpoints there than rank 0" in done.stderr, done.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "node0" / "run").iterdir()) == ["metrics.jsonl", "run.json",
+                                                                              "step-000001"]
+
+
+def test_two_gloo_processes_give_the_losses_of_one_accumulating_from_a_model_with_an_unused_head(tmp_path):
+    """One 2-process run for what the plain parity test leaves out: micro-batches accumulated under no_sync, an MLM-only
+    corpus, --init-from a BertForPreTraining folder (its NSP head and pooler are left out, or DDP would find
+    parameters without gradients), LAMB, and validation passes."""
+    from bertctl.corpus import build_corpus
+
+    _write_text(tmp_path / "docs.txt", documents=24, seed=2)
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *WORDS]).save(tmp_path / "tok")
+    build_corpus(CorpusConfig(inputs=(str(tmp_path / "docs.txt"),), tokenizer=tmp_path / "tok", out=tmp_path / "mlm",
+                              objective="mlm", max_seq_length=32, validation_fraction=0.2, workers=1, seed=1))
+    init = _model_folder(tmp_path / "pretraining", tmp_path / "tok")
+    flags = ["--batch-size", "8", "--micro-batch-size", "2", "--dropout", "0", "--steps", "4", "--save-every", "0",
+             "--optimizer", "lamb", "--eval-every", "2", "--eval-samples", "8", "--init-from", str(init)]
+    runs = {}
+    for processes in (1, 2):
+        out = tmp_path / f"p{processes}"
+        args = [a for a in _cli(tmp_path / "mlm", out, *flags) if a not in ("--model-config", "tiny")]
+        _launch(args, processes)
+        runs[processes] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    one, two = runs[1], runs[2]
+    assert [sorted(row) for row in one] == [sorted(row) for row in two] and "nsp_loss" not in one[0]
+    assert [row["step"] for row in one if "val_mlm_loss" in row] == [2, 4]
+    for a, b in zip(one, two, strict=True):
+        assert all(abs(a[k] - b[k]) < 1e-4 for k in a if k not in ("elapsed", "tokens_per_second"))
 
 def test_init_from_says_which_heads_start_fresh_an_untied_decoder_too(corpus, tmp_path):
     """A masked-LM folder has no NSP head and no pooler: they were trained from scratch without a word. With
