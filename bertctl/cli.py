@@ -244,6 +244,9 @@ def pretrain(
     precision: Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto].")] = None,
     compile: Annotated[bool | None, typer.Option("--compile/--no-compile", help="torch.compile [on CUDA].")] = None,
     dropout: Annotated[float | None, typer.Option(help="Hidden and attention dropout [model's, 0.1].")] = None,
+    gradient_checkpointing: Annotated[bool | None, typer.Option(
+        "--gradient-checkpointing/--no-gradient-checkpointing",
+        help="Recompute each layer in the backward pass: less memory, ~1/3 more compute, same numbers [off].")] = None,
     save_every: Annotated[int | None, typer.Option(help="Steps between checkpoints [10000].")] = None,
     keep: Annotated[int | None, typer.Option(help="Newest step checkpoints kept, 0 = all [3].")] = None,
     log_every: Annotated[int | None, typer.Option(help="Steps between metrics rows [100].")] = None,

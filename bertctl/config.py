@@ -339,6 +339,7 @@ class PretrainConfig:
     precision: str = "auto"  # fp32 | bf16 | fp16 | auto (bf16 on CUDA, fp32 on CPU)
     compile: bool | None = None  # torch.compile the model (batches padded to the corpus length); None: on CUDA
     dropout: float | None = None  # sets hidden and attention dropout; None keeps the model config's (0.1)
+    gradient_checkpointing: bool = False  # recompute each layer in the backward pass: less memory, same numbers
     save_every: int = 10_000  # steps between checkpoints (0: only the final one)
     keep: int = 3  # step checkpoints kept (oldest removed first); 0 keeps them all
     log_every: int = 100  # steps between metrics.jsonl rows
@@ -463,6 +464,7 @@ class FinetuneConfig:
     dropout: float | None = 0.1  # hidden, attention and classifier dropout; None keeps the model config's
     seeds: tuple[int, ...] = (42,)  # one run per seed (head init, dropout, data order); several: mean/std
     group_by_length: bool = False  # batch examples of similar length together (less padding, faster)
+    gradient_checkpointing: bool = False  # recompute each layer in the backward pass: less memory, same numbers
     precision: str = "auto"  # fp32 | bf16 | fp16 | auto (bf16 on CUDA, fp32 on CPU)
     device: str | None = None  # cpu | cuda (default: cuda when available)
     log_every: int = 50  # optimizer steps between metrics.jsonl rows

@@ -331,6 +331,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     task, device, pad_id, precision = prep.task, env.device, prep.tokenizer.pad_id, prep.precision
     training_state.seed_everything(seed)
     model = prep.head.build(cfg, prep, announce).to(device)
+    model.set_gradient_checkpointing(cfg.gradient_checkpointing)
     if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
         training_state.seed_everything(seed + env.rank)
     training.enable_fast_math(device)

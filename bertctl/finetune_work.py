@@ -41,8 +41,9 @@ from bertctl.files import (
     write_text_atomic,
 )
 
-# settings a --resume may change
-RESUMABLE_CHANGES = ("out", "resume", "overwrite", "save_every", "device", "log_every", "max_bad_steps")
+# settings a --resume may change (gradient_checkpointing changes the memory a step takes, not its numbers)
+RESUMABLE_CHANGES = ("out", "resume", "overwrite", "save_every", "device", "log_every", "max_bad_steps",
+                     "gradient_checkpointing")
 LOG_FILES = ("run.json", "metrics.jsonl", "tensorboard")  # a seed's logs, copied into its model folder
 
 

@@ -15,6 +15,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from bertctl.config import BertConfig
 from bertctl.data.masking import IGNORE_INDEX  # label value the losses skip (unmasked tokens, padding)
@@ -128,6 +129,9 @@ class Bert(nn.Module):
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if add_pooler else None
+        # A run setting, not the model's (config.json never holds it): keep only each layer's input while
+        # training and recompute the layer in the backward pass, ~1/3 more compute for far less activation memory.
+        self.gradient_checkpointing = False
 
     def forward(
         self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -151,9 +155,7 @@ class Bert(nn.Module):
         if packed:
             x = self._packed(input_ids, token_type_ids, mask, Packing.of(attention_mask))
         else:
-            x = self.embeddings(input_ids, token_type_ids)
-            for layer in self.layers:
-                x = layer(x, mask)
+            x = self._layers(self.embeddings(input_ids, token_type_ids), mask)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
         return x, pooled
 
@@ -161,9 +163,19 @@ class Bert(nn.Module):
         """The layers on the real tokens alone; (B, T, H) hidden states, zeros at the padding."""
         positions = packing.index % packing.tokens  # (N,) each real token's position in its row
         x = self.embeddings(input_ids.flatten()[packing.index], token_type_ids.flatten()[packing.index], positions)
+        return packing.scatter(self._layers(x, mask, packing))  # (N, H) -> (B, T, H)
+
+    def _layers(self, x: Tensor, mask: Tensor | None, packing: Packing | None = None) -> Tensor:
+        """Every encoder layer in turn; with `gradient_checkpointing` while training with gradients, each layer
+        keeps only its input and runs again in the backward pass, its RNG state restored so dropout draws the
+        masks of the first run (the same losses and gradients)."""
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
-            x = layer(x, mask, packing)  # (N, H)
-        return packing.scatter(x)
+            if recompute:
+                x = checkpoint(layer, x, mask, packing, use_reentrant=False, preserve_rng_state=True)
+            else:
+                x = layer(x, mask, packing)
+        return x
 
 
 class MaskedLMHead(nn.Module):
@@ -268,6 +280,11 @@ class BertTaskModel(nn.Module):
                 nn.init.zeros_(module.bias)
             elif isinstance(module, MaskedLMHead):
                 nn.init.zeros_(module.bias)
+
+    def set_gradient_checkpointing(self, on: bool) -> None:
+        """Recompute each encoder layer's activations in the backward pass while training: less memory for
+        ~1/3 more compute, the same losses and gradients (see `Bert._layers`)."""
+        self.bert.gradient_checkpointing = on
 
     def encode(self, input_ids: Tensor, token_type_ids: Tensor | None, attention_mask: Tensor | None,
                skip_padding: bool = False) -> tuple[Tensor, Tensor | None]:

@@ -85,6 +85,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                          "manifests differ); give every node a copy of the same corpus")
     tokenizer = _tokenizer(cfg, manifest)
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
+    model.set_gradient_checkpointing(cfg.gradient_checkpointing)
     if env.is_main and resume_from is None and cfg.init_from is not None and model.fresh_heads:
         *most, last = model.fresh_heads
         print(f"pretrain: {cfg.init_from} has no {', '.join(most) + ' or ' if most else ''}{last}; "
@@ -227,10 +228,11 @@ def _refuse_other_checkpoints(cfg: PretrainConfig, resume_from: Path | None, env
 # matters, --tokenizer is checked against the corpus anyway); the corpus is compared by its manifest.
 FIXED_ON_RESUME = ("optimizer", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "seed")
 # Settings a resume may change, but which flags left off (so back at their defaults) change unasked: each one
-# that differs from run.json gets a warning line.
+# that differs from run.json gets a warning line. (--gradient-checkpointing changes no number, only the memory a
+# step takes: a resume without it may no longer fit where the run did.)
 # (--dropout left off keeps the checkpoint's: the model is the checkpoint's, config included.)
 RESUMED_AS_GIVEN = ("lr", "warmup_steps", "warmup_fraction", "schedule", "batch_size", "micro_batch_size", "clip",
-                    "precision")
+                    "precision", "gradient_checkpointing")
 _SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 

@@ -387,7 +387,7 @@ def test_finetune_squad_lists_its_window_options_among_the_shared_ones():
                        "--max-query-length", "--n-best-size", "--max-answer-length", "--null-score-diff-threshold",
                        "--batch-size", "--micro-batch-size", "--eval-batch-size", "--lr", "--epochs",
                        "--warmup-fraction", "--schedule", "--weight-decay", "--adam-beta1", "--adam-beta2",
-                       "--adam-eps", "--clip", "--dropout", "--group-by-length", "--precision", "--device",
-                       "--log-every", "--save-every", "--max-bad-steps", "--resume", "--overwrite", "--config",
-                       "--help"]
+                       "--adam-eps", "--clip", "--dropout", "--group-by-length", "--gradient-checkpointing",
+                       "--precision", "--device", "--log-every", "--save-every", "--max-bad-steps", "--resume",
+                       "--overwrite", "--config", "--help"]
     assert "Peak learning rate [3e-5]." in shown.output and "Tokens per window: [CLS]" in shown.output
