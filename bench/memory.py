@@ -23,18 +23,9 @@ import sys
 import time
 
 import torch
+from pretrain import VOCAB, make_batch  # bench/pretrain.py's random batch, at any length
 
-VOCAB, MASKED = 30522, 0.15
 SIDES = ("bertctl", "transformers")
-
-
-def make_batch(batch: int, seq: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (batch, seq), generator=g)
-    labels = torch.where(torch.rand(batch, seq, generator=g) < MASKED, ids, torch.full_like(ids, -100))
-    types = (torch.arange(seq) >= seq // 2).long().expand(batch, seq).contiguous()
-    return {"ids": ids, "types": types, "mask": torch.ones_like(ids), "labels": labels,
-            "nsp": torch.randint(0, 2, (batch,), generator=g)}
 
 
 def make_model(side: str, preset: str, checkpointing: bool) -> tuple[torch.nn.Module, object]:

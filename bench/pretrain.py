@@ -22,11 +22,11 @@ SIZES = {"mini": ("mini", 32), "base": ("base", 8)}
 SEQ, VOCAB, MASKED = 128, 30522, 0.15
 
 
-def make_batch(batch: int, seed: int = 0) -> dict[str, torch.Tensor]:
+def make_batch(batch: int, seq: int = SEQ, seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (batch, SEQ), generator=g)
-    labels = torch.where(torch.rand(batch, SEQ, generator=g) < MASKED, ids, torch.full_like(ids, -100))
-    types = (torch.arange(SEQ) >= SEQ // 2).long().expand(batch, SEQ).contiguous()
+    ids = torch.randint(5, VOCAB, (batch, seq), generator=g)
+    labels = torch.where(torch.rand(batch, seq, generator=g) < MASKED, ids, torch.full_like(ids, -100))
+    types = (torch.arange(seq) >= seq // 2).long().expand(batch, seq).contiguous()
     return {"ids": ids, "types": types, "mask": torch.ones_like(ids), "labels": labels,
             "nsp": torch.randint(0, 2, (batch,), generator=g)}
 
