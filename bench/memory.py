@@ -105,8 +105,9 @@ def time_both(side: str, preset: str, batch: int, seq: int, steps: int) -> dict[
 
 
 def _child(call: str, threads: int, env: dict[str, str] | None = None) -> dict[str, float]:
-    code = f"import sys; sys.path.insert(0, 'bench'); import memory, torch, json\ntorch.set_num_threads({threads})\n" \
-           f"print(json.dumps(memory.{call}))"
+    bench = os.path.dirname(os.path.abspath(__file__))  # not `bench` under the working folder: any folder runs it
+    code = f"import sys; sys.path.insert(0, {bench!r}); import memory, torch, json\n" \
+           f"torch.set_num_threads({threads})\nprint(json.dumps(memory.{call}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, **(env or {})})
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -37,3 +37,11 @@ def test_gpu_pretrain_steps_run_on_the_cpu(side: str, monkeypatch: pytest.Monkey
     batch = bench.make_batch(4, cpu, padded_share=0.5)
     step = getattr(bench, side)("tiny", batch, cpu, dropout=0.0)
     step()
+
+
+def test_memory_bench_children_find_their_module_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """bench/memory.py measures in child processes that import it again: they looked for it in `bench` under the
+    working folder, so `cd bench && python memory.py` (or a run from anywhere but the repository) failed."""
+    memory = _load(BENCH / "memory.py", monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    assert memory._child("SIDES", threads=1) == ["bertctl", "transformers"]

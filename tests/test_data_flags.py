@@ -149,3 +149,27 @@ def test_a_python_caller_s_str_keeps_its_spelling_and_a_path_still_names_a_hub_i
     with pytest.raises(UsageError, match=r"^--train eriktks/conll2003: not a local file or folder, and loading"):
         read_ner(Path("eriktks/conll2003"), "--train")  # as before: a Path has no `./` to tell
     assert calls == [("eriktks/conll2003", None, "train")]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_squad_file_read_through_a_pipe_is_read_not_called_missing(tmp_path):
+    """`--data <(zcat dev-v1.1.json.gz)` names a pipe that is there: the missing-path check called it "no such
+    file" (it asked for a regular file or a folder), where the SQuAD reader read it before."""
+    import threading
+
+    from bertctl.data.squad import read_squad
+
+    pipe = tmp_path / "dev.json"
+    os.mkfifo(pipe)
+    text = ('{"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "the cat sat", "qas": [{"id": '
+            '"q1", "question": "who sat", "answers": [{"text": "the cat", "answer_start": 0}]}]}]}]}')
+    writer = threading.Thread(target=pipe.write_text, args=(text,), daemon=True)
+    writer.start()
+    try:
+        squad = read_squad(str(pipe), "score", "--data")
+    finally:
+        if writer.is_alive():  # the reader refused the pipe unopened: let the writer's open return
+            with open(pipe):
+                pass
+        writer.join()
+    assert [example.qid for example in squad.examples] == ["q1"]

@@ -196,6 +196,7 @@ def test_ranks_finding_another_unfinished_run_in_their_out_are_refused(encoder, 
         done.stderr[-2000:]
     assert [p.name for p in (tmp_path / "node0" / ".run.work" / "seed-1").glob("step-*")] == ["step-000004"]
 
+
 def test_sigterm_stops_the_command_cleanly_and_resume_finishes_it(encoder, glue, tmp_path):
     out, work = tmp_path / "run", tmp_path / ".run.work"
     args = ["finetune", "glue", "rte", "--model", str(encoder), "--data", str(glue), "--out", str(out),

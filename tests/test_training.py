@@ -181,6 +181,7 @@ def test_a_batch_goes_to_a_gpu_through_pinned_memory(monkeypatch):
     training.to_device(batch, torch.device("cpu"))
     assert copies[2:] == [(True, "cuda", True), (False, "cpu", True), (False, "cpu", True)] and len(pinned) == 2
 
+
 def test_a_gpu_the_machine_lacks_is_a_usage_error(monkeypatch):
     """--device cuda:N past the GPUs, or torchrun with more processes than GPUs: one line, before CUDA fails
     with a multi-line "invalid device ordinal" (exit 1)."""
