@@ -54,12 +54,13 @@ def is_hub_dataset_id(name: str | Path) -> bool:
     return Path(repository).suffix.lower() not in DATA_FILE_SUFFIXES and not Path(owner).is_dir()
 
 
-def legacy_dataset_hint(name: str | Path) -> str:
+def legacy_dataset_hint(name: str | Path, hub_ids: tuple[str, ...]) -> str:
     """` (the hub dataset is rajpurkar/squad)` for a data flag's missing path named as older Hugging Face docs name
-    a dataset, without its owner (`squad`, `squad_v2:validation`); "" for any other name. The bare name is never
-    loaded: it may as well be a file missing here, and the owner is the user's to give."""
+    one of the flag's own `hub_ids`, without its owner (`squad`, `squad_v2:validation`); "" for any other name
+    (`finetune ner --train squad` gets none). The bare name is never loaded: it may as well be a file missing
+    here, and the owner is the user's to give."""
     owned = LEGACY_DATASETS.get(str(name).split(":")[0].lower())
-    return f" (the hub dataset is {owned})" if owned and not Path(name).exists() else ""
+    return f" (the hub dataset is {owned})" if owned in hub_ids and not Path(name).exists() else ""
 
 
 def written_like_path(text: str) -> bool:

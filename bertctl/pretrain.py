@@ -215,12 +215,20 @@ def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> 
 def _refuse_other_checkpoints(cfg: PretrainConfig, resume_from: Path | None, env: training.Distributed) -> None:
     """Rank 0 alone saves, so nodes that each keep their own --out (no shared storage) find other checkpoints on a
     resume: their ranks would start at other steps with other optimizer moments, drift apart silently, and hang
-    at the first collective one of them reaches alone."""
-    seen = resume_from.name if resume_from is not None else ""
-    differing = training.ranks_differing(hashlib.sha256(seen.encode()).hexdigest(), env)
+    at the first collective one of them reaches alone. A checkpoint is told by its name and its trainer state
+    (another run's `step-000004` has other losses and times in it)."""
+    seen = b"" if resume_from is None else resume_from.name.encode() + _trainer_state_bytes(resume_from)
+    differing = training.ranks_differing(hashlib.sha256(seen).hexdigest(), env)
     if differing:
         raise UsageError(f"--out {cfg.out}: rank {differing[0]} finds other checkpoints there than rank 0 (rank 0 "
                          "alone saves); put --out on storage that every node shares")
+
+
+def _trainer_state_bytes(checkpoint: Path) -> bytes:
+    try:
+        return (checkpoint / training_state.TRAINER_STATE).read_bytes()
+    except OSError:  # unreadable: _check_resumable says so in its own line
+        return b""
 
 
 # Settings that decide what a checkpoint's optimizer state and data position mean; a resume may change how long

@@ -89,7 +89,7 @@ def test_a_missing_data_name_is_one_line_naming_the_flag_the_formats_and_a_legac
     if task in TRAIN:
         (tmp_path / TRAIN[task][0]).write_text(TRAIN[task][1], encoding="utf-8")
     owned = LEGACY_DATASETS.get(name.split(":")[0].lower())
-    hint = f" (the hub dataset is {owned})" if owned else ""
+    hint = f" (the hub dataset is {owned})" if owned and owned in GIVE[task] else ""  # the task's own ids only
     for flag, args in _runs(task, name, models):
         shown = CliRunner().invoke(app, args)
         assert shown.exit_code == 2, (args, shown.output)
@@ -108,8 +108,10 @@ def test_a_legacy_name_is_never_loaded_and_an_existing_path_of_that_name_gets_no
         read_ner("conll2003", "--train")
     assert calls == []
     (tmp_path / "squad").mkdir()
-    assert legacy_dataset_hint("squad") == "" and legacy_dataset_hint("wikitext") == ""
-    assert legacy_dataset_hint("squad_v2") == " (the hub dataset is rajpurkar/squad_v2)"
+    squad = ("rajpurkar/squad", "rajpurkar/squad_v2")
+    assert legacy_dataset_hint("squad", squad) == "" and legacy_dataset_hint("wikitext", squad) == ""
+    assert legacy_dataset_hint("squad_v2", squad) == " (the hub dataset is rajpurkar/squad_v2)"
+    assert legacy_dataset_hint("squad_v2", ("eriktks/conll2003",)) == ""
 
 
 @pytest.mark.parametrize("task", ["glue", "squad", "ner", "choice"])  # the flags that take a hub id

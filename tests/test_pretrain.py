@@ -826,16 +826,20 @@ def test_ranks_reading_different_corpora_are_refused(corpus, tmp_path):
     assert not (tmp_path / "run" / "final").exists()
 
 
-def test_ranks_finding_other_checkpoints_in_their_out_are_refused(corpus, tmp_path):
+@pytest.mark.parametrize("rank1_holds", ["nothing", "another run's step-000001"])
+def test_ranks_finding_other_checkpoints_in_their_out_are_refused(corpus, tmp_path, rank1_holds):
     """Nodes each with their own --out (no shared storage): rank 0 alone saves, so on a resume rank 1 found no
     checkpoint and started at step 0 while rank 0 went on from its checkpoint; their steps drifted apart until
-    rank 0 waited in its final save for a rank still training: a hang (and other optimizer moments before it)."""
+    rank 0 waited in its final save for a rank still training: a hang (and other optimizer moments before it).
+    A checkpoint of the same name from another run is another checkpoint too."""
     from bertctl.pretrain import pretrain
 
     for rank in (0, 1):
         shutil.copytree(corpus, tmp_path / f"node{rank}" / "corpus")
-    pretrain(small_run(tmp_path / "node0" / "corpus", tmp_path / "node0" / "run", steps=2, save_every=1))
-    shutil.rmtree(tmp_path / "node0" / "run" / "final")
+    for rank in (0, 1) if rank1_holds != "nothing" else (0,):
+        node = tmp_path / f"node{rank}"
+        pretrain(small_run(node / "corpus", node / "run", steps=2, save_every=1, seed=7 + rank))
+        shutil.rmtree(node / "run" / "final")
     (tmp_path / "node.py").write_text(  # each rank in its own "node", reading the relative paths `corpus`, `run`
         "import os, sys\nos.chdir(f'node{os.environ[\"RANK\"]}')\n"
         "from bertctl.cli import main\nsys.argv[0] = 'bertctl'\nmain()\n")

@@ -61,7 +61,7 @@ def read_choice(path: Path | str, flag: str, need_labels: bool = True) -> Choice
     file, a saved split), refused in one line when its columns, choices or labels do not fit."""
     given, path = path, user_path(path, flag)
     where = f"{flag} {path}"
-    refuse_missing(given, flag, _FORMATS)  # as spelt: `./x/y` is a missing file, never a hub id
+    refuse_missing(given, flag, _FORMATS, ("allenai/swag",))  # as spelt: `./x/y` is a missing file, never a hub id
     if is_copy(path):
         rows = list(_read_copy(path, flag))
     else:

@@ -245,8 +245,9 @@ def read_split(task: str | GlueTask, split: str, data: str | Path) -> Examples:
         from bertctl.data.glue_copies import read_hub  # glue_copies builds on this module's types
 
         return read_hub(task, entry, str(data))
-    raise UsageError(f"--data {data}: no such folder{legacy_dataset_hint(data)}; give the GLUE download folder "
-                     "(CoLA/, SST-2/, ...) or a hub dataset id such as nyu-mll/glue")
+    hint = legacy_dataset_hint(data, ("nyu-mll/glue",))
+    raise UsageError(f"--data {data}: no such folder{hint}; give the GLUE download folder (CoLA/, SST-2/, ...) or a "
+                     "hub dataset id such as nyu-mll/glue")
 
 
 def _read_folder(task: GlueTask, entry: SplitFile, root: Path) -> Examples:

@@ -73,13 +73,13 @@ def _hub_match(value: Path | str) -> re.Match[str] | None:
     return match
 
 
-def refuse_missing(given: Path | str, flag: str, formats: str) -> None:
+def refuse_missing(given: Path | str, flag: str, formats: str, hub_ids: tuple[str, ...]) -> None:
     """Refuse a data flag's value that is nothing here and no hub dataset id, in one line naming the `formats` to
-    give (and a legacy dataset name's hub id). `given` is the value as spelt: as a Path, `./rajpurkar/squad` has
-    lost the `./` that says it is no hub id. A pipe is there (`--data <(zcat dev-v1.1.json.gz)`): its reader
-    reads it."""
+    give (and, for a legacy name of one of the flag's `hub_ids`, that id). `given` is the value as spelt: as a
+    Path, `./rajpurkar/squad` has lost the `./` that says it is no hub id. A pipe is there (`--data <(zcat
+    dev-v1.1.json.gz)`): its reader reads it."""
     if not (Path(given).expanduser().exists() or _hub_match(given)):
-        raise UsageError(f"{flag} {given}: no such file{legacy_dataset_hint(given)}; give {formats}")
+        raise UsageError(f"{flag} {given}: no such file{legacy_dataset_hint(given, hub_ids)}; give {formats}")
 
 
 def is_copy(path: Path) -> bool:

@@ -53,7 +53,7 @@ def read_ner(path: Path | str, flag: str, need_tags: bool = True,
     """A CoNLL text file, JSON Lines (.jsonl, or .json as `Dataset.to_json` names it), or a hub copy (a .parquet
     file, a saved split); integer tags are named by the copy's ClassLabel names, else by `label_names`."""
     given, path = path, user_path(path, flag)
-    refuse_missing(given, flag, _FORMATS)  # as spelt: `./x/y` is a missing file, never a hub id
+    refuse_missing(given, flag, _FORMATS, ("eriktks/conll2003",))  # as spelt: `./x/y` is a missing file, never a hub id
     if is_copy(path):
         words, tags = _read_copy(path, flag, label_names)
     else:

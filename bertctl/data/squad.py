@@ -30,6 +30,7 @@ from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 
 WHITESPACE = frozenset(" \t\r\n\u202f")  # run_squad.py's is_whitespace: the only word separators
 log = logging.getLogger(__name__)
+HUB_IDS = ("rajpurkar/squad", "rajpurkar/squad_v2")
 _FORMATS = ("a SQuAD v1.1/v2.0 JSON file, a hub copy (.parquet, a save_to_disk folder, to_json lines) or a hub "
             "dataset id (rajpurkar/squad or rajpurkar/squad_v2)")
 
@@ -76,7 +77,7 @@ def read_squad(path: Path | str, mode: str = "score", flag: str = "--data", vers
     "score" (answers needed), "predict" (answers not read). `version` overrides the detected one; `fallback`
     is the version of a file that states none (a test file may lack both `version` and is_impossible)."""
     given, path = path, user_path(path, flag)
-    refuse_missing(given, flag, _FORMATS)  # as spelt: `./x/y` is a missing file, never a hub id
+    refuse_missing(given, flag, _FORMATS, HUB_IDS)  # as spelt: `./x/y` is a missing file, never a hub id
     parsed = _load(path, flag, mode)
     version = version or (fallback if parsed.declared is None else None) or parsed.detected
     examples, paragraphs, skipped = [], [], 0
