@@ -175,3 +175,28 @@ def test_a_squad_file_read_through_a_pipe_is_read_not_called_missing(tmp_path):
                 pass
         writer.join()
     assert [example.qid for example in squad.examples] == ["q1"]
+
+
+@pytest.mark.parametrize("name", ["train.csv", "63"])
+def test_a_table_read_through_a_pipe_is_read_or_named_by_its_missing_suffix(tmp_path, name):
+    """`finetune classify --train <(cat train.csv)` names a pipe that is there: a `.csv` one is read, and one
+    without a suffix (`/dev/fd/63`) is told its file type is unknown, not that it is missing."""
+    import threading
+
+    from bertctl.data.tabular import read_table
+
+    pipe = tmp_path / name
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=pipe.write_text, args=("text,label\na b,yes\n",), daemon=True)
+    writer.start()
+    try:
+        if pipe.suffix:
+            assert read_table(pipe, ["text"], "label", flag="--train").labels == ["yes"]
+        else:
+            with pytest.raises(UsageError, match=rf"^--train {pipe}: unsupported file type \(none\); use one of"):
+                read_table(pipe, ["text"], "label", flag="--train")
+    finally:
+        if writer.is_alive():
+            with open(pipe):
+                pass
+        writer.join()

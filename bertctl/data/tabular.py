@@ -174,11 +174,11 @@ def read_table(path: str | Path, text_columns: Sequence[str], label_column: str 
     suffix = path.suffix.lower()
     if path.is_dir():
         rows = partial(_saved_rows, flag=flag)
-    elif not path.is_file():
+    elif not path.exists():
         raise UsageError(f"{flag} {path}: no such file; give a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} file, or "
                          "a Dataset.save_to_disk folder")
     elif suffix not in _READERS:
-        raise UsageError(f"{path}: unsupported file type {suffix or '(none)'}; use one of {', '.join(FORMATS)} "
+        raise UsageError(f"{flag} {path}: unsupported file type {suffix or '(none)'}; use one of {', '.join(FORMATS)} "
                          "or a Dataset.save_to_disk folder")
     else:
         rows = _READERS[suffix]
