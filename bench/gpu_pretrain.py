@@ -5,7 +5,8 @@
     python bench/gpu_pretrain.py --device cpu --sizes tiny --seconds 2 --transformers-seconds 1  # smoke test
 
 bertctl's side is the step `bertctl pretrain --compile --precision bf16` runs: `training.optimizer_step` with
-pre-training's loss terms (sparse MLM at fixed slots, NSP), gradient clipping and the fused AdamW. The
+pre-training's loss terms (sparse MLM at fixed slots, NSP), gradient clipping and the fused AdamW (`--optimizer
+lamb`: bertctl's LAMB, as `pretrain --optimizer lamb`; the transformers side keeps AdamW). The
 transformers side is `BertForPreTraining` (SDPA attention, dense MLM logits), compiled, same batch, same
 AdamW settings. Each side warms up (compiles) first; the timed window ends with a device synchronize.
 
@@ -81,18 +82,18 @@ class Bf16OutputNorm(torch.nn.LayerNorm):
 
 
 def bertctl_step(size: str, batch: dict[str, torch.Tensor], device: torch.device, dropout: float | None = None,
-                 mode: str = "default", norm_out: str = "fp32") -> Callable[[], None]:
+                 mode: str = "default", norm_out: str = "fp32", optimizer: str = "adamw") -> Callable[[], None]:
     torch.manual_seed(0)
     model = BertForPreTraining(model_config(size, dropout)).to(device).train()
     if norm_out == "bf16":
         for module in model.modules():
             if type(module) is torch.nn.LayerNorm:
                 module.__class__ = Bf16OutputNorm
-    optimizer = optim.make_optimizer("adamw", model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
+    update = optim.make_optimizer(optimizer, model, 1e-4, 0.01, (0.9, 0.999), 1e-6)
     compiled = torch.compile(model, mode=mode)
     env = training.Distributed(device=device)
     terms = partial(loss_terms, predictions=PREDICTIONS)
-    return lambda: training.optimizer_step(compiled, [batch], optimizer, terms, loss_weights, env, "bf16")
+    return lambda: training.optimizer_step(compiled, [batch], update, terms, loss_weights, env, "bf16")
 
 
 def transformers_step(size: str, batch: dict[str, torch.Tensor], device: torch.device,
@@ -151,16 +152,18 @@ def main() -> None:
                         help="torch.compile mode: default, max-autotune-no-cudagraphs, max-autotune, ...")
     parser.add_argument("--norm-out", choices=["fp32", "bf16"], default="fp32",
                         help="bertctl's LayerNorm outputs: fp32 (autocast's; what pretrain does) or bf16 (experiment)")
+    parser.add_argument("--optimizer", choices=["adamw", "lamb"], default="adamw", help="bertctl's optimizer")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     dropout = 0.1 if args.dropout is None else args.dropout
     print(f"{name}  torch {torch.__version__}  seq {SEQ}  bf16  compile mode {args.compile_mode}  dropout {dropout}",
-          f" padded share {args.padded_share}  norm out {args.norm_out}  MFU vs {PEAK_TFLOPS:.0f} TFLOP/s")
+          f" padded share {args.padded_share}  norm out {args.norm_out}  optimizer {args.optimizer}",
+          f" MFU vs {PEAK_TFLOPS:.0f} TFLOP/s")
     print(f"{'model':6} {'side':12} {'batch':>5} {'seq/s':>9} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>9}",
           f"{'warm s':>7}")
-    sides = [("bertctl", partial(bertctl_step, norm_out=args.norm_out), args.seconds),
+    sides = [("bertctl", partial(bertctl_step, norm_out=args.norm_out, optimizer=args.optimizer), args.seconds),
              ("transformers", transformers_step, args.transformers_seconds)]
     for size in args.sizes.split(","):
         rates = {}

@@ -12,6 +12,7 @@ under a time cap: a slow compile or a crash costs its own slot only, and whateve
     large     BERT-large, the same step
     padded    BERT-base with a fifth of the rows short and an attention mask, as real corpora give
     autotune  BERT-base compiled with max-autotune-no-cudagraphs (Triton GEMM templates and epilogues)
+    lamb      BERT-base with `--optimizer lamb` (its per-tensor loop, and a host sync a step for its NaN check)
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ PLAN = {  # name: (arguments, seconds allowed)
     "padded": (["gpu_pretrain.py", "--sizes", "base", "--padded-share", "0.2", *MEASURE], 110),
     "autotune": (["gpu_pretrain.py", "--sizes", "base", "--compile-mode", "max-autotune-no-cudagraphs", *MEASURE],
                  300),
+    "lamb": (["gpu_pretrain.py", "--sizes", "base", "--optimizer", "lamb", "--transformers-seconds", "0",
+              "--seconds", "10"], 90),
 }
 
 
@@ -69,7 +72,7 @@ def main() -> None:
             print(f"== {name}: skipped, {left:.0f} s of the budget left")
             continue
         if args.smoke:
-            item = [{"base": "tiny", "large": "tiny", "20": "2"}.get(arg, arg) for arg in item]
+            item = [{"base": "tiny", "large": "tiny", "20": "2", "10": "2"}.get(arg, arg) for arg in item]
             item += ["--device", "cpu", "--batch", "8"]
         run(name, item, min(cap, left))
 
