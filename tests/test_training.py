@@ -126,7 +126,6 @@ def test_a_process_group_the_caller_opened_stays_open(tmp_path, monkeypatch):
         dist.destroy_process_group()
 
 
-
 def test_accumulated_micro_batches_all_reduce_the_gradients_once_per_step(tmp_path, monkeypatch):
     """DDP's no_sync on every micro-batch but the last: one all-reduce of each bucket per optimizer step."""
     import torch.distributed as dist
@@ -320,3 +319,19 @@ def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):
         clock[0] += training.DUPLICATE_SIGNAL_SECONDS
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_ddp_gradients_are_views_of_its_all_reduce_buckets(tmp_path, monkeypatch):
+    """No second, gradient-sized copy per process: after a backward each gradient lives in DDP's bucket."""
+    import torch.distributed as dist
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        model = nn.Linear(4, 2)
+        ddp = training.wrap_ddp(model, training.Distributed(world_size=2))
+        ddp(torch.randn(3, 4)).sum().backward()
+        storages = {p.grad.untyped_storage().data_ptr() for p in model.parameters()}
+        assert len(storages) == 1  # weight and bias gradients share one bucket's storage
+    finally:
+        dist.destroy_process_group()
