@@ -18,7 +18,6 @@ resume (a checkpoint or a finished seed).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -69,20 +68,20 @@ def check_work(cfg: FinetuneConfig, env: training.Distributed, reads: Iterable[P
     elif not cfg.resume and work.exists() and not cfg.overwrite:
         raise UsageError(f"{work} holds an unfinished run of --out {out}; pass --resume to continue it or "
                          "--overwrite to start again")
-    # Also the barrier before anyone writes: rank 0 alone saves, so nodes that each keep their own OUT (no shared
-    # storage) would resume other seeds and steps, drift apart and hang at a collective one of them reaches alone.
-    differing = training.ranks_differing(_resumable_state(work) if cfg.resume else "0", env)
-    if differing:
-        raise UsageError(f"--out {out}: rank {differing[0]} finds another unfinished run in {work} than rank 0 "
-                         "(rank 0 alone saves); put --out on storage that every node shares")
+    # also the barrier before anyone writes
+    training.refuse_unshared_out(out, _resumable_state(work) if cfg.resume else b"",
+                                 f"another unfinished run in {work}", env)
     return out, work
 
 
-def _resumable_state(work: Path) -> str:
-    """A digest of what a resume would continue from in `work`: its checkpoints and finished seeds."""
-    found = [*work.rglob(training_state.TRAINER_STATE), *work.rglob("eval_results.json"), *work.glob("run.json")]
-    listing = "\n".join(sorted(str(path.relative_to(work)) for path in found))
-    return hashlib.sha256(listing.encode()).hexdigest()
+def _resumable_state(work: Path) -> bytes:
+    """What a resume would continue from in `work`: its checkpoints' and finished seeds' files, and the trainer
+    states (another run's checkpoint of the same name has other losses and times in them)."""
+    found = sorted([*work.rglob(training_state.TRAINER_STATE), *work.rglob("eval_results.json"),
+                    *work.glob("run.json")])
+    states = b"".join(training_state.saved_state(path.parent) for path in found
+                      if path.name == training_state.TRAINER_STATE)
+    return "\n".join(str(path.relative_to(work)) for path in found).encode() + states
 
 
 def open_work(cfg: FinetuneConfig, work: Path, env: training.Distributed) -> None:

@@ -10,7 +10,6 @@ validation, metrics.jsonl. With no corpus it runs the quick start on the bundled
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import logging
 import sys
@@ -60,7 +59,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     _refuse_out_in_corpus(cfg)
     run = Path(cfg.out)
     resume_from = _resume_point(cfg, run, env)  # refusals come before the quick start builds anything
-    _refuse_other_checkpoints(cfg, resume_from, env)
+    seen = b"" if resume_from is None else resume_from.name.encode() + training_state.saved_state(resume_from)
+    training.refuse_unshared_out(cfg.out, seen, "other checkpoints there", env)
     started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
     if resume_from is None and cfg.init_from is None:
         model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
@@ -210,25 +210,6 @@ def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> 
         raise UsageError(f"--out {run} already holds checkpoints; pass --resume to continue it or choose "
                          "another --out")
     return None
-
-
-def _refuse_other_checkpoints(cfg: PretrainConfig, resume_from: Path | None, env: training.Distributed) -> None:
-    """Rank 0 alone saves, so nodes that each keep their own --out (no shared storage) find other checkpoints on a
-    resume: their ranks would start at other steps with other optimizer moments, drift apart silently, and hang
-    at the first collective one of them reaches alone. A checkpoint is told by its name and its trainer state
-    (another run's `step-000004` has other losses and times in it)."""
-    seen = b"" if resume_from is None else resume_from.name.encode() + _trainer_state_bytes(resume_from)
-    differing = training.ranks_differing(hashlib.sha256(seen).hexdigest(), env)
-    if differing:
-        raise UsageError(f"--out {cfg.out}: rank {differing[0]} finds other checkpoints there than rank 0 (rank 0 "
-                         "alone saves); put --out on storage that every node shares")
-
-
-def _trainer_state_bytes(checkpoint: Path) -> bytes:
-    try:
-        return (checkpoint / training_state.TRAINER_STATE).read_bytes()
-    except OSError:  # unreadable: _check_resumable says so in its own line
-        return b""
 
 
 # Settings that decide what a checkpoint's optimizer state and data position mean; a resume may change how long

@@ -8,6 +8,7 @@ are in optim.py; what a checkpoint saves to resume is in training_state.py.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -178,6 +179,17 @@ def ranks_differing(fingerprint: str, env: Distributed) -> list[int]:
     every = [torch.zeros_like(mine) for _ in range(env.world_size)]
     dist.all_gather(every, mine, group=env.control)
     return [rank for rank, value in enumerate(every) if not torch.equal(value, every[0])]
+
+
+def refuse_unshared_out(out: Path | str, resumes_from: bytes, finds: str, env: Distributed) -> None:
+    """Rank 0 alone saves, so nodes that each keep their own --out (no shared storage) find other states in it on a
+    resume: their ranks would start from other steps and optimizer moments, drift apart silently and hang at the
+    first collective one of them reaches alone. `resumes_from`: what this rank would continue from (checkpoint
+    names and trainer states); `finds` names it in the line (`other checkpoints there`)."""
+    differing = ranks_differing(hashlib.sha256(resumes_from).hexdigest(), env)
+    if differing:
+        raise UsageError(f"--out {out}: rank {differing[0]} finds {finds} than rank 0 (rank 0 alone saves); put "
+                         "--out on storage that every node shares")
 
 
 def all_reduce_sum(value: Tensor, env: Distributed) -> Tensor:

@@ -28,6 +28,15 @@ TRAINER_STATE = "trainer_state.json"
 log = logging.getLogger(__name__)
 
 
+def saved_state(checkpoint: Path) -> bytes:
+    """A checkpoint's trainer state as saved (b"" if unreadable: the resume's own checks say why): another run's
+    `step-000004` has other losses and times in it, so ranks can tell whether they resume from the same one."""
+    try:
+        return (checkpoint / TRAINER_STATE).read_bytes()
+    except OSError:
+        return b""
+
+
 # --- randomness and training state -------------------------------------------------------------------
 
 def seed_everything(seed: int) -> None:
