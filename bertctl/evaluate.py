@@ -162,12 +162,16 @@ def sum_over_ranks(out: np.ndarray, env: training.Distributed | None) -> None:
         torch.distributed.all_reduce(torch.from_numpy(out), group=env.control)
 
 
-def to_predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
+def to_predictions(logits: np.ndarray, regression: bool, label_order: list[int] | None = None) -> np.ndarray:
     """Class ids (argmax) or the single regression output; NaN for a row of logits holding a NaN, whose argmax
-    would silently be class 0 (metrics then score NaN, and no class is written for it)."""
+    would silently be class 0 (metrics then score NaN, and no class is written for it). With the `label_order`
+    that `predict_logits` put the columns in, a tie goes to the model's first output, as its own argmax
+    (run_glue.py's, a pipeline's) gives it (bf16 logits of a 3-class head tie in about 1 row of 750)."""
     if regression:
         return logits[:, 0].astype(np.float64)
-    classes, broken = logits.argmax(axis=1), np.isnan(logits).any(axis=1)
+    class_of_output = np.argsort(label_order) if label_order is not None else np.arange(logits.shape[1])
+    classes = class_of_output[logits[:, class_of_output].argmax(axis=1)]
+    broken = np.isnan(logits).any(axis=1)
     return np.where(broken, np.nan, classes) if broken.any() else classes
 
 
@@ -179,7 +183,7 @@ def score(task: Any, model: nn.Module, features: dict[str, Features], pad_id: in
     results = {}
     for split, feats in features.items():
         logits = predict_logits(model, feats, pad_id, batch_size, device, precision, env, label_order)
-        predictions = to_predictions(logits, task.is_regression)
+        predictions = to_predictions(logits, task.is_regression, label_order)
         results[split] = compute_task_metrics(task, predictions.tolist(), feats.labels.tolist())
     return results
 

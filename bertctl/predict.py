@@ -84,7 +84,7 @@ def _predict_task(task: GlueTask, model: Path, data: str | Path, batch_size: int
     results = []
     for split, test in examples.items():
         logits = _task_logits(scorer, test, run_on, resolved)
-        results.append((task, split, test.ids, to_predictions(logits, task.is_regression).tolist()))
+        results.append((task, split, test.ids, to_predictions(logits, task.is_regression, scorer.label_order).tolist()))
     return results
 
 
@@ -112,6 +112,6 @@ def predict_classify(model: Path | str, data: str | Path, out: str | Path,
     run = open_classify_run(model, text_columns, None, max_seq_length, batch_size)
     examples, id_name = read_examples(data, run.text_columns)
     logits = _task_logits(run.scorer, examples, *run.scorer.place(device, precision))
-    predictions = to_predictions(logits, run.task.is_regression).tolist()
+    predictions = to_predictions(logits, run.task.is_regression, run.scorer.label_order).tolist()
     probabilities = None if run.task.is_regression else torch.from_numpy(logits).softmax(-1).tolist()
     return write_predictions(path, id_name, examples.ids, run.task.label_names, predictions, probabilities)

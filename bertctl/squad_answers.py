@@ -44,11 +44,15 @@ def best_indexes(logits: np.ndarray, n: int) -> list[int]:
 
 
 def softmax(scores: list[float]) -> list[float]:
+    """run_squad.py's n-best probabilities to the last bit: its total adds the exponentials one by one, in order,
+    which Python 3.12's sum() no longer does (it compensates the rounding)."""
     if not scores:
         return []
     top = max(scores)
     exps = [math.exp(s - top) for s in scores]
-    total = sum(exps)
+    total = 0.0
+    for e in exps:
+        total += e
     return [e / total for e in exps]
 
 

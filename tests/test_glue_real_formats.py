@@ -249,6 +249,30 @@ def test_a_model_with_permuted_label_names_scores_as_in_task_order(tmp_path):
     assert files["theirs"] == files["ours"] and len(predicted) > 1  # the order matters for these logits
 
 
+def test_tied_logits_go_to_the_models_first_output_as_its_own_argmax(tmp_path):
+    """A model in Google's MNLI order (contradiction, entailment, neutral) whose logits tie (here all of them: a
+    zeroed head; under bf16, close ones) was scored as predicting the task's first tied class, entailment, where
+    transformers' argmax over the model's own outputs (run_glue.py's, a pipeline's) gives contradiction."""
+    transformers = pytest.importorskip("transformers")
+    data = write_glue_data(tmp_path / "glue", tasks=("mnli",), n_train=4, n_dev=30, n_test=6)
+    folder = _transformers_model(tmp_path / "google", ["contradiction", "entailment", "neutral"], [0, 1, 2])
+    model = transformers.BertForSequenceClassification.from_pretrained(folder)
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.zero_()
+    model.save_pretrained(folder)
+    contradiction = get_task("mnli").label_names.index("contradiction")
+    expected = {}
+    for split in ("dev_matched", "dev_mismatched"):
+        labels = read_split("mnli", split, data).labels
+        expected[split] = {"accuracy": sum(label == contradiction for label in labels) / len(labels)}
+        assert expected[split]["accuracy"] != labels.count(0) / len(labels)  # entailment's share differs
+    assert evaluate_glue("mnli", folder, data, max_seq_length=32) == expected
+    predict_glue("mnli", folder, data, tmp_path / "out", max_seq_length=32)
+    rows = (tmp_path / "out" / "MNLI-m.tsv").read_text().splitlines()[1:]
+    assert {row.split("\t")[1] for row in rows} == {"contradiction"}
+
+
 def test_a_test_row_missing_a_text_is_predicted_with_an_empty_text_not_left_out(tmp_path):
     """The GLUE server wants one prediction per test row: a test row without its question2 was skipped, so
     QQP.tsv had 255 of 256 rows. Train and dev rows missing a field are still skipped, as the references do."""
