@@ -326,7 +326,7 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     _check_other_keys(config_file, raw)
     if raw.get("model_type", "bert") != "bert":  # configs older than transformers 2.x have no model_type
         raise UsageError(f"{folder}: model_type {raw.get('model_type')!r} is not BERT")
-    config = BertConfig.from_dict(raw)
+    config = BertConfig.from_dict(raw, source=config_file)
     weights, weights_file, from_nvidia = _read_weights(folder)
     rows = _embedding_rows(weights)
     if from_nvidia and rows is not None and nvidia_checkpoint.padded_vocab_size(config.vocab_size, rows):
@@ -382,6 +382,10 @@ def _check_other_keys(config_file: Path, raw: dict[str, Any]) -> None:
         value = raw.get(key)
         if value is not None and not isinstance(value, kind):
             raise UsageError(f"{config_file}: {key} must be {said}, got {value!r}; fix or remove it")
+    problem_type = raw.get("problem_type")
+    if problem_type is not None and problem_type not in PROBLEM_TYPES:  # transformers 4 refuses it too
+        raise UsageError(f"{config_file}: problem_type {problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}; "
+                         f"fix or remove it")
 
 
 def _check_encoder(folder: Path, weights_file: Path, in_file: set[str], config: BertConfig, raw: dict[str, Any],

@@ -26,6 +26,9 @@ ACTIVATIONS = ("gelu", "gelu_python", "gelu_new", "gelu_accurate", "gelu_pytorch
                "hardswish", "laplace", "sqrtsoftplus", "tanh", "sigmoid", "linear")
 
 
+_CONFIG = "model config"  # how an error names a config that comes from no file
+
+
 @dataclass(frozen=True)
 class BertConfig:
     """The encoder's shape, with transformers' field names so config.json is shared with it."""
@@ -50,39 +53,46 @@ class BertConfig:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             if getattr(self, name) < 1:
-                raise UsageError(f"model config: {name} must be at least 1, got {getattr(self, name)}")
+                raise UsageError(f"{_CONFIG}: {name} must be at least 1, got {getattr(self, name)}")
         if self.hidden_size % self.num_attention_heads:
             raise UsageError(
-                f"model config: hidden_size {self.hidden_size} is not divisible by "
+                f"{_CONFIG}: hidden_size {self.hidden_size} is not divisible by "
                 f"num_attention_heads {self.num_attention_heads}"
             )
         if self.hidden_act not in ACTIVATIONS:
-            raise UsageError(f"model config: hidden_act {self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
+            raise UsageError(f"{_CONFIG}: hidden_act {self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise UsageError(f"model config: {name} must be in [0, 1), got {getattr(self, name)}")
+                raise UsageError(f"{_CONFIG}: {name} must be in [0, 1), got {getattr(self, name)}")
         for name in ("initializer_range", "layer_norm_eps"):
             if not 0.0 <= getattr(self, name) < math.inf:
-                raise UsageError(f"model config: {name} must be a finite number, 0 or more, got {getattr(self, name)}")
+                raise UsageError(f"{_CONFIG}: {name} must be a finite number, 0 or more, got {getattr(self, name)}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
-            raise UsageError(f"model config: pad_token_id {self.pad_token_id} is outside the vocabulary")
+            raise UsageError(f"{_CONFIG}: pad_token_id {self.pad_token_id} is outside the vocabulary")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as config.json holds them (transformers' names)."""
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> BertConfig:
+    def from_dict(cls, values: dict[str, Any], source: Path | str | None = None) -> BertConfig:
         """Read a transformers-style config: keep our fields, ignore the rest (generation settings, `directionality`,
-        `pooler_*`, `gradient_checkpointing`, `dtype` ...), refuse BERT variants we would compute wrongly."""
-        if not isinstance(values, dict):
-            raise UsageError(f"model config: give a mapping of config fields, not {reprlib.repr(values)}")
-        refusal = _unsupported(values)
-        if refusal:
-            raise UsageError(f"model config: {refusal}")
-        known = field_types(cls)
-        with fields_named(lambda name: f"model config: {name}"):
-            return cls(**{k: v for k, v in values.items() if k in known})
+        `pooler_*`, `gradient_checkpointing`, `dtype` ...), refuse BERT variants we would compute wrongly.
+        `source` (the config.json, or the flag and file) leads an error line in place of "model config", so a
+        bad model folder is named: a command may read several."""
+        try:
+            if not isinstance(values, dict):
+                raise UsageError(f"{_CONFIG}: give a mapping of config fields, not {reprlib.repr(values)}")
+            refusal = _unsupported(values)
+            if refusal:
+                raise UsageError(f"{_CONFIG}: {refusal}")
+            known = field_types(cls)
+            with fields_named(lambda name: f"{_CONFIG}: {name}"):
+                return cls(**{k: v for k, v in values.items() if k in known})
+        except UsageError as exc:
+            if source is None:
+                raise
+            raise UsageError(f"{source}: {str(exc).removeprefix(f'{_CONFIG}: ')}") from None
 
     def replace(self, **changes: Any) -> BertConfig:
         """A copy with some fields changed, checked like a new config."""
@@ -150,7 +160,7 @@ def model_config(name_or_path: str, defaults: dict[str, Any] | None = None, **ov
     if not any(key in values for key in shape):  # another file (a run's --config, say): BERT-base, unasked
         raise UsageError(f"--model-config: {path} sets none of {', '.join(shape)}; give a model config.json "
                          f"or a preset ({', '.join(PRESETS)})")
-    return BertConfig.from_dict({**defaults, **values, **overrides})
+    return BertConfig.from_dict({**defaults, **values, **overrides}, source=f"--model-config: {path}")
 
 
 def _require(cfg: Any, name: str, ok: bool, wanted: str) -> None:

@@ -98,12 +98,30 @@ def test_info_reports_half_precision_weights(odd_config, tmp_path):
     assert result.exit_code == 0 and "float16 (loaded as float32)" in result.stdout
 
 
-def test_unsupported_config_is_refused_in_one_line(odd_config, tmp_path):
-    values = {**HUB_CONFIGS["bert-base-uncased"], "position_embedding_type": "relative_key_query"}
-    folder_with_config("BertModel", odd_config, tmp_path / "hf", values)
+@pytest.mark.parametrize(("change", "said"), [
+    ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key' is not supported"),
+    ({"num_attention_heads": 5}, "hidden_size 48 is not divisible by num_attention_heads 5"),
+    ({"pad_token_id": 500}, "pad_token_id 500 is outside the vocabulary"),
+    ({"hidden_act": 5}, "hidden_act must be a string, got 5"),
+    ({"problem_type": "ranking"}, "problem_type 'ranking' is not one of regression, "),
+])
+def test_unsupported_config_is_refused_in_one_line_naming_the_file(change, said, odd_config, tmp_path):
+    """The line named no file ("model config: ..."), though a command may read several model folders."""
+    folder_with_config("BertModel", odd_config, tmp_path / "hf", HUB_CONFIGS["bert-base-uncased"])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **change}))
     result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
-    assert result.exit_code == 2 and "relative_key_query" in result.stderr
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"bertctl: error: {tmp_path / 'hf' / 'config.json'}: {said}")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_model_config_flag_file_is_named(tmp_path):
+    from bertctl.config import model_config
+
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 48, "num_attention_heads": 5}))
+    with pytest.raises(UsageError, match=f"^--model-config: {tmp_path / 'config.json'}: hidden_size 48 is not "):
+        model_config(str(tmp_path))
 
 
 def test_transformers_default_dtype_is_documented_behaviour(odd_config, tmp_path):
@@ -189,3 +207,18 @@ def test_an_id2label_of_another_size_than_the_head_is_refused(odd_config, tmp_pa
         assert result.exit_code == 2, result.output
         assert "names 2 classes in id2label, but the weights hold a classifier with 3 output(s)" in result.stderr
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(("name", "untied", "extra"), [
+    ("BertForPreTraining", False, {}), ("BertForPreTraining", True, {}), ("BertForMaskedLM", True, {}),
+    ("BertForSequenceClassification", False, {"num_labels": 3}), ("BertForMultipleChoice", False, {}),
+    ("BertForQuestionAnswering", False, {}), ("BertForNextSentencePrediction", False, {}),
+])
+def test_info_counts_the_parameters_transformers_counts(name, untied, extra, odd_config, tmp_path):
+    """Guards docs/info.md: the same count, but for the MLM bias an untied transformers model keeps unused."""
+    from bertctl.info import info
+
+    reference_model(name, odd_config.replace(tie_word_embeddings=not untied), **extra).save_pretrained(tmp_path / "hf")
+    loaded = getattr(transformers, name).from_pretrained(tmp_path / "hf")
+    unused = odd_config.vocab_size if untied else 0
+    assert info(tmp_path / "hf")["parameters"] == loaded.num_parameters() - unused
