@@ -121,7 +121,8 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                                             "precision": precision, "compile": compiled,
                                             "warmup_steps": cfg.warmup(), "corpus_manifest": manifest,
                                             "quickstart": started.get("quickstart", quickstart),
-                                            "resumed_from": str(resume_from or "")})
+                                            "resumed_from": str(resume_from or ""), "from_step": step,
+                                            "earlier": _earlier_parts(started, step)})
         extended = resume_from is not None and resume_from.name == "final" and step % cfg.log_every != 0
         carried = training.trim_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
     training.sparse_tied_embedding_grads(model, env, compiled)
@@ -263,6 +264,34 @@ def _recorded_config(cfg: PretrainConfig, started: dict[str, Any]) -> dict[str, 
     if cfg.dropout is None:
         given["dropout"] = recorded.get("dropout")
     return given
+
+
+_PART = ("config", "world_size", "device", "precision", "compile", "warmup_steps")  # what trained a part's steps
+
+
+def _earlier_parts(started: dict[str, Any], step: int) -> list[dict[str, Any]]:
+    """run.json's `earlier`: how each part of the run before this one trained the steps the checkpoint holds
+    (oldest first; a part from_step to to_step). A resume may change --steps, --lr, the batch, the precision ...,
+    and run.json's own config is this part's, so without these the record would not say how the model was made."""
+    parts = [{**part, "to_step": min(part["to_step"], step)} for part in started.get("earlier", [])
+             if part["from_step"] < step]
+    first = started.get("from_step", 0)  # run.json of an older bertctl: the run had no earlier resume on record
+    if started and first < step:
+        settings = {key: started.get(key) for key in _PART}
+        if parts and _same_settings(parts[-1], settings):  # a resume that changed nothing: one part
+            parts[-1]["to_step"] = step
+        else:
+            parts.append({"from_step": first, "to_step": step, **settings})
+    return parts
+
+
+def _same_settings(part: dict[str, Any], settings: dict[str, Any]) -> bool:
+    """Whether two parts trained alike: --resume itself changes nothing."""
+    return _without_resume(part) == _without_resume(settings)
+
+
+def _without_resume(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: record.get(key) for key in _PART} | {"config": {**(record.get("config") or {}), "resume": None}}
 
 
 def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:

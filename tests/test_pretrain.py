@@ -338,6 +338,34 @@ def test_a_runs_recorded_config_given_back_as_config_reproduces_it(corpus, tmp_p
         (first / "model.safetensors").read_bytes()
 
 
+def test_a_resume_with_other_settings_keeps_the_earlier_ones_and_the_parts_replayed_give_the_model(corpus, tmp_path):
+    """run.json's config is the last part's: the steps trained before a resume that changed --steps and --lr
+    are in `earlier`, and each part's config given back as --config, in turn, makes the same model."""
+    from bertctl.pretrain import pretrain
+
+    pretrain(small_run(corpus, tmp_path / "run", steps=6, lr=1e-3))
+    final = pretrain(small_run(corpus, tmp_path / "run", steps=10, resume=True))
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["from_step"] == 6
+    assert [(part["from_step"], part["to_step"]) for part in record["earlier"]] == [(0, 6)]
+    assert (record["earlier"][0]["config"]["steps"], record["earlier"][0]["config"]["lr"]) == (6, 1e-3)
+    for number, part in enumerate([*record["earlier"], record]):
+        (tmp_path / f"part{number}.json").write_text(json.dumps(part["config"]))
+        result = CliRunner().invoke(app, ["pretrain", "--config", str(tmp_path / f"part{number}.json"),
+                                          "--out", str(tmp_path / "again")])
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "again" / "final" / "model.safetensors").read_bytes() == \
+        (final / "model.safetensors").read_bytes()
+    shutil.rmtree(tmp_path / "run" / "final")  # back to step 8: the second part's steps 7-8 are kept
+    pretrain(small_run(corpus, tmp_path / "run", steps=10, resume=True))
+    parts = json.loads((tmp_path / "run" / "run.json").read_text())["earlier"]
+    assert [(part["from_step"], part["to_step"], part["config"]["lr"]) for part in parts] == [(0, 6, 1e-3),
+                                                                                              (6, 8, 2e-3)]
+    pretrain(small_run(corpus, tmp_path / "run", steps=10, resume=True))  # from final: a part like the one before
+    parts = json.loads((tmp_path / "run" / "run.json").read_text())["earlier"]
+    assert [(part["from_step"], part["to_step"]) for part in parts] == [(0, 6), (6, 10)]
+
+
 def test_final_checkpoint_serves_fill_and_transformers(corpus, tmp_path):
     transformers = pytest.importorskip("transformers")
     from bertctl.fill import fill
