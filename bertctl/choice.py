@@ -156,6 +156,8 @@ def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_s
                    overwrite: bool = False) -> Path:
     """Pick a choice for every example of `data` and write `out` (csv), once all are scored: `id`, `prediction`
     (the choice's number from 0), `label` when the data has one, and `prob0`..: each choice's softmax."""
+    if Path(out).suffix.lower() not in ("", ".csv"):  # p.jsonl would hold csv: refused rather than misnamed
+        raise UsageError(f"--out {out}: predict choice writes a csv file; name it .csv")
     path = check_new_out(out, overwrite=take_bool("overwrite", overwrite), folder=False)
     reader = open_choice_reader(model, max_seq_length, batch_size)
     read = _read(reader, data, need_labels=False)

@@ -494,7 +494,8 @@ class FinetuneConfig:
         if self.max_seq_length < 3:
             raise UsageError(f"--max-seq-length {self.max_seq_length}: must be at least 3 ([CLS] A [SEP])")
         if not math.isfinite(self.null_score_diff_threshold):
-            raise UsageError(f"--null-score-diff-threshold must be a number, got {self.null_score_diff_threshold}")
+            raise UsageError("--null-score-diff-threshold must be a finite number, got "
+                             f"{self.null_score_diff_threshold}")
         if self.micro_batch_size is not None and (self.micro_batch_size < 1 or
                                                   self.batch_size % self.micro_batch_size):
             raise UsageError(f"--micro-batch-size {self.micro_batch_size} must divide --batch-size "

@@ -36,7 +36,24 @@ def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
                          f"{str(exc).splitlines()[0]}") from None
     if not isinstance(values, dict):
         raise UsageError(f"{flag}: {path} must hold a mapping of field names to values")
+    if (name := _repeated_field(text, as_yaml)) is not None:
+        raise UsageError(f"{flag}: {path} sets {name} twice; keep one of them")
     return values
+
+
+def _repeated_field(text: str, as_yaml: bool) -> str | None:
+    """The first field the file names twice: YAML and JSON readers keep the last silently, so a forgotten `lr:`
+    further down would beat the one the user just edited."""
+    if as_yaml:
+        import yaml
+
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        names = [key.value for key, _ in node.value] if isinstance(node, yaml.MappingNode) else []
+    else:
+        objects: list[list[str]] = []  # every object's keys, the outermost last
+        json.loads(text, object_pairs_hook=lambda pairs: objects.append([k for k, _ in pairs]) or dict(pairs))
+        names = objects[-1]
+    return next((name for i, name in enumerate(names) if name in names[:i]), None)
 
 
 def _is_json(text: str) -> bool:

@@ -10,6 +10,7 @@ from values the user gave under other names (flags, `--config` keys, config.json
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 import os
 import re
@@ -28,9 +29,10 @@ from bertctl.hub import path_as_given
 # Fields naming a model or tokenizer, which may be a hub id: Path("./x") and Path("x/") are `x`, which reads like
 # one, so a str is checked while it is still spelt as given (a flag, a --config value, a Python argument).
 LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer": "tokenizer"}
-# Data fields that may name a hub dataset (`rajpurkar/squad`): kept as spelt, for the same reason (`./x/y` is a
-# missing file, `x/y` may be a hub id); only `~` is expanded, as no shell does it for a --config value.
-_DATA_NAMES = {"train", "validation"}
+# Data fields that may name a hub dataset (`rajpurkar/squad`, GLUE's `nyu-mll/glue`): kept as spelt, for the same
+# reason (`./x/y` is a missing file, `x/y` may be a hub id); only `~` is expanded, as no shell does it for a --config
+# value.
+_DATA_NAMES = {"train", "validation", "data"}
 # List fields whose flag takes comma-separated items (--seeds 1,2, --text-columns a,b, --label-names x,y): a
 # string is read as the flag reads it. Not `inputs`, whose items are file names that may hold a comma.
 _COMMA_LISTS = {"seeds", "text_columns", "label_names"}
@@ -75,6 +77,8 @@ def take_types(cfg: Any) -> None:
     for name, hint in field_types(type(cfg)).items():
         given = value = getattr(cfg, name)
         if name in LOCAL_NAMES and isinstance(value, str):
+            if not value.strip():  # read as the working folder, or (init_from) as not given at all
+                raise FieldTypeError(type(cfg).__name__, name, f"must be a {LOCAL_NAMES[name]} or a hub id, got ''")
             value = path_as_given(value, LOCAL_NAMES[name])
         if name in _DATA_NAMES and isinstance(value, (str, Path)):
             value = _data_name(type(cfg).__name__, name, value)
@@ -101,6 +105,18 @@ def take_int(name: str, value: Any, minimum: int | None = None) -> int:
         raise UsageError(f"{name} must be below 2^32, got {number}")
     if minimum is not None and number < minimum:
         raise UsageError(f"{name} must be at least {minimum}, got {number}")
+    return number
+
+
+def take_finite(name: str, value: Any) -> float:
+    """A real-number argument of a plain function, refused when not finite: a nan or infinite threshold compares
+    false (or true) with every score, so it would silently decide every answer instead of failing."""
+    try:
+        number = _coerce(float, value)
+    except (ValueError, OverflowError):
+        raise UsageError(f"{name} must be a number, got {_shown(value)}") from None
+    if not math.isfinite(number):
+        raise UsageError(f"{name} must be a finite number, got {number}")
     return number
 
 

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str:
     """Keep every head the source has; write safetensors with transformers' names and the tokenizer."""
     out = check_new_out(out, overwrite=take_bool("overwrite", overwrite))
-    _check_apart(user_path(source), out)
+    _check_apart(user_path(source, "SOURCE"), out)
     ckpt = read_checkpoint(source)  # the name as given: Path("./x") would read like the hub id x
     # bert-base-uncased's config says BertForMaskedLM but its file has the NSP head too: keep both
     model = build_model(ckpt, "BertForPreTraining" if {"mlm", "nsp"} <= ckpt.parts else None)

@@ -403,7 +403,9 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
     try:
         dataset = datasets.load_from_disk(str(path))
     except Exception as exc:  # datasets raises FileNotFoundError, ValueError... for damaged folders
-        raise BertctlError(f"cannot read corpus {path}: {str(exc).splitlines()[0]}") from None
+        raise BertctlError(f"cannot read corpus {path}: {str(exc).splitlines()[0]}; a shard or split folder is "
+                           "damaged or missing: build the corpus again (corpus build or corpus import, with "
+                           "--overwrite)") from None
     return dataset, manifest
 
 

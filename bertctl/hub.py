@@ -73,8 +73,9 @@ def path_as_given(name: str | Path | None, what: str = "model folder") -> Path |
     """A model or tokenizer name (a flag, a --config value, a Python argument) as the Path the recipes take,
     refusing a name written like a path that is not there while its spelling still says it is one (as a Path
     it would be looked up on the hub). A Path has already lost `./` and a trailing `/`: only `/x` and `~/x`
-    still say so."""
-    if name is None:
+    still say so. None or a blank name (`--model "$UNSET"`) is None, which the caller refuses naming its flag:
+    as a Path it would be the working folder."""
+    if name is None or not str(name).strip():
         return None
     path = Path(name).expanduser()  # `--model=~/x` and `model: ~/x` in a --config file reach us unexpanded
     if written_like_path(str(name)) and not path.exists():

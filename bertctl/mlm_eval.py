@@ -51,7 +51,7 @@ def evaluate_mlm(model: Path | str, corpus: Path | str, split: str = "validation
     """
     samples, batch_size, seed = _checked_numbers(samples, batch_size, seed)
     run_on = training.pick_device(device)
-    precision = training.resolve_precision(precision or "auto", run_on)
+    precision = training.resolve_precision("auto" if precision is None else precision, run_on)
     given = path_as_given(model)  # "./x" that is not there is a missing folder, never the hub repository x
     if given is None:
         raise UsageError("--model: no model given; pass a pre-trained model folder with its MLM head")

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig
-from bertctl.config_types import take_bool, take_int
+from bertctl.config_types import take_bool, take_finite, take_int
 from bertctl.data.batches import pad_batch
 from bertctl.data.squad import SquadData, SquadFeatures, make_features, read_squad
 from bertctl.errors import UsageError
@@ -185,8 +185,8 @@ def open_reader(path: Path | str, flags: dict[str, Any]) -> SquadReader:
         chosen[name] = take_int(_FLAGS.get(name, f"--{name.replace('_', '-')}"), flag, minimum=1) \
             if flag is not None else saved.get(name) or getattr(defaults, name)
     threshold = flags.get("null_score_diff_threshold")
-    chosen["null_score_diff_threshold"] = float(threshold if threshold is not None else
-                                                saved.get("null_score_diff_threshold", 0.0))
+    chosen["null_score_diff_threshold"] = take_finite("--null-score-diff-threshold", threshold) \
+        if threshold is not None else float(saved.get("null_score_diff_threshold", 0.0))
     check_lengths(chosen["max_seq_length"], chosen["max_query_length"], ckpt.config.max_position_embeddings, folder)
     ckpt.config.refuse_pairs(folder, "SQuAD puts the question and the context in two segments",
                              "a model fine-tuned with bertctl finetune squad")

@@ -257,6 +257,21 @@ def test_refusals(encoder, choice_run, choice_files, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("name", ["preds.jsonl", "preds.tsv", "preds.json"])
+def test_predict_refuses_an_out_named_for_another_format(choice_run, choice_files, tmp_path, name):
+    """predict choice writes csv only: `--out preds.jsonl` wrote csv rows into a file named .jsonl."""
+    out = tmp_path / name
+    shown = CliRunner().invoke(app, ["predict", "choice", "--model", str(choice_run), "--data",
+                                     str(choice_files["valid"]), "--out", str(out)], prog_name="bertctl")
+    assert shown.exit_code == 2 and shown.stdout == "", shown.output
+    assert shown.stderr == f"bertctl: error: --out {out}: predict choice writes a csv file; name it .csv\n"
+    assert not out.exists()
+    written = tmp_path / "PREDS.CSV"
+    assert CliRunner().invoke(app, ["predict", "choice", "--model", str(choice_run), "--data",
+                                    str(choice_files["valid"]), "--out", str(written)]).exit_code == 0
+    assert written.read_text().startswith("id,prediction,label,prob0,")
+
+
 def test_two_gloo_processes_give_the_losses_and_validation_scores_of_one(encoder, choice_files, tmp_path):
     """torchrun: each rank trains on its share of every batch and scores its share of the validation examples."""
     from test_finetune_resume import _dev, _losses, _torchrun

@@ -151,6 +151,48 @@ def test_unknown_config_keys_are_refused(tmp_path):
         build_config(PretrainConfig, read_config_file(path))
 
 
+@pytest.mark.parametrize(("name", "text", "field"), [
+    ("run.yaml", "lr: 1.0e-4\nsteps: 5\nlr: 5.0e-5\n", "lr"),
+    ("run.yml", "steps: 5\n'steps': 6\n", "steps"),
+    ("run.json", '{"lr": 0.1, "steps": 5, "lr": 0.2}', "lr"),
+    ("run.cfg", '{"seed": 1, "seed": 2}', "seed"),  # neither suffix: read as JSON
+])
+def test_a_field_set_twice_in_a_config_file_is_refused(tmp_path, name, text, field):
+    """YAML and JSON readers keep the last of two equal keys without a word: a forgotten `lr:` further down the
+    file would silently win over the one just edited."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(UsageError, match=f"^--config: {re.escape(str(path))} sets {field} twice; keep one of them$"):
+        read_config_file(path)
+
+
+def test_nested_values_may_repeat_the_keys_of_the_fields(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text('{"lr": {"lr": 1}, "steps": 5}')
+    assert read_config_file(path) == {"lr": {"lr": 1}, "steps": 5}
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["finetune", "classify", "--train", "t.csv", "--model", ""], "--model must be a model folder or a hub id, got ''"),
+    (["pretrain", "--corpus", "c", "--init-from", ""], "--init-from must be a model folder or a hub id, got ''"),
+    (["pretrain", "--corpus", "c", "--tokenizer", ""], "--tokenizer must be a tokenizer or a hub id, got ''"),
+    (["corpus", "build", "x.txt", "--tokenizer", ""], "--tokenizer must be a tokenizer or a hub id, got ''"),
+    (["evaluate", "classify", "--data", "t.csv", "--model", ""], "--model: no model given; pass a fine-tuned model"),
+    (["evaluate", "mlm", "--corpus", "c", "--model", ""], "--model: no model given; pass a pre-trained model"),
+    (["convert", "", "--out", "o"], "SOURCE: give a file or folder name, got ''"),
+])
+def test_an_empty_model_or_tokenizer_is_refused_naming_its_flag(args, said, tmp_path, monkeypatch):
+    """`--model "$UNSET"` was read as the working folder (". is not a model folder") and `--init-from ''` tripped
+    the --model-config exclusion; the line names the flag, before anything is read or written."""
+    from bertctl.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, [*args, *(["--out", "o"] if args[0] in ("finetune", "pretrain", "corpus")
+                                               else [])], prog_name="bertctl")
+    assert result.exit_code == 2 and result.stderr.startswith(f"bertctl: error: {said}"), result.output
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
 def test_unknown_keys_given_in_python_are_refused_in_one_line():
     with pytest.raises(UsageError, match="build_config: unknown field.*stepz for PretrainConfig"):
         build_config(PretrainConfig, {}, stepz=3)
@@ -519,6 +561,20 @@ def test_config_values_that_are_not_a_mapping_of_names_are_refused_in_one_line(v
 def test_numbers_torch_would_overflow_on_and_empty_paths_are_refused(field, value, said):
     with pytest.raises(UsageError, match=f"--config: {field} {said}"):
         build_config(PretrainConfig, {field: value})
+
+
+@pytest.mark.parametrize(("command", "flag"), [(["glue", "sst2"], "--data"), (["ner"], "--train"),
+                                               (["choice"], "--validation")])
+def test_an_empty_data_flag_is_refused_naming_the_flag(command, flag, tmp_path):
+    """`--data ''` (an unset shell variable) reached the check that inputs lie outside --out, which named it
+    `path:`; every data flag is refused by the config, by its own name, before anything is read or written."""
+    from bertctl.cli import app
+
+    out = tmp_path / "run"
+    args = ["finetune", *command, "--model", str(tmp_path), "--out", str(out), flag, ""]
+    result = CliRunner().invoke(app, args, prog_name="bertctl")
+    assert result.exit_code == 2 and result.stderr == f"bertctl: error: {flag} must be a path, got ''\n"
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("device", ["mps", "meta", "xpu", "gpu"])

@@ -496,6 +496,30 @@ def test_a_corpus_without_its_tokenizer_folder_says_so_and_is_never_looked_up_on
     assert CliRunner().invoke(app, ["corpus", "inspect", str(out), "--num", "0"]).exit_code == 0
 
 
+@pytest.mark.parametrize("damage", ["truncated shard", "empty shard", "missing shard", "missing split"])
+def test_a_damaged_corpus_says_which_and_what_to_do_in_one_line(data, damage) -> None:
+    """A corpus whose Arrow files were cut short (a full disk, a copy stopped half way) or lost failed with only
+    pyarrow's or datasets' words ("Expected to read 656 metadata bytes..."): the line now says to build it again."""
+    import shutil
+
+    out = data["root"] / f"damaged-{damage.replace(' ', '-')}"
+    build(data, out.name, source="small")
+    [shard] = (out / "train").glob("*.arrow")
+    if damage == "truncated shard":
+        shard.write_bytes(shard.read_bytes()[:300])
+    elif damage == "empty shard":
+        shard.write_bytes(b"")
+    elif damage == "missing shard":
+        shard.unlink()
+    else:
+        shutil.rmtree(out / "train")
+    result = CliRunner().invoke(app, ["corpus", "inspect", str(out)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr.startswith(f"bertctl: error: cannot read corpus {out}: ")
+    assert result.stderr.endswith("damaged or missing: build the corpus again (corpus build or corpus import, with "
+                                  "--overwrite)\n")
+
+
 def test_an_unreadable_input_is_skipped_and_reported(data) -> None:
     garbage = data["root"] / "garbage.bin"
     garbage.write_bytes(bytes(range(256)) * 4)

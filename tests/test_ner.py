@@ -328,6 +328,24 @@ def _one_line_failure(args: list[str], message: str) -> None:
     assert "Traceback" not in shown.output
 
 
+@pytest.mark.parametrize("command", ["finetune", "evaluate", "predict"])
+def test_a_file_of_empty_sentences_only_is_refused_naming_it(encoder, ner_run, tmp_path, command):
+    """`{"tokens": [], "ner_tags": []}` rows only: finetune failed with "num_labels must be at least 1, got 0"
+    (naming neither flag nor file) and evaluate printed an F1 and accuracy of 0 for no words at all."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"tokens": [], "ner_tags": []}\n' * 2)
+    out = tmp_path / ("run" if command == "finetune" else "tags.jsonl")
+    args = {"finetune": ["finetune", "ner", "--model", str(encoder), "--out", str(out), "--max-seq-length", "24",
+                         "--train", str(empty)],
+            "evaluate": ["evaluate", "ner", "--model", str(ner_run), "--data", str(empty)],
+            "predict": ["predict", "ner", "--model", str(ner_run), "--data", str(empty), "--out", str(out)]}[command]
+    flag = "--train" if command == "finetune" else "--data"
+    shown = CliRunner().invoke(app, args, prog_name="bertctl")
+    assert shown.exit_code == 2 and shown.stdout == "", shown.output
+    assert shown.stderr.startswith(f"bertctl: error: {flag} {empty} holds no sentences; give ")
+    assert shown.stderr.count("\n") == 1 and not out.exists()
+
+
 def test_refusals(encoder, ner_run, ner_files, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("EU\nrejects\n\nPeter\n")

@@ -736,6 +736,30 @@ def test_a_bad_scoring_flag_is_named_as_the_command_spells_it(squad_run, squad_f
         evaluate_squad(squad_run, squad_files["dev"], batch_size=0)
 
 
+@pytest.mark.parametrize(("threshold", "said"), [
+    ("nan", "must be a finite number, got nan"), ("inf", "must be a finite number, got inf"),
+    ("-inf", "must be a finite number, got -inf"), (1e400, "must be a finite number, got inf"),
+    ("abc", "must be a number, got 'abc'")])
+def test_a_threshold_that_is_not_a_finite_number_is_refused(squad_run, squad_files, tmp_path, threshold, said):
+    """A nan threshold never answers "" and an infinite one always or never does: every v2.0 answer would be decided
+    by the typo, so evaluate and predict refuse it as finetune does, before writing anything."""
+    from bertctl.squad import evaluate_squad
+
+    given = float(threshold) if threshold in ("nan", "inf", "-inf") else threshold
+    with pytest.raises(UsageError, match=f"^--null-score-diff-threshold {said}"):
+        evaluate_squad(squad_run, squad_files["dev"], null_score_diff_threshold=given)
+    if isinstance(threshold, str) and threshold != "abc":
+        out = tmp_path / "pred"
+        shown = CliRunner().invoke(app, ["predict", "squad", "--model", str(squad_run), "--data",
+                                         str(squad_files["dev"]), "--out", str(out),
+                                         "--null-score-diff-threshold", threshold])
+        assert shown.exit_code == 2 and shown.stderr == f"bertctl: error: --null-score-diff-threshold {said}\n"
+        assert not out.exists()
+    if threshold != "abc":  # finetune squad refuses the same values in the same words
+        with pytest.raises(UsageError, match=f"^--null-score-diff-threshold {said}"):
+            FinetuneConfig.squad(null_score_diff_threshold=given)
+
+
 def test_a_qa_model_with_one_segment_embedding_is_refused_in_one_line(squad_files, tmp_path):
     """The context is segment 1: past a one-row token_type embedding it would fail deep in the forward pass."""
     from bertctl.squad import evaluate_squad

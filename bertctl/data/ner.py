@@ -65,7 +65,7 @@ def read_ner(path: Path | str, flag: str, need_tags: bool = True,
             words, tags = _read_jsonl(text, f"{flag} {path}", label_names)
         else:
             words, tags = _read_conll(text, f"{flag} {path}")
-    if not words:
+    if not any(words):  # rows of no tokens only: no tag to train a head on, no word to score
         raise UsageError(f"{flag} {path} holds no sentences; give {_FORMATS}")
     if need_tags and tags is None:
         raise UsageError(f"{flag} {path} has no NER tags (one column: words only); give a file with the tag as "
