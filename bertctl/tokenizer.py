@@ -80,8 +80,8 @@ def _casing(lowercase: bool, strip_accents: bool | None) -> list[normalizers.Nor
     return steps
 
 
-def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions) -> tuple[normalizers.Normalizer,
-                                                                                      list[str]]:
+def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions,
+                            specials_as_text: bool = False) -> tuple[normalizers.Normalizer, list[str]]:
     """normalizer() with transformers' never_split rule, and the words the pre-tokenizer must then keep whole.
 
     transformers looks a never_split word up whole, skipping WordPiece, where it stands alone (compared before
@@ -100,7 +100,7 @@ def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions) ->
     lacking_before = [word for word in changed if word not in vocab]
     lacking_after = [word for word in words if word not in vocab and word not in changed]
     pieces = [word for word in lacking_after if _pieces(word, options.chinese_chars) == 1]
-    whole = [word for word in _whole_words(cased, options) if word not in lacking_after
+    whole = [word for word in _whole_words(cased, options, specials_as_text) if word not in lacking_after
              and _pieces(word, options.chinese_chars) > 1] if pieces else []
     kept = [word for word in changed if word in vocab]
     piece = chr(ord(UNKNOWN_WORD) + 1)  # a piece's own marker: never the start of a lacking word kept whole
@@ -257,8 +257,10 @@ class TokenizerOptions:
     clean_up_spaces: bool = True  # clean_up_tokenization_spaces: decode writes "a, b." for "a , b ."
 
 
-def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOptions()) -> Tokenizer:
-    """The full BERT pipeline around a WordPiece vocabulary (token -> id)."""
+def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOptions(),
+                  specials_as_text: bool = False) -> Tokenizer:
+    """The full BERT pipeline around a WordPiece vocabulary (token -> id); `specials_as_text` leaves special
+    tokens no whole-word rule (see BertTokenizer.plain_text_backend)."""
     added = {token.content for token in options.added}
     for token in options.specials:
         if token not in vocab and (token not in added or token == options.specials[1]):
@@ -267,8 +269,8 @@ def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOp
     backend = Tokenizer(models.WordPiece(vocab, unk_token=unk, continuing_subword_prefix=CONTINUATION,
                                          max_input_chars_per_word=MAX_WORD_CHARS))
     if options.basic:
-        backend.normalizer, unknown_whole = _never_split_normalizer(vocab, options)
-        whole = [*_whole_words(backend.normalizer.normalize_str, options), *unknown_whole]
+        backend.normalizer, unknown_whole = _never_split_normalizer(vocab, options, specials_as_text)
+        whole = [*_whole_words(backend.normalizer.normalize_str, options, specials_as_text), *unknown_whole]
         backend.pre_tokenizer = pre_tokenizer(options.chinese_chars, whole)
     else:  # transformers' BertTokenizer then neither cleans, cases nor splits punctuation
         backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{_python_whitespace()}]"), behavior="removed")
@@ -309,12 +311,13 @@ def _one_word(word: str, chinese_chars: bool) -> bool:
     return len(pre_tokenizers.Split(cut, "isolated").pre_tokenize_str(word)) == 1
 
 
-def _whole_words(norm: Callable[[str], str], options: TokenizerOptions) -> list[str]:
+def _whole_words(norm: Callable[[str], str], options: TokenizerOptions, specials_as_text: bool = False) -> list[str]:
     """never_split words and special tokens the normalizer leaves as they are: whole after lowercasing.
 
     Without lowercasing a special token reaching the pre-tokenizer unmatched is only possible with control
-    characters inside it; leaving those out keeps `encode_special_tokens` (corpus building) Google's."""
-    words = {*options.never_split, *((*options.specials, *options.extras) if options.lowercase else ())}
+    characters inside it, so only lowercasing tokenizers need `specials_as_text` to read them as Google does."""
+    specials = (*options.specials, *options.extras) if options.lowercase and not specials_as_text else ()
+    words = {*options.never_split, *specials}
     return [word for word in sorted(words) if norm(word) == word and _one_word(word, options.chinese_chars)]
 
 
@@ -413,6 +416,14 @@ class BertTokenizer:
     def vocab(self) -> list[str]:
         """Tokens in id order, added tokens included (ids without a token, impossible here, would raise)."""
         return [self.id_to_token(i) for i in range(self.vocab_size)]
+
+    def plain_text_backend(self) -> Tokenizer:
+        """The pipeline reading special tokens in the text as plain text, as Google's tokenizer does (corpus
+        building: a literal "[MASK]" must not become the mask token). Unmatched is not enough when lowercasing:
+        transformers keeps a special token such as "<mask>" or "<ent>" one word after lowercasing (`<ENT>` too)."""
+        backend = build_backend(self.backend.get_vocab(with_added_tokens=False), self.options, specials_as_text=True)
+        backend.encode_special_tokens = True
+        return backend
 
     def encode(self, text: str, pair: str | None = None, add_special_tokens: bool = True) -> Encoding:
         """`[CLS] text [SEP]` (and `pair [SEP]`, segment 1) as a tokenizers Encoding: .ids, .tokens, .type_ids."""

@@ -448,6 +448,23 @@ def test_one_sentence_documents_and_tables(data) -> None:
         assert 4 not in row["input_ids"] and row["input_ids"].count(3) == 2
 
 
+def test_a_special_token_that_lowercasing_keeps_is_plain_text_too(data) -> None:
+    """An uncased tokenizer whose mask token is "<mask>": "<mask>" and "<MASK>" in the text are "<", "mask",
+    ">", as in Google's tokenizer, never the mask token (the pure-Python tokenizer keeps them whole)."""
+    tok = data["root"] / "tok-angle"
+    tok.mkdir()
+    (tok / "vocab.txt").write_text("".join(f"{t}\n" for t in [*VOCAB, "<mask>", "<", ">", "mask"]), encoding="utf-8")
+    (tok / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "mask_token": "<mask>"}))
+    text = data["root"] / "angle.txt"
+    text.write_text("\n\n".join(f"{BASES[i]} <mask> {BASES[i + 1]}. <MASK>{BASES[i + 2]} now." for i in range(40)),
+                    encoding="utf-8")
+    cfg = CorpusConfig(inputs=(str(text),), tokenizer=tok, out=data["root"] / "angle-out", workers=1)
+    build_corpus(cfg)
+    ids = [i for row in rows(load_corpus(cfg.out)[0]["train"]) for i in row["input_ids"]]
+    mask, less, more, word = (len(VOCAB) + k for k in range(4))
+    assert mask not in ids and ids.count(less) == ids.count(more) == ids.count(word) > 0
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"inputs": ("EMPTY",)}, "no text"),
     ({"tokenizer": Path("/nonexistent/tok")}, "tokenizer"),

@@ -120,6 +120,25 @@ def test_decomposition_missing_from_tokenizers_tables_is_pythons(tmp_path: Path,
     assert [ours.encode(t).ids for t in texts] == [ref(t)["input_ids"] for t in texts]
 
 
+@pytest.mark.parametrize("lowercase", [True, False], ids=["uncased", "cased"])
+def test_plain_text_pipeline_reads_special_tokens_in_text_as_googles_tokenizer(tmp_path: Path,
+                                                                              lowercase: bool) -> None:
+    """Corpus building's pipeline: special tokens in the text are text, as in Google's FullTokenizer (the
+    reference's BasicTokenizer without never_split, then WordPiece), also when lowercasing leaves them as they
+    are ("<mask>", "<ENT>"), which the pure-Python tokenizer keeps whole."""
+    tokens = [*SPECIAL_TOKENS[:4], "<mask>", "<ent>", "a>", "<", ">", "[", "]", "mask", "ent", "a", "x", "##x",
+              "MASK", "ENT", "A", "##mask", "##>"]
+    (tmp_path / "vocab.txt").write_text("".join(f"{t}\n" for t in tokens), encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "do_lower_case": lowercase, "mask_token": "<mask>", "additional_special_tokens": ["<ent>", "a>"]}))
+    ref = reference(tmp_path / "vocab.txt", lowercase)
+    backend = load_tokenizer(tmp_path).plain_text_backend()
+    texts = ["<mask>", "x<mask>x", "<ENT> <ent>", "[MASK] [SEP]", "A> a>", "\u01fa\u226f", "<MASK>x"]
+    google = [ref.convert_tokens_to_ids([piece for word in ref.basic_tokenizer.tokenize(text, never_split=None)
+                                         for piece in ref.wordpiece_tokenizer.tokenize(word)]) for text in texts]
+    assert [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)] == google
+
+
 def test_foreign_tokenizer_json_gets_the_exact_pipeline(minilm: Path) -> None:
     """MiniLM's tokenizer.json pads to 128 and lowercases sigma char by char; loading fixes both."""
     ours = load_tokenizer(minilm)

@@ -417,7 +417,7 @@ def shard_settings(cfg: CorpusConfig, tokenizer: Any, folder: Path) -> ShardSett
         masking = masking_options(tokenizer, cfg.masked_lm_prob, cfg.max_predictions_per_seq,
                                   cfg.whole_word_masking)
     pipeline = Path(folder).parent / "worker-tokenizer.json"
-    write_text_atomic(pipeline, tokenizer.backend.to_str())
+    write_text_atomic(pipeline, tokenizer.plain_text_backend().to_str())
     schema = corpus_schema(tokenizer.vocab_size, sentence_labels=cfg.objective != "mlm",
                            static=cfg.masking == "static")
     return ShardSettings(cfg, str(pipeline), schema, masking,
