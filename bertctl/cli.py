@@ -18,7 +18,16 @@ from typing import Annotated, Any
 import typer
 
 from bertctl import __version__
-from bertctl.cli_base import ClosedStdout, Group, command_config, command_group, set_debug, show_warnings
+from bertctl.cli_base import (
+    ClosedStdout,
+    Group,
+    command_config,
+    command_group,
+    path_argument,
+    path_option,
+    set_debug,
+    show_warnings,
+)
 from bertctl.cli_tasks import evaluate_app, finetune_app, predict_app
 from bertctl.config import PretrainConfig
 from bertctl.errors import Terminated, UsageError
@@ -31,7 +40,7 @@ app = typer.Typer(cls=Group, no_args_is_help=True, add_completion=False, pretty_
 _Lowercase = Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing of a bare vocab.txt "
                                                  "[its tokenizer_config.json, else lowercase].")]
 _Overwrite = Annotated[bool | None, typer.Option("--overwrite/--no-overwrite", help="Replace OUT if it exists.")]
-_ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields (flags win).")]
+_ConfigFile = Annotated[Path | None, path_option("--config", help="YAML/JSON file of these fields (flags win).")]
 
 tokenizer_app = command_group("Train a WordPiece tokenizer and inspect how it encodes text.")
 corpus_app = command_group("Build pre-training instances (Arrow datasets), import Google's TFRecords, inspect them.")
@@ -65,7 +74,7 @@ def tokenizer_train(
     inputs: Annotated[list[str] | None, typer.Argument(help="Text files (.gz/.bz2/.xz too), folders, globs, "
                                                        ".jsonl/.json/.csv/.parquet files or a dataset name.",
                                                        show_default=False)] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
+    out: Annotated[Path | None, path_option("--out", "-o", help="Output folder.")] = None,
     vocab_size: Annotated[int | None, typer.Option(help="Exact number of entries [30522].")] = None,
     lowercase: Annotated[bool | None, typer.Option("--lowercase/--cased", help="Uncased or cased "
                                                    "vocabulary [lowercase].")] = None,
@@ -105,6 +114,8 @@ def tokenizer_encode(
     from bertctl.tokenizer import format_row, iter_encoded_rows
     from bertctl.tokenizer_folder import load_tokenizer
 
+    if not tokenizer.strip():
+        raise UsageError("--tokenizer: empty; give a tokenizer or model folder, a vocab.txt or a hub id")
     all_texts = list(texts or [])
     if not all_texts and not sys.stdin.isatty():
         all_texts = [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]  # CRLF lines too
@@ -124,7 +135,7 @@ def corpus_build(
                                                        show_default=False)] = None,
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", "-t", help="Tokenizer or model folder, "
                                                   "a vocab.txt, or a hub id.", show_default=False)] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output corpus folder.")] = None,
+    out: Annotated[Path | None, path_option("--out", "-o", help="Output corpus folder.")] = None,
     max_seq_length: Annotated[int | None, typer.Option(help="Tokens per instance [128].")] = None,
     objective: Annotated[str | None, typer.Option(help="mlm+nsp|mlm|mlm+sop [mlm+nsp].")] = None,
     masking: Annotated[str | None, typer.Option(help="dynamic (collator masks) | static (stored) "
@@ -178,7 +189,7 @@ def corpus_import(
                                                        show_default=False)] = None,
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", "-t", help="The vocabulary the records were made "
                                                   "with: tokenizer folder or vocab.txt.", show_default=False)] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output corpus folder.")] = None,
+    out: Annotated[Path | None, path_option("--out", "-o", help="Output corpus folder.")] = None,
     validation_fraction: Annotated[float | None, typer.Option(help="Share of records held out [0].")] = None,
     lowercase: _Lowercase = None,
     workers: Annotated[int | None, typer.Option(help="Processes, each importing whole files, 0 = all cores; never "
@@ -200,7 +211,7 @@ def corpus_import(
 
 @corpus_app.command("inspect")
 def corpus_inspect(
-    corpus: Annotated[Path, typer.Argument(help="A corpus folder from 'bertctl corpus build'.")],
+    corpus: Annotated[Path, path_argument(help="A corpus folder from 'bertctl corpus build'.")],
     num: Annotated[int, typer.Option("--num", "-n", min=0, help="Instances to show.")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print the statistics as one JSON object.")] = False,
 ) -> None:
@@ -219,9 +230,9 @@ def corpus_inspect(
 
 @app.command("pretrain")
 def pretrain(
-    corpus: Annotated[Path | None, typer.Option(help="Corpus folder from `bertctl corpus build` "
+    corpus: Annotated[Path | None, path_option(help="Corpus folder from `bertctl corpus build` "
                                                 "(none: quick start on the bundled novels).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder [runs/quickstart].")] = None,
+    out: Annotated[Path | None, path_option("--out", "-o", help="Run folder [runs/quickstart].")] = None,
     model_config: Annotated[str | None, typer.Option(help="tiny|mini|small|medium|base|large or a "
                                                      "config.json [base; quick start: tiny].")] = None,
     tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder or hub id [the corpus's].")] = None,
@@ -283,7 +294,7 @@ def fill(
     model: Annotated[str, typer.Option("--model", "-m", help="Model folder with an MLM head, or a hub id "
                                        "(bert-base-uncased).")] = str(QUICKSTART_MODEL),
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="Predictions per [MASK].")] = 5,
-    file: Annotated[Path | None, typer.Option("--file", "-f", help="Read texts from this file, one a line "
+    file: Annotated[Path | None, path_option("--file", "-f", help="Read texts from this file, one a line "
                                               "('-' for stdin).")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Texts per forward pass.")] = 32,
     truncate: Annotated[bool, typer.Option("--truncate", help="Cut texts longer than the model's "
@@ -317,7 +328,7 @@ def fill(
 def convert(
     source: Annotated[str, typer.Argument(help="Any model folder bertctl reads (bertctl or transformers), or a "
                                           "hub id.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the canonical bertctl folder.")],
+    out: Annotated[Path, path_option("--out", "-o", help="Where to write the canonical bertctl folder.")],
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace OUT if it exists.")] = False,
 ) -> None:
     """Rewrite a model folder as a canonical bertctl folder (safetensors, transformers' names)."""

@@ -30,6 +30,27 @@ _debug = False  # set by the root --debug option
 ClickUsageError = typer.BadParameter.__mro__[1]  # click's UsageError, wherever typer takes click from
 
 
+PATH_METAVAR = "<path>"  # what typer shows for a Path
+
+
+def given_path(value: str | Path) -> Path:
+    """A path flag's value: typer reads `--out ""` (an unset shell variable) as Path(""), the working folder,
+    which then fails (or is written to) as `.`; refused here naming the flag."""
+    if isinstance(value, str) and not value.strip():
+        raise typer.BadParameter("empty; give a path")
+    return Path(value)
+
+
+def path_option(*names: str, **options: Any) -> Any:
+    """typer.Option for a Path flag: an empty value is refused naming the flag (`given_path`)."""
+    return typer.Option(*names, parser=given_path, metavar=PATH_METAVAR, **options)
+
+
+def path_argument(**options: Any) -> Any:
+    """typer.Argument for a Path: an empty value is refused naming the argument (`given_path`)."""
+    return typer.Argument(parser=given_path, **options)
+
+
 def fail(message: str, code: int) -> typer.Exit:
     line = f"bertctl: error: {' '.join(str(message).split())}"
     if _first_to_say(line):

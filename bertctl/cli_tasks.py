@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bertctl.cli_base import command_config, command_group, shared_options
+from bertctl.cli_base import PATH_METAVAR, command_config, command_group, path_option, shared_options
 
 finetune_app = command_group("Fine-tune a model on GLUE, on your own labelled data, on SQuAD, for NER, or "
                               "for multiple choice (SWAG).")
@@ -22,13 +22,13 @@ predict_app = command_group("Write predictions: GLUE submission files, one row p
 
 # Data flags that may name a hub dataset are str, not Path: Path("./x/y") is `x/y`, which reads like a hub id, so the
 # text as given decides (`bertctl.hub.written_like_path`); they show the metavar a Path flag does.
-_PATH = "<path>"
+_PATH = PATH_METAVAR
 
 # Options of every `finetune` command (`_training_options`); None falls through to the --config file, then to
 # the task's defaults (shown in brackets: FinetuneConfig's, where a task's differ its own alias says so).
 _FtModel = Annotated[str | None, typer.Option("--model", "-m", help="Any model folder bertctl reads "
                                                "(pre-training run, transformers folder, bare encoder).")]
-_FtOut = Annotated[Path | None, typer.Option("--out", "-o", help="Run folder: best model, eval_results.json, "
+_FtOut = Annotated[Path | None, path_option("--out", "-o", help="Run folder: best model, eval_results.json, "
                                              "run.json, metrics.jsonl.")]
 _FtSeeds = Annotated[str | None, typer.Option(help="Comma-separated seeds, one run each: 1,2,3,4,5 [42].")]
 _FtMaxLen = Annotated[int | None, typer.Option(help="Tokens per example, longer ones cut [128].")]
@@ -61,7 +61,7 @@ _FtResume = Annotated[bool | None, typer.Option("--resume/--no-resume", help="Co
                                                 "--out from its newest checkpoint.")]
 _FtOverwrite = Annotated[bool | None, typer.Option("--overwrite/--no-overwrite", help="Replace --out (and an "
                                                    "unfinished run of it).")]
-_FtConfig = Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of these fields (flags win).")]
+_FtConfig = Annotated[Path | None, path_option("--config", help="YAML/JSON file of these fields (flags win).")]
 
 
 def _training_options(
@@ -106,9 +106,9 @@ def finetune_glue(
 @finetune_app.command("classify")
 @shared_options(_training_options)
 def finetune_classify(
-    train: Annotated[Path | None, typer.Option(help="Training file: .csv, .tsv, .jsonl or .parquet, or a "
+    train: Annotated[Path | None, path_option(help="Training file: .csv, .tsv, .jsonl or .parquet, or a "
                                                "save_to_disk folder.")] = None,
-    validation: Annotated[Path | None, typer.Option(help="File scored after each epoch (best kept).")] = None,
+    validation: Annotated[Path | None, path_option(help="File scored after each epoch (best kept).")] = None,
     text_columns: Annotated[str | None, typer.Option(help="Text column, or two comma-separated (a pair).")
                             ] = None,
     label_column: Annotated[str | None, typer.Option(help="Label column [label].")] = None,
@@ -160,7 +160,7 @@ def finetune_squad(
 # Options of `evaluate` and `predict`; by default the fine-tuning run's settings (its run.json).
 _EvModel = Annotated[str, typer.Option("--model", "-m", help="Fine-tuned model folder (multi-seed run: best seed).")]
 _EvGlueData = Annotated[str, typer.Option("--data", help="GLUE download folder or nyu-mll/glue.")]
-_EvTable = Annotated[Path, typer.Option(help="A .csv, .tsv, .jsonl or .parquet file with a header (or keys), or a "
+_EvTable = Annotated[Path, path_option(help="A .csv, .tsv, .jsonl or .parquet file with a header (or keys), or a "
                                                 "save_to_disk folder.")]
 _EvColumns = Annotated[str | None, typer.Option(help="Text column, or two comma-separated [the run's].")]
 _EvJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
@@ -234,7 +234,7 @@ def evaluate_squad(
 def evaluate_mlm(
     model: Annotated[str, typer.Option("--model", "-m", help="Pre-trained model with its MLM head: a pretrain "
                                        "run's final/ or step-N/, a transformers folder, a hub id.")],
-    corpus: Annotated[Path, typer.Option(help="Corpus folder (corpus build or import) made with the model's "
+    corpus: Annotated[Path, path_option(help="Corpus folder (corpus build or import) made with the model's "
                                          "tokenizer.")],
     split: Annotated[str, typer.Option(help="validation|train [validation].")] = "validation",
     samples: Annotated[int | None, typer.Option(help="Score the split's first N rows; 0: all of them [10000, "
@@ -258,7 +258,7 @@ def predict_glue(
     task: Annotated[str, typer.Argument(help="A GLUE task (ax: with an MNLI model), or all.")],
     model: Annotated[str, typer.Option("--model", "-m", help="Model fine-tuned on the task; for all, the "
                                        "`finetune glue all` folder.")],
-    data: _EvGlueData, out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the submission files.")],
+    data: _EvGlueData, out: Annotated[Path, path_option("--out", "-o", help="Folder for the submission files.")],
     batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, device: _FtDevice = None,
     precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
 ) -> None:
@@ -272,7 +272,7 @@ def predict_glue(
 @predict_app.command("classify")
 def predict_classify(
     model: _EvModel, data: _EvTable,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Predictions file, .csv or .jsonl [.csv].")],
+    out: Annotated[Path, path_option("--out", "-o", help="Predictions file, .csv or .jsonl [.csv].")],
     text_columns: _EvColumns = None, batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None,
     device: _FtDevice = None, precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
 ) -> None:
@@ -286,7 +286,7 @@ def predict_classify(
 @predict_app.command("squad")
 def predict_squad(
     model: _EvModel, data: _SqData,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for predictions.json, nbest_predictions.json "
+    out: Annotated[Path, path_option("--out", "-o", help="Folder for predictions.json, nbest_predictions.json "
                                       "(and null_odds.json for SQuAD 2.0).")],
     batch_size: _EvBatch = None, max_seq_length: _SqEvMaxLen = None, doc_stride: _SqEvStride = None,
     max_query_length: _SqEvQuery = None, n_best_size: _SqEvNBest = None, max_answer_length: _SqEvAnswerLen = None,
@@ -354,7 +354,7 @@ def evaluate_ner(
 @predict_app.command("ner")
 def predict_ner(
     model: _EvModel, data: _NerData,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Predictions: CoNLL text (word, [gold tag,] predicted "
+    out: Annotated[Path, path_option("--out", "-o", help="Predictions: CoNLL text (word, [gold tag,] predicted "
                                       "tag), or .jsonl by its name.")],
     batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, label_names: _NerEvLabels = None,
     device: _FtDevice = None, precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
@@ -413,7 +413,7 @@ def evaluate_choice(
 @predict_app.command("choice")
 def predict_choice(
     model: _EvModel, data: _ChoiceData,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Predictions csv: id, prediction, [label,] prob0...")],
+    out: Annotated[Path, path_option("--out", "-o", help="Predictions csv: id, prediction, [label,] prob0...")],
     batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, device: _FtDevice = None,
     precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
 ) -> None:

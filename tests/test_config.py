@@ -180,6 +180,12 @@ def test_nested_values_may_repeat_the_keys_of_the_fields(tmp_path):
     (["evaluate", "classify", "--data", "t.csv", "--model", ""], "--model: no model given; pass a fine-tuned model"),
     (["evaluate", "mlm", "--corpus", "c", "--model", ""], "--model: no model given; pass a pre-trained model"),
     (["convert", "", "--out", "o"], "SOURCE: give a file or folder name, got ''"),
+    (["tokenizer", "encode", "-t", "", "hi"], "--tokenizer: empty; give a tokenizer or model folder"),
+    (["pretrain", "--corpus", ""], "Invalid value for '--corpus': empty; give a path"),
+    (["finetune", "glue", "sst2", "--config", " "], "Invalid value for '--config': empty; give a path"),
+    (["finetune", "classify", "--train", ""], "Invalid value for '--train': empty; give a path"),
+    (["corpus", "inspect", ""], "Invalid value for 'corpus': empty; give a path"),
+    (["fill", "--file", "", "--model", "m"], "Invalid value for '--file' / '-f': empty; give a path"),
 ])
 def test_an_empty_model_or_tokenizer_is_refused_naming_its_flag(args, said, tmp_path, monkeypatch):
     """`--model "$UNSET"` was read as the working folder (". is not a model folder") and `--init-from ''` tripped
@@ -187,8 +193,8 @@ def test_an_empty_model_or_tokenizer_is_refused_naming_its_flag(args, said, tmp_
     from bertctl.cli import app
 
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, [*args, *(["--out", "o"] if args[0] in ("finetune", "pretrain", "corpus")
-                                               else [])], prog_name="bertctl")
+    writes = args[0] in ("finetune", "pretrain") or args[:2] == ["corpus", "build"]
+    result = CliRunner().invoke(app, [*args, *(["--out", "o"] if writes else [])], prog_name="bertctl")
     assert result.exit_code == 2 and result.stderr.startswith(f"bertctl: error: {said}"), result.output
     assert result.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
 
