@@ -200,3 +200,104 @@ def test_sequence_classification_loss_matches_transformers(num_labels, labels, o
         expected = reference(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=torch.tensor(labels)).loss
         got = ours(ids, types, mask, labels=torch.tensor(labels)).loss
     assert abs(got.item() - expected.item()) <= TOLERANCE * max(1.0, abs(expected.item()))
+
+
+def _pretraining_batch(config, unmasked_rows: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """Padded rows (segments where the model has two) with ~30% of the real tokens labelled, [CLS] never;
+    the rows in `unmasked_rows` without a label. One real token is [PAD]'s id, as masking's random replacement
+    may make it: its embedding row takes no gradient from the lookup, in transformers as here (padding_idx)."""
+    ids, types, mask = batch(config, seed=4, batch_size=4, length=min(config.max_position_embeddings, 23))
+    ids[0, 3] = 0
+    types = types if config.type_vocab_size > 1 else torch.zeros_like(types)
+    g = torch.Generator().manual_seed(5)
+    chosen = (torch.rand(ids.shape, generator=g) < 0.3) & (mask == 1)
+    chosen[:, 0] = False
+    chosen[list(unmasked_rows)] = False
+    labels = torch.full_like(ids, -100)
+    labels[chosen] = torch.randint(0, config.vocab_size, (int(chosen.sum()),), generator=g)
+    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "mlm_labels": labels,
+            "next_sentence_label": torch.tensor([0, 1, 1, 0])}
+
+
+@pytest.mark.parametrize(("name", "shape", "unmasked_rows"), [
+    ("BertForPreTraining", {}, ()),
+    ("BertForPreTraining", {"num_attention_heads": 1}, (0, 2)),  # rows without a masked token
+    ("BertForPreTraining", {}, (0, 1, 2, 3)),  # a batch without one: NSP's gradient alone
+    ("BertForMaskedLM", {"type_vocab_size": 1, "max_position_embeddings": 9}, (1,)),
+])
+def test_pretraining_loss_masked_logits_and_every_gradient_match_transformers(name, shape, unmasked_rows,
+                                                                             odd_config, tmp_path):
+    """pretrain's loss terms on a transformers model's weights (odd vocabulary, padding, dropout 0), with the
+    sparse tied-embedding gradient pretrain uses: the loss, the logits at the masked positions and the gradient
+    of every parameter are transformers' (its MLM cross-entropy over the labels, plus NSP's)."""
+    import torch.nn.functional as F
+
+    from bertctl import training
+    from bertctl.checkpoint import to_transformers_names
+    from bertctl.pretraining_objective import loss_terms
+
+    config = odd_config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **shape)
+    reference = reference_model(name, config).train()
+    reference.save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf").train()
+    training.sparse_tied_embedding_grads(ours, training.Distributed(), compiled=False)
+    inputs = _pretraining_batch(config, unmasked_rows)
+    nsp = name == "BertForPreTraining"
+    if not nsp:
+        del inputs["next_sentence_label"]
+    labels = inputs["mlm_labels"]
+    terms = loss_terms(ours, inputs)
+    loss = sum(mean for mean, _ in terms.values())
+    loss.backward()
+    out = reference(input_ids=inputs["input_ids"], token_type_ids=inputs["token_type_ids"],
+                    attention_mask=inputs["attention_mask"])
+    logits = out.prediction_logits if nsp else out.logits
+    expected = F.cross_entropy(logits.flatten(0, 1), labels.flatten()) if (labels != -100).any() else 0.0 * logits.sum()
+    if nsp:
+        expected = expected + F.cross_entropy(out.seq_relationship_logits, inputs["next_sentence_label"])
+    expected.backward()
+    assert abs(loss.item() - expected.item()) <= TOLERANCE
+    with torch.no_grad():
+        masked = ours(inputs["input_ids"], inputs["token_type_ids"], inputs["attention_mask"], mlm_labels=labels)
+    torch.testing.assert_close(masked.logits, logits[labels != -100].detach(), rtol=0.0, atol=TOLERANCE)
+    grads = to_transformers_names({n: p.grad.to_dense() for n, p in ours.named_parameters() if p.grad is not None})
+    for key, param in reference.named_parameters():
+        want = param.grad if param.grad is not None else torch.zeros_like(param)
+        got = grads.get(key, torch.zeros_like(param))
+        assert (got - want).abs().max().item() <= TOLERANCE * max(1.0, want.abs().max().item()), key
+
+
+def test_pretrains_clipped_lamb_step_is_apex_fused_lamb_with_its_global_clipping(odd_config, tmp_path):
+    """pretrain's step (optimizer_step: clip at --clip 1.0, then LAMB) as apex's FusedLAMB(max_grad_norm=1.0) runs
+    it: every gradient divided by global norm / 1.0 when that is above 1, then the LAMB step; a decayed matrix
+    whose norm is 0 steps with ratio 1 (apex: the bare lr), so it leaves 0."""
+    from bertctl import optim, training
+    from bertctl.checkpoint import to_transformers_names
+
+    reference = reference_model("BertForPreTraining", odd_config)
+    with torch.no_grad():
+        reference.bert.embeddings.token_type_embeddings.weight.zero_()
+    reference.save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf")
+    theirs = dict(reference.named_parameters())
+    optimizer = optim.make_optimizer("lamb", ours, lr=5e-3, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
+    state: dict = {}
+    g = torch.Generator().manual_seed(3)
+    for step in (1, 2, 3):
+        targets = {n: torch.randn(p.shape, generator=g) * 0.3 for n, p in ours.named_parameters()}  # norm >> 1
+
+        def terms(model, batch, targets=targets):  # a loss whose gradient is `targets`
+            loss = sum((p * targets[n]).sum() for n, p in model.named_parameters())
+            return {"mlm": (loss, torch.zeros(()))}
+
+        result = training.optimizer_step(ours, [{}], optimizer, terms, lambda batch: {"mlm": torch.ones(())},
+                                         training.Distributed(), "fp32", clip=1.0)
+        grads = to_transformers_names(targets)
+        norm = torch.sqrt(sum((t.double() ** 2).sum() for t in targets.values())).item()
+        assert result.values[result.names.index("grad_norm")].item() == pytest.approx(norm, rel=1e-5)
+        with torch.no_grad():
+            _reference_lamb_step(theirs, {n: grads[n] / max(norm, 1.0) for n in theirs}, state, step, lr=5e-3,
+                                 weight_decay=0.01)
+    stepped = to_transformers_names({n: p.detach() for n, p in ours.named_parameters()})
+    assert max((stepped[n] - p).abs().max().item() for n, p in theirs.items()) < 1e-6
+    assert stepped["bert.embeddings.token_type_embeddings.weight"].abs().max() > 1e-3

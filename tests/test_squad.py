@@ -566,6 +566,70 @@ def test_final_text_maps_back_to_the_original_characters():
     assert final_text("zzz", "John", tokenizer) == "John"  # not found: the original words
 
 
+UNICODE_CONTEXT = ("Zürich's café\u00a0naïve (1895\u20131943). 東京タワー\u202fis 333m; 😀👍🏽 e\u0301té "
+                   "a\u200bb ctl\x07x \u3000Ｆｕｌｌ [MASK] \x0bsplit\u2028line \u200b "
+                   "İstanbul ΟΔΟΣ straße " + "a" * 105 + " end.")
+UNICODE_ANSWERS = ["Zürich", "1895", "東京", "naïve (1895", "😀", "e\u0301té", "ΟΔΟΣ straße", "end.", "Ｆｕｌｌ",
+                   "split", "İstanbul", "Zürich's café"]
+UNICODE_QUESTIONS = ["Which city?", "", " \u3000 ", "what is it " * 12, "東京タワー?", "Café NAÏVE ?"]
+
+
+def _unicode_squad(v2: bool) -> dict:
+    """One context of accents, CJK, emoji, zero-width, control and odd whitespace characters, asked about answers
+    that start or end inside its words; v2.0 adds impossible questions, and one answer not at its start."""
+    qas = []
+    for i, text in enumerate(UNICODE_ANSWERS):
+        qa = {"id": f"u{i}", "question": UNICODE_QUESTIONS[i % len(UNICODE_QUESTIONS)],
+              "answers": [{"text": text, "answer_start": UNICODE_CONTEXT.index(text)}]}
+        if v2:
+            qa["is_impossible"] = i % 4 == 3
+            qa["answers"] = [] if qa["is_impossible"] else qa["answers"]
+        qas.append(qa)
+    qas.append({"id": "lost", "question": "where?", "answers": [{"text": "Bern", "answer_start": 3}],
+                **({"is_impossible": False} if v2 else {})})
+    return _squad([[(UNICODE_CONTEXT, qas)]], "v2.0" if v2 else "1.1")
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+@pytest.mark.parametrize("v2", [False, True])
+def test_unicode_features_and_answers_equal_run_squads_with_a_real_vocab(minilm, tmp_path, lowercase, v2):
+    """MiniLM's vocab (and a cased copy), with transformers' pure-Python tokenizers in the reference: the
+    pieces, windows, labels, n-best texts (get_final_text's alignment and its fallback) and null odds match."""
+    from test_tokenizer import reference
+    from transformers.models.bert.tokenization_bert_legacy import BasicTokenizer
+
+    tokens = (minilm / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    if not lowercase:
+        tokens += sorted({"Zürich", "Café", "Which", "ΟΔΟΣ", "İstanbul", "Ｆｕｌｌ"} - set(tokens))
+    (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    tokenizer, theirs = BertTokenizer.from_vocab(tokens, lowercase=lowercase), reference(tmp_path / "vocab.txt",
+                                                                                         lowercase)
+    raw = _unicode_squad(v2)
+    path = _write(tmp_path / "u.json", raw)
+    train = read_squad(path, "train")
+    assert [e.qid for e in train.examples] == [e["qid"] for e in _google_examples(raw, True, v2)]
+    assert train.skipped == 1
+    for max_seq_length, doc_stride, max_query_length, training in ((24, 5, 6, True), (40, 12, 10, False)):
+        data = train if training else read_squad(path, "predict")
+        ours = make_features(tokenizer, data, max_seq_length, doc_stride, max_query_length, training=training)
+        examples = _google_examples(raw, training, v2)
+        ref = _google_features(examples, theirs.tokenize, max_seq_length, doc_stride, max_query_length, training)
+        assert [[tokenizer.id_to_token(t) for t in ids] for ids in ours.input_ids] == [f["tokens"] for f in ref]
+        assert [ids.tolist() for ids in ours.input_ids] == [theirs.convert_tokens_to_ids(f["tokens"]) for f in ref]
+        assert [t.tolist() for t in ours.token_type_ids] == [f["segments"] for f in ref]
+        if training:
+            assert list(zip(ours.start_positions.tolist(), ours.end_positions.tolist(), strict=True)) == \
+                [(f["start"], f["end"]) for f in ref]
+            assert sum(f["start"] > 0 for f in ref) > 5
+    rng = np.random.default_rng(7)
+    starts = [rng.normal(size=max_seq_length).astype(np.float32) for _ in ours.lengths]
+    ends = [rng.normal(size=max_seq_length).astype(np.float32) for _ in ours.lengths]
+    got = answers_from_logits(ours, starts, ends, tokenizer, AnswerSettings(8, 6, 0.5, with_null=v2))
+    preds, nbest, odds = _google_predictions(examples, ref, starts, ends, 8, 6, v2, 0.5,
+                                             BasicTokenizer(do_lower_case=lowercase).tokenize)
+    assert (got.predictions, got.nbest, got.null_odds) == (preds, nbest, odds if v2 else None)
+    assert sum(e["text"] not in ("", "empty") for entries in nbest.values() for e in entries) > 20
+
 # --- the model -----------------------------------------------------------------------------------------------
 
 def test_logits_and_loss_equal_transformers(tmp_path):

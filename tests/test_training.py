@@ -335,3 +335,43 @@ def test_ddp_gradients_are_views_of_its_all_reduce_buckets(tmp_path, monkeypatch
         assert len(storages) == 1  # weight and bias gradients share one bucket's storage
     finally:
         dist.destroy_process_group()
+
+
+def test_micro_batches_of_unequal_masked_tokens_step_as_one_batch(odd_config):
+    """Accumulation weights each micro-batch's MLM mean by its share of the step's masked tokens (NSP's by its
+    rows): a step over three micro-batches, one without any masked token, has the figures, clipped gradient and
+    update of one forward/backward over the whole batch (transformers' and Google's mean over the batch the
+    optimizer step sees)."""
+    import copy
+
+    from bertctl.model import BertForPreTraining
+    from bertctl.pretraining_objective import loss_terms, loss_weights
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(odd_config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, odd_config.vocab_size, (6, 20), generator=g)
+    mask = torch.ones_like(ids)
+    mask[3, 9:] = 0
+    ids[mask == 0] = 0
+    labels = torch.full_like(ids, -100)
+    for row, count in enumerate([1, 6, 0, 0, 5, 2]):  # rows 2 and 3: a micro-batch without a masked token
+        positions = torch.randperm(8, generator=g)[:count] + 1
+        labels[row, positions] = ids[row, positions] if row % 2 else torch.randint(0, odd_config.vocab_size,
+                                                                                      (count,), generator=g)
+    whole = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": mask,
+             "mlm_labels": labels, "next_sentence_label": torch.tensor([0, 1, 1, 0, 1, 0])}
+
+    def step(micro_batches):
+        net = copy.deepcopy(model)
+        before = [p.detach().clone() for p in net.parameters()]
+        figures = training.optimizer_step(net, micro_batches, torch.optim.SGD(net.parameters(), lr=1.0), loss_terms,
+                                          loss_weights, training.Distributed(), "fp32", clip=0.5)
+        return figures.values, [b - p.detach() for b, p in zip(before, net.parameters(), strict=True)]
+
+    one, one_update = step([whole])
+    split, split_update = step([{k: v[rows] for k, v in whole.items()} for rows in ([0, 1], [2, 3], [4, 5])])
+    assert one[-3] > 0.5  # grad_norm: the clipping acts
+    torch.testing.assert_close(split, one, rtol=0.0, atol=1e-6)
+    for a, b in zip(split_update, one_update, strict=True):
+        torch.testing.assert_close(a, b, rtol=0.0, atol=1e-6)
