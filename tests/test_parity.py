@@ -145,17 +145,26 @@ def _reference_lamb_step(params: dict[str, torch.Tensor], grads: dict[str, torch
         param.sub_(lr * update)
 
 
+def _lamb_pair(odd_config, tmp_path, lr, zero_token_types=False):
+    """bertctl's LAMB over a model loaded from a transformers one, and that one's parameters by name."""
+    from bertctl import optim
+
+    reference = reference_model("BertForPreTraining", odd_config)
+    if zero_token_types:  # a decayed matrix whose norm is 0
+        with torch.no_grad():
+            reference.bert.embeddings.token_type_embeddings.weight.zero_()
+    reference.save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf")
+    optimizer = optim.make_optimizer("lamb", ours, lr=lr, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
+    return ours, dict(reference.named_parameters()), optimizer
+
+
 def test_lamb_steps_a_fused_qkv_model_as_apex_steps_separate_query_key_value(odd_config, tmp_path):
     """The trust ratio of the fused Q/K/V matrix is taken per third, as for transformers' three matrices, and
     biases and LayerNorm weights are not scaled by one (their ||w|| starts at 0, which would freeze them)."""
-    from bertctl import optim
     from bertctl.checkpoint import to_transformers_names
 
-    reference = reference_model("BertForPreTraining", odd_config)
-    reference.save_pretrained(tmp_path / "hf")
-    ours = load_model(tmp_path / "hf")
-    theirs = dict(reference.named_parameters())
-    optimizer = optim.make_optimizer("lamb", ours, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
+    ours, theirs, optimizer = _lamb_pair(odd_config, tmp_path, lr=1e-2)
     state: dict = {}
     g = torch.Generator().manual_seed(3)
     for step in (1, 2):
@@ -271,16 +280,10 @@ def test_pretrains_clipped_lamb_step_is_apex_fused_lamb_with_its_global_clipping
     """pretrain's step (optimizer_step: clip at --clip 1.0, then LAMB) as apex's FusedLAMB(max_grad_norm=1.0) runs
     it: every gradient divided by global norm / 1.0 when that is above 1, then the LAMB step; a decayed matrix
     whose norm is 0 steps with ratio 1 (apex: the bare lr), so it leaves 0."""
-    from bertctl import optim, training
+    from bertctl import training
     from bertctl.checkpoint import to_transformers_names
 
-    reference = reference_model("BertForPreTraining", odd_config)
-    with torch.no_grad():
-        reference.bert.embeddings.token_type_embeddings.weight.zero_()
-    reference.save_pretrained(tmp_path / "hf")
-    ours = load_model(tmp_path / "hf")
-    theirs = dict(reference.named_parameters())
-    optimizer = optim.make_optimizer("lamb", ours, lr=5e-3, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
+    ours, theirs, optimizer = _lamb_pair(odd_config, tmp_path, lr=5e-3, zero_token_types=True)
     state: dict = {}
     g = torch.Generator().manual_seed(3)
     for step in (1, 2, 3):
