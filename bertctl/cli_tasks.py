@@ -305,7 +305,8 @@ def predict_squad(
 # `finetune ner`: run_ner.py's learning rate (NER_DEFAULTS) under the --config file, the flags over both.
 _Lr5e5 = Annotated[float | None, typer.Option(help="Peak learning rate [5e-5].")]
 _NerLabels = Annotated[str | None, typer.Option(help="Comma-separated tags in head order; names a .jsonl/.json "
-                                                "file's integer ner_tags [sorted training tags].")]
+                                                "file's integer ner_tags [a hub copy's ClassLabel names, else "
+                                                "the sorted training tags].")]
 
 
 @finetune_app.command("ner")

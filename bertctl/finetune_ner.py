@@ -4,10 +4,10 @@ transformers' run_ner.py recipe as most users run it (label_all_tokens off; feat
 `ner`) on the loop `finetune` runs for GLUE: seeds, seqeval's entity F1 on --validation after every epoch
 keeping the best epoch, torchrun DDP, exact resume, run.json/metrics.jsonl, OUT put in place whole. The
 defaults are FinetuneConfig's with run_ner.py's learning rate (`FinetuneConfig.ner()`: lr 5e-5, 3 epochs, 128
-tokens, batch 32). The tags are --label-names, else the training file's sorted, else (as run_ner.py) the model's
-own id2label order where it names the same tags; they are saved as the model's id2label, so transformers'
-token-classification pipeline names them. A model without a token-classification
-head gets a fresh one.
+tokens, batch 32). The tags are --label-names, else a hub copy's ClassLabel names, else the training file's
+sorted, in the model's own id2label order where it names the same tags (all as run_ner.py); they are saved as
+the model's id2label, so transformers' token-classification pipeline names them. A model without a
+token-classification head gets a fresh one.
 """
 
 from __future__ import annotations

@@ -106,8 +106,8 @@ def test_features_equal_run_swags(tmp_path, max_seq_length):
 
 
 def test_odd_room_ties_keep_googles_rule_where_the_fast_tokenizer_gives_text_b_the_token(tmp_path):
-    """Both texts past half of an odd room: Google's rule (bertctl) keeps the extra token in text A, the fast
-    tokenizer's longest_first in text B; the same tokens otherwise."""
+    """Both texts past half of an odd room and A no longer than B: Google's rule (bertctl) keeps the extra token in
+    text A, the fast tokenizer's longest_first in text B; the same tokens otherwise (A longer: both keep it in A)."""
     transformers = pytest.importorskip("transformers")
     _tokenizer().save(tmp_path / "tok")
     theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
@@ -118,6 +118,9 @@ def test_odd_room_ties_keep_googles_rule_where_the_fast_tokenizer_gives_text_b_t
     a = [VOCAB.index(w) for w in "the man went to".split()]
     assert ours.input_ids[0][0].tolist() == [2, *a, 3, *[VOCAB.index(w) for w in "and bought a".split()], 3]
     assert expected == [2, *a[:3], 3, *[VOCAB.index(w) for w in "and bought a milk".split()], 3]
+    longer_a = {**row, "sent1": "the man went to the store and the"}  # 8 tokens to B's 7
+    ours = make_choice_features(_tokenizer(), read_choice(_swag_csv(tmp_path / "a.csv", [longer_a]), "--train"), 10)
+    assert ours.input_ids[0][0].tolist() == _run_swag_preprocess(theirs, [longer_a], 10)["input_ids"][0][0]
 
 
 def test_reading_swag_csv_and_jsonl(tmp_path):

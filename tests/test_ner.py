@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
-from bertctl.data.ner import make_ner_features, read_ner, tag_set
+from bertctl.data.ner import check_known, make_ner_features, read_ner, tag_set
 from bertctl.errors import UsageError
 from bertctl.finetune_ner import finetune_ner
 from bertctl.metrics import entity_scores, entity_spans
@@ -481,6 +481,21 @@ def test_hub_copies_give_the_sentences_of_the_conll_file(tmp_path):
     assert [x.tolist() for x in ours.labels] == [x.tolist() for x in theirs.labels]
 
 
+def test_a_copys_classlabel_names_are_the_heads_tags_in_their_order(tmp_path):
+    """As run_ner.py with the hub's conll2003: the head's tags are the ClassLabel names in id order, all of them,
+    even those the split lacks (a slice without B-MISC still trains and scores a validation split that has it)."""
+    from hub_copy_fixtures import CONLL_TAGS
+
+    train = read_ner(_ner_copies(tmp_path / "train", _synthetic(12, 7))["parquet"], "--train")
+    assert {t for s in train.tags for t in s} < set(CONLL_TAGS) and tag_set(train, None) == tuple(CONLL_TAGS)
+    validation = read_ner(_ner_copies(tmp_path / "valid", [[("eu", "B-MISC"), ("paris", "B-LOC")]])["saved"],
+                          "--validation")
+    check_known(validation, tag_set(train, None), "--validation", "--train")
+    assert tag_set(train, ["I-MISC", *CONLL_TAGS[:-1]]) == ("I-MISC", *CONLL_TAGS[:-1])  # --label-names orders it
+    text = read_ner(_conll(tmp_path / "t.txt", _synthetic(12, 7)), "--train")
+    assert tag_set(text, None) == ("B-LOC", "B-PER", "I-LOC", "I-PER", "O")  # tag strings: sorted, as run_ner.py
+
+
 def test_ner_copies_of_words_only_and_bad_ones(tmp_path):
     import datasets
 
@@ -512,6 +527,10 @@ def test_ner_copies_of_words_only_and_bad_ones(tmp_path):
         read_ner(tmp_path / "broken.parquet", "--train")
 
 
+def _losses(run: Path) -> list[float]:
+    return [row["loss"] for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in row]
+
+
 def test_finetune_and_evaluate_on_hub_copies_equal_the_conll_files(ner_run, ner_files, encoder, tmp_path):
     from hub_copy_fixtures import CONLL_TAGS
 
@@ -522,6 +541,14 @@ def test_finetune_and_evaluate_on_hub_copies_equal_the_conll_files(ner_run, ner_
                                       "--validation", str(valid["saved"]), "--out", str(out),
                                       *[a for k, v in FAST.items() for a in (f"--{k.replace('_', '-')}", str(v))]])
     assert result.exit_code == 0, result.output
+    assert "a new token-classification head (9 tags)" in result.stderr  # all the ClassLabel names, as run_ner.py
+    config = json.loads((out / "config.json").read_text())
+    assert config["id2label"] == {str(i): t for i, t in enumerate(CONLL_TAGS)}
+    same = finetune_ner(FinetuneConfig.ner(model=encoder, train=ner_files["train"], validation=ner_files["valid"],
+                                           out=tmp_path / "conll", label_names=CONLL_TAGS, **FAST))
+    assert _losses(out) == _losses(same) and _losses(out) != _losses(ner_run)
+    # Dataset.to_json's lines keep only the ids: the run's id2label (the ClassLabel names) names them rightly
+    assert evaluate_ner(out, valid["json"]) == evaluate_ner(out, valid["saved"])
     want = json.loads((ner_run / "eval_results.json").read_text())
     assert json.loads((out / "eval_results.json").read_text())["validation"] == want["validation"]
     shown = CliRunner().invoke(app, ["evaluate", "ner", "--model", str(ner_run), "--data", str(valid["json"]),

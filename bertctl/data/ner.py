@@ -43,6 +43,7 @@ class NerData:
     words: list[list[str]]
     tags: list[list[str]] | None  # None: a file of words only
     path: Path
+    names: tuple[str, ...] | None = None  # a hub copy's ClassLabel names of its tag ids, in id order
 
     def __len__(self) -> int:
         return len(self.words)
@@ -54,8 +55,9 @@ def read_ner(path: Path | str, flag: str, need_tags: bool = True,
     file, a saved split); integer tags are named by the copy's ClassLabel names, else by `label_names`."""
     given, path = path, user_path(path, flag)
     refuse_missing(given, flag, _FORMATS, ("eriktks/conll2003",))  # as spelt: `./x/y` is a missing file, never a hub id
+    names = None
     if is_copy(path):
-        words, tags = _read_copy(path, flag, label_names)
+        words, tags, names = _read_copy(path, flag, label_names)
     else:
         try:
             text = path.read_text(encoding="utf-8-sig")
@@ -70,11 +72,13 @@ def read_ner(path: Path | str, flag: str, need_tags: bool = True,
     if need_tags and tags is None:
         raise UsageError(f"{flag} {path} has no NER tags (one column: words only); give a file with the tag as "
                          "the last column")
-    return NerData(words, tags, path)
+    return NerData(words, tags, path, names if tags is not None else None)
 
 
-def _read_copy(path: Path, flag: str, label_names: Sequence[str] | None) -> tuple[list, list | None]:
-    """The hub's conll2003 rows: `tokens`, and `ner_tags` as ClassLabel ids (or tag strings)."""
+def _read_copy(path: Path, flag: str, label_names: Sequence[str] | None
+               ) -> tuple[list, list | None, tuple[str, ...] | None]:
+    """The hub's conll2003 rows: `tokens`, and `ner_tags` as ClassLabel ids (or tag strings); and the ClassLabel
+    names, when the copy keeps them."""
     copy = read_copy(path, flag, ("tokens",), "the hub's columns tokens and ner_tags (eriktks/conll2003)")
     names = copy.names.get("ner_tags")
     for name in names or ():
@@ -90,7 +94,7 @@ def _read_copy(path: Path, flag: str, label_names: Sequence[str] | None) -> tupl
         if has_tags:
             tags.append(_jsonl_tags(row["ner_tags"], len(row["tokens"]), names or label_names, at,
                                     "the copy's ClassLabel names" if names else "--label-names"))
-    return words, (tags if has_tags else None)
+    return words, (tags if has_tags else None), names
 
 
 def _lines(text: str) -> list[str]:
@@ -176,10 +180,12 @@ def check_tag_names(names: Sequence[str], flag: str) -> None:
 
 def tag_set(train: NerData, label_names: Sequence[str] | None,
             model_labels: Sequence[str] | None = None) -> tuple[str, ...]:
-    """The head's tags in output order: the given label names, else the training tags sorted (run_ner.py's
-    `sorted(set(labels))`); as run_ner.py, the model's own id2label order when it names the same tags, so a
-    fine-tuned head goes on predicting what it predicted."""
+    """The head's tags in output order: the given label names, else a hub copy's ClassLabel names (all of them, in
+    id order: run_ner.py's label list for the hub's conll2003), else the training tags sorted (run_ner.py's
+    `sorted(set(labels))` of tag strings); as run_ner.py, the model's own id2label order when it names the same
+    tags, so a fine-tuned head goes on predicting what it predicted."""
     found = {tag for sentence in train.tags or [] for tag in sentence}
+    label_names = label_names or train.names
     if label_names:
         check_tag_names(label_names, "--label-names")
         missing = sorted(found - set(label_names))
