@@ -10,6 +10,7 @@ writes O for it.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from bertctl.evaluate import (
 from bertctl.files import check_new_out, json_text, write_text_atomic
 from bertctl.metrics import entity_scores
 
+log = logging.getLogger(__name__)
 TOKEN_ARCHITECTURE = "BertForTokenClassification"
 NER_METRICS = ("precision", "recall", "f1", "accuracy")
 
@@ -209,7 +211,10 @@ def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size
     if conll and (empty := next((n for n, words in enumerate(read.words, 1) if not words), None)) is not None:
         raise UsageError(f"--out {path}: sentence {empty} has no words, which a CoNLL file cannot hold (a blank "
                          "line ends a sentence); name the output .jsonl")
-    predictions, _ = reader.predict(read, device, precision)
+    predictions, cut = reader.predict(read, device, precision)
+    if cut:
+        log.warning("warning: %d of %d sentences were cut to --max-seq-length; their words past the cut are tagged "
+                    "O (a longer --max-seq-length, up to the model's positions, tags them)", cut, len(read))
     tags = [[reader.labels[p] if p >= 0 else "O" for p in row] for row in predictions]
     write_text_atomic(path, _conll(read, tags) if conll else _jsonl(read, tags))
     return path

@@ -423,6 +423,14 @@ def test_a_word_without_pieces_is_not_counted_as_cut(ner_run, tmp_path):
     assert cut["sentences_cut"] == 1
 
 
+def test_predict_says_how_many_sentences_were_cut(ner_run, tmp_path, caplog):
+    """evaluate said it; predict tagged the words past the cut O without a word."""
+    data = _conll(tmp_path / "long.txt", [[("john", "B-PER")] * 30, [("went", "O")]])
+    out = predict_ner(ner_run, data, tmp_path / "p.txt")
+    assert "1 of 2 sentences were cut to --max-seq-length" in caplog.text
+    assert out.read_text().splitlines()[29].split()[-1] == "O"
+
+
 def test_an_empty_sentence_goes_to_jsonl_not_to_a_conll_file(ner_run, tmp_path):
     """Read back, a CoNLL file would lose the empty sentence (two blank lines are one break) and shift the rest."""
     data = tmp_path / "gap.jsonl"
