@@ -67,6 +67,7 @@ from bertctl.finetune_work import (
     open_seed,
     open_work,
     publish,
+    refuse_other_examples,
     say,
     seed_folder,
 )
@@ -276,8 +277,9 @@ def run_task(cfg: FinetuneConfig, base: Base, task: Any, train: Any, dev: dict[s
     runs = {seed: finished_results(seed_folder(work, seed)) for seed in cfg.seeds}
     if any(results is None for results in runs.values()):
         prepared = (prepare or _prepare)(cfg, base, task, train, dev, env)
+        features = prepared.features_sha256()
         first = next(seed for seed, results in runs.items() if results is None)  # says what it fine-tunes
-        runs = {seed: results or _train_seed(cfg, prepared, seed, seed_folder(work, seed), env, stop,
+        runs = {seed: results or _train_seed(cfg, prepared, features, seed, seed_folder(work, seed), env, stop,
                                              announce=seed == first and env.is_main)
                 for seed, results in runs.items()}
     return summarize(task, runs)
@@ -322,10 +324,10 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
     return Prepared(task, ckpt, tokenizer, features, dev_features, base.precision, CLASSIFIER)
 
 
-def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env: training.Distributed,
-                stop: training.GracefulStop, announce: bool = False) -> dict[str, Any]:
+def _train_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, work: Path,
+                env: training.Distributed, stop: training.GracefulStop, announce: bool = False) -> dict[str, Any]:
     """Train one seed in `work` (from its newest checkpoint, if any) until work/done holds the best epoch's
-    model folder; returns its eval_results."""
+    model folder; returns its eval_results. `features`: the sha256 of the encoded examples."""
     if training.any_rank(stop.requested, env):
         raise _Stopped(f"stopped before {prep.task.name} seed {seed}")
     task, device, pad_id, precision = prep.task, env.device, prep.tokenizer.pad_id, prep.precision
@@ -345,13 +347,14 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, work: Path, env:
     checkpoint = training_state.latest_checkpoint(work) if work.is_dir() else None
     progress = Progress()
     if checkpoint is not None:
+        refuse_other_examples(work, features, _data_flags(cfg), task.name)
         model.load_state_dict(read_checkpoint(checkpoint).state)
         saved = training_state.read_training_state(checkpoint, optimizer, scaler, env.rank)
         progress = Progress.from_record(saved, cfg.log_every)
     carried = 0.0  # seconds a resumed seed had already trained
     if env.is_main:
         carried = open_seed(work, checkpoint, progress.step,
-                            _run_record(cfg, prep, model, seed, precision, env, total, warmup))
+                            _run_record(cfg, prep, features, model, seed, precision, env, total, warmup))
     train_model = training.wrap_ddp(model, env)
     log = training.MetricsLog(work, enabled=env.is_main)
     speed = training.Throughput(carried)
@@ -496,7 +499,14 @@ CLASSIFIER = Head(_model, collate, _loss_terms, _score)  # a sequence classifier
 
 # --- run records and progress ------------------------------------------------------------------------
 
-def _run_record(cfg: FinetuneConfig, prep: Prepared, model: nn.Module, seed: int, precision: str,
+def _data_flags(cfg: FinetuneConfig) -> str:
+    """The flags the task's examples come from, as an error names them."""
+    if cfg.data is not None:
+        return f"--data {cfg.data}"
+    return f"--train {cfg.train}" + (f" / --validation {cfg.validation}" if cfg.validation is not None else "")
+
+
+def _run_record(cfg: FinetuneConfig, prep: Prepared, features: str, model: nn.Module, seed: int, precision: str,
                 env: training.Distributed, total: int, warmup: int) -> dict[str, Any]:
     return {"config": config_to_dict(cfg), "seed": seed, "task": prep.task.name,
             "labels": list(prep.task.label_names), "metrics": list(prep.task.metrics),
@@ -504,6 +514,7 @@ def _run_record(cfg: FinetuneConfig, prep: Prepared, model: nn.Module, seed: int
             "fresh_heads": list(model.fresh_heads), "train_examples": len(prep.train),
             "dev_examples": {split: len(f) for split, f in prep.dev.items()},
             "truncated": {"train": prep.train.truncated, **{s: f.truncated for s, f in prep.dev.items()}},
+            "features_sha256": features,
             "steps": total, "warmup_steps": warmup, "device": env.device.type, "world_size": env.world_size,
             "precision": precision, "bertctl_version": __version__}
 

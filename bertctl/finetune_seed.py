@@ -5,9 +5,10 @@ done/, the finished seed. The training loop in `finetune` calls these; every ran
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,26 @@ class Prepared:
     dev: dict[str, Any]
     precision: str  # fp32 | bf16 | fp16, resolved for the run's device
     head: Head
+
+    def features_sha256(self) -> str:
+        """The encoded train and dev examples (ids, segments, labels, ...) as one hash: what a resume must find
+        again, and what run.json records of the data besides its paths."""
+        digest = hashlib.sha256()
+        for split, features in {"train": self.train, **self.dev}.items():
+            digest.update(split.encode())
+            for part in fields(features):
+                _hash_arrays(digest, getattr(features, part.name))
+        return digest.hexdigest()
+
+
+def _hash_arrays(digest: Any, value: Any) -> None:
+    """Add the arrays in `value` (an array, or lists of them, nested) to `digest`; other values are skipped."""
+    if isinstance(value, np.ndarray):
+        digest.update(f"{value.dtype}{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).data)
+    elif isinstance(value, list) and value and isinstance(value[0], np.ndarray | list):
+        for item in value:
+            _hash_arrays(digest, item)
 
 
 @dataclass

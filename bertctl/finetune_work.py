@@ -144,6 +144,17 @@ def open_seed(seed_work: Path, checkpoint: Path | None, step: int, record: dict[
     return 0.0 if checkpoint is None else training.trim_metrics(seed_work, step)
 
 
+def refuse_other_examples(seed_work: Path, features_sha256: str, data: str, task: str) -> None:
+    """A resume over edited data files would go on from the checkpoint with other examples, neither the run it
+    continues nor one run.json can describe. `data`: the flags the examples come from."""
+    saved = seed_work / "run.json"
+    started = read_json_object(saved).get("features_sha256") if saved.is_file() else None
+    if started not in (None, features_sha256):  # None: begun before run.json recorded it
+        raise UsageError(f"{data}: {task}'s examples are not those the run in {seed_work} began with (their "
+                         "encoded train and dev features differ); restore the files, or drop --resume and pass "
+                         "--overwrite to start again")
+
+
 def best_folder(seed_work: Path, epoch: int) -> Path:
     return seed_work / f"best-{epoch:03d}"
 

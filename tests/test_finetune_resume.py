@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -174,6 +175,27 @@ def test_a_resumed_multi_seed_run_does_not_train_finished_seeds_again(encoder, g
     for seed in (1, 2, 3):
         a, b = (_losses(run / f"seed-{seed}" / "metrics.jsonl") for run in (full, resumed))
         assert sorted(a) == sorted(b) and max(abs(a[s] - b[s]) for s in a) < 1e-5
+
+
+def test_a_resume_on_edited_data_is_refused_and_run_json_records_the_data(encoder, glue, tmp_path, monkeypatch):
+    """The same flags over a changed train file went on from the checkpoint with other examples: neither an
+    exact resume nor the run its run.json described."""
+    data = tmp_path / "glue"
+    shutil.copytree(glue, data)
+    _stop_at(monkeypatch, 1, 3)
+    assert finetune_glue(_config(encoder, data, tmp_path / "run")) is None
+    started = json.loads((tmp_path / ".run.work" / "seed-1" / "run.json").read_text())["features_sha256"]
+    train = data / "RTE" / "train.tsv"
+    original = train.read_text()
+    lines = original.splitlines(keepends=True)  # one label flipped
+    flipped = {"\tentailment\n": "\tnot_entailment\n", "\tnot_entailment\n": "\tentailment\n"}
+    lines[1] = next(lines[1].replace(a, b) for a, b in flipped.items() if lines[1].endswith(a))
+    train.write_text("".join(lines))
+    with pytest.raises(finetune.UsageError, match=f"--data {data}: rte's examples are not those the run in "):
+        finetune_glue(_config(encoder, data, tmp_path / "run", resume=True))
+    train.write_text(original)
+    resumed = finetune_glue(_config(encoder, data, tmp_path / "run", resume=True))  # the checkpoint was kept
+    assert json.loads((resumed / "run.json").read_text())["features_sha256"] == started and len(started) == 64
 
 
 def test_ranks_finding_another_unfinished_run_in_their_out_are_refused(encoder, glue, tmp_path, monkeypatch):

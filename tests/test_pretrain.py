@@ -262,18 +262,24 @@ def test_tokens_per_second_leaves_validation_and_saves_out(corpus, tmp_path, mon
     import time
 
     from bertctl import pretrain as module
+    from bertctl import training
 
-    evaluate = module.evaluate_pretraining
+    evaluate, rate, windows = module.evaluate_pretraining, training.Throughput.rate, []
 
     def slow_evaluation(*args, **kwargs):
         time.sleep(1.5)
         return evaluate(*args, **kwargs)
 
+    def timed_rate(self, env=None):
+        tokens = self.tokens
+        per_second = rate(self, env)
+        windows.append(tokens / per_second)  # the seconds this row's window was charged
+        return per_second
+
     monkeypatch.setattr(module, "evaluate_pretraining", slow_evaluation)
+    monkeypatch.setattr(training.Throughput, "rate", timed_rate)
     module.pretrain(small_run(corpus, tmp_path / "run", steps=6, save_every=0, eval_every=3, eval_samples=8))
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    rate = {row["step"]: row["tokens_per_second"] for row in rows if "tokens_per_second" in row}
-    assert rate[4] > rate[3] / 10 and rate[4] > rate[5] / 10  # step 4's window began with the slow validation
+    assert len(windows) == 6 and windows[3] < 1.0  # step 4's window began with the 1.5 s validation
 
 
 def test_validation_runs_under_the_runs_precision(corpus, tmp_path, monkeypatch):
