@@ -7,11 +7,11 @@ transformers' warmup schedules, bit for bit.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from bertctl.errors import UsageError
 
@@ -39,7 +39,10 @@ def lamb_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
 class Lamb(torch.optim.Optimizer):
     """LAMB (You et al., 2019): bias-corrected Adam's update plus decoupled weight decay, scaled per tensor by
     ||w|| / ||update|| (the trust ratio; 1 when either is 0). A group's `adapt: False` skips the scaling, and
-    `parts: n` scales each of a tensor's n equal row blocks by its own ratio."""
+    `parts: n` scales each of a tensor's n equal row blocks by its own ratio.
+
+    A group is stepped with torch's multi-tensor (`_foreach`) kernels, a few launches per ~16M values rather
+    than a dozen per tensor: on a GPU a per-tensor loop over BERT-large's ~400 tensors is launch-bound."""
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0) -> None:
@@ -50,29 +53,65 @@ class Lamb(torch.optim.Optimizer):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = closure() if closure is not None else None
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(param)
-                    state["exp_avg_sq"] = torch.zeros_like(param)
-                state["step"] += 1
-                step = state["step"].item()
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.lerp_(param.grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
-                update = (exp_avg / (1 - beta1**step)) / ((exp_avg_sq / (1 - beta2**step)).sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(param, alpha=group["weight_decay"])
-                if group["adapt"]:
-                    blocks, weights = update.view(group["parts"], -1), param.view(group["parts"], -1)
-                    weight_norm, update_norm = weights.norm(dim=1, keepdim=True), blocks.norm(dim=1, keepdim=True)
-                    blocks.mul_(torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, 1.0))
-                param.add_(update, alpha=-group["lr"])
+            for chunk in _chunks([param for param in group["params"] if param.grad is not None]):
+                self._step_group(group, chunk)
         return loss
+
+    def _step_group(self, group: dict[str, Any], params: list[Tensor]) -> None:
+        beta1, beta2 = group["betas"]
+        grads = [param.grad for param in params]
+        states = [self._state(param) for param in params]
+        steps = []
+        for state in states:
+            state["step"] += 1  # a CPU tensor (the format of a saved state): read without a device sync
+            steps.append(state["step"].item())
+        exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        updates = torch._foreach_div(exp_avgs, [1 - beta1**step for step in steps])
+        denominators = torch._foreach_div(exp_avg_sqs, [1 - beta2**step for step in steps])
+        torch._foreach_sqrt_(denominators)
+        torch._foreach_add_(denominators, group["eps"])
+        torch._foreach_div_(updates, denominators)
+        del denominators
+        if group["weight_decay"]:
+            torch._foreach_add_(updates, params, alpha=group["weight_decay"])
+        if group["adapt"]:
+            _scale_by_trust_ratio(updates, params, group["parts"])
+        torch._foreach_add_(params, updates, alpha=-group["lr"])
+
+    def _state(self, param: Tensor) -> dict[str, Any]:
+        state = self.state[param]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(param)
+            state["exp_avg_sq"] = torch.zeros_like(param)
+        return state
+
+
+def _chunks(params: list[Tensor], elements: int = 2**24) -> Iterator[list[Tensor]]:
+    """The tensors in runs of about `elements` values (a larger tensor alone), so that a step's temporaries
+    (two per value) stay near a per-tensor loop's, not twice the model."""
+    chunk: list[Tensor] = []
+    for param in params:
+        if chunk and sum(p.numel() for p in chunk) + param.numel() > elements:
+            yield chunk
+            chunk = []
+        chunk.append(param)
+    if chunk:
+        yield chunk
+
+
+def _scale_by_trust_ratio(updates: list[Tensor], params: list[Tensor], parts: int) -> None:
+    """Scale each update (each of its `parts` row blocks) by ||w|| / ||update|| of that block, in place and
+    on the device: the ratios are never read on the host."""
+    update_blocks = [block for update in updates for block in update.view(parts, -1).unbind()]
+    weight_blocks = [block for param in params for block in param.view(parts, -1).unbind()]
+    weight_norms = torch.stack(torch._foreach_norm(weight_blocks))
+    update_norms = torch.stack(torch._foreach_norm(update_blocks))
+    ratios = torch.where((weight_norms > 0) & (update_norms > 0), weight_norms / update_norms, 1.0)
+    torch._foreach_mul_(update_blocks, list(ratios.unbind()))
 
 
 def make_optimizer(name: str, model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],

@@ -55,6 +55,31 @@ def test_a_non_finite_step_leaves_weights_and_optimizer_state_untouched(name):
     assert set(results[0].parts) == {"task", "task_correct"} and results[0].grad_norm > 0
 
 
+def test_lamb_in_runs_of_a_few_tensors_steps_as_in_one_run(monkeypatch):
+    """Large groups are stepped a run of tensors at a time (to bound the temporaries): the runs must cover every
+    tensor once, each with its own trust ratio (Q/K/V's per third), whatever the runs' size."""
+    from bertctl.config import preset
+    from bertctl.model import BertForPreTraining
+
+    chunks = optim._chunks
+
+    def stepped(elements: int) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = BertForPreTraining(preset("tiny", vocab_size=64))
+        optimizer = optim.make_optimizer("lamb", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+        monkeypatch.setattr(optim, "_chunks", lambda params: chunks(params, elements))
+        gen = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            for param in model.parameters():
+                param.grad = torch.randn(param.shape, generator=gen)
+            optimizer.step()
+        return [param.detach().clone() for param in model.parameters()]
+
+    whole, runs = stepped(2**24), stepped(3000)  # one run per group; runs of a few tensors (the embeddings alone)
+    assert all(torch.equal(a, b) for a, b in zip(whole, runs, strict=True))
+    assert len(list(chunks(list(BertForPreTraining(preset("tiny", vocab_size=64)).parameters()), 3000))) > 5
+
+
 def test_rng_states_are_kept_per_rank_and_a_new_rank_gets_its_own():
     torch.manual_seed(7)
     tensors, info = training_state.rng_state()
