@@ -271,7 +271,12 @@ def pretrain(
     max_bad_steps: Annotated[int | None, typer.Option(help="NaN/inf steps in a row before stopping [5].")] = None,
     config: _ConfigFile = None,
 ) -> None:
-    """Pre-train BERT with MLM (+NSP/SOP); no arguments runs the quick start on bundled text."""
+    """Pre-train BERT with MLM (+NSP/SOP); no arguments runs the quick start on bundled text.
+
+    Without --corpus (the quick start) the defaults are the quick start's, not the paper's shown below:
+    --model-config tiny --steps 1500 --batch-size 32 --lr 2e-3 --warmup-steps 100 --dropout 0.0 --no-compile
+    --save-every 500 --log-every 50 --eval-every 500 --eval-samples 512.
+    """
     flags = {k: v for k, v in locals().items() if k != "config"}
     from bertctl.config import QUICKSTART_PRETRAIN, PretrainConfig
     from bertctl.config_files import build_config, layered, read_config_file

@@ -102,3 +102,18 @@ def test_the_defaults_the_docs_tables_state_are_the_configs(page, header, name):
     wrong = [(flag, number, known.get(flag[2:].replace("-", "_"))) for flag, number in stated
              if default_value(known.get(flag[2:].replace("-", "_"))) != number]
     assert not wrong, wrong
+
+
+def test_the_pretrain_help_states_the_quick_starts_own_defaults():
+    """`bertctl pretrain` without --corpus trains with QUICKSTART_PRETRAIN, not the [N] its flags show (the
+    paper's): the help says so, flag by flag, so `--help` does not promise 1,000,000 steps of BERT-base there."""
+    command = typer.main.get_command(app).commands["pretrain"]
+    text = " ".join((command.help or "").split())
+    stated = dict(re.findall(r"(--[a-z-]+)(?: (\S+?))?[,.]?(?= --|$)", text.split("Without --corpus")[-1]))
+    for field, value in config.QUICKSTART_PRETRAIN.items():
+        flag = f"--{field.replace('_', '-')}"
+        if isinstance(value, bool):
+            assert (flag if value else f"--no-{field.replace('_', '-')}") in stated, (field, text)
+        else:
+            assert flag in stated and str(value) == stated[flag] or as_number(stated.get(flag, "")) == value, \
+                (field, stated)
