@@ -29,9 +29,10 @@ from bertctl import __version__, nvidia_checkpoint, tf_checkpoint
 from bertctl.config import BertConfig
 from bertctl.config_types import take_bool, take_int
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import building_folder, check_new_out, read_json_object, user_path, write_json_atomic
+from bertctl.files import building_folder, check_new_out, user_path, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, Bert, BertTaskModel, architecture_name, shapes_only
+from bertctl.run_folder import run_folder_hint
 
 FORMAT_VERSION = 1
 # transformers' order of preference when a folder holds several (hub repos often have both formats)
@@ -269,29 +270,6 @@ def _foreign_weights_message(folder: Path) -> str | None:
     return None
 
 
-def _run_folder_hint(folder: Path) -> str | None:
-    """Where the model of a pretrain or multi-seed finetune run folder is."""
-    if (folder / "run.json").is_file():
-        saved = sorted(p.name for p in folder.glob("step-*") if (p / "config.json").is_file())
-        models = [name for name in ("final", *saved[-1:]) if (folder / name / "config.json").is_file()]
-        if models:
-            return f"it is a run folder: give {' or '.join(str(folder / name) for name in models)}"
-    seeds = sorted(p.name for p in folder.glob("seed-*") if (p / "config.json").is_file())
-    if seeds:
-        best = best_seed_folder(folder)
-        chosen = f"{best} (the best seed)" if best is not None else f"one, e.g. {folder / seeds[0]}"
-        return f"it holds one model per seed: give {chosen}"
-    return None
-
-
-def best_seed_folder(folder: Path) -> Path | None:
-    """The best seed's model folder that a multi-seed fine-tuning run's results.json names, if any."""
-    if not (folder / "results.json").is_file():
-        return None
-    best = read_json_object(folder / "results.json").get("best_model")
-    return folder / best if isinstance(best, str) and best and (folder / best / "config.json").is_file() else None
-
-
 def _read_weights_file(path: Path) -> dict[str, Tensor]:
     try:
         if path.suffix == ".safetensors":
@@ -315,7 +293,7 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
         raise UsageError(f"model folder {path} does not exist")
     config_file = _config_file(folder)
     if config_file is None:
-        hint = _run_folder_hint(folder) or "give a folder written by bertctl or transformers' save_pretrained"
+        hint = run_folder_hint(folder) or "give a folder written by bertctl or transformers' save_pretrained"
         raise UsageError(_foreign_weights_message(folder) or f"{folder} is not a model folder: no config.json ({hint})")
     try:
         raw = json.loads(config_file.read_text(encoding="utf-8"))

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import training
-from bertctl.checkpoint import Checkpoint, best_seed_folder, build_model, model_tokenizer, read_checkpoint
+from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig
 from bertctl.config_types import split_list, take_int
 from bertctl.data.batches import pad_batch
@@ -34,6 +34,7 @@ from bertctl.errors import UsageError
 from bertctl.files import json_text, read_json_object
 from bertctl.hub import path_as_given
 from bertctl.metrics import compute_task_metrics
+from bertctl.run_folder import best_seed_folder
 from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer, truncate_pair
 from bertctl.training import pick_device
 

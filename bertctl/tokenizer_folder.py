@@ -17,6 +17,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from bertctl.errors import UsageError
+from bertctl.run_folder import run_folder_hint
 from bertctl.tokenizer import CONTINUATION, ROLES, SPECIAL_TOKENS, Added, BertTokenizer, TokenizerOptions
 
 log = logging.getLogger(__name__)
@@ -191,8 +192,8 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     if path.is_dir():
         json_path, vocab_path = path / "tokenizer.json", path / "vocab.txt"
         if not json_path.is_file() and not vocab_path.is_file():
-            raise UsageError(f"tokenizer {path} has no tokenizer.json or vocab.txt; give a tokenizer folder or a "
-                             "vocab.txt")
+            hint = run_folder_hint(path) or "give a tokenizer folder or a vocab.txt"
+            raise UsageError(f"tokenizer {path} has no tokenizer.json or vocab.txt; {hint}")
     elif path.is_file():
         json_path, vocab_path = (path, None) if path.suffix == ".json" else (None, path)
     else:

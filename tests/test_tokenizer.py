@@ -186,6 +186,17 @@ def test_bare_vocab_casing_comes_from_config_then_flag(trained: dict[bool, Path]
     assert "no token with a capital" in caplog.text and "--lowercase" in caplog.text
 
 
+def test_a_run_folder_given_as_tokenizer_names_its_model_folders(tmp_path: Path) -> None:
+    """`--tokenizer runs/quickstart` said only that the folder has no tokenizer files; the model flags say where
+    a run folder's models (each with its tokenizer) are, and so does this one now."""
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    (run / "final" / "config.json").write_text("{}")
+    with pytest.raises(UsageError, match=f"no tokenizer.json or vocab.txt; it is a run folder: give {run / 'final'}$"):
+        load_tokenizer(run)
+
+
 def test_bad_tokenizer_paths_and_vocabularies_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"tokenizer .*nowhere does not exist"):
         load_tokenizer(tmp_path / "nowhere")
