@@ -267,7 +267,7 @@ def pretrain(
     resume: Annotated[bool | None, typer.Option("--resume/--no-resume", help="Continue from the newest "
                                                 "checkpoint in --out.")] = None,
     num_workers: Annotated[int | None, typer.Option(help="DataLoader workers [1].")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu|cuda [cuda when available].")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu|cuda|cuda:N [cuda when available].")] = None,
     max_bad_steps: Annotated[int | None, typer.Option(help="NaN/inf steps in a row before stopping [5].")] = None,
     config: _ConfigFile = None,
 ) -> None:

@@ -52,7 +52,7 @@ _FtCheckpointing = Annotated[bool | None, typer.Option(
     "--gradient-checkpointing/--no-gradient-checkpointing",
     help="Recompute each layer in the backward pass: less memory, ~1/3 more compute, same numbers [off].")]
 _FtPrecision = Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto: bf16 on CUDA].")]
-_FtDevice = Annotated[str | None, typer.Option(help="cpu|cuda [cuda when available].")]
+_FtDevice = Annotated[str | None, typer.Option(help="cpu|cuda|cuda:N [cuda when available].")]
 _FtLogEvery = Annotated[int | None, typer.Option(help="Steps between metrics.jsonl rows [50].")]
 _FtMaxBad = Annotated[int | None, typer.Option(help="NaN/inf steps in a row before stopping [5].")]
 _FtSaveEvery = Annotated[int | None, typer.Option(help="Steps between resumable checkpoints; 0: only on "
@@ -236,7 +236,7 @@ def evaluate_mlm(
                                        "run's final/ or step-N/, a transformers folder, a hub id.")],
     corpus: Annotated[Path, path_option(help="Corpus folder (corpus build or import) made with the model's "
                                          "tokenizer.")],
-    split: Annotated[str, typer.Option(help="validation|train [validation].")] = "validation",
+    split: Annotated[str, typer.Option(help="validation|train [validation].", show_default=False)] = "validation",
     samples: Annotated[int | None, typer.Option(help="Score the split's first N rows; 0: all of them [10000, "
                                                 "pretrain's --eval-samples].")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Sequences per forward pass [32].")] = None,
