@@ -226,12 +226,13 @@ def load_classifier(path: Path | str, task: GlueTask | TabularTask,
     the folder's checkpoint, when already read."""
     folder = resolve_model_folder(path)
     ckpt = ckpt or read_classifier(folder, f"glue {task.name}")
-    trained_on = ckpt.raw_config.get("finetuning_task")
-    if isinstance(task, GlueTask) and trained_on in TASKS and trained_on not in (task.name, task.predicted_by):
-        log.warning("warning: %s was fine-tuned on %s, not %s; scoring it anyway", folder, trained_on, task.name)
     tokenizer = model_tokenizer(ckpt)
     model = build_model(ckpt, "BertForSequenceClassification", share_weights=True)
-    return model, tokenizer, ckpt, label_order(ckpt, model.num_labels, task, folder)
+    order = label_order(ckpt, model.num_labels, task, folder)  # refuses another task's classes
+    trained_on = ckpt.raw_config.get("finetuning_task")  # RTE's and QNLI's classes have the same names
+    if isinstance(task, GlueTask) and trained_on in TASKS and trained_on not in (task.name, task.predicted_by):
+        log.warning("warning: %s was fine-tuned on %s, not %s; scoring it anyway", folder, trained_on, task.name)
+    return model, tokenizer, ckpt, order
 
 
 def label_order(ckpt: Checkpoint, num_labels: int, task: GlueTask | TabularTask, folder: Path) -> list[int] | None:

@@ -45,7 +45,7 @@ class Prepared:
     """What every seed of a task shares: the checkpoint read and the data encoded once, and the precision the
     run was checked for before it started."""
 
-    task: Any  # a GlueTask, TabularTask or SquadTask: name, label_names, metrics, main_metric, is_regression
+    task: Any  # a GlueTask, TabularTask, NerTask...: name, label_names, model_label_names, metrics, main_metric
     ckpt: Checkpoint
     tokenizer: BertTokenizer
     train: Any  # Features, or SquadFeatures: indexed by row, with lengths and truncated
@@ -103,7 +103,7 @@ def _save_folder(model: nn.Module, folder: Path, prep: Prepared, env: training.D
     task = prep.task
     classifies = prep.head.classifies
     if env.is_main:
-        save_model(model, folder, prep.tokenizer, labels=(list(task.label_names) or None) if classifies else None,
+        save_model(model, folder, prep.tokenizer, labels=(list(task.model_label_names) or None) if classifies else None,
                    problem_type=_problem_type(model, task), overwrite=True,
                    config_extra={**prep.ckpt.kept_config, "finetuning_task": task.name}, extra=extra)
     training.barrier(env)

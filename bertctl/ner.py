@@ -58,6 +58,10 @@ class NerTask:
     def num_labels(self) -> int:
         return len(self.label_names)
 
+    @property
+    def model_label_names(self) -> tuple[str, ...]:
+        return self.label_names
+
 
 # --- batches, predictions and scores --------------------------------------------------------------------------
 

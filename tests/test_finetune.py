@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import shutil
 import statistics
 from pathlib import Path
 
@@ -91,7 +92,8 @@ def test_sst2_learns_the_rule_and_writes_a_complete_run_folder(sst2_run):
     assert run["config"]["lr"] == 2e-3 and run["config"]["max_seq_length"] == 32 and run["steps"] == 96
     assert run["warmup_steps"] == 10 and run["fresh_heads"] == ["classifier", "pooler"]
     config = json.loads((sst2_run / "config.json").read_text())
-    assert config["architectures"] == ["BertForSequenceClassification"] and config["id2label"] == {"0": "0", "1": "1"}
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["id2label"] == {"0": "negative", "1": "positive"}  # nyu-mll/glue's names, as run_glue.py saves
     assert config["finetuning_task"] == "sst2"
 
 
@@ -103,12 +105,22 @@ def test_evaluate_reproduces_eval_results_exactly(sst2_run, glue):
     assert json.loads(shown.stdout) == {"task": "sst2", "dev": results["dev"]}
 
 
-def test_scoring_with_a_model_tuned_on_another_task_is_warned_about(sst2_run, glue, caplog):
-    evaluate_glue("cola", sst2_run, glue)
-    assert "was fine-tuned on sst2, not cola" in caplog.text
-    caplog.clear()
+def test_scoring_with_a_model_tuned_on_another_task_is_warned_about_or_refused(sst2_run, glue, caplog, tmp_path):
+    """Saved with the hub's class names (run_glue.py's), an SST-2 model is told apart from a CoLA one by its
+    labels; a task with the same names (RTE and QNLI) is told by finetuning_task, and scored with a warning."""
+    with pytest.raises(UsageError, match="has the labels negative, positive, which do not match cola's 0, 1 "):
+        evaluate_glue("cola", sst2_run, glue)
     evaluate_glue("sst2", sst2_run, glue)
     assert "fine-tuned on" not in caplog.text
+    relabelled = tmp_path / "relabelled"
+    shutil.copytree(sst2_run, relabelled)
+    config = json.loads((relabelled / "config.json").read_text())
+    (relabelled / "config.json").write_text(json.dumps({**config, "finetuning_task": "imdb"}))
+    evaluate_glue("sst2", relabelled, glue)
+    assert "fine-tuned on" not in caplog.text  # not a GLUE task: nothing to compare with
+    (relabelled / "config.json").write_text(json.dumps({**config, "finetuning_task": "cola"}))
+    evaluate_glue("sst2", relabelled, glue)
+    assert f"{relabelled} was fine-tuned on cola, not sst2" in caplog.text
 
 
 def test_transformers_loads_the_run_as_a_sequence_classifier(sst2_run):

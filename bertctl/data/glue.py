@@ -75,10 +75,17 @@ class LabelledTask:
     """What fine-tuning asks of any task, GLUE's or the user's own: its classes (none: regression)."""
 
     label_names: tuple[str, ...]
+    hub_label_names: tuple[str, ...]
 
     @property
     def is_regression(self) -> bool:
         return not self.label_names
+
+    @property
+    def model_label_names(self) -> tuple[str, ...]:
+        """What a fine-tuned model's id2label calls the classes: the hub's ClassLabel names where the task has
+        them, as run_glue.py saves them (`unacceptable, acceptable`), else the data's spelling."""
+        return self.hub_label_names or self.label_names
 
     @property
     def num_labels(self) -> int:
