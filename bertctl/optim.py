@@ -94,11 +94,13 @@ def _chunks(params: list[Tensor], elements: int = 2**24) -> Iterator[list[Tensor
     """The tensors in runs of about `elements` values (a larger tensor alone), so that a step's temporaries
     (two per value) stay near a per-tensor loop's, not twice the model."""
     chunk: list[Tensor] = []
+    size = 0
     for param in params:
-        if chunk and sum(p.numel() for p in chunk) + param.numel() > elements:
+        if chunk and size + param.numel() > elements:
             yield chunk
-            chunk = []
+            chunk, size = [], 0
         chunk.append(param)
+        size += param.numel()
     if chunk:
         yield chunk
 
