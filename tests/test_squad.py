@@ -557,6 +557,25 @@ def test_a_v2_question_without_windows_predicts_no_answer(tmp_path):
     assert [e["text"] for e in answers.nbest["blank"]] == [""]
 
 
+@pytest.mark.parametrize("threshold", [0.0, 5.0])
+def test_a_v2_n_best_without_an_answer_text_predicts_no_answer_with_the_null_score_as_odds(tmp_path, threshold):
+    """[CLS] scored best with --n-best-size 1 leaves no answer text in the n-best, though valid spans exist:
+    run_squad.py fails on its missing best non-null entry; bertctl predicts "" whatever the threshold, its null
+    odds the null score itself (the best answer's scores taken as 0), as docs/finetuning.md says."""
+    raw = _squad([[("the man bought red milk", [{"id": "q", "question": "what colour is it ?", "answers": []}])]],
+                  "v2.0")
+    data = read_squad(_write(tmp_path / "d.json", raw), "predict")
+    tokenizer = _tokenizer()
+    features = make_features(tokenizer, data, 16, 3, 4, training=False)
+    starts = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    ends = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    starts[0][0], ends[0][0] = 2.0, 1.0
+    settings = AnswerSettings(n_best_size=1, null_score_diff_threshold=threshold, with_null=True)
+    answers = answers_from_logits(features, starts, ends, tokenizer, settings)
+    assert answers.predictions == {"q": ""} and answers.null_odds == {"q": 3.0}
+    assert [e["text"] for e in answers.nbest["q"]] == [""]
+
+
 def test_final_text_maps_back_to_the_original_characters():
     from bertctl.squad_answers import final_text
 
