@@ -31,6 +31,7 @@ import bertctl.corpus
 from bertctl.config import CorpusConfig, FinetuneConfig, PretrainConfig, TokenizerTrainConfig
 from bertctl.corpus import build_corpus
 from bertctl.data.instances import Packed, ShardBuilder, ShardJob, ShardSettings
+from bertctl.data.masking import continuation_mask
 from bertctl.data.sources import expand_inputs, iter_documents
 from bertctl.fill import fill
 from bertctl.finetune import finetune_classify
@@ -163,7 +164,8 @@ def _stand_in_corpus(cfg: CorpusConfig) -> str:
     pipeline = out / "worker-tokenizer.json"
     pipeline.write_text(tokenizer.backend.to_str(), encoding="utf-8")
     builder = _MemoryShards(ShardSettings(cfg, str(pipeline), None, None, tokenizer.cls_id, tokenizer.sep_id,
-                                          tokenizer.pad_id, tokenizer.mask_id, str(out)))
+                                          tokenizer.pad_id, tokenizer.mask_id, continuation_mask(tokenizer.vocab()),
+                                          str(out)))
     documents = [lines for lines, _ in iter_documents(expand_inputs(list(cfg.inputs)))]
     counts = builder.build(ShardJob(0, 0, documents, 0, 0))  # one shard: so is the real build of these 4 MB
     manifest = {"stand_in": True, "tokenizer_sha256": tokenizer.sha256(), "counts": counts,

@@ -160,6 +160,33 @@ def test_instances_follow_the_objective(data, objective: str) -> None:
         assert body == 40 * 48  # contiguous pieces cover every token exactly once
 
 
+def test_sop_cuts_a_lone_sentence_between_two_words() -> None:
+    """A lone sentence cut inside a word began one half with a `##` piece: right after [CLS] that told a swapped
+    pair from one in order (40% of Austen's SOP instances at 64 tokens are such cuts)."""
+    from bertctl.data.instances import Document, Instances, document_instances
+
+    is_continuation = np.arange(100) >= 50  # ids 10-49 start a word, 50-99 continue one
+    rng = np.random.default_rng(0)
+    documents = []
+    for _ in range(300):  # one sentence each: 1-5 words of 1-3 pieces
+        words = [[int(rng.integers(10, 50)), *rng.integers(50, 100, int(rng.integers(0, 3))).tolist()]
+                 for _ in range(int(rng.integers(1, 6)))]
+        tokens = np.array([piece for word in words for piece in word], np.int32)
+        documents.append(Document(tokens, np.array([0, len(tokens)])))
+    out, draws = Instances(), np.random.default_rng(1)
+    for index in range(len(documents)):
+        document_instances(out, documents, index, list(range(len(documents))), objective="mlm+sop",
+                           max_seq_length=64, short_seq_prob=0.0, cls_id=2, sep_id=3, rng=draws,
+                           is_continuation=is_continuation)
+    flat = np.concatenate(out.pieces)
+    offsets = np.cumsum([0, *out.lengths[:-1]])
+    firsts, seconds = flat[offsets + 1], flat[offsets + np.array(out.first_segment)]  # A's and B's first pieces
+    multi_word = sum(len(np.flatnonzero(~is_continuation[d.tokens])) > 1 for d in documents)
+    assert len(out.lengths) == multi_word  # a one-word sentence has no cut between words: no instance
+    assert not is_continuation[firsts].any() and not is_continuation[seconds].any()
+    assert 0.4 < np.mean(out.labels) < 0.6
+
+
 @pytest.mark.parametrize("fraction, first", [(0.07, [0, 14, 28, 42, 57, 71, 85, 100]), (0.02, [0, 50, 100])])
 def test_validation_documents_are_spaced_by_the_written_fraction(fraction: float, first: list[int]) -> None:
     """0.07 is 7/100: document 100 is held out, never 99 (a float product once rounded 100 * 0.07 up)."""
@@ -675,7 +702,7 @@ def test_nsp_instances_equal_a_port_of_googles_code_draw_for_draw() -> None:
             seed, out = int(gen.integers(1 << 30)), Instances()
             document_instances(out, docs, index, list(range(len(docs))), objective="mlm+nsp",
                                max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, cls_id=2, sep_id=3,
-                               rng=_Uniforms(seed))
+                               rng=_Uniforms(seed), is_continuation=np.zeros(100, bool))
             ours = [(np.concatenate(out.pieces[out.starts[k]:out.starts[k + 1]]).tolist(), out.labels[k])
                     for k in range(len(out.lengths))]
             assert ours == _google_instances(documents, index, max_seq_length, short_seq_prob, _Uniforms(seed))

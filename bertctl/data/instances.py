@@ -9,7 +9,8 @@ copied until an instance is assembled. Per document (see `document_instances`):
   (IsNext, label 0) or, with probability 0.5 - always when there is only one sentence - text from another
   document (NotNext, label 1), and the unused sentences go back to be read again;
 - `mlm+sop`: B is always A's real continuation; with probability 0.5 the two are swapped (label 1). A single
-  sentence is cut at a random point into A and B (ALBERT's code would fall back to a random document);
+  sentence is cut before a random one of its words into A and B (ALBERT's code would fall back to a random
+  document);
 - `mlm`: the document's tokens cut into contiguous full-length pieces, one segment, no label;
 - the longer of A and B loses a token from a random end until the pair fits (`_truncate`).
 
@@ -103,8 +104,9 @@ def _single(token_id: int) -> np.ndarray:
 
 def document_instances(out: Instances, documents: Sequence[Document], index: int, pool: Sequence[int], *,
                        objective: str, max_seq_length: int, short_seq_prob: float, cls_id: int, sep_id: int,
-                       rng: np.random.Generator) -> None:
-    """Append the instances of documents[index] to out; NotNext draws from `pool` (sorted indices)."""
+                       rng: np.random.Generator, is_continuation: np.ndarray) -> None:
+    """Append the instances of documents[index] to out; NotNext draws from `pool` (sorted indices).
+    `is_continuation`: (V,) bool, the `##` pieces, where SOP may not cut a lone sentence."""
     doc = documents[index]
     max_tokens = max_seq_length - (2 if objective == "mlm" else 3)
     short = bool(rng.random() < short_seq_prob)
@@ -120,7 +122,7 @@ def document_instances(out: Instances, documents: Sequence[Document], index: int
             a_end = start + (1 if chunk == 1 else int(rng.integers(1, chunk)))
             a = doc.tokens[bounds[start]:bounds[a_end]]
             if objective == "mlm+sop":
-                pair = _sop_pair(a, doc.tokens[bounds[a_end]:bounds[i + 1]], chunk, rng)
+                pair = _sop_pair(a, doc.tokens[bounds[a_end]:bounds[i + 1]], chunk, rng, is_continuation)
             elif chunk == 1 or rng.random() < 0.5:
                 pair = a, _random_continuation(documents, index, pool, target - len(a), rng), 1
                 out.forced += chunk == 1
@@ -135,13 +137,15 @@ def document_instances(out: Instances, documents: Sequence[Document], index: int
         i += 1
 
 
-def _sop_pair(a: np.ndarray, b: np.ndarray, chunk: int, rng: np.random.Generator
+def _sop_pair(a: np.ndarray, b: np.ndarray, chunk: int, rng: np.random.Generator, is_continuation: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """A and its real continuation, swapped half the time (label 1); None when one token cannot be cut."""
+    """A and its real continuation, swapped half the time (label 1). A lone sentence is cut before one of its
+    words (not inside one: a half opening with a `##` piece would give the order away); None for one word."""
     if chunk == 1:
-        if len(a) < 2:
+        cuts = np.flatnonzero(~is_continuation[a[1:]]) + 1
+        if not len(cuts):
             return None
-        cut = int(rng.integers(1, len(a)))
+        cut = int(cuts[rng.integers(0, len(cuts))])
         a, b = a[:cut], a[cut:]
     if rng.random() < 0.5:
         return b, a, 1
@@ -405,12 +409,13 @@ class ShardSettings:
     sep_id: int
     pad_id: int
     mask_id: int
+    is_continuation: np.ndarray  # (V,) bool: the `##` pieces, which SOP does not cut before
     folder: str  # where shard files go
 
 
 def shard_settings(cfg: CorpusConfig, tokenizer: Any, folder: Path) -> ShardSettings:
     """Column types (compact: uint16 ids when the vocabulary allows) and masking options, decided once."""
-    from bertctl.data.masking import masking_options
+    from bertctl.data.masking import continuation_mask, masking_options
 
     masking = None
     if cfg.masking == "static":
@@ -420,8 +425,8 @@ def shard_settings(cfg: CorpusConfig, tokenizer: Any, folder: Path) -> ShardSett
     write_text_atomic(pipeline, tokenizer.plain_text_backend().to_str())
     schema = corpus_schema(tokenizer.vocab_size, sentence_labels=cfg.objective != "mlm",
                            static=cfg.masking == "static")
-    return ShardSettings(cfg, str(pipeline), schema, masking,
-                         tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id, str(folder))
+    return ShardSettings(cfg, str(pipeline), schema, masking, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
+                         tokenizer.mask_id, continuation_mask(tokenizer.vocab()), str(folder))
 
 
 def corpus_schema(vocab_size: int, sentence_labels: bool, static: bool) -> Any:
@@ -548,7 +553,8 @@ class ShardBuilder:
             for index in members:
                 document_instances(collected, documents, index, pool, objective=cfg.objective,
                                    max_seq_length=cfg.max_seq_length, short_seq_prob=cfg.short_seq_prob,
-                                   cls_id=self.s.cls_id, sep_id=self.s.sep_id, rng=generator)
+                                   cls_id=self.s.cls_id, sep_id=self.s.sep_id, rng=generator,
+                                   is_continuation=self.s.is_continuation)
         stats = {"documents": len(members), "sentences": sum(documents[i].num_sentences for i in members),
                  "tokens": sum(len(documents[i].tokens) for i in members),
                  "instances": len(collected.lengths), "forced_notnext": collected.forced}
