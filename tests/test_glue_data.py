@@ -323,6 +323,17 @@ def test_a_labelled_empty_text_is_an_example_and_an_empty_label_is_refused(tmp_p
         read_examples(dev, ["text"], "y", ["no", "yes"])  # evaluate classify
 
 
+def test_a_json_nan_text_is_a_missing_text_not_the_word_nan(tmp_path):
+    """pandas and `datasets` read a JSON NaN as a missing value (a parquet NaN is null), so it is refused as
+    None is, not trained on as the text "nan"; a number there is still its text."""
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"text": 1.5, "y": "a"}\n{"text": "b", "y": "b"}\n{"text": NaN, "y": "a"}\n', encoding="utf-8")
+    with pytest.raises(UsageError, match=r"train.jsonl:3: text column 'text' is empty"):
+        load_labelled_data(train, None, ["text"], "y")
+    with pytest.raises(UsageError, match=r"train.jsonl:3: text column 'text' is empty"):
+        read_examples(train, ["text"])  # predict classify
+
+
 def test_regression_is_detected_or_forced_and_checked(tmp_path):
     train = tmp_path / "train.jsonl"
     train.write_text('{"t": "a", "s": 0.5}\n{"t": "b", "s": 3}\n', encoding="utf-8")

@@ -204,7 +204,7 @@ def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: S
         table.id_column = next((c for c in ID_COLUMNS if c in record), None)
     for column, values in zip(text_columns, table.texts, strict=True):
         value = record[column]
-        if value is None:
+        if value is None or (isinstance(value, float) and math.isnan(value)):  # JSON NaN: missing, as pandas reads it
             raise UsageError(f"{where}: text column {column!r} is empty")
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):  # a JSON object or list, say
             raise UsageError(f"{where}: text column {column!r} holds {type(value).__name__} "
