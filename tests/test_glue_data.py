@@ -332,6 +332,10 @@ def test_a_json_nan_text_is_a_missing_text_not_the_word_nan(tmp_path):
         load_labelled_data(train, None, ["text"], "y")
     with pytest.raises(UsageError, match=r"train.jsonl:3: text column 'text' is empty"):
         read_examples(train, ["text"])  # predict classify
+    named = tmp_path / "named.jsonl"
+    named.write_text('{"id": "q1", "text": "a"}\n{"id": NaN, "text": "b"}\n', encoding="utf-8")
+    with pytest.raises(UsageError, match=r"named.jsonl:2: id column 'id' is empty"):
+        read_examples(named, ["text"])  # an id NaN was the id "nan"
 
 
 def test_regression_is_detected_or_forced_and_checked(tmp_path):

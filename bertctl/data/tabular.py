@@ -203,8 +203,8 @@ def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: S
     if not table.numbers:  # the first row (a csv/tsv header, a parquet schema) says whether there are ids
         table.id_column = next((c for c in ID_COLUMNS if c in record), None)
     for column, values in zip(text_columns, table.texts, strict=True):
-        value = record[column]
-        if value is None or (isinstance(value, float) and math.isnan(value)):  # JSON NaN: missing, as pandas reads it
+        value = _missing_as_none(record[column])
+        if value is None:
             raise UsageError(f"{where}: text column {column!r} is empty")
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):  # a JSON object or list, say
             raise UsageError(f"{where}: text column {column!r} holds {type(value).__name__} "
@@ -213,13 +213,18 @@ def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: S
     if label_column:
         table.labels.append(_scalar(record[label_column], f"{where}: label column {label_column!r}"))
     if table.id_column:
-        value = record.get(table.id_column)
+        value = _missing_as_none(record.get(table.id_column))
         if not ids:
             row_id = "" if isinstance(value, (list, tuple, dict, bytes)) else _label_text(value) or ""
         elif (row_id := _label_text(_scalar(value, f"{where}: id column {table.id_column!r}"))) is None:
             raise UsageError(f"{where}: id column {table.id_column!r} is empty")
         table.ids.append(row_id)
     table.numbers.append(number)
+
+
+def _missing_as_none(value: Any) -> Any:
+    """A JSON NaN is a missing cell, as pandas and `datasets` read it (and as a parquet null is), not "nan"."""
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _scalar(value: Any, what: str) -> Any:
