@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -246,8 +247,9 @@ def test_pretrain_init_from_builds_on_the_checkpoints_weights(odd_config, tmp_pa
 
 
 def test_nvidias_inference_gelu_is_within_1e6_of_the_exact_gelu_bertctl_computes():
-    """modeling.py's bias_gelu divides by 1.41421 (inference, ONNX export); training uses F.gelu, as bertctl does:
-    7.4e-7 apart at most (float64), 1.2e-6 in float32 (where rounding adds its part), as docs/checkpoints.md says."""
+    """The older modeling.py's bias_gelu divides by 1.41421 (inference, ONNX export); its training uses F.gelu, as
+    bertctl does: 7.4e-7 apart at most (float64), 1.2e-6 in float32 (where rounding adds its part), as
+    docs/checkpoints.md says."""
     x = torch.linspace(-12, 12, 200_001, dtype=torch.float64)
     nvidia = x * 0.5 * (1.0 + torch.erf(x / 1.41421))
     exact = x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2)))
@@ -255,6 +257,25 @@ def test_nvidias_inference_gelu_is_within_1e6_of_the_exact_gelu_bertctl_computes
     x = x.float()
     nvidia = x * 0.5 * (1.0 + torch.erf(x / 1.41421))
     assert (nvidia - torch.nn.functional.gelu(x)).abs().max().item() <= 1.2e-6
+
+
+def test_a_config_json_gives_the_tanh_gelu_of_nvidias_current_recipe(odd_config, tmp_path):
+    """The current modeling.py computes F.gelu(x, approximate=True) for "gelu" (NGC PyTorch 21.11: the tanh
+    approximation): a config.json beside bert_config.json with gelu_pytorch_tanh, as docs/checkpoints.md advises,
+    gives those numbers exactly, keeps the padded vocabulary, and convert writes it; NVIDIA's "gelu" alone does not."""
+    reference = reference_model("BertForPreTraining", padded(odd_config).replace(hidden_act="gelu_pytorch_tanh"))
+    folder = nvidia_folder(tmp_path / "run", reference)
+    config = json.loads((folder / "bert_config.json").read_text())
+    (folder / "bert_config.json").write_text(json.dumps({**config, "hidden_act": "gelu"}))  # what NVIDIA ships
+    assert max_diff("BertForPreTraining", load_model(folder).eval(), reference, odd_config) > 1e-5
+    (folder / "config.json").write_text(json.dumps({**config, "hidden_act": "gelu_pytorch_tanh"}))
+    assert max_diff("BertForPreTraining", load_model(folder).eval(), reference, odd_config) == 0
+    result = cli("convert", folder, "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["hidden_act"] == "gelu_pytorch_tanh" and written["vocab_size"] == PADDED
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "checkpoints.md").read_text()
+    assert "approximate=True" in docs and '"hidden_act": "gelu_pytorch_tanh"' in docs
 
 
 def test_a_pickled_object_inside_the_model_entry_is_one_line(odd_config, tmp_path):
