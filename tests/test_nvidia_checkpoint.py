@@ -346,3 +346,25 @@ def test_a_vocab_size_that_is_not_nvidias_padding_is_still_refused(odd_config, t
     folder = nvidia_folder(tmp_path / "x", reference, config_vocab=90)
     with pytest.raises(UsageError, match=r"bert_config\.json says vocab_size 90"):
         read_checkpoint(folder)
+
+
+def test_a_run_swag_checkpoint_is_read_as_multiple_choice_given_its_architecture(odd_config, tmp_path):
+    """run_swag.py's one-output `classifier` has the shape of a one-label classifier (a regression) and NVIDIA writes
+    no class name: a config.json naming BertForMultipleChoice, as docs/checkpoints.md says, reads it as the choice
+    model it is, with run_swag's numbers."""
+    reference = reference_model("BertForMultipleChoice", padded(odd_config))
+    folder = nvidia_folder(tmp_path / "swag", reference, weights_name="pytorch_model.bin", container=False,
+                           config_vocab=PADDED)
+    assert type(load_model(folder)).__name__ == "BertForSequenceClassification"  # what the weights alone say
+    config = json.loads((folder / "bert_config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["BertForMultipleChoice"]}))
+    model = load_model(folder).eval()
+    ids, types, mask = (t.view(1, 3, -1) for t in batch(odd_config))
+    with torch.no_grad():
+        expected = reference(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
+        got = model(ids, types, mask).logits
+    assert type(model).__name__ == "BertForMultipleChoice" and (got - expected).abs().max().item() < 1e-5
+    assert cli("convert", folder, "-o", tmp_path / "out").exit_code == 0
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == ["BertForMultipleChoice"]
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "checkpoints.md").read_text()
+    assert '"architectures": ["BertForMultipleChoice"]' in docs
