@@ -396,7 +396,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, w
             with speed.paused():
                 if prep.dev:
                     scores = prep.head.score(model, prep, cfg.eval_batch_size, device, precision, env)
-                    log.write({"step": progress.step, "epoch": epoch, **_flat(scores)})
+                    log.write({"step": progress.step, "epoch": float(epoch), **_flat(scores)})  # as training rows
                     if env.is_main:
                         bar.write(f"{task.name} seed {seed} epoch {epoch}: {_show(_flat(scores))}", file=sys.stderr)
                     keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)

@@ -85,6 +85,7 @@ def test_sst2_learns_the_rule_and_writes_a_complete_run_folder(sst2_run):
     rows = [json.loads(line) for line in (sst2_run / "metrics.jsonl").read_text().splitlines()]
     epochs = [row for row in rows if "dev_accuracy" in row]
     assert [row["epoch"] for row in epochs] == [1, 2, 3, 4, 5, 6]
+    assert {type(row["epoch"]) for row in rows if "epoch" in row} == {float}  # one type, as transformers' Trainer
     assert max(row["dev_accuracy"] for row in epochs) == results["dev"]["accuracy"]
     assert epochs[results["best_epoch"] - 1]["dev_accuracy"] == results["dev"]["accuracy"]
     assert all({"loss", "accuracy", "lr", "grad_norm"} <= set(row) for row in rows if "dev_accuracy" not in row)
