@@ -219,8 +219,8 @@ def bertctl_trainer(head: str, folder: Path, batch: dict[str, torch.Tensor], ski
         from bertctl.finetune_ner import _labelled as weights
         from bertctl.finetune_ner import _loss_terms as loss_terms
     elif head == "classify":
-        from bertctl.finetune import _loss_terms as loss_terms
         from bertctl.finetune import _weights as weights
+        from bertctl.finetune_classifier import _loss_terms as loss_terms
     else:
         from bertctl.finetune import _weights as weights
         from bertctl.finetune_choice import _loss_terms as loss_terms

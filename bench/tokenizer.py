@@ -28,8 +28,9 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers 
 
 from bertctl.config import TokenizerTrainConfig  # noqa: E402
 from bertctl.data.sources import open_text  # noqa: E402
-from bertctl.tokenizer import SPECIAL_TOKENS, UNK, normalizer, pre_tokenizer  # noqa: E402
+from bertctl.tokenizer import SPECIAL_TOKENS, UNK  # noqa: E402
 from bertctl.tokenizer_folder import load_tokenizer  # noqa: E402
+from bertctl.tokenizer_pipeline import normalizer, pre_tokenizer  # noqa: E402
 from bertctl.tokenizer_train import train_tokenizer  # noqa: E402
 
 DEFAULT_INPUT = ROOT / "bertctl" / "resources" / "austen.txt.gz"

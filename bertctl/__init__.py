@@ -30,7 +30,7 @@ _LAZY = {
     "train_tokenizer": "bertctl.tokenizer_train",
     "build_corpus": "bertctl.corpus",
     "load_corpus": "bertctl.corpus",
-    "inspect_corpus": "bertctl.corpus",
+    "inspect_corpus": "bertctl.corpus_inspect",
     "import_corpus": "bertctl.corpus_import",
     "finetune_glue": "bertctl.finetune",
     "finetune_classify": "bertctl.finetune",

@@ -1,4 +1,4 @@
-"""The one place that reads and writes model folders, and maps transformers' parameter names to ours.
+"""The one place that reads and writes model folders, mapping transformers' parameter names to ours.
 
 A model folder is what transformers loads as it is: config.json (plus a `bertctl` block), model.safetensors
 with transformers' names, and the tokenizer files. We read transformers' folders too: safetensors or
@@ -7,6 +7,9 @@ legacy `gamma`/`beta` names, tied, untied or absent decoder weights and saved bu
 checkpoints (bertctl.tf_checkpoint reads them into transformers' names) and NVIDIA DeepLearningExamples' PyTorch
 checkpoints (bertctl.nvidia_checkpoint), with their bert_config.json. Loading is strict: leftovers are named, never
 ignored.
+
+Its parts live beside it: checkpoint_weights reads the weights file of every flavour, checkpoint_names maps the
+parameter names both ways, checkpoint_checks refuses a folder whose config.json and weights disagree.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 import inspect
 import json
 import numbers
-import re
 import reprlib
 import shutil
 from collections.abc import Callable
@@ -25,134 +27,30 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertctl import __version__, nvidia_checkpoint, tf_checkpoint
+from bertctl import __version__, nvidia_checkpoint
+from bertctl.checkpoint_checks import PROBLEM_TYPES, check_encoder, check_heads, check_other_keys
+from bertctl.checkpoint_names import (
+    DECODER_BIAS,
+    DECODER_KEY,
+    from_transformers_names,
+    part_of,
+    to_transformers_name,
+    to_transformers_names,
+)
+from bertctl.checkpoint_weights import foreign_weights_message, read_weights
 from bertctl.config import BertConfig
 from bertctl.config_types import take_bool, take_int
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import building_folder, check_new_out, user_path, write_json_atomic
 from bertctl.hub import local_folder
-from bertctl.model import ARCHITECTURES, Bert, BertTaskModel, architecture_name, shapes_only
+from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name, shapes_only
 from bertctl.run_folder import run_folder_hint
 
 FORMAT_VERSION = 1
-# transformers' order of preference when a folder holds several (hub repos often have both formats)
-WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json")
-# Weights transformers 5 no longer reads either: say how to convert them instead of "no weights found".
-_FOREIGN_WEIGHTS = {"tf_model.h5": ("TensorFlow", "from_tf"), "flax_model.msgpack": ("Flax", "from_flax")}
-
-# (our prefix, transformers' prefix); {i} is a layer number. Encoder names are without the `bert.` prefix.
-_ENCODER_NAMES = [
-    ("embeddings.word.", "embeddings.word_embeddings."),
-    ("embeddings.position.", "embeddings.position_embeddings."),
-    ("embeddings.token_type.", "embeddings.token_type_embeddings."),
-    ("embeddings.norm.", "embeddings.LayerNorm."),
-    ("layers.{i}.attn_out.", "encoder.layer.{i}.attention.output.dense."),
-    ("layers.{i}.attn_norm.", "encoder.layer.{i}.attention.output.LayerNorm."),
-    ("layers.{i}.ffn_in.", "encoder.layer.{i}.intermediate.dense."),
-    ("layers.{i}.ffn_out.", "encoder.layer.{i}.output.dense."),
-    ("layers.{i}.ffn_norm.", "encoder.layer.{i}.output.LayerNorm."),
-    ("pooler.", "pooler.dense."),
-]
-_HEAD_NAMES = [
-    ("mlm.dense.", "cls.predictions.transform.dense."),
-    ("mlm.norm.", "cls.predictions.transform.LayerNorm."),
-    ("mlm.decoder.", "cls.predictions.decoder."),  # only an untied decoder: a tied one is the word embeddings
-    ("mlm.bias", "cls.predictions.bias"),
-    ("nsp.", "cls.seq_relationship."),
-    ("classifier.", "classifier."),
-    ("qa_outputs.", "qa_outputs."),
-]
-_QKV = ("query", "key", "value")
 # config.json entries a downstream user relies on beyond BertConfig, labels and problem_type (written by save_model
 # when given): the classifier's dropout, the task name, and the tokenizer class AutoTokenizer picks.
 KEPT_CONFIG_KEYS = ("classifier_dropout", "finetuning_task", "tokenizer_class", "task_specific_params")
-PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # transformers'
-# Buffers some versions saved (position_ids; token_type_ids, all zeros) carry no weights.
-_DROPPED = re.compile(r"(^|\.)(position_ids|embeddings\.token_type_ids)$")
 _DECODER_WEIGHT = "cls.predictions.decoder.weight"  # dropped when tied (it is the word embeddings), else kept
-_DECODER_BIAS = "cls.predictions.decoder.bias"  # older files and untied models: cls.predictions.bias, as used
-_DECODER_KEY = "mlm.decoder.weight"  # our name for an untied decoder
-# Which head (or optional encoder part) a parameter of ours belongs to.
-_PART_OF = [("bert.pooler.", "pooler"), ("mlm.", "mlm"), ("nsp.", "nsp"), ("qa_outputs.", "question_answering"),
-            ("classifier.", "classifier")]
-# The config.json fields that give an encoder weight its shape (our names, within `bert.`); others: hidden_size.
-_SHAPE_FIELDS = [(r"embeddings\.word\.", ("vocab_size", "hidden_size")),
-                 (r"embeddings\.position\.", ("max_position_embeddings", "hidden_size")),
-                 (r"embeddings\.token_type\.", ("type_vocab_size", "hidden_size")),
-                 (r"layers\.\d+\.ffn_", ("intermediate_size", "hidden_size"))]
-
-
-def to_transformers_names(state: dict[str, Tensor], bare: bool = False) -> dict[str, Tensor]:
-    """Our state dict -> transformers' names; Q, K and V are split out of the fused projection. Beside an untied
-    decoder the bias is written as the decoder's too, as transformers writes it (its untied model computes with
-    that one and would start it at zero without it)."""
-    prefix = "" if bare else "bert."
-    out: dict[str, Tensor] = {}
-    if _DECODER_KEY in state and "mlm.bias" in state:
-        out[_DECODER_BIAS] = state["mlm.bias"].clone()  # safetensors refuses a tensor stored twice
-    for key, tensor in state.items():
-        if key.startswith("bert."):
-            rest = key[len("bert."):]
-            match = re.fullmatch(r"layers\.(\d+)\.qkv\.(weight|bias)", rest)
-            if match:
-                layer, kind = match.groups()
-                for name, part in zip(_QKV, tensor.chunk(3, dim=0), strict=True):
-                    out[f"{prefix}encoder.layer.{layer}.attention.self.{name}.{kind}"] = part.contiguous()
-                continue
-            out[prefix + _rename(rest, _ENCODER_NAMES, forward=True)] = tensor
-        else:
-            out[_rename(key, _HEAD_NAMES, forward=True)] = tensor
-    return out
-
-
-def _rename(key: str, table: list[tuple[str, str]], forward: bool) -> str:
-    for ours, theirs in table:
-        source, target = (ours, theirs) if forward else (theirs, ours)
-        match = re.match(re.escape(source).replace(re.escape("{i}"), r"(?P<i>\d+)"), key)
-        if match:
-            return target.format(i=match.groupdict().get("i")) + key[match.end():]
-    raise KeyError(key)
-
-
-def from_transformers_names(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], list[str]]:
-    """transformers' (or Google's legacy) names -> ours; returns the mapped dict and the unknown names."""
-    out: dict[str, Tensor] = {}
-    unknown: list[str] = []
-    qkv: dict[tuple[str, str], dict[str, Tensor]] = {}
-    for key, tensor in state.items():
-        key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
-        if _DROPPED.search(key):
-            continue
-        if key in (_DECODER_BIAS, "cls.predictions.bias"):
-            # transformers 5 computes with the decoder's bias when a file has both (they are equal in real files)
-            if key == _DECODER_BIAS or _DECODER_BIAS not in state:
-                out["mlm.bias"] = tensor
-            continue
-        rest = key[len("bert."):] if key.startswith("bert.") else key
-        match = re.fullmatch(r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)", rest)
-        if match:
-            layer, name, kind = match.groups()
-            qkv.setdefault((layer, kind), {})[name] = tensor
-            continue
-        try:
-            if rest.startswith(("embeddings.", "encoder.", "pooler.")):
-                out["bert." + _rename(rest, _ENCODER_NAMES, forward=False)] = tensor
-            else:
-                out[_rename(key, _HEAD_NAMES, forward=False)] = tensor
-        except KeyError:
-            unknown.append(key)
-    for (layer, kind), parts in qkv.items():
-        if set(parts) == set(_QKV):  # else the fused projection is missing: read_checkpoint names what is
-            out[f"bert.layers.{layer}.qkv.{kind}"] = torch.cat([parts[n] for n in _QKV], dim=0)
-    return out, unknown
-
-
-def _part(key: str) -> str | None:
-    for prefix, part in _PART_OF:
-        if key.startswith(prefix):
-            return part
-    return None
 
 
 @dataclass
@@ -224,68 +122,6 @@ class Checkpoint:
         return {k: self.raw_config[k] for k in KEPT_CONFIG_KEYS if self.raw_config.get(k) is not None}
 
 
-def _read_weights(folder: Path) -> tuple[dict[str, Tensor], Path, bool]:
-    """The first weights file in transformers' order of preference, else an NVIDIA `.pt`, else a TensorFlow
-    checkpoint; with its path and whether it is NVIDIA's. An index names the shards to read."""
-    for name in WEIGHTS_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
-        if not name.endswith(".index.json"):
-            loaded = _read_weights_file(path)
-            if name == "pytorch_model.bin" and nvidia_checkpoint.is_nvidia(loaded):  # run_squad's, run_glue's
-                return nvidia_checkpoint.transformers_weights(loaded, path), path, True
-            return loaded, path, False
-        try:
-            shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError) as exc:
-            raise BertctlError(f"cannot read the shard index {path}: {exc}") from None
-        return {k: v for shard in shards for k, v in _read_weights_file(folder / shard).items()}, path, False
-    checkpoint = nvidia_checkpoint.checkpoint_file(folder)  # run_pretraining's ckpt_<step>.pt, NGC's bert_*.pt
-    if checkpoint is not None:
-        return nvidia_checkpoint.read_weights(checkpoint), checkpoint, True
-    prefix = tf_checkpoint.checkpoint_prefix(folder)  # Google's TensorFlow release, or a run_* script's output
-    if prefix is not None:
-        return tf_checkpoint.read_weights(prefix), Path(f"{prefix}.index"), False
-    raise UsageError(_foreign_weights_message(folder) or
-                     f"{folder}: no weights found (expected {' or '.join(WEIGHTS_FILES)}, an NVIDIA *.pt "
-                     "checkpoint or a TensorFlow one)")
-
-
-def _foreign_weights_message(folder: Path) -> str | None:
-    """One line saying what a TensorFlow or NVIDIA folder without its bert_config.json lacks, or how to convert a
-    tf_model.h5 or Flax folder, which bertctl cannot read."""
-    index = next(iter(sorted(folder.glob("*.index"))), None)
-    pt = next(iter(sorted(folder.glob("*.pt"))), None)
-    held = (f"a TensorFlow checkpoint ({index.name.removesuffix('.index')})" if index is not None else
-            f"an NVIDIA checkpoint ({pt.name})" if pt is not None else None)
-    if held is not None:
-        return (f"{folder} holds {held} but no bert_config.json or config.json; copy the bert_config.json (and "
-                "vocab.txt) of the model it was trained from into it")
-    for name, (kind, flag) in _FOREIGN_WEIGHTS.items():
-        if (folder / name).is_file():
-            return (f"{folder} holds only {kind} weights ({name}); convert them once with transformers 4: "
-                    f"`BertForPreTraining.from_pretrained(DIR, {flag}=True).save_pretrained(DIR)` "
-                    "(pip install 'transformers<5')")
-    return None
-
-
-def _read_weights_file(path: Path) -> dict[str, Tensor]:
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            return load_file(str(path), device="cpu")
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "WeightsUnpickler error:" in str(exc):  # not torch's advice to load it unsafely (weights_only=False)
-            found = str(exc).split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0]
-            reason = f"not a plain tensor file ({found}); bertctl never unpickles objects"
-        raise BertctlError(f"cannot read weights {path}: {reason} (is the file complete? re-download or "
-                           "re-save it)") from None
-
-
 def read_checkpoint(path: Path | str) -> Checkpoint:
     """Read a bertctl or transformers model folder (config.json + weights), or a hub id's cached snapshot."""
     folder = local_folder(path)
@@ -294,18 +130,18 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     config_file = _config_file(folder)
     if config_file is None:
         hint = run_folder_hint(folder) or "give a folder written by bertctl or transformers' save_pretrained"
-        raise UsageError(_foreign_weights_message(folder) or f"{folder} is not a model folder: no config.json ({hint})")
+        raise UsageError(foreign_weights_message(folder) or f"{folder} is not a model folder: no config.json ({hint})")
     try:
         raw = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UsageError(f"{config_file} is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise UsageError(f"{config_file} must hold a mapping of config fields")
-    _check_other_keys(config_file, raw)
+    check_other_keys(config_file, raw)
     if raw.get("model_type", "bert") != "bert":  # configs older than transformers 2.x have no model_type
         raise UsageError(f"{folder}: model_type {raw.get('model_type')!r} is not BERT")
     config = BertConfig.from_dict(raw, source=config_file)
-    weights, weights_file, from_nvidia = _read_weights(folder)
+    weights, weights_file, from_nvidia = read_weights(folder)
     rows = _embedding_rows(weights)
     if from_nvidia and rows is not None and nvidia_checkpoint.padded_vocab_size(config.vocab_size, rows):
         config = config.replace(vocab_size=rows)  # as NVIDIA's scripts build the model they trained
@@ -314,13 +150,13 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     # fp16/bf16 files are upcast: bertctl's weights are fp32 (mixed precision is the recipes' business)
     weights = {k: t.float() if t.is_floating_point() else t for k, t in weights.items()}
     state, unknown = from_transformers_names(weights)
-    config = _decoder_tying(config, decoder_differs, _DECODER_BIAS in weights, state)
+    config = _decoder_tying(config, decoder_differs, DECODER_BIAS in weights, state)
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise BertctlError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
-    _check_encoder(folder, weights_file, set(weights), config, raw, state)
-    _check_heads(weights_file, set(weights), config, state)
-    parts = frozenset(p for p in map(_part, state) if p is not None)
+    check_encoder(config_file, weights_file, set(weights), config, raw, state)
+    check_heads(weights_file, set(weights), config, state)
+    parts = frozenset(p for p in map(part_of, state) if p is not None)
     ckpt = Checkpoint(folder, config, raw, state, _architecture(raw, parts), parts, "/".join(stored) or "float32",
                       weights_file.name, from_nvidia)
     _check_labels(ckpt)
@@ -350,84 +186,6 @@ def _check_labels(ckpt: Checkpoint) -> None:
                          f"{tuple(weight.shape)}); fix id2label/label2id in {ckpt.config_file.name}")
 
 
-_OTHER_KEYS = {"architectures": (list, "a list of class names"), "bertctl": (dict, "a mapping"),
-               "problem_type": (str, "a string")}  # id2label: checked with the head it must fit
-
-
-def _check_other_keys(config_file: Path, raw: dict[str, Any]) -> None:
-    """config.json keys besides BertConfig's that bertctl reads: a hand-edited wrong type is one line here."""
-    for key, (kind, said) in _OTHER_KEYS.items():
-        value = raw.get(key)
-        if value is not None and not isinstance(value, kind):
-            raise UsageError(f"{config_file}: {key} must be {said}, got {value!r}; fix or remove it")
-    problem_type = raw.get("problem_type")
-    if problem_type is not None and problem_type not in PROBLEM_TYPES:  # transformers 4 refuses it too
-        raise UsageError(f"{config_file}: problem_type {problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}; "
-                         f"fix or remove it")
-
-
-def _check_encoder(folder: Path, weights_file: Path, in_file: set[str], config: BertConfig, raw: dict[str, Any],
-                   state: dict[str, Tensor]) -> None:
-    """Every encoder weight must be there (the pooler and the heads are optional), with the shape config.json
-    gives it: build_model relies on it. A config.json that lacks vocab_size, hidden_size ... gets BERT-base's
-    defaults; say so here, where the file is at fault, rather than later as a tokenizer that does not fit the
-    model or a weight that does not load. `in_file`: the file's own names, to name what is missing as it would."""
-    with shapes_only():
-        expected = Bert(config, add_pooler=False).state_dict()
-    _check_layer_count(folder, config, raw, state)
-    bare = not any(name.startswith("bert.") for name in in_file)  # a BertModel file: names without the prefix
-    missing = [name for key, target in expected.items() if f"bert.{key}" not in state
-               for name in to_transformers_names({f"bert.{key}": target}, bare=bare)
-               if name not in in_file]  # of Q, K and V, only the absent ones
-    if missing:
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise BertctlError(f"{weights_file}: missing encoder parameter{'s' * (len(missing) > 1)} {shown} (is the "
-                           "file complete? re-download or re-save it)")
-    for key, target in expected.items():  # embeddings first: a wrong hidden_size is blamed there
-        found = state[f"bert.{key}"]
-        if found.shape == target.shape:
-            continue
-        name, stored = next(iter(to_transformers_names({f"bert.{key}": found}, bare=bare).items()))
-        shaped_by = next((f for pattern, f in _SHAPE_FIELDS if re.match(pattern, key)), ("hidden_size",))
-        said = ", ".join(f"{f} {getattr(config, f)}" + ("" if f in raw else " (not set: the default)")
-                         for f in shaped_by)
-        config_file = _config_file(folder) or folder / "config.json"
-        raise UsageError(f"{config_file} says {said}, but the weights hold {name} of shape "
-                         f"{tuple(stored.shape)}; fix {config_file.name}")
-
-
-def _check_heads(weights_file: Path, in_file: set[str], config: BertConfig, state: dict[str, Tensor]) -> None:
-    """The pooler and every head must fit the encoder config.json describes (its shape was checked first), as
-    transformers requires: build_model would otherwise create a head of another shape afresh, at random (fill,
-    pretrain --init-from). Only a classifier may have another number of outputs (fine-tuning on other labels)."""
-    with shapes_only():  # untied, so that a decoder in the file is checked too
-        expected = {**ARCHITECTURES["BertForPreTraining"](config.replace(tie_word_embeddings=False)).state_dict(),
-                    **ARCHITECTURES["BertForQuestionAnswering"](config).state_dict()}
-    classifier = state.get("classifier.weight")
-    if classifier is not None:
-        rows = classifier.shape[0] if classifier.ndim else 0
-        expected.update({"classifier.weight": torch.empty(rows, config.hidden_size, device="meta"),
-                         "classifier.bias": torch.empty(rows, device="meta")})
-    bare = not any(name.startswith("bert.") for name in in_file)
-    for key, found in state.items():
-        target = expected.get(key)
-        if _part(key) is None or target is None or found.shape == target.shape:
-            continue
-        name = next(iter(to_transformers_names({key: found}, bare=bare)))
-        raise BertctlError(f"{weights_file}: {name} has shape {tuple(found.shape)} but the model its config.json "
-                           f"describes needs {tuple(target.shape)} (is the file complete? re-download or re-save it)")
-
-
-def _check_layer_count(folder: Path, config: BertConfig, raw: dict[str, Any], state: dict[str, Tensor]) -> None:
-    """Layers in the weights beyond config.json's num_hidden_layers would be dropped unread, too few would be
-    reported as missing parameters: either way the config is at fault."""
-    held = {int(m.group(1)) for key in state if (m := re.match(r"bert\.layers\.(\d+)\.", key))}
-    count = config.num_hidden_layers
-    if held and (max(held) >= count or (len(held) < count and held == set(range(len(held))))):
-        unset = "" if "num_hidden_layers" in raw else " (not set: the default)"
-        config_file = _config_file(folder) or folder / "config.json"
-        raise UsageError(f"{config_file} says num_hidden_layers {count}{unset}, but the weights hold "
-                         f"{max(held) + 1} layers; fix {config_file.name}")
 
 
 def _embedding_rows(weights: dict[str, Tensor]) -> int | None:
@@ -447,7 +205,7 @@ def _decoder_tying(config: BertConfig, decoder_differs: bool, decoder_bias: bool
     """
     by_config = not config.tie_word_embeddings
     if not (by_config or decoder_differs):
-        state.pop(_DECODER_KEY, None)
+        state.pop(DECODER_KEY, None)
         return config
     if by_config and not decoder_bias and "mlm.bias" in state:
         state["mlm.bias"] = torch.zeros_like(state["mlm.bias"])
@@ -538,15 +296,15 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weig
     fresh_keys: set[str] = set()
     state: dict[str, Tensor] = {}
     for key, target in expected.items():
-        part = _part(key)
+        part = part_of(key)
         source = ckpt.state.get(key)
         if part is not None and (part not in ckpt.parts or (source is not None and source.shape != target.shape)):
             fresh.add(part)  # absent from the checkpoint, or a classifier with another number of labels
             fresh_keys.add(key)
-        elif source is None and key == _DECODER_KEY and draw_decoder:
+        elif source is None and key == DECODER_KEY and draw_decoder:
             fresh.add("mlm decoder")
             fresh_keys.add(key)
-        elif source is None and key == _DECODER_KEY:
+        elif source is None and key == DECODER_KEY:
             raise UsageError(f"{ckpt.path}: {ckpt.config_file.name} sets tie_word_embeddings false but the weights "
                              f"hold no {_DECODER_WEIGHT}, so the MLM head cannot be computed (transformers would "
                              "draw it at random); give the folder its decoder, or set tie_word_embeddings true if "
@@ -566,8 +324,6 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weig
     return model
 
 
-def to_transformers_name(key: str) -> str:
-    return next(iter(to_transformers_names({key: torch.empty(3)})))
 
 
 def _dropout_rate(value: Any, config_file: Path | None = None) -> float:
@@ -588,7 +344,7 @@ def load_model(path: Path | str, architecture: str | None = None, **head_kwargs:
 def saved_architecture(model: nn.Module, keep: dict[str, Tensor] | None = None) -> str:
     """The `architectures` entry of a saved folder: the model's class, or transformers' BertForNextSentencePrediction
     for an encoder saved with a kept NSP head and no MLM head (bertctl has no class of its own for it)."""
-    return transformers_architecture(architecture_name(model), {_part(k) for k in keep or {}})
+    return transformers_architecture(architecture_name(model), {part_of(k) for k in keep or {}})
 
 
 def transformers_architecture(name: str, parts: set[str] | frozenset[str]) -> str:
@@ -600,7 +356,7 @@ def transformers_architecture(name: str, parts: set[str] | frozenset[str]) -> st
 def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: str | None,
                  extra: dict[str, Any] | None = None, keep: dict[str, Tensor] | None = None) -> dict[str, Any]:
     name = saved_architecture(model, keep)
-    parts = sorted({p for p in map(_part, [*model.state_dict(), *(keep or {})]) if p is not None})
+    parts = sorted({p for p in map(part_of, [*model.state_dict(), *(keep or {})]) if p is not None})
     data: dict[str, Any] = {"architectures": [name], "model_type": "bert", **model.config.to_dict(),
                             "position_embedding_type": "absolute", "classifier_dropout": None}
     data.update({k: v for k, v in (extra or {}).items() if k in KEPT_CONFIG_KEYS})

@@ -218,7 +218,7 @@ def corpus_inspect(
     """Statistics (lengths, padding, masks, NSP balance) and a few decoded instances of a corpus."""
     import json
 
-    from bertctl.corpus import format_report, inspect_corpus
+    from bertctl.corpus_inspect import format_report, inspect_corpus
 
     report = inspect_corpus(corpus, num=0 if as_json else num)
     if as_json:

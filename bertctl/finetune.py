@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import __version__, optim, training, training_state
-from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
+from bertctl.checkpoint import Checkpoint, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig, config_to_dict, warmup_steps
 from bertctl.data.batches import rank_micro_batches, train_batches
 from bertctl.data.glue import (
@@ -41,24 +41,15 @@ from bertctl.data.glue import (
     data_path,
     get_task,
     hub_copy,
-    outputs_by_class,
     read_split,
     task_folders,
 )
 from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import UsageError
-from bertctl.evaluate import (
-    class_names,
-    collate,
-    encode_examples,
-    glue_markdown,
-    glue_table,
-    predict_command,
-    score,
-    summarize,
-)
+from bertctl.evaluate import encode_examples, predict_command
 from bertctl.files import out_location, write_json_atomic, write_text_atomic
-from bertctl.finetune_seed import Head, Prepared, Progress, finish_seed, keep_if_best, save_checkpoint
+from bertctl.finetune_classifier import CLASSIFIER
+from bertctl.finetune_seed import Prepared, Progress, finish_seed, keep_if_best, save_checkpoint
 from bertctl.finetune_work import (
     check_work,
     collect,
@@ -71,9 +62,9 @@ from bertctl.finetune_work import (
     say,
     seed_folder,
 )
+from bertctl.results_summary import glue_markdown, glue_table, summarize
 from bertctl.tokenizer import BertTokenizer
 
-log = logging.getLogger(__name__)
 _TRAINED = [task for task in TASKS.values() if not task.predicted_by]  # what `finetune glue all` runs
 
 
@@ -424,48 +415,6 @@ def _read_steps(pending: list[training.PendingStep], progress: Progress, limit: 
     progress.window += results
 
 
-def head_dropout(cfg: FinetuneConfig) -> dict[str, float]:
-    """build_model's keyword for a task head's dropout: --dropout, or (none given) the folder's own."""
-    return {} if cfg.dropout is None else {"classifier_dropout": cfg.dropout}
-
-
-def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
-    model = build_model(prep.ckpt, "BertForSequenceClassification", num_labels=prep.task.num_labels,
-                        **head_dropout(cfg))
-    fresh = set(model.fresh_heads)
-    reordered = "classifier" not in fresh and _align_classifier(model, prep.ckpt, prep.task, cfg.model, announce)
-    if announce:
-        what = (f"a new classifier head ({prep.task.num_labels} output(s))" if "classifier" in fresh
-                else "its own classifier head" + (", its outputs reordered to the labels by name" if reordered else ""))
-        pooler = "; the pooler is new too" if "pooler" in fresh else ""
-        say(f"{prep.task.name}: fine-tuning {cfg.model} with {what}{pooler}")
-    return model
-
-
-def _align_classifier(model: nn.Module, ckpt: Checkpoint, task: Any, name: str, announce: bool) -> bool:
-    """A kept head whose id2label names the task's classes in another order (an MNLI model from the hub:
-    contradiction, entailment, neutral) has its rows permuted into the task's order, so it goes on predicting
-    what it predicted; saved, the model then names the task's classes. Returns whether it moved anything."""
-    labels = class_names(ckpt, task, name, say=announce)
-    if task.is_regression or not labels:
-        return False
-    order = outputs_by_class(task, labels)
-    if order is None:
-        if announce:
-            log.warning("warning: %s has the labels %s, which are not the data's %s; its classifier head is kept, "
-                        "output i taken as the data's class i", name, ", ".join(labels),
-                        ", ".join(task.label_names))
-        return False
-    if order == sorted(order):
-        return False
-    with torch.no_grad():
-        model.classifier.weight.copy_(model.classifier.weight[order])
-        model.classifier.bias.copy_(model.classifier.bias[order])
-    return True
-
-
-# --- losses ------------------------------------------------------------------------------------------
-
 def _collate_share(prep: Prepared, share: np.ndarray, rows: np.ndarray, pad_id: int) -> dict[str, Tensor]:
     """A micro-batch with a `real` flag per row. An empty share becomes one row of the batch flagged off:
     the rank still runs its passes, and adds nothing to the loss, the accuracy or the gradients."""
@@ -475,26 +424,8 @@ def _collate_share(prep: Prepared, share: np.ndarray, rows: np.ndarray, pad_id: 
     return batch
 
 
-def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
-    out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), labels=batch["labels"],
-                skip_padding=True)
-    labels = batch["labels"]
-    if labels.is_floating_point():  # regression: no accuracy
-        return {"task": (out.loss, labels.new_zeros(()))}
-    correct = ((out.logits.argmax(-1) == labels) & batch["real"]).sum()
-    return {"task": (out.loss, correct)}
-
-
 def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     return {"task": batch["real"].sum()}
-
-
-def _score(model: nn.Module, prep: Prepared, batch_size: int, device: torch.device, precision: str,
-           env: training.Distributed) -> dict[str, dict[str, float]]:
-    return score(prep.task, model, prep.dev, prep.tokenizer.pad_id, batch_size, device, precision, env=env)
-
-
-CLASSIFIER = Head(_model, collate, _loss_terms, _score)  # a sequence classifier (or regressor) on [CLS]
 
 
 # --- run records and progress ------------------------------------------------------------------------

@@ -20,8 +20,8 @@ from bertctl.choice import CHOICE_ARCHITECTURE, ChoiceTask, collate_choices, sco
 from bertctl.config import FinetuneConfig
 from bertctl.data.choice import ChoiceData, make_choice_features, read_choice
 from bertctl.errors import UsageError
-from bertctl.finetune import Base, head_dropout, launch, publish_task, refuse_the_other_commands, require, run_task
-from bertctl.finetune_seed import Head, Prepared
+from bertctl.finetune import Base, launch, publish_task, refuse_the_other_commands, require, run_task
+from bertctl.finetune_seed import Head, Prepared, head_dropout
 from bertctl.finetune_work import open_work, say
 
 

@@ -22,8 +22,8 @@ from bertctl import training
 from bertctl.checkpoint import build_model
 from bertctl.config import FinetuneConfig
 from bertctl.data.ner import IGNORED, NerData, check_known, make_ner_features, read_ner, tag_set
-from bertctl.finetune import Base, head_dropout, launch, publish_task, refuse_the_other_commands, require, run_task
-from bertctl.finetune_seed import Head, Prepared
+from bertctl.finetune import Base, launch, publish_task, refuse_the_other_commands, require, run_task
+from bertctl.finetune_seed import Head, Prepared, head_dropout
 from bertctl.finetune_work import open_work, say
 from bertctl.ner import TOKEN_ARCHITECTURE, NerTask, collate_tokens, score_dev
 

@@ -19,9 +19,9 @@ from torch import Tensor, nn
 from bertctl import training, training_state
 from bertctl.checkpoint import Checkpoint, read_checkpoint, save_model
 from bertctl.config import FinetuneConfig
-from bertctl.evaluate import main_score, scores_from_json
 from bertctl.files import json_ready
 from bertctl.finetune_work import add_logs_and_results, best_folder, drop_checkpoints, prune_best, say
+from bertctl.results_summary import main_score, scores_from_json
 from bertctl.tokenizer import BertTokenizer
 
 
@@ -38,6 +38,11 @@ class Head:
     classifies: bool = True  # saved with the task's labels (and a sequence classifier's problem_type)
     # (batch): the units each loss term is a mean over, as training.optimizer_step takes them (None: real rows)
     weights: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None
+
+
+def head_dropout(cfg: FinetuneConfig) -> dict[str, float]:
+    """build_model's keyword for a task head's dropout: --dropout, or (none given) the folder's own."""
+    return {} if cfg.dropout is None else {"classifier_dropout": cfg.dropout}
 
 
 @dataclass

@@ -28,7 +28,6 @@ from typing import Any
 from bertctl import training, training_state
 from bertctl.config import FinetuneConfig, config_to_dict, refuse_changed_settings
 from bertctl.errors import UsageError
-from bertctl.evaluate import scores_from_json, seeds_markdown
 from bertctl.files import (
     building_folder,
     check_new_out,
@@ -39,6 +38,7 @@ from bertctl.files import (
     write_json_atomic,
     write_text_atomic,
 )
+from bertctl.results_summary import scores_from_json, seeds_markdown
 
 # settings a --resume may change (gradient_checkpointing changes the memory a step takes, not its numbers)
 RESUMABLE_CHANGES = ("out", "resume", "overwrite", "save_every", "device", "log_every", "max_bad_steps",

@@ -1,7 +1,7 @@
 """The one BERT encoder (Devlin et al., 2018) and every task head, all in one place.
 
 Shapes: B batch, T tokens, H hidden size, A heads, D = H / A, V vocabulary, C choices, N masked tokens.
-Parameter names are our own; bertctl.checkpoint maps them to and from transformers' names.
+Parameter names are our own; bertctl.checkpoint_names maps them to and from transformers' names.
 """
 
 from __future__ import annotations

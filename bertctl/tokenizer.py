@@ -2,19 +2,18 @@
 
 One wrapper, `BertTokenizer`, is what every other part of bertctl holds: checkpoint folders save it,
 corpus building and pre-training compare its `sha256()` to refuse a mismatched vocabulary, fill decodes
-with it. Reading the folders others wrote is tokenizer_folder.py's job.
+with it. Reading the folders others wrote is tokenizer_folder.py's job; the clean-up and word split its
+pipeline runs are built in tokenizer_pipeline.py.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import numbers
 import operator
 import reprlib
-import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from tokenizers import (
     Tokenizer,
     decoders,
     models,
-    normalizers,
     pre_tokenizers,
     processors,
 )
@@ -34,195 +32,18 @@ from tokenizers import (
 from bertctl.config_types import take_bool
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import make_folder, user_path, write_text_atomic
+from bertctl.tokenizer_pipeline import (
+    MAX_WORD_CHARS,
+    never_split_normalizer,
+    pre_tokenizer,
+    python_whitespace,
+    whole_words,
+)
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0-4 in every vocabulary bertctl trains
 CONTINUATION = "##"  # WordPiece prefix of a piece that continues a word
-MAX_WORD_CHARS = 100  # longer words become [UNK], as in transformers' BertTokenizer (Google's allows 200)
 MODEL_MAX_LENGTH = 512  # written to tokenizer_config.json; BERT's position table size
-UNKNOWN_WORD = "\U000F0000"  # private use (no text keeps it past the clean-up): never_split words the vocab lacks
-
-# The reference (transformers' pure-Python BasicTokenizer) decides with Python's unicodedata. The Rust
-# BertNormalizer/BertPreTokenizer use older tables (they keep unassigned code points, miss newer marks and
-# punctuation, and stop CJK at U+2B81F), so every such step is an Oniguruma regex here. Oniguruma knows a
-# newer Unicode than Python 3.11's 14.0, so the unassigned (Cn) and nonspacing mark (Mn) classes are
-# spelled out from the running Python's unicodedata.
-_CONTROL = r"[\x{{FFFD}}\p{{C}}{unassigned}&&[^\t\n\r]]"  # removed, like _is_control (C*) plus U+FFFD
-_SPACE = r"[\t\n\r\p{Zs}&&[^ ]]"  # become " ", like _is_whitespace (" " itself is left alone: faster)
-_SPLIT = r" \x{2028}\x{2029}"  # what str.split() still splits on after the clean-up
-_CHINESE = (r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2CEAF}"
-            r"\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}")  # _is_chinese_char: each one its own word
-_PUNCT = r"\p{P}\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}"  # _is_punctuation: likewise
-# A piece is a run of other characters, or one CJK/punctuation character (one regex: 2x faster than 3).
-_PIECE = f"[^{_SPLIT}{_CHINESE}{_PUNCT}]+|[{_CHINESE}{_PUNCT}]"
-# Canonical decompositions tokenizers' NFD and NFC lack (its Unicode tables predate them; a sweep of every code
-# point finds only this one): both characters are combining class 0, so a plain replacement is Python's NFD/NFC.
-_LATE_DECOMPOSITIONS = {c: parts for c, parts in {"\U00011938": "\U00011935\U00011930"}.items()  # DIVES AKURU O
-                        if unicodedata.normalize("NFD", c) == parts}  # as the running Python decomposes it
-# Python's str.lower() writes a capital sigma as "ς" when, skipping case-ignorable characters, a cased one
-# comes before it and none after; Rust lowercases char by char ("σ"). \K keeps the letters before it out of
-# the replaced match: Oniguruma has no lookbehind of unbounded length.
-_FINAL_SIGMA = "[{cased}][{ignorable}]*\\KΣ(?![{ignorable}]*[{cased}])"
-
-
-def normalizer(lowercase: bool, strip_accents: bool | None) -> normalizers.Normalizer:
-    """BasicTokenizer's clean-up in its order: drop controls, NFC, lowercase, strip accents (CJK: pre_tokenizer)."""
-    return normalizers.Sequence([*_clean_up(), *_casing(lowercase, strip_accents)])
-
-
-def _casing(lowercase: bool, strip_accents: bool | None) -> list[normalizers.Normalizer]:
-    steps = []
-    if lowercase:
-        steps += [normalizers.Replace(Regex(_final_sigma()), "ς"), normalizers.Lowercase()]
-    if strip_accents or (strip_accents is None and lowercase):
-        steps += [normalizers.NFD(), *(normalizers.Replace(c, parts) for c, parts in _LATE_DECOMPOSITIONS.items()),
-                  normalizers.Replace(Regex(f"[{_python_class('Mn')}]"), "")]
-    return steps
-
-
-def _never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions,
-                            specials_as_text: bool = False) -> tuple[normalizers.Normalizer, list[str]]:
-    """normalizer() with transformers' never_split rule, and the words the pre-tokenizer must then keep whole.
-
-    transformers looks a never_split word up whole, skipping WordPiece, where it stands alone (compared before
-    casing, and after: then it is not split at punctuation) and where it is one piece after the split at
-    punctuation. One the vocabulary lacks is one [UNK] there: its first character becomes UNKNOWN_WORD (or, as a
-    piece, the character after it), which no vocabulary entry holds, so WordPiece gives the whole piece [UNK].
-    One that casing would change and the vocabulary holds is set aside as private-use markers, one per
-    character, before casing and put back after; while lacking words are replaced where they are pieces, the
-    words kept whole that have pieces (`c++`, "<mask>" uncased) are set aside too. Only single characters are
-    replaced, so offsets keep pointing at each word's own characters (tokenizers maps a longer replacement onto
-    its last character)."""
-    casing = _casing(options.lowercase, options.strip_accents)
-    cased = normalizers.Sequence(casing).normalize_str
-    words = _never_split_words(vocab, options)
-    changed = [word for word in words if cased(word) != word]
-    lacking_before = [word for word in changed if word not in vocab]
-    lacking_after = [word for word in words if word not in vocab and word not in changed]
-    pieces = [word for word in lacking_after if _pieces(word, options.chinese_chars) == 1]
-    whole = [word for word in _whole_words(cased, options, specials_as_text) if word not in lacking_after
-             and _pieces(word, options.chinese_chars) > 1] if pieces else []
-    kept = [word for word in changed if word in vocab]
-    piece = chr(ord(UNKNOWN_WORD) + 1)  # a piece's own marker: never the start of a lacking word kept whole
-    markers = {at: chr(ord(UNKNOWN_WORD) + 2 + i) for i, at in enumerate(
-        (word, k) for word in [*kept, *whole] for k in range(len(word)))}
-    if words and any({UNKNOWN_WORD, piece, *markers.values()} & set(token) for token in vocab):
-        raise UsageError(f"the vocabulary holds one of the private-use characters from U+{ord(UNKNOWN_WORD):X} that "
-                         "bertctl marks never_split words with; drop never_split from tokenizer_config.json")
-    first = functools.partial(_first_chars, chinese_chars=options.chinese_chars)
-
-    def set_aside(names: list[str]) -> list[normalizers.Normalizer]:  # each character after the previous ones
-        return [normalizers.Replace(Regex(first([word]) if k == 0 else
-                                          _spelt("".join(markers[word, j] for j in range(k))) + "\\K" + _spelt(char)),
-                                    markers[word, k]) for word in names for k, char in enumerate(word)]
-
-    def to_unknown(names: list[str], as_pieces: bool = False) -> list[normalizers.Normalizer]:
-        return [normalizers.Replace(Regex(first(names, pieces=as_pieces)), piece if as_pieces else UNKNOWN_WORD)
-                ] if names else []
-
-    steps = [*_clean_up(), *set_aside(kept), *to_unknown(lacking_before), *casing, *set_aside(whole),
-             *to_unknown([word for word in lacking_after if word not in pieces]), *to_unknown(pieces, True),
-             *(normalizers.Replace(marker, word[k]) for (word, k), marker in markers.items())]
-    unknown_whole = [*(cased(UNKNOWN_WORD + word[1:]) for word in lacking_before
-                       if _pieces(word, options.chinese_chars) > 1),
-                     *(UNKNOWN_WORD + word[1:] for word in lacking_after if word not in pieces)]
-    return normalizers.Sequence(steps), unknown_whole
-
-
-def _pieces(word: str, chinese_chars: bool) -> int:
-    """How many pieces the split at punctuation (and CJK ideographs) makes of `word`."""
-    return len(pre_tokenizer(chinese_chars).pre_tokenize_str(word))
-
-
-@functools.cache
-def _python_class(category: str) -> str:
-    """Python's code points of a category as a regex class body (planes 4-13 are unassigned, Cn)."""
-    codes = [c for c in (*range(0x40000), *range(0xE0000, 0xF0000)) if unicodedata.category(chr(c)) == category]
-    return _class_body(codes) + (r"\x{40000}-\x{DFFFF}" if category == "Cn" else "")
-
-
-@functools.cache
-def _final_sigma() -> str:
-    """_FINAL_SIGMA with the running Python's Cased and Case_Ignorable sets, read off str.lower() itself: "cΣ"
-    ends in "ς" when c is cased (and not case-ignorable), "AcΣ" also when c is case-ignorable. Planes 2-3 and
-    15-16 hold ideographs and private use only, neither cased nor case-ignorable."""
-    chars = "".join(map(chr, (*range(0x20), *range(0x21, 0xD800), *range(0xE000, 0x20000), *range(0xE0000, 0xE1000))))
-    after = [word.endswith("ς") for word in ("Σ ".join(chars) + "Σ").lower().split(" ")]
-    after_a = [word.endswith("ς") for word in ("A" + "Σ A".join(chars) + "Σ").lower().split(" ")]
-    cased = [ord(c) for c, final in zip(chars, after, strict=True) if final]
-    ignorable = [ord(c) for c, final, final_a in zip(chars, after, after_a, strict=True) if final_a and not final]
-    return _FINAL_SIGMA.format(cased=_class_body(cased), ignorable=_class_body(ignorable))
-
-
-def _class_body(codes: Sequence[int]) -> str:
-    """Ascending code points as a regex class body of ranges."""
-    ranges: list[list[int]] = []
-    for code in codes:
-        if ranges and code == ranges[-1][1] + 1:
-            ranges[-1][1] = code
-        else:
-            ranges.append([code, code])
-    return "".join(f"\\x{{{first:X}}}-\\x{{{last:X}}}" for first, last in ranges)
-
-
-def _clean_up() -> list[normalizers.Normalizer]:
-    return [normalizers.Replace(Regex(_CONTROL.format(unassigned=_python_class("Cn"))), ""),
-            normalizers.Replace(Regex(_SPACE), " "),
-            normalizers.NFC(), *(normalizers.Replace(parts, c) for c, parts in _LATE_DECOMPOSITIONS.items())]
-
-
-def pre_tokenizer(chinese_chars: bool = True, whole: Sequence[str] = ()) -> pre_tokenizers.PreTokenizer:
-    """Split on whitespace and around every punctuation character (and CJK ideograph: tokenize_chinese_chars).
-
-    A `whole` word standing alone stays one piece: transformers' never_split check after lowercasing,
-    which covers the special tokens too (so "<MASK>" stays "<mask>" where the mask token is "<mask>").
-    """
-    piece = _PIECE if chinese_chars else f"[^{_SPLIT}{_PUNCT}]+|[{_PUNCT}]"
-    if whole:
-        piece = f"{_standing_alone(whole, chinese_chars)}|{piece}"
-    return pre_tokenizers.Split(Regex(piece), behavior="removed", invert=True)
-
-
-def _standing_alone(words: Iterable[str], chinese_chars: bool) -> str:
-    """A regex for any of `words` as one item of BasicTokenizer's whitespace split, which comes after the
-    clean-up and after every CJK ideograph was spaced apart (tokenize_chinese_chars)."""
-    apart = _SPLIT + (_CHINESE if chinese_chars else "")
-    spelt = (_spelt(w) for w in sorted(words, key=lambda w: (-len(w), w)))
-    return f"(?<![^{apart}])(?:{'|'.join(spelt)})(?![^{apart}])"
-
-
-def _first_chars(words: Iterable[str], chinese_chars: bool, pieces: bool = False) -> str:
-    """A regex for the first character of any of `words` standing alone, or, with `pieces`, as one piece of the
-    split at punctuation. Each alternative begins with its own character, so the regex engine skips ahead to
-    the places worth trying (a long never_split list costs little)."""
-    apart = _SPLIT + (_CHINESE if chinese_chars else "") + (_PUNCT if pieces else "")
-    rests: dict[str, list[str]] = {}
-    for word in sorted(words):
-        rests.setdefault(word[0], []).append(_spelt(word[1:]))
-    return "|".join(f"{_spelt(char)}(?<![^{apart}][\\s\\S])(?=(?:{'|'.join(after)})(?![^{apart}]))"
-                    for char, after in rests.items())
-
-
-def _spelt(text: str) -> str:
-    return "".join(f"\\x{{{ord(c):X}}}" for c in text)
-
-
-def encodable_pre_tokenizer(alphabet: Sequence[str]) -> pre_tokenizers.PreTokenizer:
-    """`pre_tokenizer()` for training, keeping only the pieces encoding can cut: a word with a character
-    outside `alphabet`, or longer than 100 characters, is one [UNK] when encoded (Google's rule), and the
-    trainer would otherwise drop the odd character and learn pieces of text that never occurs ("aqb" teaching
-    "ab"). One regex, as fast as the plain one."""
-    chars = "".join(f"\\x{{{ord(c):X}}}" for c in alphabet)
-    inner = f"[^{_SPLIT}{_CHINESE}{_PUNCT}]"
-    word = f"(?<!{inner})[[{chars}]&&{inner}]{{1,{MAX_WORD_CHARS}}}(?!{inner})"
-    return pre_tokenizers.Split(Regex(f"{word}|[[{chars}]&&[{_CHINESE}{_PUNCT}]]"), behavior="removed", invert=True)
-
-
-@functools.cache
-def _python_whitespace() -> str:
-    """str.split()'s separators as a regex class body: all the splitting do_basic_tokenize=False does."""
-    return "".join(f"\\x{{{code:X}}}" for code in range(0x10000) if chr(code).isspace())
-
 
 ROLES = ("pad", "unk", "cls", "sep", "mask")  # the special tokens' roles, in SPECIAL_TOKENS' order
 _CLEAN_UP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
@@ -269,11 +90,11 @@ def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOp
     backend = Tokenizer(models.WordPiece(vocab, unk_token=unk, continuing_subword_prefix=CONTINUATION,
                                          max_input_chars_per_word=MAX_WORD_CHARS))
     if options.basic:
-        backend.normalizer, unknown_whole = _never_split_normalizer(vocab, options, specials_as_text)
-        whole = [*_whole_words(backend.normalizer.normalize_str, options, specials_as_text), *unknown_whole]
+        backend.normalizer, unknown_whole = never_split_normalizer(vocab, options, specials_as_text)
+        whole = [*whole_words(backend.normalizer.normalize_str, options, specials_as_text), *unknown_whole]
         backend.pre_tokenizer = pre_tokenizer(options.chinese_chars, whole)
     else:  # transformers' BertTokenizer then neither cleans, cases nor splits punctuation
-        backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{_python_whitespace()}]"), behavior="removed")
+        backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{python_whitespace()}]"), behavior="removed")
     backend.decoder = decoders.WordPiece(prefix=CONTINUATION, cleanup=False)  # cleaned whole in decode()
     _add_tokens(backend, vocab, options)
     backend.post_processor = processors.TemplateProcessing(
@@ -295,30 +116,6 @@ def _add_tokens(backend: Tokenizer, vocab: dict[str, int], options: TokenizerOpt
             raise UsageError(f"added token {token.content!r} has id {token.id}, but added tokens must follow the "
                              f"{len(vocab)} vocabulary entries without gaps (or repeat a vocabulary entry's id)")
 
-
-def _never_split_words(vocab: dict[str, int], options: TokenizerOptions) -> list[str]:
-    """The never_split words some text can hold standing alone, other than special and added tokens (matched
-    before the normalizer anyway)."""
-    cleaned = normalizers.Sequence(_clean_up())  # never_split is compared after it, before casing
-    added = {*options.specials, *options.extras, *(token.content for token in options.added)}
-    return sorted(word for word in set(options.never_split) if word not in added and cleaned.normalize_str(word) == word
-                  and _one_word(word, options.chinese_chars))
-
-
-def _one_word(word: str, chinese_chars: bool) -> bool:
-    """Whether BasicTokenizer's whitespace split (after CJK ideographs are spaced apart) leaves `word` whole."""
-    cut = Regex(f"[{_SPLIT}{_CHINESE if chinese_chars else ''}]")
-    return len(pre_tokenizers.Split(cut, "isolated").pre_tokenize_str(word)) == 1
-
-
-def _whole_words(norm: Callable[[str], str], options: TokenizerOptions, specials_as_text: bool = False) -> list[str]:
-    """never_split words and special tokens the normalizer leaves as they are: whole after lowercasing.
-
-    Without lowercasing a special token reaching the pre-tokenizer unmatched is only possible with control
-    characters inside it, so only lowercasing tokenizers need `specials_as_text` to read them as Google does."""
-    specials = (*options.specials, *options.extras) if options.lowercase and not specials_as_text else ()
-    words = {*options.never_split, *specials}
-    return [word for word in sorted(words) if norm(word) == word and _one_word(word, options.chinese_chars)]
 
 
 def never_split_in_effect(backend: Tokenizer, options: TokenizerOptions) -> list[str]:

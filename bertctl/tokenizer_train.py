@@ -30,15 +30,8 @@ from bertctl.config import TokenizerTrainConfig, config_to_dict
 from bertctl.data.sources import ReadStats, Source, expand_inputs, iter_texts
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import building_folder, check_new_out, refuse_inputs_inside, write_json_atomic
-from bertctl.tokenizer import (
-    CONTINUATION,
-    SPECIAL_TOKENS,
-    UNK,
-    BertTokenizer,
-    encodable_pre_tokenizer,
-    normalizer,
-    pre_tokenizer,
-)
+from bertctl.tokenizer import CONTINUATION, SPECIAL_TOKENS, UNK, BertTokenizer
+from bertctl.tokenizer_pipeline import encodable_pre_tokenizer, normalizer, pre_tokenizer
 
 BATCH_CHARS = 1 << 20  # characters per batch handed to numpy / the trainer (memory stays ~ this)
 LINE_CHARS = 1 << 16  # longer lines reach the trainer in pieces cut at spaces (its memory grows with a text)

@@ -395,7 +395,7 @@ def test_fresh_heads_are_drawn_as_transformers_draws_them(tmp_path, architecture
     """transformers' from_pretrained draws only the heads a folder lacks from the caller's RNG. bertctl initialised
     the whole model at random first, so for one seed a new head differed from transformers' (and the caller's RNG
     had moved on by a whole model's draws)."""
-    from bertctl.checkpoint import to_transformers_names
+    from bertctl.checkpoint_names import to_transformers_names
 
     torch.manual_seed(1)
     config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

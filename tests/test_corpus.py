@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from bertctl.cli import app
 from bertctl.config import CorpusConfig
-from bertctl.corpus import build_corpus, inspect_corpus, load_corpus
+from bertctl.corpus import build_corpus, load_corpus
+from bertctl.corpus_inspect import inspect_corpus
 from bertctl.errors import UsageError
 from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
 

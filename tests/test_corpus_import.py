@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 
 from bertctl.cli import app
 from bertctl.config import CorpusConfig, CorpusImportConfig, PretrainConfig
-from bertctl.corpus import build_corpus, inspect_corpus, load_corpus
+from bertctl.corpus import build_corpus, load_corpus
 from bertctl.corpus_import import import_corpus
+from bertctl.corpus_inspect import inspect_corpus
 from bertctl.data.instances import is_validation
 from bertctl.errors import UsageError
 from bertctl.tokenizer import BertTokenizer

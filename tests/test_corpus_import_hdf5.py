@@ -26,8 +26,9 @@ from test_corpus_import import (  # noqa: E402
 
 from bertctl.cli import app  # noqa: E402
 from bertctl.config import CorpusImportConfig  # noqa: E402
-from bertctl.corpus import inspect_corpus, load_corpus  # noqa: E402
+from bertctl.corpus import load_corpus  # noqa: E402
 from bertctl.corpus_import import import_corpus  # noqa: E402
+from bertctl.corpus_inspect import inspect_corpus  # noqa: E402
 from bertctl.data.instances import is_validation  # noqa: E402
 from bertctl.errors import BertctlError, UsageError  # noqa: E402
 from bertctl.tokenizer import BertTokenizer  # noqa: E402

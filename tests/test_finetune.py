@@ -15,7 +15,7 @@ import torch
 from glue_fixtures import FILLER, KEYWORDS_3, write_glue_data
 from typer.testing import CliRunner
 
-from bertctl import finetune
+from bertctl import finetune, finetune_classifier
 from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
@@ -439,7 +439,7 @@ def test_the_classifier_dropout_is_the_models_own_unless_dropout_is_given(tmp_pa
     folder = save_model(BertForSequenceClassification(config, num_labels=2, classifier_dropout=0.3), tmp_path / "m",
                         BertTokenizer.from_vocab(VOCAB), labels=["0", "1"])
     prep = SimpleNamespace(ckpt=read_checkpoint(folder), task=get_task("sst2"))
-    model = finetune._model(FinetuneConfig(model=folder, dropout=dropout), prep, announce=False)
+    model = finetune_classifier._model(FinetuneConfig(model=folder, dropout=dropout), prep, announce=False)
     assert model.dropout.p == expected
 
 
@@ -494,7 +494,8 @@ def test_training_is_a_transformers_loop_step_for_step(encoder, tmp_path, proble
     from safetensors.torch import load_file
 
     from bertctl import training_state
-    from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint, to_transformers_names
+    from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
+    from bertctl.checkpoint_names import to_transformers_names
     from bertctl.data.glue import Examples
     from bertctl.evaluate import encode_examples
 

@@ -15,7 +15,8 @@ from bertctl.checkpoint import load_model, save_model
 from bertctl.config import BertConfig, CorpusConfig, FinetuneConfig
 from bertctl.config_files import build_config, read_config_file
 from bertctl.config_types import split_list, take_int
-from bertctl.corpus import build_corpus, inspect_corpus
+from bertctl.corpus import build_corpus
+from bertctl.corpus_inspect import inspect_corpus
 from bertctl.errors import UsageError
 from bertctl.evaluate import evaluate_classify, evaluate_glue
 from bertctl.fill import fill

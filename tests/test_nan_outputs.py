@@ -13,16 +13,17 @@ import torch
 from glue_fixtures import write_glue_data
 from typer.testing import CliRunner
 
-import bertctl.finetune
+import bertctl.finetune_classifier
 from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.tabular import TabularTask
-from bertctl.evaluate import print_results, summarize
+from bertctl.evaluate import print_results
 from bertctl.finetune import finetune_classify
 from bertctl.finetune_seed import Progress
 from bertctl.finetune_work import finished_results
 from bertctl.model import BertForMaskedLM, BertForSequenceClassification
+from bertctl.results_summary import summarize
 from bertctl.tokenizer import BertTokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "cat", "sat", "cold", "warm"]
@@ -98,7 +99,7 @@ def test_a_blown_up_run_scores_null_everywhere_and_says_so(blown_run, scores, tm
 def test_a_nan_epoch_is_never_kept_over_a_real_one(encoder, scores, tmp_path, monkeypatch):
     """Epoch 2 is the only real score; before, NaN compared neither better nor worse and epoch 3 replaced it."""
     dev = iter([math.nan, 0.25, math.nan])
-    monkeypatch.setattr(bertctl.finetune, "score", lambda *args, **kwargs: {
+    monkeypatch.setattr(bertctl.finetune_classifier, "score", lambda *args, **kwargs: {
         "validation": {"pearson": 0.0, "spearman": next(dev)}})
     out = finetune_classify(FinetuneConfig(model=encoder, train=scores, validation=scores, text_columns=("text",),
                                            label_column="score", out=tmp_path / "run", epochs=3, lr=1e-3,

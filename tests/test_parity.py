@@ -162,7 +162,7 @@ def _lamb_pair(odd_config, tmp_path, lr, zero_token_types=False):
 def test_lamb_steps_a_fused_qkv_model_as_apex_steps_separate_query_key_value(odd_config, tmp_path):
     """The trust ratio of the fused Q/K/V matrix is taken per third, as for transformers' three matrices, and
     biases and LayerNorm weights are not scaled by one (their ||w|| starts at 0, which would freeze them)."""
-    from bertctl.checkpoint import to_transformers_names
+    from bertctl.checkpoint_names import to_transformers_names
 
     ours, theirs, optimizer = _lamb_pair(odd_config, tmp_path, lr=1e-2)
     state: dict = {}
@@ -242,7 +242,7 @@ def test_pretraining_loss_masked_logits_and_every_gradient_match_transformers(na
     import torch.nn.functional as F
 
     from bertctl import training
-    from bertctl.checkpoint import to_transformers_names
+    from bertctl.checkpoint_names import to_transformers_names
     from bertctl.pretraining_objective import loss_terms
 
     config = odd_config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **shape)
@@ -281,7 +281,7 @@ def test_pretrains_clipped_lamb_step_is_apex_fused_lamb_with_its_global_clipping
     it: every gradient divided by global norm / 1.0 when that is above 1, then the LAMB step; a decayed matrix
     whose norm is 0 steps with ratio 1 (apex: the bare lr), so it leaves 0."""
     from bertctl import training
-    from bertctl.checkpoint import to_transformers_names
+    from bertctl.checkpoint_names import to_transformers_names
 
     ours, theirs, optimizer = _lamb_pair(odd_config, tmp_path, lr=5e-3, zero_token_types=True)
     state: dict = {}

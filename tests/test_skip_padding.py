@@ -160,10 +160,10 @@ def _features(head: str):
 
 def _runs(head: str):
     """The head's fine-tuning loss terms and the function its evaluate/predict score with."""
-    from bertctl import choice, evaluate, finetune, finetune_choice, finetune_ner, ner
+    from bertctl import choice, evaluate, finetune_choice, finetune_classifier, finetune_ner, ner
 
     if head == "classify":
-        return finetune._loss_terms, evaluate.collate, evaluate.predict_logits
+        return finetune_classifier._loss_terms, evaluate.collate, evaluate.predict_logits
     if head == "ner":
         return finetune_ner._loss_terms, ner.collate_tokens, ner.word_predictions
     return finetune_choice._loss_terms, choice.collate_choices, choice.choice_logits

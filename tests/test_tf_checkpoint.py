@@ -457,7 +457,7 @@ def test_finetuning_a_run_classifier_mnli_checkpoint_keeps_what_each_row_predict
     order (entailment, neutral, contradiction), so output k is GLUE's class k from the first step."""
     from bertctl.checkpoint import build_model
     from bertctl.data.glue import get_task
-    from bertctl.finetune import _align_classifier
+    from bertctl.finetune_classifier import _align_classifier
 
     reference = reference_model("BertForSequenceClassification", odd_config, num_labels=3)
     ckpt = read_checkpoint(google_folder(tmp_path / "mnli", reference))
