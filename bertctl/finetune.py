@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertctl import __version__, optim, training, training_state
+from bertctl import __version__, optim, run_metrics, stop_signals, training, training_state
 from bertctl.checkpoint import Checkpoint, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig, config_to_dict, warmup_steps
 from bertctl.data.batches import rank_micro_batches, train_batches
@@ -81,7 +81,7 @@ def finetune_glue(cfg: FinetuneConfig) -> Path | None:
     tasks = [task] if task is not None else _TRAINED
     reads = [folder for each in tasks for folder in task_folders(each, cfg.data)]
 
-    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
+    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: stop_signals.GracefulStop) -> None:
         if task is None:
             _glue_all(cfg, base, out, work, env, stop)
             return
@@ -99,7 +99,7 @@ def finetune_classify(cfg: FinetuneConfig) -> Path | None:
     if not cfg.text_columns:
         raise UsageError("--text-columns: name the text column (or two, comma-separated)")
 
-    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
+    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: stop_signals.GracefulStop) -> None:
         table = load_labelled_data(cfg.train, cfg.validation, cfg.text_columns, cfg.label_column, cfg.problem,
                                    cfg.label_names)
         dev = {"validation": table.validation} if table.validation else {}
@@ -128,7 +128,7 @@ def launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | N
         if cfg.batch_size < env.world_size:
             raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")
         base = load_base(cfg, precision)
-        with training.GracefulStop() as stop:
+        with stop_signals.GracefulStop() as stop:
             try:
                 body(base, out, work, env, stop)
             except _Stopped as stopped:
@@ -194,7 +194,7 @@ def _report(summary: dict[str, Any], out: Path) -> None:
 # --- glue all: the nine tasks in one run -------------------------------------------------------------
 
 def _glue_all(cfg: FinetuneConfig, base: Base, out: Path, work: Path, env: training.Distributed,
-              stop: training.GracefulStop) -> None:
+              stop: stop_signals.GracefulStop) -> None:
     """Every GLUE task with training data, one after another (in work/<task>/), then OUT/<task> for each and
     OUT/results.{md,json}."""
     tasks = _TRAINED
@@ -260,7 +260,7 @@ def _read_ahead(tasks: list[GlueTask], data: str) -> None:
 # --- one task, one or several seeds ------------------------------------------------------------------
 
 def run_task(cfg: FinetuneConfig, base: Base, task: Any, train: Any, dev: dict[str, Any], work: Path,
-             env: training.Distributed, stop: training.GracefulStop, prepare: Callable[..., Prepared] | None = None
+             env: training.Distributed, stop: stop_signals.GracefulStop, prepare: Callable[..., Prepared] | None = None
              ) -> dict[str, Any]:
     """Train every seed not finished yet, each in work/seed-N/ until its model folder is work/seed-N/done;
     returns the seeds' summary. `prepare(cfg, base, task, train, dev, env)` encodes the data for the task's head
@@ -316,7 +316,7 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
 
 
 def _train_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, work: Path,
-                env: training.Distributed, stop: training.GracefulStop, announce: bool = False) -> dict[str, Any]:
+                env: training.Distributed, stop: stop_signals.GracefulStop, announce: bool = False) -> dict[str, Any]:
     """Train one seed in `work` (from its newest checkpoint, if any) until work/done holds the best epoch's
     model folder; returns its eval_results. `features`: the sha256 of the encoded examples."""
     if training.any_rank(stop.requested, env):
@@ -347,8 +347,8 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, w
         carried = open_seed(work, checkpoint, progress.step,
                             _run_record(cfg, prep, features, model, seed, precision, env, total, warmup))
     train_model = training.wrap_ddp(model, env)
-    log = training.MetricsLog(work, enabled=env.is_main)
-    speed = training.Throughput(carried)
+    log = run_metrics.MetricsLog(work, enabled=env.is_main)
+    speed = run_metrics.Throughput(carried)
     bar = training.progress_bar(total, progress.step, f"{task.name} seed {seed}", env.is_main)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device
     anchored = progress.best["epoch"]  # the best epoch the newest checkpoint refers to (its folder is kept)
@@ -451,7 +451,7 @@ def _run_record(cfg: FinetuneConfig, prep: Prepared, features: str, model: nn.Mo
 
 
 def _train_row(step: int, epoch: float, window: list[training.StepResult], lr: float,
-               speed: training.Throughput, regression: bool) -> dict[str, Any]:
+               speed: run_metrics.Throughput, regression: bool) -> dict[str, Any]:
     means = training.window_means(window)
     row: dict[str, Any] = {"step": step, "epoch": round(epoch, 4), "loss": means["loss"]}
     if not regression:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
-from bertctl import training
+from bertctl import stop_signals, training
 from bertctl.checkpoint import build_model
 from bertctl.choice import CHOICE_ARCHITECTURE, ChoiceTask, collate_choices, score_dev
 from bertctl.config import FinetuneConfig
@@ -32,7 +32,7 @@ def finetune_choice(cfg: FinetuneConfig) -> Path | None:
     require(cfg, "train", "model", "out")
     refuse_the_other_commands(cfg, "choice")
 
-    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
+    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: stop_signals.GracefulStop) -> None:
         base.ckpt.config.refuse_pairs(base.ckpt.path, "multiple choice gives (context, choice) pairs",
                                       "pre-train one with type_vocab_size 2")
         train = read_choice(cfg.train, "--train")

@@ -18,7 +18,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertctl import training
+from bertctl import stop_signals, training
 from bertctl.checkpoint import build_model
 from bertctl.config import FinetuneConfig
 from bertctl.data.ner import IGNORED, NerData, check_known, make_ner_features, read_ner, tag_set
@@ -35,7 +35,7 @@ def finetune_ner(cfg: FinetuneConfig) -> Path | None:
     require(cfg, "train", "model", "out")
     refuse_the_other_commands(cfg, "ner")
 
-    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
+    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: stop_signals.GracefulStop) -> None:
         train = read_ner(cfg.train, "--train", True, cfg.label_names)
         task = NerTask(tag_set(train, cfg.label_names, base.ckpt.labels))
         dev = {}

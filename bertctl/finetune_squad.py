@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertctl import training
+from bertctl import stop_signals, training
 from bertctl.checkpoint import build_model
 from bertctl.config import FinetuneConfig
 from bertctl.data.squad import SquadData, make_features, read_squad
@@ -40,7 +40,7 @@ def finetune_squad(cfg: FinetuneConfig) -> Path | None:
     require(cfg, "train", "model", "out")
     refuse_the_other_commands(cfg, "squad")
 
-    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: training.GracefulStop) -> None:
+    def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: stop_signals.GracefulStop) -> None:
         base.ckpt.config.refuse_pairs(base.ckpt.path, "SQuAD puts the question and the context in two segments",
                                       "fine-tune a classifier instead")
         check_lengths(cfg.max_seq_length, cfg.max_query_length, base.ckpt.config.max_position_embeddings, cfg.model)

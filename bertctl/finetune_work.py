@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bertctl import training, training_state
+from bertctl import run_metrics, training, training_state
 from bertctl.config import FinetuneConfig, config_to_dict, refuse_changed_settings
 from bertctl.errors import UsageError
 from bertctl.files import (
@@ -141,7 +141,7 @@ def open_seed(seed_work: Path, checkpoint: Path | None, step: int, record: dict[
         shutil.rmtree(seed_work, ignore_errors=True)
         seed_work.mkdir(parents=True)
     write_json_atomic(seed_work / "run.json", record)
-    return 0.0 if checkpoint is None else training.trim_metrics(seed_work, step)
+    return 0.0 if checkpoint is None else run_metrics.trim_metrics(seed_work, step)
 
 
 def refuse_other_examples(seed_work: Path, features_sha256: str, data: str, task: str) -> None:

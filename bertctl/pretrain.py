@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertctl import optim, training, training_state
+from bertctl import optim, run_metrics, stop_signals, training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
 from bertctl.config import (
     BertConfig,
@@ -124,7 +124,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
                                             "resumed_from": str(resume_from or ""), "from_step": step,
                                             "earlier": _earlier_parts(started, step)})
         extended = resume_from is not None and resume_from.name == "final" and step % cfg.log_every != 0
-        carried = training.trim_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
+        carried = run_metrics.trim_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
     training.sparse_tied_embedding_grads(model, env, compiled)
     train_model = training.wrap_ddp(model, env)
     if compiled:  # after DDP, so the compiler sees its bucket boundaries
@@ -145,12 +145,13 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
 
     # Compiled graphs want fixed shapes: the MLM head then reads max_predictions_per_seq slots per row.
     step_terms = partial(loss_terms, predictions=manifest["max_predictions_per_seq"] if compiled else None)
-    log = training.MetricsLog(run, enabled=env.is_main)
-    speed = training.Throughput(carried)
+    log = run_metrics.MetricsLog(run, enabled=env.is_main)
+    speed = run_metrics.Throughput(carried)
     bar = training.progress_bar(cfg.steps, step, "pretrain", env.is_main)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device
     final = run / "final"
-    with training.GracefulStop() as stop, training.loader_batches(loader) as batches, bar, contextlib.closing(log):
+    with (stop_signals.GracefulStop() as stop, stop_signals.loader_batches(loader) as batches, bar,
+          contextlib.closing(log)):
         while step < cfg.steps:
             host_batches = [next(batches) for _ in range(accum)]
             tokens = sum(int(b["attention_mask"].sum()) for b in host_batches)  # this rank's; summed when logged
@@ -427,7 +428,7 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
     return model
 
 
-def _log_row(step: int, window: list[training.StepResult], lr: float, speed: training.Throughput,
+def _log_row(step: int, window: list[training.StepResult], lr: float, speed: run_metrics.Throughput,
              has_nsp: bool, skipped_total: int, env: training.Distributed) -> dict[str, Any]:
     means = training.window_means(window)
     row: dict[str, Any] = {"step": step, "loss": means["loss"], "mlm_loss": means["mlm"],
@@ -459,6 +460,6 @@ def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed
     return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=cfg.num_workers,
                                        pin_memory=env.device.type == "cuda", generator=torch.Generator(),
                                        prefetch_factor=4 if cfg.num_workers else None,
-                                       worker_init_fn=training.leave_stop_signals_to_the_main_process)
+                                       worker_init_fn=stop_signals.leave_stop_signals_to_the_main_process)
 
 

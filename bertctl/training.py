@@ -1,20 +1,18 @@
 """The training-loop pieces that pre-training and fine-tuning share.
 
 Precision, one optimizer step over accumulated micro-batches (its figures read a window at a time),
-torch.distributed set-up, graceful SIGINT/SIGTERM, metrics logging. The optimizers and learning-rate schedules
-are in optim.py; what a checkpoint saves to resume is in training_state.py.
+torch.distributed set-up. The optimizers and learning-rate schedules are in optim.py; what a checkpoint saves
+to resume is in training_state.py; graceful SIGINT/SIGTERM in stop_signals.py; metrics logging in
+run_metrics.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 import os
-import signal
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import WriteFailed, json_ready, json_text, write_text_atomic
+from bertctl.files import json_ready
 
 # --- precision and devices ---------------------------------------------------------------------------
 
@@ -354,170 +352,3 @@ def optimizer_step(
     optimizer.zero_grad(set_to_none=True)
     values = torch.cat([reduced, torch.stack([total, grad_norm, finite.float(), bad.float()])]).detach()
     return PendingStep([*names, "loss", "grad_norm", "finite", "bad"], values)
-
-
-# --- signals, logging ----------------------------------------------------------------------------------
-
-DUPLICATE_SIGNAL_SECONDS = 1.0  # a stop signal this soon after the first is the same request, passed on
-
-
-class GracefulStop:
-    """First SIGINT/SIGTERM: finish the step, save, exit. A second one: stop at once.
-
-    A signal within DUPLICATE_SIGNAL_SECONDS of the first is the same request again, not a second one: SLURM
-    (scancel, a time limit) and systemd signal every process of the job, and torchrun's agent, which gets it
-    too, passes it on to its ranks milliseconds later; taken as a second signal, that copy would stop the ranks
-    before they save.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._first = 0.0  # time.monotonic() of the first signal
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> GracefulStop:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        now = time.monotonic()
-        if not self.requested:
-            self.requested, self._first = True, now
-        elif now - self._first >= DUPLICATE_SIGNAL_SECONDS:
-            raise KeyboardInterrupt
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-def leave_stop_signals_to_the_main_process(worker_id: int) -> None:
-    """DataLoader `worker_init_fn`: the worker ignores SIGINT and SIGTERM.
-
-    SLURM, systemd, torchrun's agent and a terminal's Ctrl-C signal the whole process group (or cgroup), so
-    the loader workers get the signal too. Killed by it, a worker makes torch raise "DataLoader worker is killed
-    by signal" in the main process, mid-step, before GracefulStop can save. The main process alone decides:
-    it stops its workers when it is done (`loader_batches`), and they exit by themselves if it dies.
-    """
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-
-
-@contextlib.contextmanager
-def loader_batches(loader: Iterable[Any]) -> Iterator[Iterator[Any]]:
-    """Iterate `loader` and stop its worker processes however the block ends (done, error, second signal).
-
-    Workers that ignore SIGTERM must not outlive the loop: at interpreter exit torch no longer shuts them down,
-    and multiprocessing would send them SIGTERM and wait for them without a timeout. So they are shut down
-    here (torch's own shutdown, which joins them), and any left alive by an interrupted shutdown get SIGKILL.
-    """
-    batches = iter(loader)
-    try:
-        yield batches
-    finally:
-        try:
-            getattr(batches, "_shutdown_workers", lambda: None)()  # torch's multi-process iterator
-        finally:
-            for worker in getattr(batches, "_workers", ()):
-                if worker.is_alive():
-                    worker.kill()
-
-
-class MetricsLog:
-    """metrics.jsonl (one JSON object a line) and TensorBoard events when tensorboard is installed."""
-
-    def __init__(self, run: Path, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self._path = run / "metrics.jsonl"
-        self._file = open(self._path, "a", encoding="utf-8") if enabled else None  # noqa: SIM115
-        self._board = None
-        if enabled:
-            with contextlib.suppress(ImportError):
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._board = SummaryWriter(str(run / "tensorboard"))
-
-    def write(self, row: dict[str, Any]) -> None:
-        """One row; a NaN/inf figure is written as null (bare NaN is not JSON: jq and others refuse the line)."""
-        if not self.enabled:
-            return
-        row = json_ready(row)
-        try:
-            self._file.write(json_text(row) + "\n")
-            self._file.flush()
-        except OSError as exc:  # a full disk: name the file
-            raise WriteFailed(self._path, exc) from None
-        if self._board is not None:
-            for key, value in row.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    self._board.add_scalar(key, value, row["step"])
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-        if self._board is not None:
-            self._board.close()
-
-
-def trim_metrics(run: Path, step: int, drop_closing_row: bool = False) -> float:
-    """On resume, drop metrics.jsonl rows logged after the checkpoint we continue from (they are logged
-    again), so the file holds each step once. `drop_closing_row`: a finished run extended to more steps drops
-    its closing training row too (off the --log-every grid), which the longer run writes where an uninterrupted
-    run does. Returns the last `elapsed` up to the checkpoint, where the clock goes on."""
-    path = run / "metrics.jsonl"
-    if not path.is_file():
-        return 0.0
-    rows = [(line, row) for line in path.read_text(encoding="utf-8").splitlines()
-            if (row := _json_row(line)) is not None and row["step"] <= step]
-    elapsed = max((row["elapsed"] for _, row in rows if "elapsed" in row), default=0.0)
-    if drop_closing_row:
-        rows = [(line, row) for line, row in rows if row["step"] < step or "loss" not in row]
-    write_text_atomic(path, "".join(f"{line}\n" for line, _ in rows))
-    return elapsed
-
-
-def _json_row(line: str) -> dict[str, Any] | None:
-    """A metrics row, or None for a blank line or the half-written last line of a killed run."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return row if isinstance(row, dict) and "step" in row else None
-
-
-class Throughput:
-    """Training tokens (padding left out) per second over the last logging window, and the run's clock
-    (`elapsed`: what a resumed run had already spent, plus its own time)."""
-
-    def __init__(self, elapsed: float = 0.0) -> None:
-        self.window = time.perf_counter()
-        self.start = self.window - elapsed
-        self.tokens = 0
-
-    def add(self, tokens: int) -> None:
-        self.tokens += tokens
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Validation and saves inside are not training: the window's clock leaves their time out."""
-        began = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.window += time.perf_counter() - began
-
-    def rate(self, env: Distributed | None = None) -> float:
-        """With `env`, the tokens added are this rank's and are summed over the ranks (host-side group)."""
-        tokens = self.tokens
-        if env is not None and env.world_size > 1:
-            total = torch.tensor([float(tokens)], dtype=torch.float64)
-            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=env.control)
-            tokens = int(total.item())
-        now = time.perf_counter()
-        rate = tokens / max(now - self.window, 1e-9)
-        self.window, self.tokens = now, 0
-        return rate
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start

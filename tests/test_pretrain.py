@@ -262,9 +262,9 @@ def test_tokens_per_second_leaves_validation_and_saves_out(corpus, tmp_path, mon
     import time
 
     from bertctl import pretrain as module
-    from bertctl import training
+    from bertctl import run_metrics
 
-    evaluate, rate, windows = module.evaluate_pretraining, training.Throughput.rate, []
+    evaluate, rate, windows = module.evaluate_pretraining, run_metrics.Throughput.rate, []
 
     def slow_evaluation(*args, **kwargs):
         time.sleep(1.5)
@@ -277,7 +277,7 @@ def test_tokens_per_second_leaves_validation_and_saves_out(corpus, tmp_path, mon
         return per_second
 
     monkeypatch.setattr(module, "evaluate_pretraining", slow_evaluation)
-    monkeypatch.setattr(training.Throughput, "rate", timed_rate)
+    monkeypatch.setattr(run_metrics.Throughput, "rate", timed_rate)
     module.pretrain(small_run(corpus, tmp_path / "run", steps=6, save_every=0, eval_every=3, eval_samples=8))
     assert len(windows) == 6 and windows[3] < 1.0  # step 4's window began with the 1.5 s validation
 
@@ -662,7 +662,7 @@ def test_sigterm_to_the_process_group_saves_and_resume_continues(corpus, tmp_pat
 SIGNALS_AT_A_STEP = """
 import os, signal, time
 
-from bertctl import training
+from bertctl import run_metrics, training
 from bertctl.cli import main
 
 step, calls = training.optimizer_step, []

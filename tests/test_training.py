@@ -13,7 +13,7 @@ import torch
 from processes import gone
 from torch import nn
 
-from bertctl import optim, training, training_state
+from bertctl import optim, run_metrics, stop_signals, training, training_state
 
 
 def _terms(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -238,22 +238,22 @@ def test_loader_workers_leave_stop_signals_to_the_main_process_and_end_with_the_
     """SIGINT/SIGTERM sent to the whole process group reach the worker too: it must live on (torch would raise
     'DataLoader worker is killed' in the main process), and still end with the loop, even an interrupted one."""
     loader = torch.utils.data.DataLoader(_Pids(), batch_size=None, num_workers=1,
-                                         worker_init_fn=training.leave_stop_signals_to_the_main_process)
-    with training.loader_batches(loader) as batches:
+                                         worker_init_fn=stop_signals.leave_stop_signals_to_the_main_process)
+    with stop_signals.loader_batches(loader) as batches:
         worker = int(next(batches))
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
             os.kill(worker, sig)
         time.sleep(0.3)
         assert not gone(worker) and [int(next(batches)) for _ in range(5)] == [worker] * 5
     assert gone(worker)
-    with pytest.raises(KeyboardInterrupt), training.loader_batches(loader) as batches:  # a second Ctrl-C
+    with pytest.raises(KeyboardInterrupt), stop_signals.loader_batches(loader) as batches:  # a second Ctrl-C
         worker = int(next(batches))
         raise KeyboardInterrupt
     assert gone(worker)
 
 
 def test_metrics_rows_and_saved_steps_write_null_for_non_finite_figures(tmp_path):
-    log = training.MetricsLog(tmp_path)
+    log = run_metrics.MetricsLog(tmp_path)
     log.write({"step": 3, "loss": math.nan, "grad_norm": math.inf, "lr": 1e-4, "skipped_steps": 1})
     log.close()
 
@@ -320,11 +320,11 @@ def test_resume_trims_metrics_past_the_checkpoint_and_a_half_written_last_row(tm
     """kill -9 during a metrics write leaves half a line; --resume must still start."""
     rows = [json.dumps({"step": s, "loss": 1.0, "elapsed": float(s)}) for s in (10, 20, 30)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + '\n{"step": 40, "lo', encoding="utf-8")
-    assert training.trim_metrics(tmp_path, 20) == 20.0
+    assert run_metrics.trim_metrics(tmp_path, 20) == 20.0
     assert (tmp_path / "metrics.jsonl").read_text(encoding="utf-8") == "\n".join(rows[:2]) + "\n"
     # a finished run extended: its closing row goes, its validation row and its clock stay
     (tmp_path / "metrics.jsonl").write_text("\n".join([*rows[:2], '{"step": 20, "val_mlm_loss": 2.0}']) + "\n")
-    assert training.trim_metrics(tmp_path, 20, drop_closing_row=True) == 20.0
+    assert run_metrics.trim_metrics(tmp_path, 20, drop_closing_row=True) == 20.0
     assert (tmp_path / "metrics.jsonl").read_text().splitlines() == [rows[0], '{"step": 20, "val_mlm_loss": 2.0}']
 
 
@@ -333,15 +333,15 @@ def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):
     ranks a few milliseconds later: that copy is the same stop request, not a second one (which would stop the
     rank at once, without its checkpoint). A second signal later than DUPLICATE_SIGNAL_SECONDS still stops it."""
     clock = [100.0]
-    monkeypatch.setattr(training.time, "monotonic", lambda: clock[0])
-    with training.GracefulStop() as stop:
+    monkeypatch.setattr(stop_signals.time, "monotonic", lambda: clock[0])
+    with stop_signals.GracefulStop() as stop:
         os.kill(os.getpid(), signal.SIGTERM)
         clock[0] += 0.01
         os.kill(os.getpid(), signal.SIGTERM)  # the launcher's copy
-        clock[0] += training.DUPLICATE_SIGNAL_SECONDS / 2
+        clock[0] += stop_signals.DUPLICATE_SIGNAL_SECONDS / 2
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.requested
-        clock[0] += training.DUPLICATE_SIGNAL_SECONDS
+        clock[0] += stop_signals.DUPLICATE_SIGNAL_SECONDS
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
 

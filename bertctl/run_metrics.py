@@ -1,0 +1,119 @@
+"""What a training run logs: metrics.jsonl rows (and TensorBoard events), the rows a resume drops, and the
+tokens/s and elapsed clock in them.
+
+Shared by pretrain and every finetune command; kept apart from training.py, whose pieces make the steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from bertctl.files import WriteFailed, json_ready, json_text, write_text_atomic
+from bertctl.training import Distributed
+
+
+class MetricsLog:
+    """metrics.jsonl (one JSON object a line) and TensorBoard events when tensorboard is installed."""
+
+    def __init__(self, run: Path, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._path = run / "metrics.jsonl"
+        self._file = open(self._path, "a", encoding="utf-8") if enabled else None  # noqa: SIM115
+        self._board = None
+        if enabled:
+            with contextlib.suppress(ImportError):
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._board = SummaryWriter(str(run / "tensorboard"))
+
+    def write(self, row: dict[str, Any]) -> None:
+        """One row; a NaN/inf figure is written as null (bare NaN is not JSON: jq and others refuse the line)."""
+        if not self.enabled:
+            return
+        row = json_ready(row)
+        try:
+            self._file.write(json_text(row) + "\n")
+            self._file.flush()
+        except OSError as exc:  # a full disk: name the file
+            raise WriteFailed(self._path, exc) from None
+        if self._board is not None:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self._board.add_scalar(key, value, row["step"])
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        if self._board is not None:
+            self._board.close()
+
+
+def trim_metrics(run: Path, step: int, drop_closing_row: bool = False) -> float:
+    """On resume, drop metrics.jsonl rows logged after the checkpoint we continue from (they are logged
+    again), so the file holds each step once. `drop_closing_row`: a finished run extended to more steps drops
+    its closing training row too (off the --log-every grid), which the longer run writes where an uninterrupted
+    run does. Returns the last `elapsed` up to the checkpoint, where the clock goes on."""
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        return 0.0
+    rows = [(line, row) for line in path.read_text(encoding="utf-8").splitlines()
+            if (row := _json_row(line)) is not None and row["step"] <= step]
+    elapsed = max((row["elapsed"] for _, row in rows if "elapsed" in row), default=0.0)
+    if drop_closing_row:
+        rows = [(line, row) for line, row in rows if row["step"] < step or "loss" not in row]
+    write_text_atomic(path, "".join(f"{line}\n" for line, _ in rows))
+    return elapsed
+
+
+def _json_row(line: str) -> dict[str, Any] | None:
+    """A metrics row, or None for a blank line or the half-written last line of a killed run."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) and "step" in row else None
+
+
+class Throughput:
+    """Training tokens (padding left out) per second over the last logging window, and the run's clock
+    (`elapsed`: what a resumed run had already spent, plus its own time)."""
+
+    def __init__(self, elapsed: float = 0.0) -> None:
+        self.window = time.perf_counter()
+        self.start = self.window - elapsed
+        self.tokens = 0
+
+    def add(self, tokens: int) -> None:
+        self.tokens += tokens
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Validation and saves inside are not training: the window's clock leaves their time out."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.window += time.perf_counter() - began
+
+    def rate(self, env: Distributed | None = None) -> float:
+        """With `env`, the tokens added are this rank's and are summed over the ranks (host-side group)."""
+        tokens = self.tokens
+        if env is not None and env.world_size > 1:
+            total = torch.tensor([float(tokens)], dtype=torch.float64)
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=env.control)
+            tokens = int(total.item())
+        now = time.perf_counter()
+        rate = tokens / max(now - self.window, 1e-9)
+        self.window, self.tokens = now, 0
+        return rate
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start

@@ -1,0 +1,78 @@
+"""Stopping a training run cleanly: SIGINT/SIGTERM ask the loop to finish its step and save, and the loader's
+worker processes leave those signals to the main process and end with the loop.
+
+Shared by pretrain and every finetune command; kept apart from training.py, whose pieces make the steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+DUPLICATE_SIGNAL_SECONDS = 1.0  # a stop signal this soon after the first is the same request, passed on
+
+
+class GracefulStop:
+    """First SIGINT/SIGTERM: finish the step, save, exit. A second one: stop at once.
+
+    A signal within DUPLICATE_SIGNAL_SECONDS of the first is the same request again, not a second one: SLURM
+    (scancel, a time limit) and systemd signal every process of the job, and torchrun's agent, which gets it
+    too, passes it on to its ranks milliseconds later; taken as a second signal, that copy would stop the ranks
+    before they save.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._first = 0.0  # time.monotonic() of the first signal
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> GracefulStop:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        if not self.requested:
+            self.requested, self._first = True, now
+        elif now - self._first >= DUPLICATE_SIGNAL_SECONDS:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def leave_stop_signals_to_the_main_process(worker_id: int) -> None:
+    """DataLoader `worker_init_fn`: the worker ignores SIGINT and SIGTERM.
+
+    SLURM, systemd, torchrun's agent and a terminal's Ctrl-C signal the whole process group (or cgroup), so
+    the loader workers get the signal too. Killed by it, a worker makes torch raise "DataLoader worker is killed
+    by signal" in the main process, mid-step, before GracefulStop can save. The main process alone decides:
+    it stops its workers when it is done (`loader_batches`), and they exit by themselves if it dies.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def loader_batches(loader: Iterable[Any]) -> Iterator[Iterator[Any]]:
+    """Iterate `loader` and stop its worker processes however the block ends (done, error, second signal).
+
+    Workers that ignore SIGTERM must not outlive the loop: at interpreter exit torch no longer shuts them down,
+    and multiprocessing would send them SIGTERM and wait for them without a timeout. So they are shut down
+    here (torch's own shutdown, which joins them), and any left alive by an interrupted shutdown get SIGKILL.
+    """
+    batches = iter(loader)
+    try:
+        yield batches
+    finally:
+        try:
+            getattr(batches, "_shutdown_workers", lambda: None)()  # torch's multi-process iterator
+        finally:
+            for worker in getattr(batches, "_workers", ()):
+                if worker.is_alive():
+                    worker.kill()
