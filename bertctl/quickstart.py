@@ -18,6 +18,11 @@ from bertctl.training import Distributed, barrier
 
 VOCAB_SIZE = 8192  # enough for six novels; a smaller embedding matrix keeps the CPU run short
 MAX_SEQ_LENGTH = 64
+# 40% of the tokens to predict, not the paper's 15% (Wettig et al. 2023, "Should You Mask 15% in Masked Language
+# Modeling?"): measured on the quick start, a tiny model at 15% stays at frequent words and punctuation for
+# ~2,700 steps before it starts to use the context; at 40% it gets there within the run (docs/pretraining.md).
+MASKED_LM_PROB = 0.4
+MAX_PREDICTIONS_PER_SEQ = 26  # 40% of 64, rounded up: never the limit
 
 
 def bundled_text() -> Path:
@@ -37,9 +42,10 @@ def prepare_quickstart(cfg: PretrainConfig, env: Distributed) -> PretrainConfig:
             print(f"quick start: training a {VOCAB_SIZE}-token WordPiece vocabulary on {text}", file=sys.stderr)
             train_tokenizer(TokenizerTrainConfig(inputs=(text,), out=tokenizer, vocab_size=VOCAB_SIZE))
         if not (corpus / "manifest.json").is_file():
-            print(f"quick start: building pre-training instances of {MAX_SEQ_LENGTH} tokens into {corpus}",
-                  file=sys.stderr)
+            print(f"quick start: building pre-training instances of {MAX_SEQ_LENGTH} tokens, {MASKED_LM_PROB:.0%} "
+                  f"masked, into {corpus}", file=sys.stderr)
             build_corpus(CorpusConfig(inputs=(text,), tokenizer=tokenizer, out=corpus, max_seq_length=MAX_SEQ_LENGTH,
+                                      masked_lm_prob=MASKED_LM_PROB, max_predictions_per_seq=MAX_PREDICTIONS_PER_SEQ,
                                       validation_fraction=0.02, seed=cfg.seed))
     barrier(env)
     return dataclasses.replace(cfg, corpus=corpus)

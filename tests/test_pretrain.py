@@ -734,6 +734,7 @@ def test_quick_start_runs_end_to_end_and_fill_uses_it(tmp_path):
     assert sorted(p.name for p in (run / "data").iterdir()) == ["corpus", "tokenizer"]
     manifest = json.loads((run / "data" / "corpus" / "manifest.json").read_text())
     assert manifest["counts"]["train"]["documents"] > 250 and manifest["objective"] == "mlm+nsp"
+    assert manifest["masked_lm_prob"] == 0.4  # the paper's 15% leaves a tiny model at frequent words for longer
     assert json.loads((run / "run.json").read_text())["config"]["model_config"] == "tiny"
     filled = CliRunner().invoke(app, ["fill", "--model", str(run / "final"), "--json", "she was [MASK] to see him."])
     assert filled.exit_code == 0, filled.output
