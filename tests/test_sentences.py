@@ -21,6 +21,8 @@ from bertctl.data.sentences import split_sentences
     ("Well\u2026 Maybe.", ["Well\u2026", "Maybe."]),
     ("See Fig. 3 and e.g. Paris, i.e. France. Done.", ["See Fig. 3 and e.g. Paris, i.e. France.", "Done."]),
     ("It was (mostly) fine.) Next one.", ["It was (mostly) fine.)", "Next one."]),
+    ("It was I. Then World War I. The end.", ["It was I.", "Then World War I.", "The end."]),
+    ("I. M. Pei and J. I. Packer met. I. I. Rabi came.", ["I. M. Pei and J. I. Packer met.", "I. I. Rabi came."]),
     ("no capital after. the period", ["no capital after. the period"]),
     ("Version 2. 3 more items.", ["Version 2.", "3 more items."]),
     ("我来了。你好！好的", ["我来了。", "你好！", "好的"]),

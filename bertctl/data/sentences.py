@@ -9,7 +9,9 @@ English prose and stay cheap (one regular expression and a look at the words aro
 - it is a boundary only when the next text starts like a sentence: a capital (or a letter without case),
   a digit, or an opening quote/bracket;
 - after a single `.`, known abbreviations (`Mr.`, `e.g.`, `Fig. 3`) and initials (`J. R. R. Tolkien`,
-  `U.S.`) do not end a sentence; decimals (`3.14`) never match because no space follows the point.
+  `U.S.`) do not end a sentence; decimals (`3.14`) never match because no space follows the point;
+- a lone `I.` is the pronoun or the Roman numeral ("said I.", "World War I.") and ends a sentence, unless
+  another initial comes just before or after it (`I. M. Pei`, `J. I. Packer`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ _OPENERS = "\"'“‘«([{¿¡"
 # stops cost n^2 steps (a line of 16,000 dots took 70 s; runs of `?` are common where text lost its encoding).
 _CANDIDATE = re.compile(r"((?<![.!?])\.{2,}|…|(?<![.!?])[.!?]+|[。！？]+)([\"'”’»)\]}]*)(\s+|(?<=[。！？])(?=\S))")
 _INITIALS = re.compile(r"(?:[^\W\d_]\.)*[^\W\d_]")
+_INITIAL = re.compile(r"[^\W\d_]\.")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -70,6 +73,15 @@ def _is_boundary(text: str, match: re.Match[str]) -> bool:
     before = text[max(0, match.start() - 40):match.start()].split()
     word = before[-1].lstrip(_OPENERS) if before else ""
     lowered = word.lower()
-    if lowered in _ABBREVIATIONS or _INITIALS.fullmatch(word):
+    if lowered in _ABBREVIATIONS:
+        return False
+    if _INITIALS.fullmatch(word) and (word != "I" or _among_initials(before, text[match.end():match.end() + 40])):
         return False
     return not (nxt.isdigit() and lowered in _NUMERIC_ABBREVIATIONS)
+
+
+def _among_initials(before: list[str], after: str) -> bool:
+    """Is the `I.` ending `before` one of a name's initials: is the word before it, or the one after, an initial?"""
+    previous = before[-2].lstrip(_OPENERS) if len(before) > 1 else ""
+    following = after.split(maxsplit=1)[0] if after.strip() else ""
+    return any(_INITIAL.fullmatch(word) for word in (previous, following))
