@@ -22,12 +22,12 @@ from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, read_checkpoint, transformers_architecture
 from bertctl.config import PretrainConfig
 from bertctl.config_types import take_int
+from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import Collator
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import json_text, read_json_object, user_path
 from bertctl.hub import path_as_given
-from bertctl.pretrain import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.pretraining_objective import score_pretraining
 from bertctl.tokenizer import BertTokenizer
 from bertctl.tokenizer_folder import has_tokenizer

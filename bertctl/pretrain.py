@@ -13,12 +13,12 @@ import contextlib
 import importlib.util
 import logging
 import sys
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from bertctl import optim, run_metrics, stop_signals, training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
@@ -30,6 +30,7 @@ from bertctl.config import (
     model_config,
     refuse_changed_settings,
 )
+from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import BatchPlan, Collator, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError
@@ -37,8 +38,8 @@ from bertctl.files import check_out, make_folder, out_location, read_json_object
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel
 from bertctl.pretraining_objective import evaluate_pretraining, loss_terms, loss_weights
-from bertctl.tokenizer import BertTokenizer, never_split_in_effect
-from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
+from bertctl.tokenizer import BertTokenizer
+from bertctl.tokenizer_folder import has_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -47,27 +48,59 @@ def pretrain(cfg: PretrainConfig) -> Path:
     """Run (or resume) pre-training; returns the final model folder."""
     env = training.setup_distributed(cfg.device)
     try:
-        return _pretrain(cfg, env)
+        return _train(_prepare(cfg, env))
     finally:
         training.cleanup_distributed(env)
 
 
-def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
-    from bertctl.corpus import instances_fingerprint, load_corpus, same_instances
+@dataclass
+class _Progress:
+    """How far the run has got: what a checkpoint's trainer state holds, so that a resume goes on exactly there."""
 
-    check_out(cfg.out)
-    _refuse_out_in_corpus(cfg)
+    step: int = 0
+    samples_seen: int = 0
+    bad_steps: int = 0  # updates skipped so far (NaN/inf), metrics rows' skipped_steps
+    bad_in_row: int = 0
+    window: list[training.StepResult] = field(default_factory=list)  # read steps since the last metrics row
+
+    @classmethod
+    def resumed(cls, record: dict[str, Any], log_every: int) -> _Progress:
+        """A checkpoint saved inside a --log-every window keeps that window's steps, so the next row is the
+        uninterrupted run's (older checkpoints have none: that row then averages the resumed steps only)."""
+        step = record["step"]
+        return cls(step, record["samples_seen"], record.get("bad_steps", 0), record.get("bad_in_row", 0),
+                   training.resumed_window(record.get("log_window", []), step, log_every))
+
+    def state(self) -> dict[str, Any]:
+        return {"step": self.step, "samples_seen": self.samples_seen, "bad_steps": self.bad_steps,
+                "bad_in_row": self.bad_in_row, "log_window": [result.to_json() for result in self.window]}
+
+
+@dataclass
+class _Run:
+    """What the training loop works with, once every refusal has passed and run.json is written."""
+
+    cfg: PretrainConfig
+    env: training.Distributed
+    corpus: Any  # the corpus's splits (datasets), `train` and maybe `validation`
+    manifest: dict[str, Any]
+    tokenizer: BertTokenizer
+    model: BertTaskModel
+    optimizer: torch.optim.Optimizer
+    scaler: Any  # fp16's GradScaler, else None
+    precision: str
+    compiled: bool
+    micro: int  # sequences per forward pass on this rank
+    accum: int  # forward passes per optimizer step
+    progress: _Progress
+    carried: float  # seconds the run had already trained (resumed), so `elapsed` goes on from there
+
+
+def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
+    """Every refusal first (before the quick start builds anything), then the data, model and optimizer, and
+    run.json; a resume restores the optimizer, the data position and the RNGs."""
     run = Path(cfg.out)
-    resume_from = _resume_point(cfg, run, env)  # refusals come before the quick start builds anything
-    seen = b"" if resume_from is None else resume_from.name.encode() + training_state.saved_state(resume_from)
-    training.refuse_unshared_out(cfg.out, seen, "other checkpoints there", env)
-    started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
-    if resume_from is None and cfg.init_from is None:
-        model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
-    if cfg.corpus is None and cfg.init_from is not None:  # the quick start's own new vocabulary cannot fit it
-        raise UsageError(f"--init-from {cfg.init_from} needs --corpus: build one with its tokenizer (bertctl corpus "
-                         f"build TEXT --tokenizer {cfg.init_from} --out CORPUS); the quick start trains a vocabulary "
-                         "of its own")
+    resume_from, started = _checked_start(cfg, run, env)
     precision = training.resolve_precision(cfg.precision, env.device)
     micro, accum = cfg.micro_batches(env.world_size)
     quickstart = cfg.corpus is None
@@ -75,14 +108,7 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
         from bertctl.quickstart import prepare_quickstart
 
         cfg = prepare_quickstart(cfg, env)
-    corpus, manifest = load_corpus(cfg.corpus)
-    if not same_instances(started.get("corpus_manifest", manifest), manifest):
-        raise UsageError(f"--resume: --corpus {cfg.corpus} is not the corpus the run in {run} was started on (their "
-                         "manifests differ); resume it on that corpus, or start a new run with another --out")
-    differing = training.ranks_differing(instances_fingerprint(manifest), env)
-    if differing:
-        raise UsageError(f"--corpus {cfg.corpus}: rank {differing[0]} reads other instances than rank 0 there (their "
-                         "manifests differ); give every node a copy of the same corpus")
+    corpus, manifest = _corpus(cfg, run, started, env)
     tokenizer = _tokenizer(cfg, manifest)
     model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
     model.set_gradient_checkpointing(cfg.gradient_checkpointing)
@@ -94,112 +120,162 @@ def _pretrain(cfg: PretrainConfig, env: training.Distributed) -> Path:
     compiled = cfg.compile if cfg.compile is not None else _can_compile(env.device)
     if env.is_main and cfg.warmup() >= cfg.steps:
         logger.warning("warning: the warmup (%d steps) is not shorter than the run (%d steps), so the learning rate "
-                    "never reaches --lr %g; pass --warmup-steps or --warmup-fraction", cfg.warmup(), cfg.steps, cfg.lr)
+                       "never reaches --lr %g; pass --warmup-steps or --warmup-fraction", cfg.warmup(), cfg.steps,
+                       cfg.lr)
     optimizer = optim.make_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay,
                                      (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(env.device.type) if precision == "fp16" else None
     training_state.seed_everything(cfg.seed + env.rank)
-    step, samples_seen, skipped_total, bad_in_row = 0, 0, 0, 0
-    window: list[training.StepResult] = []  # read steps since the last metrics row
+    progress = _Progress()
     if resume_from is not None:
         record = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
-        step, samples_seen, skipped_total = record["step"], record["samples_seen"], record.get("bad_steps", 0)
-        # A checkpoint saved inside a --log-every window keeps that window's steps, so the next row is the
-        # uninterrupted run's (older checkpoints have none: that row then averages the resumed steps only).
-        window = training.resumed_window(record.get("log_window", []), step, cfg.log_every)
-        bad_in_row = record.get("bad_in_row", 0)
-    carried = 0.0  # seconds the run had already trained (resumed), so `elapsed` goes on from there
+        progress = _Progress.resumed(record, cfg.log_every)
     changed = changed_settings(cfg, started.get("config", {}), RESUMED_AS_GIVEN)
     if env.is_main and changed:  # after every refusal, which is then the one line said
         logger.warning("warning: --resume: the run in %s trained with %s; a resume takes the settings given now, "
                        "so give them again to keep the run's", run, changed)
+    carried = 0.0
     if env.is_main:
-        make_folder(run)
-        training_state.remove_interrupted_saves(run)
-        write_json_atomic(run / "run.json", {"config": _recorded_config(cfg, started), "model": model.config.to_dict(),
-                                            "world_size": env.world_size, "device": env.device.type,
-                                            "precision": precision, "compile": compiled,
-                                            "warmup_steps": cfg.warmup(), "corpus_manifest": manifest,
-                                            "quickstart": started.get("quickstart", quickstart),
-                                            "resumed_from": str(resume_from or ""), "from_step": step,
-                                            "earlier": _earlier_parts(started, step)})
-        extended = resume_from is not None and resume_from.name == "final" and step % cfg.log_every != 0
-        carried = run_metrics.trim_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
-    training.sparse_tied_embedding_grads(model, env, compiled)
-    train_model = training.wrap_ddp(model, env)
-    if compiled:  # after DDP, so the compiler sees its bucket boundaries
+        carried = _start_run_folder(cfg, run, {
+            "config": _recorded_config(cfg, started), "model": model.config.to_dict(), "world_size": env.world_size,
+            "device": env.device.type, "precision": precision, "compile": compiled, "warmup_steps": cfg.warmup(),
+            "corpus_manifest": manifest, "quickstart": started.get("quickstart", quickstart),
+            "resumed_from": str(resume_from or ""), "from_step": progress.step,
+            "earlier": _earlier_parts(started, progress.step)}, resume_from)
+    return _Run(cfg, env, corpus, manifest, tokenizer, model, optimizer, scaler, precision, compiled, micro, accum,
+                progress, carried)
+
+
+def _checked_start(cfg: PretrainConfig, run: Path, env: training.Distributed) -> tuple[Path | None, dict[str, Any]]:
+    """The checkpoint a resume continues from (None for a new run) and run.json's record of the run so far,
+    after the refusals that need neither data nor model."""
+    check_out(cfg.out)
+    _refuse_out_in_corpus(cfg)
+    resume_from = _resume_point(cfg, run, env)
+    seen = b"" if resume_from is None else resume_from.name.encode() + training_state.saved_state(resume_from)
+    training.refuse_unshared_out(cfg.out, seen, "other checkpoints there", env)
+    started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
+    if resume_from is None and cfg.init_from is None:
+        model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
+    if cfg.corpus is None and cfg.init_from is not None:  # the quick start's own new vocabulary cannot fit it
+        raise UsageError(f"--init-from {cfg.init_from} needs --corpus: build one with its tokenizer (bertctl corpus "
+                         f"build TEXT --tokenizer {cfg.init_from} --out CORPUS); the quick start trains a vocabulary "
+                         "of its own")
+    return resume_from, started
+
+
+def _corpus(cfg: PretrainConfig, run: Path, started: dict[str, Any], env: training.Distributed
+            ) -> tuple[Any, dict[str, Any]]:
+    """The corpus's splits and manifest, refused when a resume names another corpus than the run's or when
+    ranks read different instances."""
+    from bertctl.corpus import instances_fingerprint, load_corpus, same_instances
+
+    corpus, manifest = load_corpus(cfg.corpus)
+    if not same_instances(started.get("corpus_manifest", manifest), manifest):
+        raise UsageError(f"--resume: --corpus {cfg.corpus} is not the corpus the run in {run} was started on (their "
+                         "manifests differ); resume it on that corpus, or start a new run with another --out")
+    differing = training.ranks_differing(instances_fingerprint(manifest), env)
+    if differing:
+        raise UsageError(f"--corpus {cfg.corpus}: rank {differing[0]} reads other instances than rank 0 there (their "
+                         "manifests differ); give every node a copy of the same corpus")
+    return corpus, manifest
+
+
+def _start_run_folder(cfg: PretrainConfig, run: Path, record: dict[str, Any], resume_from: Path | None) -> float:
+    """RUN with run.json written and what an interrupted run left cleared; returns the seconds metrics.jsonl says
+    the run had trained, so `elapsed` goes on from there."""
+    make_folder(run)
+    training_state.remove_interrupted_saves(run)
+    write_json_atomic(run / "run.json", record)
+    step = record["from_step"]
+    extended = resume_from is not None and resume_from.name == "final" and step % cfg.log_every != 0
+    return run_metrics.trim_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
+
+
+def _train(r: _Run) -> Path:
+    """The steps from where the run stands to --steps, logging, validating and saving on the way; a stop
+    request (SIGINT/SIGTERM) saves a checkpoint after the current step. Returns the folder last saved."""
+    cfg, env, progress = r.cfg, r.env, r.progress
+    run, micro = Path(cfg.out), r.micro
+    training.sparse_tied_embedding_grads(r.model, env, r.compiled)
+    train_model = training.wrap_ddp(r.model, env)
+    if r.compiled:  # after DDP, so the compiler sees its bucket boundaries
         train_model = torch.compile(train_model)
         if env.is_main:
             print("pretrain: torch.compile: the first steps compile the model (a minute or two); --no-compile "
                   "skips it", file=sys.stderr)
-
-    masking = None
-    if manifest["masking"] == "dynamic":
-        masking = masking_options(tokenizer, manifest["masked_lm_prob"], manifest["max_predictions_per_seq"],
-                                  manifest["whole_word_masking"])
-    collate = Collator(tokenizer.pad_id, masking, cfg.seed, manifest["max_seq_length"] if compiled else None)
-    plan = BatchPlan(len(corpus["train"]), cfg.batch_size, micro, env.rank, env.world_size, cfg.seed)
-    loader = _loader(StepBatches(corpus["train"], plan, collate, samples_seen, cfg.steps - step), cfg, env)
-    validation = corpus["validation"] if "validation" in corpus and cfg.eval_every else None
-    has_nsp = "next_sentence_label" in corpus["train"].column_names
-
+    collate = _collator(r)
+    plan = BatchPlan(len(r.corpus["train"]), cfg.batch_size, micro, env.rank, env.world_size, cfg.seed)
+    loader = _loader(StepBatches(r.corpus["train"], plan, collate, progress.samples_seen, cfg.steps - progress.step),
+                     cfg, env)
+    validation = r.corpus["validation"] if "validation" in r.corpus and cfg.eval_every else None
+    has_nsp = "next_sentence_label" in r.corpus["train"].column_names
     # Compiled graphs want fixed shapes: the MLM head then reads max_predictions_per_seq slots per row.
-    step_terms = partial(loss_terms, predictions=manifest["max_predictions_per_seq"] if compiled else None)
+    step_terms = partial(loss_terms, predictions=r.manifest["max_predictions_per_seq"] if r.compiled else None)
     log = run_metrics.MetricsLog(run, enabled=env.is_main)
-    speed = run_metrics.Throughput(carried)
-    bar = training.progress_bar(cfg.steps, step, "pretrain", env.is_main)
+    speed = run_metrics.Throughput(r.carried)
+    bar = training.progress_bar(cfg.steps, progress.step, "pretrain", env.is_main)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device
-    final = run / "final"
     with (stop_signals.GracefulStop() as stop, stop_signals.loader_batches(loader) as batches, bar,
           contextlib.closing(log)):
-        while step < cfg.steps:
-            host_batches = [next(batches) for _ in range(accum)]
+        while progress.step < cfg.steps:
+            host_batches = [next(batches) for _ in range(r.accum)]
             tokens = sum(int(b["attention_mask"].sum()) for b in host_batches)  # this rank's; summed when logged
             micro_batches = [training.to_device(b, env.device) for b in host_batches]
-            lr = cfg.lr * optim.lr_factor(step, cfg.steps, cfg.warmup(), cfg.schedule)
-            optim.set_lr(optimizer, lr)
-            model.train()
-            pending.append(training.optimizer_step(train_model, micro_batches, optimizer, step_terms, loss_weights,
-                                                   env, precision, scaler, cfg.clip))
-            step += 1
-            samples_seen += cfg.batch_size
+            lr = cfg.lr * optim.lr_factor(progress.step, cfg.steps, cfg.warmup(), cfg.schedule)
+            optim.set_lr(r.optimizer, lr)
+            r.model.train()
+            pending.append(training.optimizer_step(train_model, micro_batches, r.optimizer, step_terms, loss_weights,
+                                                   env, r.precision, r.scaler, cfg.clip))
+            progress.step += 1
+            progress.samples_seen += cfg.batch_size
             speed.add(tokens)
             bar.update(1)
+            step = progress.step
             stopping = training.any_rank(stop.requested, env)
             log_due = step % cfg.log_every == 0 or step == cfg.steps
             saving = step < cfg.steps and (stopping or (cfg.save_every and step % cfg.save_every == 0))
             evaluating = validation is not None and step % cfg.eval_every == 0
             if not (log_due or saving or evaluating):
                 continue
-            results, bad_in_row = training.read_window(pending, step, bad_in_row, cfg.max_bad_steps,
-                                                       "lower --lr, use --precision fp32/bf16, or check the corpus")
-            skipped_total += sum(r.skipped for r in results)
-            window += results
+            results, progress.bad_in_row = training.read_window(
+                pending, step, progress.bad_in_row, cfg.max_bad_steps,
+                "lower --lr, use --precision fp32/bf16, or check the corpus")
+            progress.bad_steps += sum(result.skipped for result in results)
+            progress.window += results
             if log_due:
-                row = _log_row(step, window, lr, speed, has_nsp, skipped_total, env)
+                row = _log_row(step, progress.window, lr, speed, has_nsp, progress.bad_steps, env)
                 log.write(row)
-                window = [] if step % cfg.log_every == 0 else window  # a closing row's steps stay, for final/
+                if step % cfg.log_every == 0:  # a closing row's steps stay, for final/
+                    progress.window = []
                 bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
             with speed.paused():
                 if evaluating:
-                    scores = evaluate_pretraining(model, validation, collate, micro, cfg.eval_samples, env, precision)
-                    log.write({"step": step, **scores})
+                    log.write({"step": step, **evaluate_pretraining(r.model, validation, collate, micro,
+                                                                    cfg.eval_samples, env, r.precision)})
                 if saving:
-                    _save(model, training_state.step_folder(run, step), tokenizer, optimizer, scaler,
-                          {"step": step, "samples_seen": samples_seen, "bad_steps": skipped_total,
-                           "bad_in_row": bad_in_row, "log_window": [r.to_json() for r in window]}, env)
+                    _save(r, training_state.step_folder(run, step))
                     if env.is_main:
                         training_state.prune_checkpoints(run, cfg.keep)
             if stopping:
                 break
-        if step >= cfg.steps:
-            _save(model, final, tokenizer, optimizer, scaler,
-                  {"step": step, "samples_seen": samples_seen, "bad_steps": skipped_total, "bad_in_row": bad_in_row,
-                   "log_window": [r.to_json() for r in window]}, env, overwrite=True)
-    where = final if step >= cfg.steps else training_state.step_folder(run, step)
+        if progress.step >= cfg.steps:
+            _save(r, run / "final", overwrite=True)
+    where = run / "final" if progress.step >= cfg.steps else training_state.step_folder(run, progress.step)
     if env.is_main:
-        print(f"saved {where} (step {step}); try: bertctl fill --model {where} \"the [MASK] was very happy.\"")
+        print(f"saved {where} (step {progress.step}); try: bertctl fill --model {where} \"the [MASK] was very happy.\"")
     return where
+
+
+def _collator(r: _Run) -> Collator:
+    """Batches of the corpus's rows; dynamic masking draws the masks here. Compiled runs pad every batch to the
+    corpus's length, so that the graph sees one shape."""
+    manifest = r.manifest
+    masking = None
+    if manifest["masking"] == "dynamic":
+        masking = masking_options(r.tokenizer, manifest["masked_lm_prob"], manifest["max_predictions_per_seq"],
+                                  manifest["whole_word_masking"])
+    return Collator(r.tokenizer.pad_id, masking, r.cfg.seed, manifest["max_seq_length"] if r.compiled else None)
 
 
 def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> Path | None:
@@ -315,83 +391,6 @@ def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:
     return corpus_tokenizer(cfg.corpus, manifest, candidates, "rebuild the corpus or pass the matching --tokenizer")
 
 
-def corpus_tokenizer(corpus: Path | str, manifest: dict[str, Any], candidates: list[tuple[str, Path, bool]],
-                     fix: str) -> BertTokenizer:
-    """The first of `candidates` ((name in messages, folder, whether its files say its settings)), each refused
-    unless it encodes text as the corpus's own tokenizer did: the vocabulary's sha256 in the manifest, then the
-    id settings of the corpus's own copy (CORPUS/tokenizer) where the corpus has one. `fix` ends the message of
-    another vocabulary."""
-    own_folder = Path(corpus) / "tokenizer"
-    loaded = [(name, path, load_tokenizer(path), settled) for name, path, settled in candidates]
-    own = next((tokenizer for _, path, tokenizer, _ in loaded if path == own_folder), None)
-    for name, _, tokenizer, settled in loaded:
-        if tokenizer.sha256() != manifest["tokenizer_sha256"]:
-            raise UsageError(f"{name} is not the one corpus {corpus} was built with (sha256 "
-                             f"{tokenizer.sha256()[:12]} vs {manifest['tokenizer_sha256'][:12]}); {fix}")
-        if own is not None and settled:
-            _refuse_other_encoding(name, tokenizer, own, own_folder)
-    return loaded[0][2]
-
-
-def says_its_settings(folder: Path) -> bool:
-    """Whether a tokenizer folder's files say its casing and other settings (a bare vocab.txt does not)."""
-    return (folder / "tokenizer_config.json").is_file() or (folder / "tokenizer.json").is_file()
-
-
-def _refuse_other_encoding(name: str, candidate: BertTokenizer, own: BertTokenizer, own_folder: Path) -> None:
-    """Same vocabulary but other ids for some text would make the saved model encode text otherwise than its
-    training data; one line names the first such setting, so the user knows which file to fix."""
-    given, corpus_own = _id_settings(candidate), _id_settings(own)
-    for setting in dict.fromkeys([*given, *corpus_own]):
-        a, b = given.get(setting), corpus_own.get(setting)
-        if a == b:
-            continue
-        if setting in ("special tokens", "added tokens"):  # the first entry that differs, not the whole list
-            a, b = next(((x, y) for x, y in zip([*a, None], [*b, None], strict=False) if x != y), (a, b))
-        shown = str if setting == "added tokens" else _shown
-        fix = ("leave out --tokenizer (the corpus's own is the default)" if name.startswith("--tokenizer") else
-               "build a corpus with the model's tokenizer (corpus build --tokenizer MODEL)")
-        raise UsageError(f"{name} encodes text otherwise than {own_folder}, which built the corpus: {setting} "
-                         f"{shown(a)} vs {shown(b)}; {fix}")
-
-
-def _id_settings(tokenizer: BertTokenizer) -> dict[str, Any]:
-    """The tokenizer settings besides the vocabulary that change the ids of a text (not decoding's, nor
-    model_max_length), under tokenizer_config.json's names. Without basic tokenization none of casing,
-    accents, CJK splitting or never_split is applied (transformers' rule), so they do not count then."""
-    o = tokenizer.options
-    settings: dict[str, Any] = {"do_basic_tokenize": o.basic}
-    if o.basic:
-        settings.update({"do_lower_case": o.lowercase,
-                         "strip_accents": o.lowercase if o.strip_accents is None else o.strip_accents,
-                         "tokenize_chinese_chars": o.chinese_chars,
-                         "never_split": never_split_in_effect(tokenizer.backend, o),
-                         "additional_special_tokens": sorted(o.extras)})
-    settings["special tokens"] = list(o.specials)
-    settings["added tokens"] = [f"{t.content!r} (id {t.id}, special {t.special}, single_word {t.single_word}, "
-                                f"normalized {t.normalized})" for t in tokenizer.added_tokens()]  # how each matches
-    return settings
-
-
-def _shown(value: Any) -> str:
-    """A setting's value cut to one readable line (never_split lists can be long)."""
-    text = repr(value)
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
-def refuse_unfit_corpus(config: BertConfig, manifest: dict[str, Any], corpus: Path | str,
-                        model: str = "the model") -> None:
-    """A corpus of sentence pairs needs two segment embeddings, and its sequences must fit the model's positions:
-    else a forward pass fails deep in torch (an index past an embedding)."""
-    if manifest["objective"] != "mlm":
-        config.refuse_pairs(model, f"corpus {corpus} holds sentence pairs ({manifest['objective']})",
-                            "a corpus built with --objective mlm")
-    if manifest["max_seq_length"] > config.max_position_embeddings:
-        raise UsageError(f"corpus {corpus} has sequences of {manifest['max_seq_length']} tokens but {model} "
-                         f"takes at most {config.max_position_embeddings}; build a corpus with --max-seq-length "
-                         f"{config.max_position_embeddings} or less")
-
-
 def _refuse_out_in_corpus(cfg: PretrainConfig) -> None:
     """A run written into its corpus folder would be deleted by the next `corpus build --overwrite` of it."""
     if cfg.corpus is None or not (corpus := user_path(cfg.corpus)).is_dir():
@@ -440,13 +439,13 @@ def _log_row(step: int, window: list[training.StepResult], lr: float, speed: run
     return row
 
 
-def _save(model: nn.Module, folder: Path, tokenizer: BertTokenizer, optimizer: torch.optim.Optimizer,
-          scaler: Any, state: dict[str, Any], env: training.Distributed, overwrite: bool = False) -> None:
-    rng = training_state.rng_state(env)  # every rank's generators, gathered on every rank
-    if env.is_main:
-        save_model(model, folder, tokenizer, overwrite=overwrite,
-                   extra=lambda tmp: training_state.write_training_state(tmp, optimizer, scaler, state, rng))
-    training.barrier(env)
+def _save(r: _Run, folder: Path, overwrite: bool = False) -> None:
+    rng = training_state.rng_state(r.env)  # every rank's generators, gathered on every rank
+    if r.env.is_main:
+        state = r.progress.state()
+        save_model(r.model, folder, r.tokenizer, overwrite=overwrite,
+                   extra=lambda tmp: training_state.write_training_state(tmp, r.optimizer, r.scaler, state, rng))
+    training.barrier(r.env)
 
 
 def _can_compile(device: torch.device) -> bool:
