@@ -64,14 +64,14 @@ class _Progress:
     window: list[training.StepResult] = field(default_factory=list)  # read steps since the last metrics row
 
     @classmethod
-    def resumed(cls, record: dict[str, Any], log_every: int) -> _Progress:
+    def from_record(cls, record: dict[str, Any], log_every: int) -> _Progress:
         """A checkpoint saved inside a --log-every window keeps that window's steps, so the next row is the
         uninterrupted run's (older checkpoints have none: that row then averages the resumed steps only)."""
         step = record["step"]
         return cls(step, record["samples_seen"], record.get("bad_steps", 0), record.get("bad_in_row", 0),
                    training.resumed_window(record.get("log_window", []), step, log_every))
 
-    def state(self) -> dict[str, Any]:
+    def record(self) -> dict[str, Any]:
         return {"step": self.step, "samples_seen": self.samples_seen, "bad_steps": self.bad_steps,
                 "bad_in_row": self.bad_in_row, "log_window": [result.to_json() for result in self.window]}
 
@@ -129,7 +129,7 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
     progress = _Progress()
     if resume_from is not None:
         record = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
-        progress = _Progress.resumed(record, cfg.log_every)
+        progress = _Progress.from_record(record, cfg.log_every)
     changed = changed_settings(cfg, started.get("config", {}), RESUMED_AS_GIVEN)
     if env.is_main and changed:  # after every refusal, which is then the one line said
         logger.warning("warning: --resume: the run in %s trained with %s; a resume takes the settings given now, "
@@ -442,7 +442,7 @@ def _log_row(step: int, window: list[training.StepResult], lr: float, speed: run
 def _save(r: _Run, folder: Path, overwrite: bool = False) -> None:
     rng = training_state.rng_state(r.env)  # every rank's generators, gathered on every rank
     if r.env.is_main:
-        state = r.progress.state()
+        state = r.progress.record()
         save_model(r.model, folder, r.tokenizer, overwrite=overwrite,
                    extra=lambda tmp: training_state.write_training_state(tmp, r.optimizer, r.scaler, state, rng))
     training.barrier(r.env)
