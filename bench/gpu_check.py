@@ -6,7 +6,10 @@
 Steps, each timed and reported as ok or its one-line error (a failure does not stop the later steps):
 tokenizer on the bundled novels -> corpus (seq 128, dynamic masking) -> `pretrain --compile --precision bf16`
 with a checkpoint at step 20, then `--resume` from it (the re-logged losses are compared: 0 on the CPU in fp32,
-small under bf16 and compile) -> `fill` on the GPU -> `finetune classify` (bf16, dynamic padding, a new head).
+small under bf16 and compile) -> `fill` on the GPU -> `finetune classify` (bf16, dynamic padding, a new head) and
+`predict classify` -> the eager paths: `pretrain --no-compile --precision fp16 --optimizer lamb
+--gradient-checkpointing` (GradScaler, LAMB's kernels, the sparse embedding gradient, recomputed layers) and
+`evaluate mlm` -> `finetune squad`, `ner` and `choice` on small sets made from the novels, each scored on the GPU.
 It checks that every path runs on the device, not model quality: the models are far too small for that.
 
 Without `datasets` (the device image has neither it nor pyarrow) the corpus step builds a stand-in: bertctl's own
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import bertctl.corpus
+import bertctl.data.instances
 from bertctl.config import CorpusConfig, FinetuneConfig, PretrainConfig, TokenizerTrainConfig
 from bertctl.corpus import build_corpus
 from bertctl.data.instances import Packed, ShardBuilder, ShardJob, ShardSettings
@@ -59,6 +63,11 @@ def main() -> None:
         ("resume", lambda: _resume(pretrain_cfg, root)),
         ("fill", lambda: _fill(root, args.device)),
         ("finetune", lambda: _finetune(root, args.device)),
+        ("predict", lambda: _predict(root, args.device)),
+        ("eager", lambda: _eager(pretrain_cfg, root)),
+        ("squad", lambda: _squad(root, args.device)),
+        ("ner", lambda: _ner(root, args.device)),
+        ("choice", lambda: _choice(root, args.device)),
     ]
     print(f"{'step':10} {'result':6} {'seconds':>8}  detail")
     for name, step in steps:
@@ -135,13 +144,110 @@ def _finetune(root: Path, device: str) -> str:
     return json.dumps({k: v for k, v in results.items() if isinstance(v, dict | float)})[:150]
 
 
-def _labelled_rows() -> list[tuple[str, str]]:
-    """Paragraphs of the novels labelled by whether the word "she" occurs: learnable, and real text."""
+def _predict(root: Path, device: str) -> str:
+    from bertctl.predict import predict_classify
+
+    predict_classify(root / "classify", root / "dev.csv", root / "predictions.csv", device=device, overwrite=True)
+    with open(root / "predictions.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    return f"{len(rows)} rows, columns {', '.join(rows[0])}"
+
+
+def _eager(cfg: PretrainConfig, root: Path) -> str:
+    """The eager step with what the compiled one leaves out: fp16's loss scaler, LAMB, recomputed layers, and the
+    word embeddings' sparse gradient added into the tied decoder's (eager and one process only)."""
+    import dataclasses
+
+    from bertctl.mlm_eval import evaluate_mlm
+
+    gpu = cfg.device.startswith("cuda")
+    eager = dataclasses.replace(cfg, out=root / "eager", steps=12, batch_size=64, save_every=0, log_every=4,
+                                compile=False, precision="fp16" if gpu else "fp32", optimizer="lamb",
+                                gradient_checkpointing=True)
+    pretrain(eager)
+    losses = _losses(eager.out)
+    if not all(loss == loss for loss in losses.values()):
+        raise AssertionError(f"a logged loss is NaN: {losses}")
+    scores = evaluate_mlm(eager.out / "final", cfg.corpus, samples=64, device=cfg.device)
+    return f"losses {', '.join(f'{loss:.3f}' for loss in losses.values())}; mlm_loss {scores['mlm_loss']:.3f}"
+
+
+def _squad(root: Path, device: str) -> str:
+    """Questions on paragraphs of the novels: "which word follows W?", answered by the word after W."""
+    import re
+
+    from bertctl.finetune_squad import finetune_squad
+
+    questions = []
+    for number, paragraph in enumerate(_paragraphs()[:300]):
+        words = list(re.finditer(r"[a-z]{4,}", paragraph))
+        if len(words) < 6:
+            continue
+        cue, answer = words[len(words) // 2], words[len(words) // 2 + 1]
+        questions.append({"context": paragraph, "qas": [{"id": str(number), "question": f"which word follows "
+                          f"{cue.group()}?", "answers": [{"text": answer.group(), "answer_start": answer.start()}]}]})
+    for name, part in (("squad-train.json", questions[:200]), ("squad-dev.json", questions[200:])):
+        data = {"version": "1.1", "data": [{"title": "novels", "paragraphs": part}]}
+        (root / name).write_text(json.dumps(data), encoding="utf-8")
+    out = root / "squad"
+    finetune_squad(FinetuneConfig.squad(model=root / "run" / "final", out=out, train=str(root / "squad-train.json"),
+                                        validation=str(root / "squad-dev.json"), epochs=1, batch_size=16,
+                                        max_seq_length=192, device=device, overwrite=True))
+    return json.dumps(json.loads((out / "eval_results.json").read_text()))[:150]
+
+
+def _ner(root: Path, device: str) -> str:
+    """CoNLL sentences of the novels, capitalised words inside a sentence tagged as names (B-/I-PER)."""
+    from bertctl.finetune_ner import finetune_ner
+
+    blocks = []
+    for paragraph in _paragraphs()[:400]:
+        words, tags = paragraph.split()[:40], []
+        for i, word in enumerate(words):
+            name = i > 0 and word[:1].isupper() and word.isalpha()
+            tags.append(("I-PER" if tags and tags[-1] != "O" else "B-PER") if name else "O")
+        blocks.append("\n".join(f"{word} {tag}" for word, tag in zip(words, tags, strict=True)))
+    for name, part in (("ner-train.txt", blocks[:320]), ("ner-dev.txt", blocks[320:])):
+        (root / name).write_text("\n\n".join(part) + "\n", encoding="utf-8")
+    out = root / "ner"
+    finetune_ner(FinetuneConfig.ner(model=root / "run" / "final", out=out, train=str(root / "ner-train.txt"),
+                                    validation=str(root / "ner-dev.txt"), epochs=1, device=device, overwrite=True))
+    return json.dumps(json.loads((out / "eval_results.json").read_text()))[:150]
+
+
+def _choice(root: Path, device: str) -> str:
+    """SWAG-style rows: a paragraph's first half, and its true second half among three others'."""
+    from bertctl.finetune_choice import finetune_choice
+
+    halves = [(p[: len(p) // 2], p[len(p) // 2:]) for p in _paragraphs()[:300]]
+    header = ["video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source", "ending0", "ending1",
+              "ending2", "ending3", "label"]
+    rows = []
+    for i, (start, end) in enumerate(halves):
+        label = i % 4
+        endings = [halves[(i + k + 1) % len(halves)][1] for k in range(3)]
+        endings.insert(label, end)
+        rows.append(["v", str(i), start, start, "", "gold", *endings, str(label)])
+    for name, part in (("choice-train.csv", rows[:240]), ("choice-dev.csv", rows[240:])):
+        with open(root / name, "w", newline="", encoding="utf-8") as handle:
+            csv.writer(handle).writerows([header, *part])
+    out = root / "choice"
+    finetune_choice(FinetuneConfig.choice(model=root / "run" / "final", out=out, train=str(root / "choice-train.csv"),
+                                          validation=str(root / "choice-dev.csv"), epochs=1, batch_size=16,
+                                          device=device, overwrite=True))
+    return json.dumps(json.loads((out / "eval_results.json").read_text()))[:150]
+
+
+def _paragraphs() -> list[str]:
     import gzip
 
     with gzip.open(bundled_text(), "rt", encoding="utf-8") as handle:
-        paragraphs = [line.strip() for line in handle if 40 < len(line.strip()) < 400]
-    return [(p, "yes" if "she" in p.lower().split() else "no") for p in paragraphs[:1000]]
+        return [line.strip() for line in handle if 40 < len(line.strip()) < 400]
+
+
+def _labelled_rows() -> list[tuple[str, str]]:
+    """Paragraphs of the novels labelled by whether the word "she" occurs: learnable, and real text."""
+    return [(p, "yes" if "she" in p.lower().split() else "no") for p in _paragraphs()[:1000]]
 
 
 def _has_datasets() -> bool:
@@ -163,28 +269,26 @@ def _stand_in_corpus(cfg: CorpusConfig) -> str:
     tokenizer.save(out / "tokenizer")  # pretrain checks the corpus's own tokenizer, as with a built corpus
     pipeline = out / "worker-tokenizer.json"
     pipeline.write_text(tokenizer.backend.to_str(), encoding="utf-8")
-    builder = _MemoryShards(ShardSettings(cfg, str(pipeline), None, None, tokenizer.cls_id, tokenizer.sep_id,
-                                          tokenizer.pad_id, tokenizer.mask_id, continuation_mask(tokenizer.vocab()),
-                                          str(out)))
+    settings = ShardSettings(cfg, str(pipeline), None, None, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
+                             tokenizer.mask_id, continuation_mask(tokenizer.vocab()), str(out))
+    packed: dict[str, Packed] = {}
+
+    def keep(shard: Packed, schema: Any, path: Path) -> dict[str, Any]:
+        packed[path.name.split("-")[0]] = shard  # the name is shard_file(split, shard)
+        return {}
+
     documents = [lines for lines, _ in iter_documents(expand_inputs(list(cfg.inputs)))]
-    counts = builder.build(ShardJob(0, 0, documents, 0, 0))  # one shard: so is the real build of these 4 MB
+    written_by = bertctl.data.instances.write_shard
+    bertctl.data.instances.write_shard = keep  # the builder's one Arrow write: the only pyarrow it needs
+    try:
+        counts = ShardBuilder(settings).build(ShardJob(0, 0, documents, 0, 0))  # one shard, as the real build's
+    finally:
+        bertctl.data.instances.write_shard = written_by
     manifest = {"stand_in": True, "tokenizer_sha256": tokenizer.sha256(), "counts": counts,
                 **{name: getattr(cfg, name) for name in _MANIFEST_SETTINGS}}
-    splits = {split: _PackedSplit(packed, cfg.objective) for split, packed in builder.packed.items()}
+    splits = {split: _PackedSplit(rows, cfg.objective) for split, rows in packed.items()}
     bertctl.corpus.load_corpus = lambda path: (splits, manifest)  # pretrain imports it from there at each call
     return f"stand-in (no datasets): {counts['train']['instances']} instances in memory, load_corpus patched"
-
-
-class _MemoryShards(ShardBuilder):
-    """The real shard builder but for its one Arrow write: each split's packed instances stay in memory."""
-
-    def __init__(self, settings: ShardSettings) -> None:
-        super().__init__(settings)
-        self.packed: dict[str, Packed] = {}
-
-    def _write(self, packed: Packed, path: Path) -> dict[str, Any]:
-        self.packed[path.name.split("-")[0]] = packed  # the name is shard_file(split, shard)
-        return {}
 
 
 class _PackedSplit:

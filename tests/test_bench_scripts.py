@@ -45,3 +45,31 @@ def test_memory_bench_children_find_their_module_from_any_folder(tmp_path: Path,
     memory = _load(BENCH / "memory.py", monkeypatch)
     monkeypatch.chdir(tmp_path)
     assert memory._child("SIDES", threads=1) == ["bertctl", "transformers"]
+
+
+def test_gpu_check_builds_the_corpus_without_datasets_or_pyarrow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The device image has neither package, so bench/gpu_check.py keeps the real builder's instances in memory.
+    Its stand-in wrote through a builder method that a refactor had removed: every step after it failed."""
+    from bertctl.config import CorpusConfig, TokenizerTrainConfig
+    from bertctl.corpus import build_corpus, load_corpus
+    from bertctl.tokenizer_train import train_tokenizer
+
+    check = _load(BENCH / "gpu_check.py", monkeypatch)
+    text = tmp_path / "text.txt"
+    text.write_text("\n\n".join(f"Document {d} starts here. It has a second sentence, number {d}. And a third one."
+                                for d in range(40)), encoding="utf-8")
+    train_tokenizer(TokenizerTrainConfig(inputs=(str(text),), out=tmp_path / "tok", vocab_size=200))
+    settings = {"inputs": (str(text),), "tokenizer": tmp_path / "tok", "max_seq_length": 32, "masking": "dynamic",
+                "validation_fraction": 0.1}
+    build_corpus(CorpusConfig(out=tmp_path / "built", **settings))
+    built, _ = load_corpus(tmp_path / "built")
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setattr(check.bertctl.corpus, "load_corpus", check.bertctl.corpus.load_corpus)  # restored after
+    assert not check._has_datasets()
+    check._stand_in_corpus(CorpusConfig(out=tmp_path / "stand-in", **settings))
+    kept, manifest = check.bertctl.corpus.load_corpus(tmp_path / "stand-in")
+    for split in ("train", "validation"):
+        rows = list(range(len(built[split])))
+        assert len(kept[split]) == len(rows) > 0
+        assert kept[split][rows] == {column: built[split][rows][column] for column in kept[split].column_names}
