@@ -315,6 +315,50 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
     return Prepared(task, ckpt, tokenizer, features, dev_features, base.precision, CLASSIFIER)
 
 
+@dataclass
+class _Seed:
+    """One seed set up to train: its model and optimizer (a resumed seed's restored) and its schedule."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: Any  # fp16's GradScaler, else None
+    per_epoch: int  # optimizer steps per epoch
+    total: int  # optimizer steps in all epochs
+    warmup: int
+    progress: Progress
+    carried: float  # seconds a resumed seed had already trained
+
+
+def _start_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, work: Path,
+                env: training.Distributed, announce: bool) -> _Seed:
+    """The seed's model (its head drawn from `seed`), optimizer and schedule, from its newest checkpoint in
+    `work` when there is one, and its run.json written."""
+    training_state.seed_everything(seed)
+    model = prep.head.build(cfg, prep, announce).to(env.device)
+    model.set_gradient_checkpointing(cfg.gradient_checkpointing)
+    if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
+        training_state.seed_everything(seed + env.rank)
+    training.enable_fast_math(env.device)
+    optimizer = optim.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
+                                     (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
+    scaler = torch.amp.GradScaler(env.device.type) if prep.precision == "fp16" else None
+    per_epoch = math.ceil(len(prep.train) / cfg.batch_size)
+    total = per_epoch * cfg.epochs
+    warmup = warmup_steps(cfg.warmup_fraction, total)
+    checkpoint = training_state.latest_checkpoint(work) if work.is_dir() else None
+    progress = Progress()
+    if checkpoint is not None:
+        refuse_other_examples(work, features, _data_flags(cfg), prep.task.name)
+        model.load_state_dict(read_checkpoint(checkpoint).state)
+        saved = training_state.read_training_state(checkpoint, optimizer, scaler, env.rank)
+        progress = Progress.from_record(saved, cfg.log_every)
+    carried = 0.0
+    if env.is_main:
+        carried = open_seed(work, checkpoint, progress.step,
+                            _run_record(cfg, prep, features, model, seed, prep.precision, env, total, warmup))
+    return _Seed(model, optimizer, scaler, per_epoch, total, warmup, progress, carried)
+
+
 def _train_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, work: Path,
                 env: training.Distributed, stop: stop_signals.GracefulStop, announce: bool = False) -> dict[str, Any]:
     """Train one seed in `work` (from its newest checkpoint, if any) until work/done holds the best epoch's
@@ -322,33 +366,13 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, w
     if training.any_rank(stop.requested, env):
         raise _Stopped(f"stopped before {prep.task.name} seed {seed}")
     task, device, pad_id, precision = prep.task, env.device, prep.tokenizer.pad_id, prep.precision
-    training_state.seed_everything(seed)
-    model = prep.head.build(cfg, prep, announce).to(device)
-    model.set_gradient_checkpointing(cfg.gradient_checkpointing)
-    if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
-        training_state.seed_everything(seed + env.rank)
-    training.enable_fast_math(device)
-    optimizer = optim.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
-                                     (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
-    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     micro = cfg.micro_batch(env.world_size)
-    per_epoch = math.ceil(len(prep.train) / cfg.batch_size)
-    total = per_epoch * cfg.epochs
-    warmup = warmup_steps(cfg.warmup_fraction, total)
-    checkpoint = training_state.latest_checkpoint(work) if work.is_dir() else None
-    progress = Progress()
-    if checkpoint is not None:
-        refuse_other_examples(work, features, _data_flags(cfg), task.name)
-        model.load_state_dict(read_checkpoint(checkpoint).state)
-        saved = training_state.read_training_state(checkpoint, optimizer, scaler, env.rank)
-        progress = Progress.from_record(saved, cfg.log_every)
-    carried = 0.0  # seconds a resumed seed had already trained
-    if env.is_main:
-        carried = open_seed(work, checkpoint, progress.step,
-                            _run_record(cfg, prep, features, model, seed, precision, env, total, warmup))
+    started = _start_seed(cfg, prep, features, seed, work, env, announce)
+    model, optimizer, scaler, progress = started.model, started.optimizer, started.scaler, started.progress
+    per_epoch, total, warmup = started.per_epoch, started.total, started.warmup
     train_model = training.wrap_ddp(model, env)
     log = run_metrics.MetricsLog(work, enabled=env.is_main)
-    speed = run_metrics.Throughput(carried)
+    speed = run_metrics.Throughput(started.carried)
     bar = training.progress_bar(total, progress.step, f"{task.name} seed {seed}", env.is_main)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device
     anchored = progress.best["epoch"]  # the best epoch the newest checkpoint refers to (its folder is kept)
