@@ -12,10 +12,11 @@ small under bf16 and compile) -> `fill` on the GPU -> `finetune classify` (bf16,
 `evaluate mlm` -> `finetune squad`, `ner` and `choice` on small sets made from the novels, each scored on the GPU.
 It checks that every path runs on the device, not model quality: the models are far too small for that.
 
-Without `datasets` (the device image has neither it nor pyarrow) the corpus step builds a stand-in: bertctl's own
-shard builder makes the same instances, kept in memory instead of written as Arrow, and `bertctl.corpus.load_corpus`
-(the one function that reads a corpus) is patched to hand them out, so pretrain and resume still run the real
-training loop; the corpus step's detail says so. Tokenizer, fill and finetune need neither package.
+Without `datasets` (the device image has none, and pyarrow may be missing too) the corpus step builds a stand-in:
+bertctl's own shard builder makes the same instances, kept in memory instead of written as Arrow, and
+`bertctl.corpus.load_corpus` (the one function that reads a corpus) is patched to hand them out, so pretrain,
+resume and evaluate mlm still run the real code; the corpus step's detail says so. The other steps need neither
+package.
 """
 
 from __future__ import annotations
