@@ -8,7 +8,7 @@ tokenizer on the bundled novels -> corpus (seq 128, dynamic masking) -> `pretrai
 with a checkpoint at step 20, then `--resume` from it (the re-logged losses are compared: 0 on the CPU in fp32,
 small under bf16 and compile) -> `fill` on the GPU -> `finetune classify` (bf16, dynamic padding, a new head) and
 `predict classify` -> the eager paths: `pretrain --no-compile --precision fp16 --optimizer lamb
---gradient-checkpointing` (GradScaler, LAMB's kernels, the sparse embedding gradient, recomputed layers) and
+--gradient-checkpointing` (GradScaler, LAMB's kernels, the MLM head's fixed slots, recomputed layers) and
 `evaluate mlm` -> `finetune squad`, `ner` and `choice` on small sets made from the novels, each scored on the GPU.
 It checks that every path runs on the device, not model quality: the models are far too small for that.
 
@@ -155,8 +155,8 @@ def _predict(root: Path, device: str) -> str:
 
 
 def _eager(cfg: PretrainConfig, root: Path) -> str:
-    """The eager step with what the compiled one leaves out: fp16's loss scaler, LAMB, recomputed layers, and the
-    word embeddings' sparse gradient added into the tied decoder's (eager and one process only)."""
+    """The eager step with what the compiled one leaves out: fp16's loss scaler, LAMB and recomputed layers (the MLM
+    head reads its fixed slots uncompiled, as every CUDA run does; the sparse embedding gradient is the CPU's)."""
     import dataclasses
 
     from bertctl.mlm_eval import evaluate_mlm

@@ -210,8 +210,7 @@ def _train(r: _Run) -> Path:
                      cfg, env)
     validation = r.corpus["validation"] if "validation" in r.corpus and cfg.eval_every else None
     has_nsp = "next_sentence_label" in r.corpus["train"].column_names
-    # Compiled graphs want fixed shapes: the MLM head then reads max_predictions_per_seq slots per row.
-    step_terms = partial(loss_terms, predictions=r.manifest["max_predictions_per_seq"] if r.compiled else None)
+    step_terms = partial(loss_terms, predictions=_mlm_slots(r.manifest, r.compiled, env.device))
     log = run_metrics.MetricsLog(run, enabled=env.is_main)
     speed = run_metrics.Throughput(r.carried)
     bar = training.progress_bar(cfg.steps, progress.step, "pretrain", env.is_main)
@@ -276,6 +275,13 @@ def _collator(r: _Run) -> Collator:
         masking = masking_options(r.tokenizer, manifest["masked_lm_prob"], manifest["max_predictions_per_seq"],
                                   manifest["whole_word_masking"])
     return Collator(r.tokenizer.pad_id, masking, r.cfg.seed, manifest["max_seq_length"] if r.compiled else None)
+
+
+def _mlm_slots(manifest: dict[str, Any], compiled: bool, device: torch.device) -> int | None:
+    """The MLM head's fixed slots per row (max_predictions_per_seq), or None for the masked positions as they fall.
+    Compiled graphs want fixed shapes, and on CUDA picking the masked positions (a boolean index) would make the
+    host wait for the device every forward pass; the same losses either way, up to rounding."""
+    return manifest["max_predictions_per_seq"] if compiled or device.type == "cuda" else None
 
 
 def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> Path | None:

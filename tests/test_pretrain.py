@@ -798,6 +798,20 @@ def test_compiled_training_gives_the_eager_losses(corpus, tmp_path):
     assert sorted(b) == [1, 2, 3] and max(abs(a[s] - b[s]) for s in a) < 1e-4
 
 
+def test_the_mlm_head_reads_fixed_slots_when_compiled_and_on_cuda():
+    """Compiled graphs want fixed shapes, and on a GPU picking the masked positions (a boolean index) would make the
+    host wait for the device every forward pass: both read max_predictions_per_seq slots per row; the CPU's eager
+    runs the masked positions as they fall."""
+    import torch
+
+    from bertctl.pretrain import _mlm_slots
+
+    manifest = {"max_predictions_per_seq": 20}
+    assert _mlm_slots(manifest, compiled=False, device=torch.device("cpu")) is None
+    assert _mlm_slots(manifest, compiled=True, device=torch.device("cpu")) == 20
+    assert _mlm_slots(manifest, compiled=False, device=torch.device("cuda", 1)) == 20
+
+
 def test_a_warmup_as_long_as_the_run_is_warned_about(corpus, tmp_path, caplog):
     args = _cli(corpus, tmp_path / "run", "--steps", "2", "--batch-size", "4", "--save-every", "0")
     args[args.index("--warmup-steps") + 1] = "5"

@@ -110,7 +110,8 @@ def test_a_gpu_runs_rng_state_resumed_on_the_cpu_opens_no_cuda_context(monkeypat
 
 def test_sparse_word_gradients_give_the_dense_gradient_and_only_where_allowed():
     """Eager one-process pre-training lets the tied embeddings' backward be sparse: the summed gradient is the
-    same dense tensor (so the fused AdamW takes it); DDP, compile and models without an MLM head keep dense."""
+    same dense tensor (so the fused AdamW takes it); DDP, compile, CUDA (whose sparse backward drops [PAD]'s rows
+    with a boolean index, a wait for the device every backward pass) and models without an MLM head keep dense."""
     from bertctl.config import preset
     from bertctl.model import BertForPreTraining, BertForSequenceClassification
 
@@ -126,7 +127,8 @@ def test_sparse_word_gradients_give_the_dense_gradient_and_only_where_allowed():
         return model.bert.embeddings.word.weight.grad
 
     dense = word_grad().clone()
-    for env, compiled in ((training.Distributed(world_size=2), False), (training.Distributed(), True)):
+    for env, compiled in ((training.Distributed(world_size=2), False), (training.Distributed(), True),
+                          (training.Distributed(device=torch.device("cuda")), False)):
         training.sparse_tied_embedding_grads(model, env, compiled)
         assert not model.bert.embeddings.word.sparse
     training.sparse_tied_embedding_grads(model, training.Distributed(), compiled=False)
