@@ -51,6 +51,8 @@ def enable_fast_math(device: torch.device) -> None:
 
 
 def pick_device(device: str | None) -> torch.device:
+    """--device checked against the machine; `cuda:N` also becomes torch's current GPU, so that pinned host
+    memory and library handles open no CUDA context on GPU 0 beside the one on GPU N."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -64,6 +66,8 @@ def pick_device(device: str | None) -> torch.device:
     if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
         raise UsageError(f"--device {device}: this machine has {_gpus(torch.cuda.device_count())} (cuda:0 to "
                          f"cuda:{torch.cuda.device_count() - 1}); pick one of them")
+    if chosen.type == "cuda" and chosen.index is not None:
+        torch.cuda.set_device(chosen)
     return chosen
 
 

@@ -215,8 +215,11 @@ def test_a_gpu_the_machine_lacks_is_a_usage_error(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    current = []
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
     assert training.pick_device("cuda:1") == torch.device("cuda:1")
     assert training.pick_device("cuda") == torch.device("cuda")
+    assert current == [torch.device("cuda:1")]  # pinned memory and handles then open no context on GPU 0
     with pytest.raises(UsageError, match=r"^--device cuda:2: this machine has 2 GPUs \(cuda:0 to cuda:1\)"):
         training.pick_device("cuda:2")
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: pytest.fail("no GPU to set"))
