@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import tempfile
 import time
@@ -194,7 +195,7 @@ def _squad(root: Path, device: str) -> str:
     finetune_squad(FinetuneConfig.squad(model=root / "run" / "final", out=out, train=str(root / "squad-train.json"),
                                         validation=str(root / "squad-dev.json"), epochs=1, batch_size=16,
                                         max_seq_length=192, device=device, overwrite=True))
-    return json.dumps(json.loads((out / "eval_results.json").read_text()))[:150]
+    return _scores(out)
 
 
 def _ner(root: Path, device: str) -> str:
@@ -213,7 +214,7 @@ def _ner(root: Path, device: str) -> str:
     out = root / "ner"
     finetune_ner(FinetuneConfig.ner(model=root / "run" / "final", out=out, train=str(root / "ner-train.txt"),
                                     validation=str(root / "ner-dev.txt"), epochs=1, device=device, overwrite=True))
-    return json.dumps(json.loads((out / "eval_results.json").read_text()))[:150]
+    return _scores(out)
 
 
 def _choice(root: Path, device: str) -> str:
@@ -236,9 +237,15 @@ def _choice(root: Path, device: str) -> str:
     finetune_choice(FinetuneConfig.choice(model=root / "run" / "final", out=out, train=str(root / "choice-train.csv"),
                                           validation=str(root / "choice-dev.csv"), epochs=1, batch_size=16,
                                           device=device, overwrite=True))
+    return _scores(out)
+
+
+def _scores(out: Path) -> str:
+    """A fine-tuning run's eval_results.json, cut to a table cell."""
     return json.dumps(json.loads((out / "eval_results.json").read_text()))[:150]
 
 
+@functools.cache  # read once for the four steps that label its paragraphs
 def _paragraphs() -> list[str]:
     import gzip
 
