@@ -340,6 +340,25 @@ def test_answers_not_at_answer_start_are_skipped_with_googles_warning(tmp_path, 
     assert "could not find answer 'pink' of bad" in caplog.text
 
 
+def test_empty_negative_and_overlong_answers_are_skipped_where_run_squad_keeps_or_fails(tmp_path, caplog):
+    """run_squad.py keeps an empty answer text (found anywhere) and a negative answer_start (Python counts it from
+    the end), and fails on an answer running past the context's end; bertctl skips all three with the warning, as
+    docs/finetuning.md says."""
+    raw = _squad([[("red blue green", [
+        {"id": "ok", "question": "colour ?", "answers": [{"text": "blue", "answer_start": 4}]},
+        {"id": "empty", "question": "colour ?", "answers": [{"text": "", "answer_start": 4}]},
+        {"id": "negative", "question": "colour ?", "answers": [{"text": "green", "answer_start": -5}]},
+        {"id": "overlong", "question": "colour ?", "answers": [{"text": "green day", "answer_start": 9}]}])]])
+    googles = _google_examples({**raw, "data": [{**raw["data"][0], "paragraphs": [
+        {**raw["data"][0]["paragraphs"][0], "qas": raw["data"][0]["paragraphs"][0]["qas"][:3]}]}]}, True, False)
+    assert [e["qid"] for e in googles] == ["ok", "empty", "negative"]
+    with pytest.raises(IndexError):
+        _google_examples(raw, True, False)
+    data = read_squad(_write(tmp_path / "t.json", raw), "train")
+    assert [e.qid for e in data.examples] == ["ok"] and data.skipped == 3
+    assert "could not find answer '' of empty" in caplog.text
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ("not json", "is not a SQuAD JSON file"),
     ('{"articles": []}', 'top-level "data" list'),

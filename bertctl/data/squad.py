@@ -204,8 +204,8 @@ def _example(qa: Any, paragraph: int, words: list[str], word_of_char: list[int],
         start_word, end_word = word_of_char[start], word_of_char[end]
         found = " ".join(texts[0].split()) in " ".join(words[start_word:end_word + 1])
     if not found:
-        log.warning("warning: %s: could not find answer %r of %s at answer_start %d; skipping it, as run_squad.py "
-                    "does", path, texts[0], qid, start)
+        log.warning("warning: %s: could not find answer %r of %s at answer_start %d; skipping it (run_squad.py "
+                    "skips an answer text it cannot find at its answer_start)", path, texts[0], qid, start)
         return None
     return SquadExample(str(qid), question, paragraph, texts, texts[0], start_word, end_word)
 
