@@ -14,6 +14,7 @@ parameter names both ways, checkpoint_checks refuses a folder whose config.json 
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import numbers
@@ -115,6 +116,16 @@ class Checkpoint:
         if weight is not None:
             return weight.shape[0]
         return int(self.raw_config.get("num_labels") or self.raw_config.get("_num_labels") or 2)
+
+    def weights_sha256(self) -> str:
+        """The weights as read (our names, sorted; dtype, shape and values) as one hash: what run.json records of
+        the model a run starts from, so other weights under the same path, or the same ones converted, show."""
+        digest = hashlib.sha256()
+        for name in sorted(self.state):
+            tensor = self.state[name].detach().cpu().contiguous()
+            digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+            digest.update(tensor.view(-1).view(torch.uint8).numpy().data if tensor.numel() else b"")
+        return digest.hexdigest()
 
     @property
     def kept_config(self) -> dict[str, Any]:

@@ -469,8 +469,9 @@ def _run_record(cfg: FinetuneConfig, prep: Prepared, features: str, model: nn.Mo
             "fresh_heads": list(model.fresh_heads), "train_examples": len(prep.train),
             "dev_examples": {split: len(f) for split, f in prep.dev.items()},
             "truncated": {"train": prep.train.truncated, **{s: f.truncated for s, f in prep.dev.items()}},
-            "features_sha256": features,
-            "steps": total, "warmup_steps": warmup, "device": env.device.type, "world_size": env.world_size,
+            "features_sha256": features, "weights_sha256": prep.ckpt.weights_sha256(),
+            "steps": total, "warmup_steps": warmup, "device": env.device.type, "threads": torch.get_num_threads(),
+            "world_size": env.world_size,
             "precision": precision, "bertctl_version": __version__}
 
 

@@ -138,7 +138,8 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
     if env.is_main:
         carried = _start_run_folder(cfg, run, {
             "config": _recorded_config(cfg, started), "model": model.config.to_dict(), "world_size": env.world_size,
-            "device": env.device.type, "precision": precision, "compile": compiled, "warmup_steps": cfg.warmup(),
+            "device": env.device.type, "threads": torch.get_num_threads(), "precision": precision, "compile": compiled,
+            "warmup_steps": cfg.warmup(),
             "corpus_manifest": manifest, "quickstart": started.get("quickstart", quickstart),
             "resumed_from": str(resume_from or ""), "from_step": progress.step,
             "earlier": _earlier_parts(started, progress.step)}, resume_from)
@@ -349,7 +350,8 @@ def _recorded_config(cfg: PretrainConfig, started: dict[str, Any]) -> dict[str, 
     return given
 
 
-_PART = ("config", "world_size", "device", "precision", "compile", "warmup_steps")  # what trained a part's steps
+_PART = ("config", "world_size", "device", "threads", "precision", "compile",
+         "warmup_steps")  # what trained a part's steps
 
 
 def _earlier_parts(started: dict[str, Any], step: int) -> list[dict[str, Any]]:

@@ -149,6 +149,28 @@ def test_same_seed_gives_the_same_bytes(encoder, small_glue, tmp_path):
     assert first["model.safetensors"] != other["model.safetensors"]
 
 
+def test_run_json_names_the_starting_weights_and_the_threads(small_glue, tmp_path):
+    """Other weights under the same --model path, or another thread count, change the model's bytes: run.json
+    must tell such runs apart, as features_sha256 does for edited data."""
+
+    def record(model: Path, threads: int) -> dict:
+        torch.set_num_threads(threads)
+        out = finetune_glue(FinetuneConfig(model=model, data=str(small_glue), task="rte", out=tmp_path / "rte",
+                                           epochs=1, overwrite=True, **FAST))
+        return json.loads((out / "run.json").read_text())
+
+    model = _encoder(tmp_path / "model")
+    first = record(model, 1)
+    assert first["threads"] == 1 and record(model, 2)["threads"] == 2
+    assert record(model, 1)["weights_sha256"] == first["weights_sha256"]
+    torch.manual_seed(1)
+    changed = BertForMaskedLM(BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
+    save_model(changed, model, BertTokenizer.from_vocab(VOCAB), overwrite=True)
+    again = record(model, 1)
+    assert again["config"] == first["config"] and again["weights_sha256"] != first["weights_sha256"]
+
+
 @pytest.mark.parametrize("task", ["mnli", "cola"])
 def test_three_classes_on_pairs_and_headerless_cola_learn_above_chance(encoder, glue, tmp_path, task):
     settings = {**FAST, "lr": 2e-3, "batch_size": 8}

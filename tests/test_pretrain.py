@@ -84,6 +84,16 @@ def test_loss_falls_and_run_writes_its_files(corpus, tmp_path):
     assert run_config["config"]["compile"] is None and run_config["compile"] is False  # default: on CUDA only
 
 
+def test_run_json_records_the_cpu_threads_that_round_the_sums(corpus, tmp_path):
+    """Another thread count gives other checkpoint bytes from the same command, so run.json says it."""
+    import torch
+
+    from bertctl.pretrain import pretrain
+
+    pretrain(small_run(corpus, tmp_path / "run", steps=3, save_every=0))
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["threads"] == torch.get_num_threads()
+
+
 def test_resume_mid_epoch_reproduces_the_uninterrupted_run(corpus, tmp_path):
     from bertctl.pretrain import pretrain
 
