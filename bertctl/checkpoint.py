@@ -423,7 +423,7 @@ def save_model(
         bare = saved_architecture(model, keep) == "BertModel"  # transformers' BertModel files have no `bert.`
         save_file(to_transformers_names(state, bare=bare), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         write_json_atomic(tmp / "config.json", _config_json(model, labels, problem_type, config_extra, keep))
-        _write_tokenizer(tokenizer, tmp)
+        _write_tokenizer(tokenizer, tmp, model.config.max_position_embeddings)
         if extra is not None:
             extra(tmp)
     return target
@@ -451,15 +451,28 @@ def _checked_tokenizer(tokenizer: Any, rows: int) -> Any:
     return tokenizer
 
 
-def _write_tokenizer(tokenizer: Any, folder: Path) -> None:
+def _write_tokenizer(tokenizer: Any, folder: Path, positions: int) -> None:
     if tokenizer is None:
         return
     if isinstance(tokenizer, Path):
         for name in TOKENIZER_FILES:
             if (tokenizer / name).is_file():
                 shutil.copyfile(tokenizer / name, folder / name)
+    else:
+        tokenizer.save(folder)
+    _fit_max_length(folder / "tokenizer_config.json", positions)
+
+
+def _fit_max_length(path: Path, positions: int) -> None:
+    """model_max_length at most the model's positions: transformers' pipelines and `truncation=True` cut texts
+    to it, so a larger one (a tokenizer's 512 beside a 128-position model) or none lets a long text through to
+    the position embeddings, which fail."""
+    if not path.is_file():
         return
-    tokenizer.save(folder)
+    config = json.loads(path.read_text(encoding="utf-8"))
+    limit = config.get("model_max_length")
+    if not (isinstance(limit, int) and 0 < limit <= positions):
+        write_json_atomic(path, {**config, "model_max_length": positions})
 
 
 def model_tokenizer(ckpt: Checkpoint, required: bool = True) -> Any:

@@ -245,6 +245,28 @@ def test_our_pretraining_folder_with_tokenizer_loads_in_transformers(minilm, odd
     assert not info["missing_keys"] and not info["mismatched_keys"]
 
 
+@pytest.mark.parametrize("limit", [512, None])
+def test_a_saved_tokenizer_cuts_texts_to_the_models_positions(odd_config, tmp_path, limit):
+    """A pipeline with truncation=True cuts to model_max_length: one above max_position_embeddings (or none)
+    let a long text through to the position embeddings, which fail."""
+    from dataclasses import replace
+
+    from bertctl.tokenizer import BertTokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "word"]
+    tokenizer = BertTokenizer.from_vocab(vocab)
+    tokenizer = BertTokenizer(tokenizer.backend, replace(tokenizer.options, model_max_length=limit))
+    config = odd_config.replace(vocab_size=len(vocab))
+    torch.manual_seed(0)
+    folder = save_model(BertForPreTraining(config).eval(), tmp_path / "ours", tokenizer)
+    pipe = transformers.pipeline("fill-mask", model=str(folder), device="cpu")
+    assert pipe.tokenizer.model_max_length == config.max_position_embeddings
+    pipe("[MASK] " + " ".join(["word"] * 2 * config.max_position_embeddings), tokenizer_kwargs={"truncation": True})
+    copied = save_model(BertForPreTraining(config), tmp_path / "copied", folder)  # files copied from a folder
+    saved = json.loads((copied / "tokenizer_config.json").read_text())
+    assert saved["model_max_length"] == config.max_position_embeddings
+
+
 def test_convert_and_info_cli(minilm, tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["convert", str(minilm), "--out", str(tmp_path / "conv")])
