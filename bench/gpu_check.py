@@ -178,7 +178,7 @@ def _squad(root: Path, device: str) -> str:
     """Questions on paragraphs of the novels: "which word follows W?", answered by the word after W."""
     import re
 
-    from bertctl.finetune_squad import finetune_squad
+    from bertctl.finetune_qa import finetune_squad
 
     questions = []
     for number, paragraph in enumerate(_paragraphs()[:300]):
@@ -200,7 +200,7 @@ def _squad(root: Path, device: str) -> str:
 
 def _ner(root: Path, device: str) -> str:
     """CoNLL sentences of the novels, capitalised words inside a sentence tagged as names (B-/I-PER)."""
-    from bertctl.finetune_ner import finetune_ner
+    from bertctl.finetune_tagging import finetune_ner
 
     blocks = []
     for paragraph in _paragraphs()[:400]:
@@ -219,7 +219,7 @@ def _ner(root: Path, device: str) -> str:
 
 def _choice(root: Path, device: str) -> str:
     """SWAG-style rows: a paragraph's first half, and its true second half among three others'."""
-    from bertctl.finetune_choice import finetune_choice
+    from bertctl.finetune_multiple_choice import finetune_choice
 
     halves = [(p[: len(p) // 2], p[len(p) // 2:]) for p in _paragraphs()[:300]]
     header = ["video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source", "ending0", "ending1",

@@ -152,7 +152,7 @@ def finetune_squad(
 ) -> None:
     """Fine-tune for extractive question answering on SQuAD v1.1 or v2.0 (run_squad.py's recipe)."""
     cfg = _finetune_config(locals(), "squad")
-    from bertctl.finetune_squad import finetune_squad as run_finetune_squad
+    from bertctl.finetune_qa import finetune_squad as run_finetune_squad
 
     run_finetune_squad(cfg)
 
@@ -324,7 +324,7 @@ def finetune_ner(
 ) -> None:
     """Fine-tune for named-entity recognition (run_ner.py's recipe; tag on each word's first piece)."""
     cfg = _finetune_config(locals(), "ner")
-    from bertctl.finetune_ner import finetune_ner as run_finetune_ner
+    from bertctl.finetune_tagging import finetune_ner as run_finetune_ner
 
     run_finetune_ner(cfg)
 
@@ -386,7 +386,7 @@ def finetune_choice(
 ) -> None:
     """Fine-tune for multiple choice, as on SWAG (run_swag.py's recipe; softmax over the choices' [CLS] scores)."""
     cfg = _finetune_config(locals(), "choice")
-    from bertctl.finetune_choice import finetune_choice as run_finetune_choice
+    from bertctl.finetune_multiple_choice import finetune_choice as run_finetune_choice
 
     run_finetune_choice(cfg)
 

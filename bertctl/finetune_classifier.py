@@ -1,7 +1,7 @@
 """The sequence-classification head `finetune glue` and `finetune classify` train: a classifier (or regressor)
 on [CLS], built fresh or kept from the model folder with its outputs aligned to the task's labels by name.
 
-What finetune_ner, finetune_choice and finetune_squad are to their tasks, without a command of its own: both
+What finetune_tagging, finetune_multiple_choice and finetune_qa are to their tasks, without a command of its own: both
 commands live in finetune.py, whose loop trains this head by default.
 """
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -30,6 +31,8 @@ class GracefulStop:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> GracefulStop:
+        if threading.current_thread() is not threading.main_thread():  # Python's handlers are the main thread's:
+            return self  # a run called from another thread (a web app's worker) gets no signal to handle
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._previous[sig] = signal.signal(sig, self._handle)
         return self

@@ -250,11 +250,13 @@ def window_means(window: list[StepResult]) -> dict[str, float]:
 
 def progress_bar(total: int, initial: int, desc: str, enabled: bool, unit: str = "step", **options: Any) -> Any:
     """A loop's bar (silent when not `enabled`: other ranks); used as a context, so an error line never lands on
-    its last line. `options` go to tqdm (scoring passes delay and leave)."""
+    its last line. `options` go to tqdm (scoring passes delay and leave). An enabled bar keeps tqdm's own default,
+    so TQDM_DISABLE=1 silences it as it does every tqdm bar."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, disable=not enabled,
-                **options)
+    if not enabled:
+        options["disable"] = True
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, **options)
 
 
 @dataclass

@@ -127,3 +127,19 @@ def test_fill_leaves_the_callers_torch_generator_where_it_was(tmp_path):
     assert torch.equal(torch.rand(3), expected)
     assert bertctl.fill.fill(["a [MASK]"], mlm, top_k=2) == first
 
+
+def test_functions_named_like_their_modules_stay_functions_once_the_modules_are_imported():
+    """`bertctl.finetune_squad` (and `_ner`, `_choice`) share their module's name: importing the module, as the
+    first call does, set the package attribute to it, so the second call was "'module' object is not callable"."""
+    code = ("import importlib, pkgutil, types, bertctl\n"
+            "first = {n: getattr(bertctl, n) for n in bertctl._LAZY}\n"
+            "for info in pkgutil.walk_packages(bertctl.__path__, 'bertctl.'):\n"
+            "    if info.name != 'bertctl.__main__':\n"
+            "        importlib.import_module(info.name)\n"
+            "from bertctl import finetune_ner\n"
+            "again = {n: getattr(bertctl, n) for n in bertctl._LAZY}\n"
+            "assert again == first and finetune_ner is first['finetune_ner'], "
+            "[n for n in first if again[n] is not first[n]]\n"
+            "assert not [n for n, f in first.items() if isinstance(f, types.ModuleType)]\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -20,7 +20,7 @@ from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.choice import make_choice_features, read_choice
 from bertctl.errors import UsageError
-from bertctl.finetune_choice import finetune_choice
+from bertctl.finetune_multiple_choice import finetune_choice
 from bertctl.model import BertForMaskedLM, BertForMultipleChoice
 from bertctl.tokenizer import BertTokenizer
 

@@ -355,8 +355,8 @@ def test_a_flag_switches_off_what_a_config_file_switched_on(tmp_path):
     assert refused.exit_code == 2 and "already exists" in refused.stderr, refused.output
 
 
-_RECIPES = {"glue": "bertctl.finetune", "classify": "bertctl.finetune", "squad": "bertctl.finetune_squad",
-            "ner": "bertctl.finetune_ner", "choice": "bertctl.finetune_choice"}
+_RECIPES = {"glue": "bertctl.finetune", "classify": "bertctl.finetune", "squad": "bertctl.finetune_qa",
+            "ner": "bertctl.finetune_tagging", "choice": "bertctl.finetune_multiple_choice"}
 
 
 @pytest.mark.parametrize("task", list(_RECIPES))

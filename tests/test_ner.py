@@ -17,7 +17,7 @@ from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.ner import check_known, make_ner_features, read_ner, tag_set
 from bertctl.errors import UsageError
-from bertctl.finetune_ner import finetune_ner
+from bertctl.finetune_tagging import finetune_ner
 from bertctl.metrics import entity_scores, entity_spans
 from bertctl.model import BertForMaskedLM, BertForTokenClassification
 from bertctl.ner import evaluate_ner, predict_ner
@@ -365,7 +365,7 @@ def test_refusals(encoder, ner_run, ner_files, tmp_path):
                       "no token-classification head")
     _one_line_failure([*train, str(ner_files["train"]), "--validation", str(unknown)], "has the tags B-ORG")
     with pytest.raises(UsageError, match="label_names: for `bertctl finetune classify`"):
-        from bertctl.finetune_squad import finetune_squad
+        from bertctl.finetune_qa import finetune_squad
 
         finetune_squad(FinetuneConfig.squad(model=encoder, train=ner_files["train"], out=tmp_path / "o",
                                             label_names=("O", "B-ORG")))

@@ -160,13 +160,13 @@ def _features(head: str):
 
 def _runs(head: str):
     """The head's fine-tuning loss terms and the function its evaluate/predict score with."""
-    from bertctl import choice, evaluate, finetune_choice, finetune_classifier, finetune_ner, ner
+    from bertctl import choice, evaluate, finetune_classifier, finetune_multiple_choice, finetune_tagging, ner
 
     if head == "classify":
         return finetune_classifier._loss_terms, evaluate.collate, evaluate.predict_logits
     if head == "ner":
-        return finetune_ner._loss_terms, ner.collate_tokens, ner.word_predictions
-    return finetune_choice._loss_terms, choice.collate_choices, choice.choice_logits
+        return finetune_tagging._loss_terms, ner.collate_tokens, ner.word_predictions
+    return finetune_multiple_choice._loss_terms, choice.collate_choices, choice.choice_logits
 
 
 @pytest.mark.parametrize("head", list(HEADS))

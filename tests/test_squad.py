@@ -22,7 +22,7 @@ from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.squad import make_features, read_squad
 from bertctl.errors import UsageError
-from bertctl.finetune_squad import finetune_squad
+from bertctl.finetune_qa import finetune_squad
 from bertctl.model import BertForMaskedLM, BertForQuestionAnswering
 from bertctl.squad import evaluate_squad, predict_squad
 from bertctl.squad_answers import AnswerSettings, answers_from_logits, basic_tokens, softmax

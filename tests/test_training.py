@@ -6,6 +6,9 @@ import json
 import math
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -349,6 +352,38 @@ def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):
         clock[0] += stop_signals.DUPLICATE_SIGNAL_SECONDS
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_run_in_another_thread_trains_without_signal_handlers():
+    """Python sets signal handlers in the main thread only: pretrain and every finetune called from another (a web
+    app's worker, a notebook's background job) failed before the first step with "ValueError: signal only works
+    in main thread", which no one-line error names. Such a thread gets no signal; its run trains on."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    seen: list[object] = []
+
+    def run() -> None:
+        try:
+            with stop_signals.GracefulStop() as stop:
+                seen.append(stop.requested)
+        except Exception as error:
+            seen.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen == [False]
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
+
+
+def test_tqdms_own_disable_setting_silences_the_training_bars():
+    """TQDM_DISABLE=1 turns tqdm's bars off (corpus build's too), but pretrain's, finetune's and the scoring bars
+    were given disable=False, which overrode it: from Python they could only be hidden by redirecting stderr."""
+    code = ("from bertctl import training\n"
+            "print(training.progress_bar(3, 0, 'x', True).disable, training.progress_bar(3, 0, 'x', False).disable)")
+    unset = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    shown = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout.split()
+             for env in (unset, {**unset, "TQDM_DISABLE": "1"})]
+    assert shown == [["False", "True"], ["True", "True"]]
 
 
 def test_ddp_gradients_are_views_of_its_all_reduce_buckets(tmp_path, monkeypatch):
