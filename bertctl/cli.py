@@ -43,7 +43,8 @@ _Overwrite = Annotated[bool | None, typer.Option("--overwrite/--no-overwrite", h
 _ConfigFile = Annotated[Path | None, path_option("--config", help="YAML/JSON file of these fields (flags win).")]
 
 tokenizer_app = command_group("Train a WordPiece tokenizer and inspect how it encodes text.")
-corpus_app = command_group("Build pre-training instances (Arrow datasets), import Google's TFRecords, inspect them.")
+corpus_app = command_group("Build pre-training instances (Arrow datasets), import Google's TFRecords or NVIDIA's "
+                           "HDF5 shards, inspect them.")
 app.add_typer(tokenizer_app, name="tokenizer")
 app.add_typer(corpus_app, name="corpus")
 app.add_typer(finetune_app, name="finetune")
@@ -151,7 +152,7 @@ def corpus_build(
     text_column: Annotated[str | None, typer.Option(help="Column of table/dataset inputs [text].")] = None,
     document_per_line: Annotated[bool | None, typer.Option("--document-per-line/--no-document-per-line",
                                                            help="Each line of a text file is a document [blank "
-                                                           "lines separate]")] = None,
+                                                           "lines separate].")] = None,
     split_sentences: Annotated[bool | None, typer.Option("--split-sentences/--no-split-sentences", help="Split "
                                                          "lines into sentences [on].")] = None,
     lowercase: _Lowercase = None,
@@ -211,7 +212,7 @@ def corpus_import(
 
 @corpus_app.command("inspect")
 def corpus_inspect(
-    corpus: Annotated[Path, path_argument(help="A corpus folder from 'bertctl corpus build'.")],
+    corpus: Annotated[Path, path_argument(help="A corpus folder from 'bertctl corpus build' or 'corpus import'.")],
     num: Annotated[int, typer.Option("--num", "-n", min=0, help="Instances to show.")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print the statistics as one JSON object.")] = False,
 ) -> None:
@@ -230,12 +231,13 @@ def corpus_inspect(
 
 @app.command("pretrain")
 def pretrain(
-    corpus: Annotated[Path | None, path_option(help="Corpus folder from `bertctl corpus build` "
+    corpus: Annotated[Path | None, path_option(help="Corpus folder from `bertctl corpus build` or `corpus import` "
                                                 "(none: quick start on the bundled novels).")] = None,
     out: Annotated[Path | None, path_option("--out", "-o", help="Run folder [runs/quickstart].")] = None,
     model_config: Annotated[str | None, typer.Option(help="tiny|mini|small|medium|base|large or a "
                                                      "config.json [base; quick start: tiny].")] = None,
-    tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder or hub id [the corpus's].")] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", "-t", help="Tokenizer folder or hub id "
+                                                  "[the corpus's].")] = None,
     init_from: Annotated[str | None, typer.Option(help="Start from this model's weights, a folder or hub id "
                                                   "(e.g. phase 2 at 512), fresh optimizer.")] = None,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps [1000000].")] = None,
@@ -305,8 +307,7 @@ def fill(
     truncate: Annotated[bool, typer.Option("--truncate", help="Cut texts longer than the model's "
                                            "max positions instead of refusing them.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per text, one per line.")] = False,
-    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:1 ... "
-                                               "(default: cuda when available).")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="cpu|cuda|cuda:N [cuda when available].")] = None,
     targets: Annotated[list[str] | None, typer.Option("--target", "-t", help="Rank only this token (a "
                                                       "vocabulary entry or a word); repeat for more.")] = None,
 ) -> None:
@@ -321,6 +322,7 @@ def fill(
         all_texts = read_texts(Path("-"))
     if not all_texts:
         raise UsageError("fill: give a text with [MASK] as an argument, or --file F (one text a line)")
+    _refuse_blank_model(model, "--model")
     if Path(model) == QUICKSTART_MODEL and not QUICKSTART_MODEL.exists():
         raise UsageError(f"fill: no --model given, and the quick start's {model} is not there yet; run "
                          "`bertctl pretrain` first, or pass --model FOLDER (or a hub id such as bert-base-uncased)")
@@ -331,8 +333,8 @@ def fill(
 
 @app.command("convert")
 def convert(
-    source: Annotated[str, typer.Argument(help="Any model folder bertctl reads (bertctl or transformers), or a "
-                                          "hub id.")],
+    source: Annotated[str, typer.Argument(help="Any model folder bertctl reads (bertctl, transformers, Google's "
+                                          "TensorFlow or NVIDIA's checkpoints), or a hub id.")],
     out: Annotated[Path, path_option("--out", "-o", help="Where to write the canonical bertctl folder.")],
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace OUT if it exists.")] = False,
 ) -> None:
@@ -352,7 +354,14 @@ def info(
     from bertctl.info import info as run_info
     from bertctl.info import print_info
 
+    _refuse_blank_model(model, "MODEL")
     print_info(run_info(model), as_json=as_json)
+
+
+def _refuse_blank_model(model: str, named: str) -> None:
+    """`--model "$UNSET"` would be looked for as a folder named "" or " ", and refused without its name."""
+    if not model.strip():
+        raise UsageError(f"{named}: empty; give a model folder or a hub id")
 
 
 def main() -> None:

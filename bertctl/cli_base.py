@@ -102,6 +102,9 @@ def _usage(exc: Any, ctx: Any) -> Exception:
     if type(exc).__name__ == "NoArgsIsHelpError":
         return exc
     where = exc.ctx.command_path if exc.ctx else " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand)))
+    if getattr(exc, "option_name", None) == "--debug":  # appended as an error line's "rerun with --debug" reads
+        prog, _, command = where.partition(" ")
+        return fail(f"--debug goes before the command: {prog} --debug {command} ...", exc.exit_code)
     return fail(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
 
 

@@ -487,17 +487,18 @@ class FinetuneConfig:
         take_types(self)
         if self.save_every < 0:
             raise UsageError(f"--save-every must be 0 or more, got {self.save_every}")
-        for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "log_every", "max_bad_steps",
-                     "doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"{flag_name(name)} must be at least 1, got {getattr(self, name)}")
         if self.max_seq_length < 3:
             raise UsageError(f"--max-seq-length {self.max_seq_length}: must be at least 3 ([CLS] A [SEP])")
+        for name in ("batch_size", "eval_batch_size", "epochs", "log_every", "max_bad_steps", "doc_stride",
+                     "max_query_length", "n_best_size", "max_answer_length"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{flag_name(name)} must be at least 1, got {getattr(self, name)}")
         if not math.isfinite(self.null_score_diff_threshold):
             raise UsageError("--null-score-diff-threshold must be a finite number, got "
                              f"{self.null_score_diff_threshold}")
-        if self.micro_batch_size is not None and (self.micro_batch_size < 1 or
-                                                  self.batch_size % self.micro_batch_size):
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise UsageError(f"--micro-batch-size must be at least 1, got {self.micro_batch_size}")
+        if self.micro_batch_size is not None and self.batch_size % self.micro_batch_size:
             raise UsageError(f"--micro-batch-size {self.micro_batch_size} must divide --batch-size "
                              f"{self.batch_size}")
         _check_optimizer(self)

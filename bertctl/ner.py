@@ -196,6 +196,9 @@ def print_ner_results(data: Path | str, results: dict[str, Any], as_json: bool =
                          "--max-seq-length; their words past the cut are left out of the scores\n")
 
 
+_OTHER_FORMATS = (".json", ".csv", ".tsv", ".parquet")  # names of formats predict ner does not write
+
+
 def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size: int | None = None,
                 max_seq_length: int | None = None, label_names: str | Sequence[str] | None = None,
                 device: str | None = None, precision: str | None = None, overwrite: bool = False) -> Path:
@@ -203,6 +206,9 @@ def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size
     the data has one, the predicted tag; a blank line after each sentence), or with a .jsonl name one
     {"tokens", "ner_tags" (gold, when given), "predictions"} object a line. A word without a prediction
     (cut by max_seq_length) is tagged O."""
+    if Path(out).suffix.lower() in _OTHER_FORMATS:  # p.json would hold CoNLL text: refused rather than misnamed
+        raise UsageError(f"--out {out}: predict ner writes CoNLL text, or JSON lines with a .jsonl name; name it "
+                         ".txt or .jsonl")
     path = check_new_out(out, overwrite=take_bool("overwrite", overwrite), folder=False)
     reader = open_ner_reader(model, max_seq_length, batch_size, label_names)
     read = reader.read(data, need_tags=False)

@@ -152,6 +152,7 @@ def _checked_start(cfg: PretrainConfig, run: Path, env: training.Distributed) ->
     after the refusals that need neither data nor model."""
     check_out(cfg.out)
     _refuse_out_in_corpus(cfg)
+    _refuse_out_model_folder(cfg)
     resume_from = _resume_point(cfg, run, env)
     seen = b"" if resume_from is None else resume_from.name.encode() + training_state.saved_state(resume_from)
     training.refuse_unshared_out(cfg.out, seen, "other checkpoints there", env)
@@ -406,6 +407,14 @@ def _refuse_out_in_corpus(cfg: PretrainConfig) -> None:
     if out_location(cfg.out).is_relative_to(corpus.resolve()):
         raise UsageError(f"--out {cfg.out} is inside the corpus {cfg.corpus}, which `corpus build --overwrite` "
                          "replaces whole; choose a path outside it")
+
+
+def _refuse_out_model_folder(cfg: PretrainConfig) -> None:
+    """A model folder (a fine-tuned run, the --init-from model) is never a run folder: written into, it lost its
+    run.json and metrics.jsonl to pretrain's and got a run nested inside it."""
+    if (user_path(cfg.out) / "config.json").is_file():
+        raise UsageError(f"--out {cfg.out} is a model folder (it holds config.json), not a run folder; choose "
+                         "another --out")
 
 
 def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, Any],

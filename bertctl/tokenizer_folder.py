@@ -32,6 +32,13 @@ def has_tokenizer(folder: Path | str) -> bool:
     return (folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()
 
 
+def _corpus_hint(folder: Path) -> str | None:
+    """Where a corpus folder, given for a tokenizer, keeps the copy of the tokenizer it was built with."""
+    if (folder / "manifest.json").is_file() and has_tokenizer(folder / "tokenizer"):
+        return f"it is a corpus folder: give its tokenizer {folder / 'tokenizer'}"
+    return None
+
+
 def read_vocab_file(path: Path) -> list[str]:
     """Google's vocab.txt: one token a line, the line number is the id (read as transformers reads it).
 
@@ -192,7 +199,7 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     if path.is_dir():
         json_path, vocab_path = path / "tokenizer.json", path / "vocab.txt"
         if not json_path.is_file() and not vocab_path.is_file():
-            hint = run_folder_hint(path) or "give a tokenizer folder or a vocab.txt"
+            hint = run_folder_hint(path) or _corpus_hint(path) or "give a tokenizer folder or a vocab.txt"
             raise UsageError(f"tokenizer {path} has no tokenizer.json or vocab.txt; {hint}")
     elif path.is_file():
         json_path, vocab_path = (path, None) if path.suffix == ".json" else (None, path)

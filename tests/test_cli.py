@@ -108,6 +108,16 @@ except SystemExit as done:
 """
 
 
+@pytest.mark.parametrize("blank", ["", " "])
+@pytest.mark.parametrize(("args", "named"), [(["info"], "MODEL"), (["fill", "a [MASK]", "--model"], "--model")])
+def test_a_blank_model_is_refused_naming_its_argument(args, named, blank):
+    """`fill --model ""` said "no model given" and `--model " "` (or `info " "`) "model folder does not exist",
+    naming neither the flag nor the value; `tokenizer encode -t ""` and `convert ""` name theirs."""
+    result = CliRunner().invoke(app, [*args, blank])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"bertctl: error: {named}: empty; give a model folder or a hub id\n"
+
+
 @pytest.mark.parametrize(("args", "lines"), [
     (["--epochs", "two"], ["Invalid value for '--epochs'"]),  # before the process group exists
     (["--model", "./missing"], ["model folder ./missing does not"]),  # after torchrun's process group is made
@@ -176,6 +186,54 @@ def test_usage_errors_point_to_the_help_of_the_command_that_got_them(args, where
     result = CliRunner().invoke(app, args, prog_name="bertctl")
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].endswith(f"(see '{where} --help')"), result.output
+
+
+def every_command(group=None, path=()):
+    """(path, click command) of every command under `group` (the whole app by default)."""
+    import typer
+
+    group = group or typer.main.get_command(app)
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from every_command(command, (*path, name))
+        else:
+            yield " ".join((*path, name)), command
+
+
+SHORT = {"--tokenizer": "-t", "--out": "-o", "--model": "-m"}
+
+
+def test_the_same_flag_has_the_same_short_option_and_a_help_line_in_every_command():
+    """`pretrain --tokenizer` had no `-t` though `tokenizer encode`, `corpus build` and `corpus import` take it."""
+    for name, command in every_command():
+        for param in command.params:
+            if param.param_type_name != "option" or "--help" in param.opts:
+                continue
+            assert (param.help or "").strip(), (name, param.opts)
+            for flag, short in SHORT.items():
+                if flag in param.opts:
+                    assert short in param.opts, (name, flag)
+    devices = {name: p.help for name, command in every_command() for p in command.params if p.name == "device"}
+    assert len(set(devices.values())) == 1, devices  # fill's said "cpu, cuda, cuda:1 ... (default: ...)"
+
+
+def test_convert_and_corpus_help_name_every_input_they_read():
+    """`convert`'s help said "bertctl or transformers" (it reads Google's and NVIDIA's checkpoints too); the corpus
+    flags said "from `bertctl corpus build`" (`corpus import` makes one too)."""
+    commands = dict(every_command())
+    source = commands["convert"].params[0].help
+    assert "TensorFlow" in source and "NVIDIA" in source, source
+    for name, flag in (("pretrain", "corpus"), ("corpus inspect", "corpus")):
+        said = next(p.help for p in commands[name].params if p.name == flag)
+        assert "corpus import" in said, (name, said)
+
+
+def test_debug_given_after_the_command_says_where_it_goes():
+    """Errors end "(rerun with --debug for the traceback)", and `bertctl info X --debug` then said only "No such
+    option: --debug": the line now says that --debug goes before the command."""
+    result = CliRunner().invoke(app, ["finetune", "glue", "sst2", "--debug"], prog_name="bertctl")
+    assert result.exit_code == 2
+    assert result.stderr == ("bertctl: error: --debug goes before the command: bertctl --debug finetune glue ...\n")
 
 
 def test_a_group_without_a_command_shows_its_help():

@@ -430,6 +430,19 @@ def test_corpus_max_seq_length_error_gives_the_range(length):
         CorpusConfig(max_seq_length=length)
 
 
+@pytest.mark.parametrize(("values", "said"), [
+    ({"max_seq_length": 0}, r"--max-seq-length 0: must be at least 3 \(\[CLS\] A \[SEP\]\)"),
+    ({"max_seq_length": -5}, r"--max-seq-length -5: must be at least 3"),
+    ({"micro_batch_size": 0}, r"--micro-batch-size must be at least 1, got 0"),
+    ({"micro_batch_size": -8}, r"--micro-batch-size must be at least 1, got -8"),
+])
+def test_finetune_lengths_and_micro_batches_below_their_least_name_that_least(values, said):
+    """`--max-seq-length 0` said "at least 1" (1 and 2 are refused too), `--micro-batch-size 0` "must divide
+    --batch-size 32": each now says the least it takes, as pretrain does for its micro-batch."""
+    with pytest.raises(UsageError, match=f"^{said}"):
+        FinetuneConfig(**values)
+
+
 @pytest.mark.parametrize(("args", "text", "message"), [
     (["pretrain"], "steps: two\n", "--config: steps must be a whole number, got 'two'"),
     (["pretrain"], "adam_beta1: 1.5\n", "--adam-beta1 must be in [0, 1), got 1.5"),

@@ -48,3 +48,26 @@ def test_every_example_command_line_uses_commands_and_flags_bertctl_has(page):
     lines = list(bertctl_lines(page.read_text(encoding="utf-8")))
     unknown = [(line, bad) for line, words in lines if (bad := unknown_words(words))]
     assert not unknown, unknown
+
+
+def flags_table(page: str) -> list[tuple[set[str], set[str]]]:
+    """(flags, commands) of each row of a page's `## Flags` table; `all` in the commands column is every command."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8").split("## Flags")[1]
+    rows = [line for line in text.strip().split("\n\n")[0].splitlines()[2:] if line.startswith("|")]
+    cells = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+    return [(set(re.findall(r"`(--[a-z-]+)", flags)), {"all"} if commands == "all" else
+             set(re.findall(r"`([a-z]+)`", commands))) for flags, commands, *_ in cells]
+
+
+@pytest.mark.parametrize("group", ["evaluate", "predict"])
+def test_the_flags_tables_list_every_flag_of_every_command_they_cover(group):
+    """predict.md's table said "both" (glue, classify) after squad, ner and choice came, and neither page's table
+    had squad's window flags or ner's --label-names."""
+    table = flags_table(f"{group}.md")
+    commands = typer.main.get_command(app).commands[group].commands
+    have = {(name, opt) for name, command in commands.items() for param in command.params
+            for opt in param.opts if opt.startswith("--") and opt != "--help"}
+    listed = {(name, flag) for flags, names in table for flag in flags
+              for name in (commands if "all" in names else names)}
+    assert not have - listed, sorted(have - listed)
+    assert not listed - have, sorted(listed - have)

@@ -136,6 +136,18 @@ def test_missing_folder_file_or_column_is_a_usage_error(own_glue):
         read_split("qnli", "dev", own_glue)
 
 
+@pytest.mark.parametrize("data", ["", "  "])
+def test_an_empty_data_is_refused_not_read_as_the_working_folder(data, tmp_path, monkeypatch):
+    """`evaluate glue` and `predict glue --data ""` (an unset shell variable) read the working folder, `--data .`,
+    and said it had no SST-2/ folder; `finetune glue` and the other tasks' --data refuse it naming the flag."""
+    from bertctl.data.glue import task_folders
+
+    monkeypatch.chdir(tmp_path)
+    for read in (lambda: read_split("sst2", "dev", data), lambda: task_folders(get_task("sst2"), data)):
+        with pytest.raises(UsageError, match=f"^--data: give a file or folder name, got {data!r}$"):
+            read()
+
+
 def test_a_split_file_that_is_a_folder_is_called_a_folder_not_missing(own_glue):
     train = own_glue / "SST-2" / "train.tsv"
     train.unlink()

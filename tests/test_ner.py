@@ -310,6 +310,16 @@ def test_evaluate_reproduces_eval_results_and_predict_writes_conll(ner_run, ner_
     assert again.exit_code != 0 and "--overwrite" in again.output
 
 
+@pytest.mark.parametrize("name", ["p.json", "p.csv", "p.tsv", "p.parquet"])
+def test_predict_refuses_an_out_named_for_another_format(name, tmp_path):
+    """`--out preds.json` (the input side reads .json as JSON lines) or `preds.csv` got CoNLL text under that name;
+    `predict choice` and `predict classify` refuse a name for another format, and so does this now."""
+    _one_line_failure(["predict", "ner", "--model", str(tmp_path / "no_model"), "--data", str(tmp_path / "d.txt"),
+                       "--out", str(tmp_path / name)],
+                      f"--out {tmp_path / name}: predict ner writes CoNLL text, or JSON lines with a .jsonl name")
+    assert not (tmp_path / name).exists()
+
+
 def test_ner_defaults_and_config_file(tmp_path):
     cfg = FinetuneConfig.ner()
     assert (cfg.lr, cfg.epochs, cfg.max_seq_length, cfg.batch_size) == (5e-5, 3, 128, 32)

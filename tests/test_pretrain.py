@@ -865,6 +865,23 @@ def test_a_one_segment_model_on_sentence_pairs_and_an_out_inside_the_corpus_are_
     assert not (corpus / "runs").exists()
 
 
+def test_an_out_that_is_a_model_folder_is_refused_before_anything_is_written(corpus, tmp_path):
+    """`--out` a fine-tuned model folder replaced its run.json and metrics.jsonl with pretrain's, and `--out` the
+    `--init-from` model (or any model folder) nested a run inside it (MODEL/final): a model folder, holding
+    config.json, is never a pretrain run folder."""
+    from bertctl.pretrain import pretrain
+
+    model = tmp_path / "finetuned"
+    model.mkdir()
+    files = {"config.json": "{}", "run.json": '{"task": "sst2"}', "metrics.jsonl": '{"step": 1}\n'}
+    for name, text in files.items():
+        (model / name).write_text(text)
+    with pytest.raises(UsageError, match=r"^--out .*finetuned is a model folder \(it holds config.json\), not a run "
+                                         r"folder; choose another --out"):
+        pretrain(small_run(corpus, model, steps=1))
+    assert {p.name: p.read_text() for p in model.iterdir()} == files
+
+
 def test_ranks_reading_different_corpora_are_refused(corpus, tmp_path):
     """Nodes without shared storage each read their own copy of --corpus: a copy that differs trained every rank
     on mismatched data, silently (same shapes, so nothing failed)."""

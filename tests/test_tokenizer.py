@@ -197,6 +197,18 @@ def test_a_run_folder_given_as_tokenizer_names_its_model_folders(tmp_path: Path)
         load_tokenizer(run)
 
 
+def test_a_corpus_folder_given_as_tokenizer_names_its_tokenizer(tmp_path: Path) -> None:
+    """`corpus build TEXT -t CORPUS` or `pretrain --tokenizer CORPUS` said only that the folder has no tokenizer
+    files; a corpus keeps a copy of its tokenizer in CORPUS/tokenizer, which the line now names."""
+    corpus = tmp_path / "corpus"
+    (corpus / "tokenizer").mkdir(parents=True)
+    (corpus / "manifest.json").write_text("{}")
+    (corpus / "tokenizer" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=f"no tokenizer.json or vocab.txt; it is a corpus folder: give its tokenizer "
+                                         f"{corpus / 'tokenizer'}$"):
+        load_tokenizer(corpus)
+
+
 def test_bad_tokenizer_paths_and_vocabularies_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"tokenizer .*nowhere does not exist"):
         load_tokenizer(tmp_path / "nowhere")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertctl.errors import BertctlError, UsageError
+from bertctl.files import user_path
 from bertctl.hub import is_hub_dataset_id, legacy_dataset_hint
 
 MAX_MALFORMED = 0.01  # share of rows with a wrong field count a GLUE file may have before it is refused
@@ -226,7 +227,7 @@ def data_path(data: str | Path) -> Path:
     """--data as a path: a local folder when there is one, else (as a path that does not exist) a hub id."""
     if not isinstance(data, (str, Path)):
         raise UsageError(f"--data {data!r}: give the GLUE download folder or a hub dataset id such as nyu-mll/glue")
-    return Path(data).expanduser()  # `--data ~/glue` quoted, `data: ~/glue` in a --config file, a Python argument
+    return user_path(data, "--data")  # `--data ~/glue` quoted, `data: ~/glue` in a --config file; "" is refused
 
 
 def task_folders(task: GlueTask, data: str | Path) -> list[Path]:
