@@ -173,7 +173,7 @@ SEED_LIMIT = 2**32  # seeds are 0 .. 2**32 - 1, as numpy's and transformers' set
 MAX_VOCAB_SIZE = 1_000_000  # past any BERT vocabulary in use (XLM-R's 250,002); the trainer's memory grows with it
 
 
-def _check_seeds(flag: str, seeds: tuple[int, ...]) -> None:
+def check_seeds(flag: str, seeds: tuple[int, ...]) -> None:
     """torch refuses seeds past 2**64 and numpy negative ones, each with its own traceback; one rule for all."""
     for seed in seeds:
         if not 0 <= seed < SEED_LIMIT:
@@ -300,7 +300,7 @@ class CorpusConfig:
         if not 0.0 <= self.validation_fraction < 1.0:
             raise UsageError(f"--validation-fraction must be in [0, 1), got {self.validation_fraction}")
         _require(self, "shard_size_mb", 0.0 < self.shard_size_mb < math.inf, "a finite number above 0")
-        _check_seeds("--seed", (self.seed,))
+        check_seeds("--seed", (self.seed,))
 
 
 @dataclass(frozen=True)
@@ -387,7 +387,7 @@ class PretrainConfig:
         _check_optimizer(self)
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise UsageError(f"--dropout must be in [0, 1), got {self.dropout}")
-        _check_seeds("--seed", (self.seed,))
+        check_seeds("--seed", (self.seed,))
         choices = {"schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "lamb"),
                    "precision": ("auto", "fp32", "bf16", "fp16")}
         for name, allowed in choices.items():
@@ -508,7 +508,7 @@ class FinetuneConfig:
             raise UsageError(f"--dropout must be in [0, 1), got {self.dropout}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds: give one or more different seeds, got {','.join(map(str, self.seeds))!r}")
-        _check_seeds("--seeds", self.seeds)
+        check_seeds("--seeds", self.seeds)
         choices = {"schedule": ("linear", "cosine", "constant"), "precision": ("auto", "fp32", "bf16", "fp16"),
                    "problem": FINETUNE_PROBLEMS}
         for name, allowed in choices.items():

@@ -20,7 +20,7 @@ from torch import nn
 
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, read_checkpoint, transformers_architecture
-from bertctl.config import PretrainConfig
+from bertctl.config import PretrainConfig, check_seeds
 from bertctl.config_types import take_int
 from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import Collator
@@ -89,7 +89,8 @@ def _checked_numbers(samples: int | None, batch_size: int | None, seed: int | No
     """--samples (0: all rows), --batch-size and --seed as whole numbers, their defaults for None."""
     samples = DEFAULT_SAMPLES if samples is None else take_int("--samples", samples, minimum=0)
     batch_size = DEFAULT_BATCH_SIZE if batch_size is None else take_int("--batch-size", batch_size, minimum=1)
-    seed = DEFAULT_SEED if seed is None else take_int("--seed", seed, minimum=0)
+    seed = DEFAULT_SEED if seed is None else take_int("--seed", seed)
+    check_seeds("--seed", (seed,))
     return samples, batch_size, seed
 
 

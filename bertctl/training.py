@@ -30,7 +30,7 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if precision == "auto":
         return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
     if precision not in ("fp32", "bf16", "fp16"):
-        raise UsageError(f"--precision {precision!r}: choose fp32, bf16, fp16 or auto")
+        raise UsageError(f"--precision {precision!r}: choose one of auto, fp32, bf16, fp16")
     if precision == "fp16" and device.type != "cuda":
         raise UsageError("--precision fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
     return precision

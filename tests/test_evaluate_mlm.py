@@ -187,7 +187,8 @@ def test_the_python_function_is_exported_where_evaluate_glue_is():
     ("no_validation", "has no validation split (it was built without --validation-fraction); pass --split train"),
     ("bad_split", "--split 'test': choose validation or train"),
     ("bad_samples", "--samples must be at least 0"),
-    ("empty_precision", "--precision '': choose fp32, bf16, fp16 or auto"),
+    ("negative_seed", "--seed -1: give a whole number from 0 to 4294967295"),
+    ("empty_precision", "--precision '': choose one of auto, fp32, bf16, fp16"),
 ])
 def test_refusals_are_one_line(corpora, tmp_path, case, said):
     corpus = corpora["no_validation" if case == "no_validation" else "dynamic"]
@@ -204,7 +205,7 @@ def test_refusals_are_one_line(corpora, tmp_path, case, said):
     if case == "untied_without_decoder":  # transformers would draw the decoder at random
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
-    flags = {"bad_split": ["--split", "test"], "bad_samples": ["--samples", "-1"],
+    flags = {"bad_split": ["--split", "test"], "bad_samples": ["--samples", "-1"], "negative_seed": ["--seed", "-1"],
              "empty_precision": ["--precision", ""]}.get(case, [])
     code, out, err = _cli("--model", str(folder), "--corpus", str(corpus), "--device", "cpu", *flags)
     assert code == 2, (out, err)
