@@ -86,8 +86,7 @@ def finetune_glue(cfg: FinetuneConfig) -> Path | None:
             _glue_all(cfg, base, out, work, env, stop)
             return
         train, dev = _glue_splits(task, cfg.data)
-        open_work(cfg, work, env)
-        publish_task(run_task(cfg, base, task, train, dev, work, env, stop), work, out, env)
+        train_and_publish(cfg, base, task, train, dev, out, work, env, stop)
 
     return launch(cfg, body, reads)
 
@@ -103,8 +102,7 @@ def finetune_classify(cfg: FinetuneConfig) -> Path | None:
         table = load_labelled_data(cfg.train, cfg.validation, cfg.text_columns, cfg.label_column, cfg.problem,
                                    cfg.label_names)
         dev = {"validation": table.validation} if table.validation else {}
-        open_work(cfg, work, env)
-        publish_task(run_task(cfg, base, table, table.train, dev, work, env, stop), work, out, env)
+        train_and_publish(cfg, base, table, table.train, dev, out, work, env, stop)
 
     return launch(cfg, body)
 
@@ -176,7 +174,16 @@ def _glue_splits(task: GlueTask, data: str) -> tuple[Examples, dict[str, Example
     return read_split(task, "train", data), dev
 
 
-def publish_task(summary: dict[str, Any], work: Path, out: Path, env: training.Distributed) -> None:
+def train_and_publish(cfg: FinetuneConfig, base: Base, task: Any, train: Any, dev: dict[str, Any], out: Path,
+                      work: Path, env: training.Distributed, stop: stop_signals.GracefulStop,
+                      prepare: Callable[..., Prepared] | None = None) -> None:
+    """One task's run once its data is read: the work folder opened, every seed trained (run_task), the result
+    put in OUT."""
+    open_work(cfg, work, env)
+    _publish_task(run_task(cfg, base, task, train, dev, work, env, stop, prepare), work, out, env)
+
+
+def _publish_task(summary: dict[str, Any], work: Path, out: Path, env: training.Distributed) -> None:
     if env.is_main:
         publish(work, out, lambda staging: collect(summary, work, staging))
         _report(summary, out)

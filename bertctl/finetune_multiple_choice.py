@@ -20,9 +20,9 @@ from bertctl.choice import CHOICE_ARCHITECTURE, ChoiceTask, collate_choices, sco
 from bertctl.config import FinetuneConfig
 from bertctl.data.choice import ChoiceData, make_choice_features, read_choice
 from bertctl.errors import UsageError
-from bertctl.finetune import Base, launch, publish_task, refuse_the_other_commands, require, run_task
+from bertctl.finetune import Base, launch, refuse_the_other_commands, require, train_and_publish
 from bertctl.finetune_seed import Head, Prepared, head_dropout
-from bertctl.finetune_work import open_work, say
+from bertctl.finetune_work import say, say_data
 
 
 def finetune_choice(cfg: FinetuneConfig) -> Path | None:
@@ -43,14 +43,11 @@ def finetune_choice(cfg: FinetuneConfig) -> Path | None:
             if dev["validation"].num_choices != task.num_choices:
                 raise UsageError(f"--validation {cfg.validation}: {dev['validation'].num_choices} choices per "
                                  f"example where --train {train.path} has {task.num_choices}")
-        if env.is_main:
-            say(f"choice: {len(train)} training examples of {task.num_choices} choices"
-                + (f", {len(dev['validation'])} validation examples" if dev else
-                   ", no --validation: the last epoch is kept"))
-        open_work(cfg, work, env)
-        publish_task(run_task(cfg, base, task, train, dev, work, env, stop, prepare=_prepare), work, out, env)
+        say_data(f"choice: {len(train)} training examples of {task.num_choices} choices",
+                 len(dev["validation"]) if dev else None, "examples", env)
+        train_and_publish(cfg, base, task, train, dev, out, work, env, stop, prepare=_prepare)
 
-    return launch(cfg, body, [Path(cfg.validation)] if cfg.validation is not None else [])
+    return launch(cfg, body)
 
 
 def _prepare(cfg: FinetuneConfig, base: Base, task: ChoiceTask, train: ChoiceData, dev: dict[str, ChoiceData],

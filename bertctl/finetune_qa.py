@@ -19,9 +19,9 @@ from bertctl import stop_signals, training
 from bertctl.checkpoint import build_model
 from bertctl.config import FinetuneConfig
 from bertctl.data.squad import SquadData, make_features, read_squad
-from bertctl.finetune import Base, launch, publish_task, refuse_the_other_commands, require, run_task
+from bertctl.finetune import Base, launch, refuse_the_other_commands, require, train_and_publish
 from bertctl.finetune_seed import Head, Prepared
-from bertctl.finetune_work import open_work, say
+from bertctl.finetune_work import say, say_data
 from bertctl.squad import (
     QA_ARCHITECTURE,
     answer_settings,
@@ -51,17 +51,13 @@ def finetune_squad(cfg: FinetuneConfig) -> Path | None:
         if version != train.version:  # a v1.1-looking train file of a v2.0 run: read its is_impossible too
             train = read_squad(cfg.train, "train", "--train", version)
         task = squad_task(version, dev)
-        if env.is_main:
-            skipped = f" ({train.skipped} skipped: answer not found in the context)" if train.skipped else ""
-            say(f"{task.name}: SQuAD v{version}, {len(train.examples)} training questions{skipped}"
-                + (f", {len(dev.examples)} validation questions" if dev else
-                   ", no --validation: the last epoch is kept"))
-        open_work(cfg, work, env)
-        summary = run_task(cfg, base, task, train, {"validation": dev} if dev else {}, work, env, stop,
-                           prepare=_prepare)
-        publish_task(summary, work, out, env)
+        skipped = f" ({train.skipped} skipped: answer not found in the context)" if train.skipped else ""
+        say_data(f"{task.name}: SQuAD v{version}, {len(train.examples)} training questions{skipped}",
+                 len(dev.examples) if dev else None, "questions", env)
+        train_and_publish(cfg, base, task, train, {"validation": dev} if dev else {}, out, work, env, stop,
+                          prepare=_prepare)
 
-    return launch(cfg, body, [Path(cfg.validation)] if cfg.validation is not None else [])
+    return launch(cfg, body)
 
 
 def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: SquadData, dev: dict[str, SquadData],

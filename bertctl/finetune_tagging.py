@@ -22,9 +22,9 @@ from bertctl import stop_signals, training
 from bertctl.checkpoint import build_model
 from bertctl.config import FinetuneConfig
 from bertctl.data.ner import IGNORED, NerData, check_known, make_ner_features, read_ner, tag_set
-from bertctl.finetune import Base, launch, publish_task, refuse_the_other_commands, require, run_task
+from bertctl.finetune import Base, launch, refuse_the_other_commands, require, train_and_publish
 from bertctl.finetune_seed import Head, Prepared, head_dropout
-from bertctl.finetune_work import open_work, say
+from bertctl.finetune_work import say, say_data
 from bertctl.ner import TOKEN_ARCHITECTURE, NerTask, collate_tokens, score_dev
 
 
@@ -42,14 +42,11 @@ def finetune_ner(cfg: FinetuneConfig) -> Path | None:
         if cfg.validation is not None:
             dev["validation"] = read_ner(cfg.validation, "--validation", True, cfg.label_names)
             check_known(dev["validation"], task.label_names, "--validation", f"--train {train.path}")
-        if env.is_main:
-            say(f"ner: {len(train)} training sentences, {task.num_labels} tags ({', '.join(task.label_names)})"
-                + (f", {len(dev['validation'])} validation sentences" if dev else
-                   ", no --validation: the last epoch is kept"))
-        open_work(cfg, work, env)
-        publish_task(run_task(cfg, base, task, train, dev, work, env, stop, prepare=_prepare), work, out, env)
+        say_data(f"ner: {len(train)} training sentences, {task.num_labels} tags ({', '.join(task.label_names)})",
+                 len(dev["validation"]) if dev else None, "sentences", env)
+        train_and_publish(cfg, base, task, train, dev, out, work, env, stop, prepare=_prepare)
 
-    return launch(cfg, body, [Path(cfg.validation)] if cfg.validation is not None else [])
+    return launch(cfg, body)
 
 
 def _prepare(cfg: FinetuneConfig, base: Base, task: NerTask, train: NerData, dev: dict[str, NerData],

@@ -187,3 +187,11 @@ def add_logs_and_results(tmp: Path, seed_work: Path, results: dict[str, Any]) ->
 
 def say(message: str) -> None:
     sys.stderr.write(f"bertctl: {message}\n")
+
+
+def say_data(training_data: str, validation: int | None, unit: str, env: training.Distributed) -> None:
+    """A task's opening line (rank 0): its training data, then its validation examples, or that without them the
+    last epoch is the one kept."""
+    if env.is_main:
+        say(training_data + (f", {validation} validation {unit}" if validation is not None else
+                             ", no --validation: the last epoch is kept"))

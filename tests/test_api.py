@@ -17,8 +17,7 @@ def test_commands_are_called_through_their_modules_as_the_cli_calls_them():
             "import bertctl.pretrain\n"
             "from bertctl import fill\n"
             "assert bertctl.pretrain is sys.modules['bertctl.pretrain'] and callable(fill.fill)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    _runs_clean(code)
 
 
 def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
@@ -141,5 +140,10 @@ def test_functions_named_like_their_modules_stay_functions_once_the_modules_are_
             "assert again == first and finetune_ner is first['finetune_ner'], "
             "[n for n in first if again[n] is not first[n]]\n"
             "assert not [n for n, f in first.items() if isinstance(f, types.ModuleType)]\n")
+    _runs_clean(code)
+
+
+def _runs_clean(code: str) -> None:
+    """`code` passes in a fresh interpreter, where no earlier test has imported a bertctl module."""
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
