@@ -378,7 +378,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, w
     model, optimizer, scaler, progress = started.model, started.optimizer, started.scaler, started.progress
     per_epoch, total, warmup = started.per_epoch, started.total, started.warmup
     train_model = training.wrap_ddp(model, env)
-    log = run_metrics.MetricsLog(work, enabled=env.is_main)
+    log = run_metrics.MetricsLog(work, enabled=env.is_main, resumed_at=progress.step)
     speed = run_metrics.Throughput(started.carried)
     bar = training.progress_bar(total, progress.step, f"{task.name} seed {seed}", env.is_main)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device

@@ -213,7 +213,7 @@ def _train(r: _Run) -> Path:
     validation = r.corpus["validation"] if "validation" in r.corpus and cfg.eval_every else None
     has_nsp = "next_sentence_label" in r.corpus["train"].column_names
     step_terms = partial(loss_terms, predictions=_mlm_slots(r.manifest, r.compiled, env.device))
-    log = run_metrics.MetricsLog(run, enabled=env.is_main)
+    log = run_metrics.MetricsLog(run, enabled=env.is_main, resumed_at=progress.step)
     speed = run_metrics.Throughput(r.carried)
     bar = training.progress_bar(cfg.steps, progress.step, "pretrain", env.is_main)
     pending: list[training.PendingStep] = []  # steps whose figures are still on the device

@@ -21,9 +21,12 @@ from bertctl.training import Distributed
 
 
 class MetricsLog:
-    """metrics.jsonl (one JSON object a line) and TensorBoard events when tensorboard is installed."""
+    """metrics.jsonl (one JSON object a line) and TensorBoard events when tensorboard is installed.
 
-    def __init__(self, run: Path, enabled: bool = True) -> None:
+    A run resumed from step `resumed_at` logs the steps after it again: trim_metrics drops them from
+    metrics.jsonl, and TensorBoard hides the events it already holds for them (its `purge_step`)."""
+
+    def __init__(self, run: Path, enabled: bool = True, resumed_at: int = 0) -> None:
         self.enabled = enabled
         self._path = run / "metrics.jsonl"
         self._file = open(self._path, "a", encoding="utf-8") if enabled else None  # noqa: SIM115
@@ -32,7 +35,7 @@ class MetricsLog:
             with contextlib.suppress(ImportError):
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._board = SummaryWriter(str(run / "tensorboard"))
+                self._board = SummaryWriter(str(run / "tensorboard"), purge_step=resumed_at + 1 if resumed_at else None)
 
     def write(self, row: dict[str, Any]) -> None:
         """One row; a NaN/inf figure is written as null (bare NaN is not JSON: jq and others refuse the line)."""

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,40 @@ def test_resume_mid_epoch_reproduces_the_uninterrupted_run(corpus, tmp_path):
     assert max(abs(full[s] - resumed[s]) for s in range(5, 13)) < 1e-5
     clock = [json.loads(line)["elapsed"] for line in metrics.read_text().splitlines()]
     assert clock[4] > 1004.0 and clock == sorted(clock)  # the resumed run's clock goes on from step 4's
+
+
+class _Board:
+    """A stand-in for torch's SummaryWriter (tensorboard is an optional extra, not installed for the tests)."""
+
+    made: list[_Board] = []
+
+    def __init__(self, log_dir: str, purge_step: int | None = None) -> None:
+        self.log_dir, self.purge_step, self.scalars, self.closed = Path(log_dir), purge_step, [], False
+        _Board.made.append(self)
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.scalars.append((tag, value, step))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_tensorboard_gets_every_figure_and_hides_the_steps_a_resume_logs_again(corpus, tmp_path, monkeypatch):
+    from bertctl.pretrain import pretrain
+
+    module = types.ModuleType("torch.utils.tensorboard")
+    module.SummaryWriter = _Board
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
+    monkeypatch.setattr(_Board, "made", [])
+    pretrain(small_run(corpus, tmp_path / "run", steps=8))
+    shutil.rmtree(tmp_path / "run" / "final")  # as if killed between step 5 and step 8
+    pretrain(small_run(corpus, tmp_path / "run", steps=8, resume=True))
+    first, resumed = _Board.made
+    assert first.log_dir == resumed.log_dir == tmp_path / "run" / "tensorboard" and first.closed and resumed.closed
+    assert (first.purge_step, resumed.purge_step) == (None, 5)  # events from step 5 on are the resumed run's
+    assert sorted({step for tag, _, step in resumed.scalars if tag == "loss"}) == [5, 6, 7, 8]
+    assert {(tag, step) for tag, _, step in first.scalars} >= {("mlm_loss", 3), ("nsp_loss", 3), ("lr", 3)}
+    assert [v for tag, v, step in first.scalars if tag == "loss"] == [losses(tmp_path / "run")[s] for s in range(1, 9)]
 
 
 def _rows(run: Path) -> dict[int, dict]:
