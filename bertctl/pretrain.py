@@ -110,7 +110,8 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
         cfg = prepare_quickstart(cfg, env)
     corpus, manifest = _corpus(cfg, run, started, env)
     tokenizer = _tokenizer(cfg, manifest)
-    model = _model(cfg, tokenizer, manifest, resume_from).to(env.device)
+    model, init_weights = _model(cfg, tokenizer, manifest, resume_from)
+    model = model.to(env.device)
     model.set_gradient_checkpointing(cfg.gradient_checkpointing)
     if env.is_main and resume_from is None and cfg.init_from is not None and model.fresh_heads:
         *most, last = model.fresh_heads
@@ -141,6 +142,7 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
             "device": env.device.type, "threads": torch.get_num_threads(), "precision": precision, "compile": compiled,
             "warmup_steps": cfg.warmup(),
             "corpus_manifest": manifest, "quickstart": started.get("quickstart", quickstart),
+            "init_weights_sha256": started.get("init_weights_sha256") if resume_from else init_weights,
             "resumed_from": str(resume_from or ""), "from_step": progress.step,
             "earlier": _earlier_parts(started, progress.step)}, resume_from)
     return _Run(cfg, env, corpus, manifest, tokenizer, model, optimizer, scaler, precision, compiled, micro, accum,
@@ -418,7 +420,9 @@ def _refuse_out_model_folder(cfg: PretrainConfig) -> None:
 
 
 def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, Any],
-           resume_from: Path | None) -> BertTaskModel:
+           resume_from: Path | None) -> tuple[BertTaskModel, str | None]:
+    """The model to train, and the sha256 of --init-from's weights (a new run from it only), which run.json
+    records so that other weights under the same path show."""
     architecture = "BertForMaskedLM" if manifest["objective"] == "mlm" else "BertForPreTraining"
     dropout = {} if cfg.dropout is None else {"hidden_dropout_prob": cfg.dropout,
                                                "attention_probs_dropout_prob": cfg.dropout}
@@ -428,11 +432,12 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
         ckpt = read_checkpoint(source)
         ckpt.config = ckpt.config.replace(**dropout)
         model = build_model(ckpt, architecture, share_weights=True, draw_decoder=True)  # as transformers: at random
+        init_weights = ckpt.weights_sha256() if resume_from is None else None
     else:
         # a config.json's own vocab_size wins (a padded vocabulary, 30528 rows for 30522 tokens in NVIDIA's BERT
         # configs), as transformers and Google's run_pretraining.py build it; presets take the tokenizer's size
         config: BertConfig = model_config(cfg.model_name(), {"vocab_size": tokenizer.vocab_size}, **dropout)
-        model = ARCHITECTURES[architecture](config)
+        model, init_weights = ARCHITECTURES[architecture](config), None
     if model.config.vocab_size < tokenizer.vocab_size:  # more rows is fine: a padded vocabulary, as on the hub
         if source is None:
             raise UsageError(f"--model-config {cfg.model_name()} sets vocab_size {model.config.vocab_size} but the "
@@ -441,7 +446,7 @@ def _model(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, An
         raise UsageError(f"the model has {model.config.vocab_size} embedding rows but the tokenizer has "
                          f"{tokenizer.vocab_size} tokens; use the matching tokenizer")
     refuse_unfit_corpus(model.config, manifest, cfg.corpus)
-    return model
+    return model, init_weights
 
 
 def _log_row(step: int, window: list[training.StepResult], lr: float, speed: run_metrics.Throughput,

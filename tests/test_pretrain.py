@@ -581,6 +581,7 @@ def test_init_from_a_bare_vocab_txt_compares_the_vocabulary_only(corpus, tmp_pat
 def test_init_from_starts_phase_two_from_the_weights_with_a_fresh_optimizer(corpus, tmp_path):
     from safetensors.torch import load_file
 
+    from bertctl.checkpoint import read_checkpoint
     from bertctl.corpus import build_corpus
     from bertctl.pretrain import pretrain
 
@@ -595,7 +596,10 @@ def test_init_from_starts_phase_two_from_the_weights_with_a_fresh_optimizer(corp
     assert before.keys() == after.keys()
     assert max(float((before[k] - after[k]).abs().max()) for k in before) < 1e-8
     assert json.loads((second / "trainer_state.json").read_text())["step"] == 2  # a new count, not 6
-    assert json.loads((tmp_path / "p2" / "run.json").read_text())["corpus_manifest"]["max_seq_length"] == 48
+    record = json.loads((tmp_path / "p2" / "run.json").read_text())
+    assert record["corpus_manifest"]["max_seq_length"] == 48
+    assert record["init_weights_sha256"] == read_checkpoint(first).weights_sha256()  # the weights, not the path
+    assert json.loads((tmp_path / "p1" / "run.json").read_text())["init_weights_sha256"] is None
 
 
 def test_init_from_a_model_without_the_nsp_head_gives_the_same_bytes_twice(corpus, tmp_path):
@@ -876,8 +880,11 @@ def test_phase_two_resumes_without_its_init_from_and_from_its_recorded_config(co
     pretrain(PretrainConfig(init_from=phase1, **values))
     shutil.rmtree(tmp_path / "phase2" / "final")
     shutil.rmtree(tmp_path / "phase1")
+    started = json.loads((tmp_path / "phase2" / "run.json").read_text())["init_weights_sha256"]
     pretrain(PretrainConfig(resume=True, **values))
-    config = json.loads((tmp_path / "phase2" / "run.json").read_text())["config"]
+    record = json.loads((tmp_path / "phase2" / "run.json").read_text())
+    assert record["init_weights_sha256"] == started is not None  # carried: the phase-1 folder is gone
+    config = record["config"]
     (tmp_path / "phase2.json").write_text(json.dumps({**config, "init_from": None}))
     result = CliRunner().invoke(app, ["pretrain", "--config", str(tmp_path / "phase2.json"), "--resume",
                                       "--steps", "9"])
