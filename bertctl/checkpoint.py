@@ -67,6 +67,7 @@ class Checkpoint:
     stored_dtype: str = "float32"  # floating dtype(s) of the file's tensors; loaded as float32
     weights_file: str = ""  # the name of the file the weights were read from (a TensorFlow checkpoint's .index)
     from_nvidia: bool = False  # read from NVIDIA DeepLearningExamples' container or names (a .pt, their .bin)
+    _weights_digest: str | None = field(default=None, repr=False, compare=False)  # weights_sha256, once computed
 
     @property
     def config_file(self) -> Path:
@@ -119,13 +120,16 @@ class Checkpoint:
 
     def weights_sha256(self) -> str:
         """The weights as read (our names, sorted; dtype, shape and values) as one hash: what run.json records of
-        the model a run starts from, so other weights under the same path, or the same ones converted, show."""
-        digest = hashlib.sha256()
-        for name in sorted(self.state):
-            tensor = self.state[name].detach().cpu().contiguous()
-            digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-            digest.update(tensor.view(-1).view(torch.uint8).numpy().data if tensor.numel() else b"")
-        return digest.hexdigest()
+        the model a run starts from, so other weights under the same path, or the same ones converted, show.
+        Computed once (a second each GB): every seed of a run records it."""
+        if self._weights_digest is None:
+            digest = hashlib.sha256()
+            for name in sorted(self.state):
+                tensor = self.state[name].detach().cpu().contiguous()
+                digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+                digest.update(tensor.view(-1).view(torch.uint8).numpy().data if tensor.numel() else b"")
+            self._weights_digest = digest.hexdigest()
+        return self._weights_digest
 
     @property
     def kept_config(self) -> dict[str, Any]:
