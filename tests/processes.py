@@ -42,3 +42,14 @@ def run_group(command: list[str], timeout: float, **options: Any) -> subprocess.
         process.communicate()
         raise
     return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def ranks_said(stderr: str, limit: int = 3000) -> str:
+    """A failed torchrun's stderr for an assertion message: the ranks' own last lines (a rank's traceback or a
+    native abort's `terminate called ...`), then torchrun's table of which rank failed how. torchrun's own
+    traceback alone fills the last 2,000 characters, and hid why a rank died."""
+    table = stderr.rfind("ChildFailedError")
+    if table < 0:
+        return stderr[-limit:]
+    ours = stderr.rfind("Traceback (most recent call last):", 0, table)
+    return stderr[:ours if ours >= 0 else table][-limit:] + "\n[torchrun] " + stderr[table:][:1500]

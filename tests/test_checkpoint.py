@@ -224,7 +224,7 @@ def test_save_is_atomic_and_refuses_to_overwrite(odd_config, tmp_path):
     def boom(folder):
         raise RuntimeError("disk full")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="^disk full$"):
         save_model(model, tmp_path / "other", extra=boom)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     config = json.loads((tmp_path / "out" / "config.json").read_text())

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from glue_fixtures import write_glue_data
-from processes import run_group
+from processes import ranks_said, run_group
 from test_finetune import _encoder
 from typer.testing import CliRunner
 
@@ -85,7 +85,7 @@ def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, glue,
     two = _torchrun(["finetune", "glue", "mrpc", "--model", str(encoder), "--data", str(glue), "--dropout", "0",
                      "--seeds", "6", "--log-every", "1", "--device", "cpu", *_flags(settings),
                      "--out", str(tmp_path / "two")], 2, 29700)
-    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.returncode == 0, ranks_said(two.stderr)
     assert two.stderr.count("fine-tuning") == 1 and two.stdout.count("saved") == 1  # rank 0 alone speaks
     a, b = _losses(tmp_path / "one" / "metrics.jsonl"), _losses(tmp_path / "two" / "metrics.jsonl")
     assert sorted(a) == sorted(b) == list(range(1, 4 * PER_EPOCH + 1))
@@ -252,5 +252,5 @@ def test_under_torchrun_a_warning_about_the_data_is_given_once(encoder, tmp_path
     two = _torchrun(["finetune", "glue", "sst2", "--model", str(encoder), "--data", str(data), "--epochs", "1",
                      "--batch-size", "50", "--max-seq-length", "16", "--device", "cpu",
                      "--out", str(tmp_path / "run")], 2, 29800)
-    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.returncode == 0, ranks_said(two.stderr)
     assert two.stderr.count("do not have 2 fields") == 1, two.stderr[-2000:]

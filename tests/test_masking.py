@@ -33,6 +33,9 @@ def test_number_to_predict_follows_google() -> None:
     expected = np.minimum(20, np.maximum(1, [round(n * 0.15) for n in real]))  # Python's round: half to even
     assert ((result.positions >= 0).sum(axis=1) == expected).all()
     assert result.positions.shape == (len(ids), 20)
+    short = np.array([[CLS, 7, SEP, PAD], [CLS, 7, 8, SEP]], dtype=np.uint16)  # 3 * 0.15 rounds to 0, 4 * 0.15 to 1
+    few = mask_tokens(short, rng=np.random.default_rng(1), **OPTIONS)
+    assert ((few.positions >= 0).sum(axis=1) == [1, 1]).all()  # Google's max(1, ...): a short row still predicts one
 
 
 def test_specials_never_masked_and_labels_are_the_originals() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from processes import dead_pid, gone, run_group
+from processes import dead_pid, gone, ranks_said, run_group
 from typer.testing import CliRunner
 
 from bertctl.cli import app
@@ -758,7 +758,7 @@ def _launch(args: list[str], processes: int, port: int = 29500) -> str:
                     "--master_port", str(port + os.getpid() % 1000), "-m", "bertctl"]
     done = subprocess.run([*launcher, *args], capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, ranks_said(done.stderr)
     return done.stdout + done.stderr
 
 

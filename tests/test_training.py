@@ -96,6 +96,21 @@ def test_rng_states_are_kept_per_rank_and_a_new_rank_gets_its_own():
     assert torch.equal(torch.rand(4), rank1) and not torch.equal(rank1, expected)
 
 
+def test_pythons_and_numpys_generators_come_back_through_the_json_of_a_checkpoint():
+    """A resume restores every generator seed_everything seeds, not only torch's: user code (a data callback, a
+    library) may draw from `random` or `np.random`, and a resumed run must draw what the uninterrupted one did."""
+    import random
+
+    import numpy as np
+
+    training_state.seed_everything(11)
+    tensors, info = training_state.rng_state()
+    info = json.loads(json.dumps(info))  # as training_state.json stores it
+    expected = (random.random(), np.random.rand(3).tolist(), np.random.normal())
+    training_state.seed_everything(12)
+    training_state.set_rng_state(tensors, info, rank=0)
+    assert (random.random(), np.random.rand(3).tolist(), np.random.normal()) == expected
+
 
 def test_a_gpu_runs_rng_state_resumed_on_the_cpu_opens_no_cuda_context(monkeypatch):
     """A checkpoint of a GPU run resumed with --device cpu on a machine with GPUs: the CUDA generator is left
