@@ -236,11 +236,12 @@ def write_texts_atomic(texts: dict[Path, str]) -> None:
                 os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files
             except OSError as exc:
                 raise WriteFailed(path, exc) from None
-        for tmp, path in written:
-            try:
-                os.replace(tmp, path)
-            except OSError as exc:
-                raise WriteFailed(path, exc) from None
+        with _signals_held():  # SIGINT/SIGTERM wait until every rename is done: no set half old, half new
+            for tmp, path in written:
+                try:
+                    os.replace(tmp, path)
+                except OSError as exc:
+                    raise WriteFailed(path, exc) from None
     finally:
         for tmp, _ in written:
             Path(tmp).unlink(missing_ok=True)

@@ -59,6 +59,26 @@ def leave_stop_signals_to_the_main_process(worker_id: int) -> None:
     """
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # blocked since `loader_batches` started it: a signal held is dropped
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def _stop_signals_blocked() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked in this thread while the loader forks its workers: a worker inherits the mask,
+    so a group's signal that reaches it before `worker_init_fn` ignores it (torch's own SIGTERM handler there
+    kills the worker) waits instead, and is dropped. The main process gets its copy when the mask is restored."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager
@@ -69,7 +89,8 @@ def loader_batches(loader: Iterable[Any]) -> Iterator[Iterator[Any]]:
     and multiprocessing would send them SIGTERM and wait for them without a timeout. So they are shut down
     here (torch's own shutdown, which joins them), and any left alive by an interrupted shutdown get SIGKILL.
     """
-    batches = iter(loader)
+    with _stop_signals_blocked():  # the workers start here
+        batches = iter(loader)
     try:
         yield batches
     finally:

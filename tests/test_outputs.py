@@ -512,6 +512,32 @@ def test_ctrl_c_between_the_renames_waits_even_with_other_threads(tmp_path: Path
     assert done.stdout.strip() == "new", done.stdout + done.stderr
 
 
+def test_a_signal_between_the_renames_of_a_set_of_files_leaves_no_set_half_old_half_new(tmp_path, monkeypatch):
+    """predict squad writes predictions.json and nbest_predictions.json as one set: Ctrl-C or SIGTERM (which
+    raises where it lands) after the first rename must wait until the second is done, as replace_folder does."""
+    import os
+    import signal
+
+    import bertctl.files as F
+
+    paths = [tmp_path / "predictions.json", tmp_path / "nbest_predictions.json"]
+    for path in paths:
+        path.write_text("old\n")
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        real(src, dst)
+        calls.append(dst)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)  # as a Ctrl-C landing between the two renames
+
+    monkeypatch.setattr(F.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        F.write_texts_atomic({path: "new\n" for path in paths})
+    assert [path.read_text() for path in paths] == ["new\n", "new\n"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(path.name for path in paths)
+
+
 def test_a_long_folder_name_above_out_is_not_refused(tmp_path: Path) -> None:
     """Only OUT's own name gets temp names beside it; a folder made above it needs no room for them."""
     out = tmp_path / ("a" * 240) / "model"

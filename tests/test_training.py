@@ -275,6 +275,28 @@ def test_loader_workers_leave_stop_signals_to_the_main_process_and_end_with_the_
     assert gone(worker)
 
 
+def test_a_stop_signal_reaching_a_loader_worker_before_its_init_fn_leaves_it_running(monkeypatch):
+    """A group's SIGTERM can land in a worker that is still starting: after torch has set its own SIGTERM handler
+    there (which kills the worker when the signal is not its parent's) and before `worker_init_fn` ignores it.
+    Killed, the worker makes torch raise "DataLoader worker is killed by signal" in the main process, which then
+    exits 1 without saving. The signal must wait in the new worker until it ignores it."""
+    from torch.utils.data._utils import signal_handling
+
+    real = signal_handling._set_worker_signal_handlers
+
+    def then_sigterm(*args):
+        real(*args)
+        os.kill(os.getpid(), signal.SIGTERM)  # the group's signal, landing before worker_init_fn
+
+    monkeypatch.setattr(signal_handling, "_set_worker_signal_handlers", then_sigterm)
+    loader = torch.utils.data.DataLoader(_Pids(), batch_size=None, num_workers=1,
+                                         worker_init_fn=stop_signals.leave_stop_signals_to_the_main_process)
+    with stop_signals.loader_batches(loader) as batches:
+        worker = int(next(batches))
+        assert not gone(worker) and [int(next(batches)) for _ in range(5)] == [worker] * 5
+    assert gone(worker)
+
+
 def test_metrics_rows_and_saved_steps_write_null_for_non_finite_figures(tmp_path):
     log = run_metrics.MetricsLog(tmp_path)
     log.write({"step": 3, "loss": math.nan, "grad_norm": math.inf, "lr": 1e-4, "skipped_steps": 1})
