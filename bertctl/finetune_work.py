@@ -107,17 +107,29 @@ def publish(work: Path, out: Path, fill: Callable[[Path], None]) -> None:
 
 
 def collect(summary: dict[str, Any], work: Path, dest: Path) -> None:
-    """Move a task's finished seeds into `dest`: one seed's model folder itself, or seed-N/ folders plus
-    results.json and results.md."""
+    """Put a task's finished seeds in `dest`: one seed's model folder itself, or seed-N/ folders plus
+    results.json and results.md. Linked, not moved: done/ stays whole until OUT is in place, so a kill before
+    that leaves a resume every finished seed."""
     seeds = summary["seeds"]
     if len(seeds) == 1:
-        for item in (seed_folder(work, seeds[0]) / "done").iterdir():
-            os.replace(item, dest / item.name)
+        _link_tree(seed_folder(work, seeds[0]) / "done", dest)
         return
     for seed in seeds:
-        os.replace(seed_folder(work, seed) / "done", dest / f"seed-{seed}")
+        _link_tree(seed_folder(work, seed) / "done", dest / f"seed-{seed}")
     write_json_atomic(dest / "results.json", summary)
     write_text_atomic(dest / "results.md", seeds_markdown(summary))
+
+
+def _link_tree(folder: Path, dest: Path) -> None:
+    """`folder`'s files in `dest` as hard links (beside OUT, so on its file system), copies where links fail."""
+    shutil.copytree(folder, dest, copy_function=_link_or_copy, dirs_exist_ok=True)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # a file system without hard links
+        shutil.copy2(src, dst)
 
 
 # --- one seed: seed-N/ -------------------------------------------------------------------------------

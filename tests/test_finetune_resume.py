@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ from processes import ranks_said, run_group
 from test_finetune import _encoder
 from typer.testing import CliRunner
 
-from bertctl import finetune, optim
+from bertctl import files, finetune, finetune_work, optim
 from bertctl.cli import app
 from bertctl.config import FinetuneConfig
 from bertctl.data.batches import rank_micro_batches
@@ -175,6 +177,39 @@ def test_a_resumed_multi_seed_run_does_not_train_finished_seeds_again(encoder, g
     for seed in (1, 2, 3):
         a, b = (_losses(run / f"seed-{seed}" / "metrics.jsonl") for run in (full, resumed))
         assert sorted(a) == sorted(b) and max(abs(a[s] - b[s]) for s in a) < 1e-5
+
+
+class _Killed(BaseException):
+    """kill -9 at a chosen moment: no cleanup of the command's own runs after it."""
+
+
+@pytest.mark.parametrize("seeds", [(1,), (1, 2)])
+def test_a_kill_while_out_is_assembled_loses_no_finished_seed(encoder, glue, tmp_path, monkeypatch, seeds):
+    """Killed after OUT's temp folder is filled, before it is renamed into place: the finished seeds' models are
+    still in the work folder, so --resume publishes them without training again (moving them into the temp
+    folder lost them, and a kill part way through one seed's files gave an OUT without its model)."""
+    settings = {"seeds": seeds, "epochs": 1}
+    full = finetune_glue(_config(encoder, glue, tmp_path / "full", **settings))
+
+    @contextmanager
+    def killed(target: Path, tag: str = "tmp") -> Iterator[Path]:  # filled, never renamed into place
+        tmp = files.temp_folder_beside(target, tag)
+        yield tmp
+        shutil.rmtree(tmp)  # a killed writer's goes at the next run; this process lives on, so it takes its own
+        raise _Killed
+
+    with monkeypatch.context() as patched, pytest.raises(_Killed):
+        patched.setattr(finetune_work, "building_folder", killed)
+        finetune_glue(_config(encoder, glue, tmp_path / "run", **settings))
+    assert not (tmp_path / "run").exists()
+    trained = _stop_at(monkeypatch, -1, -1)
+    resumed = finetune_glue(_config(encoder, glue, tmp_path / "run", resume=True, **settings))
+    assert trained == [] and sorted(p.name for p in tmp_path.iterdir()) == ["full", "run"]
+    names = sorted(p.relative_to(full) for p in full.rglob("*") if p.name != "run.json")
+    assert sorted(p.relative_to(resumed) for p in resumed.rglob("*") if p.name != "run.json") == names
+    for name in names:
+        if (full / name).is_file() and name.name != "metrics.jsonl":
+            assert (full / name).read_bytes() == (resumed / name).read_bytes(), name
 
 
 def test_a_resume_on_edited_data_is_refused_and_run_json_records_the_data(encoder, glue, tmp_path, monkeypatch):
