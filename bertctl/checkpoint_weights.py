@@ -36,10 +36,7 @@ def read_weights(folder: Path) -> tuple[dict[str, Tensor], Path, bool]:
             if name == "pytorch_model.bin" and nvidia_checkpoint.is_nvidia(loaded):  # run_squad's, run_glue's
                 return nvidia_checkpoint.transformers_weights(loaded, path), path, True
             return loaded, path, False
-        try:
-            shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError) as exc:
-            raise BertctlError(f"cannot read the shard index {path}: {exc}") from None
+        shards = _shard_names(path)
         return {k: v for shard in shards for k, v in _read_weights_file(folder / shard).items()}, path, False
     checkpoint = nvidia_checkpoint.checkpoint_file(folder)  # run_pretraining's ckpt_<step>.pt, NGC's bert_*.pt
     if checkpoint is not None:
@@ -50,6 +47,19 @@ def read_weights(folder: Path) -> tuple[dict[str, Tensor], Path, bool]:
     raise UsageError(foreign_weights_message(folder) or
                      f"{folder}: no weights found (expected {' or '.join(WEIGHTS_FILES)}, an NVIDIA *.pt "
                      "checkpoint or a TensorFlow one)")
+
+
+def _shard_names(index: Path) -> list[str]:
+    """The shard files an index names; a damaged index (a number or null for a file name, a list for the map) is
+    one line naming it, not a TypeError from sorting what it holds."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BertctlError(f"cannot read the shard index {index}: {exc}") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
+        raise BertctlError(f"cannot read the shard index {index}: weight_map must map each parameter to the name of "
+                           "its shard file (is the file complete? re-download or re-save it)")
+    return sorted(set(weight_map.values()))
 
 
 def foreign_weights_message(folder: Path) -> str | None:

@@ -429,7 +429,9 @@ def _path_free(config: dict[str, Any], inputs: list[dict[str, Any]]) -> tuple[di
 
 def corpus_tokenizer(path: Path | str) -> Any:
     """The tokenizer a corpus was built with (saved in CORPUS/tokenizer): a folder of the corpus, never a hub id,
-    so a corpus without it is told so rather than looked up on the hub as CORPUS/tokenizer."""
+    so a corpus without it is told so rather than looked up on the hub as CORPUS/tokenizer. A copy whose
+    vocabulary is not the manifest's (a vocab.txt cut short or edited) is refused: it would decode the
+    instances with other tokens, or fail on an id past its end naming no file."""
     from bertctl.tokenizer_folder import load_tokenizer
 
     folder = user_path(path) / "tokenizer"
@@ -437,4 +439,10 @@ def corpus_tokenizer(path: Path | str) -> Any:
         raise UsageError(f"corpus {path} lacks its tokenizer folder {folder}; copy the tokenizer it was built with "
                          "back there (manifest.json's tokenizer_sha256 fingerprints its vocabulary) or build the "
                          "corpus again (--num 0 shows the statistics without it)")
-    return load_tokenizer(folder)
+    tokenizer = load_tokenizer(folder)
+    expected = str(load_corpus(path)[1].get("tokenizer_sha256"))
+    if tokenizer.sha256() != expected:
+        raise BertctlError(f"{folder} is not the tokenizer corpus {path} was built with (sha256 "
+                           f"{tokenizer.sha256()[:12]} vs manifest.json's {expected[:12]}); copy that tokenizer "
+                           "back there or build the corpus again (--num 0 shows the statistics without it)")
+    return tokenizer

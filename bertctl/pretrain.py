@@ -153,6 +153,7 @@ def _checked_start(cfg: PretrainConfig, run: Path, env: training.Distributed) ->
     """The checkpoint a resume continues from (None for a new run) and run.json's record of the run so far,
     after the refusals that need neither data nor model."""
     check_out(cfg.out)
+    _refuse_file_as_final(run)
     _refuse_out_in_corpus(cfg)
     _refuse_out_model_folder(cfg)
     resume_from = _resume_point(cfg, run, env)
@@ -409,6 +410,13 @@ def _refuse_out_in_corpus(cfg: PretrainConfig) -> None:
     if out_location(cfg.out).is_relative_to(corpus.resolve()):
         raise UsageError(f"--out {cfg.out} is inside the corpus {cfg.corpus}, which `corpus build --overwrite` "
                          "replaces whole; choose a path outside it")
+
+
+def _refuse_file_as_final(run: Path) -> None:
+    """RUN/final is written last: a file there failed only after every step had trained, naming it as --out."""
+    final = run / "final"
+    if final.exists() and not final.is_dir():
+        raise UsageError(f"--out {run}: {final} is a file, not a model folder; move or delete it")
 
 
 def _refuse_out_model_folder(cfg: PretrainConfig) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bertctl.errors import BertctlError
 from bertctl.files import WriteFailed, json_ready, json_text, write_text_atomic
 from bertctl.training import Distributed
 
@@ -67,8 +68,11 @@ def trim_metrics(run: Path, step: int, drop_closing_row: bool = False) -> float:
     path = run / "metrics.jsonl"
     if not path.is_file():
         return 0.0
-    rows = [(line, row) for line in path.read_text(encoding="utf-8").splitlines()
-            if (row := _json_row(line)) is not None and row["step"] <= step]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:  # a flipped bit: say which file, as a damaged run.json does
+        raise BertctlError(f"{path} is damaged ({exc}); restore or delete it") from None
+    rows = [(line, row) for line in text.splitlines() if (row := _json_row(line)) is not None and row["step"] <= step]
     elapsed = max((row["elapsed"] for _, row in rows if "elapsed" in row), default=0.0)
     if drop_closing_row:
         rows = [(line, row) for line, row in rows if row["step"] < step or "loss" not in row]
@@ -77,12 +81,20 @@ def trim_metrics(run: Path, step: int, drop_closing_row: bool = False) -> float:
 
 
 def _json_row(line: str) -> dict[str, Any] | None:
-    """A metrics row, or None for a blank line or the half-written last line of a killed run."""
+    """A metrics row, or None for a blank line, the half-written last line of a killed run or a damaged row (a step
+    or elapsed that is not a number, which comparing and max() would fail on)."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError:
         return None
-    return row if isinstance(row, dict) and "step" in row else None
+    if not isinstance(row, dict) or not all(_number(row[key]) for key in ("step", "elapsed") if key in row):
+        return None
+    return row if "step" in row else None
+
+
+def _number(value: Any) -> bool:
+    """An int or float, not a bool (JSON's true would compare as a step of 1)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class Throughput:

@@ -84,9 +84,18 @@ def prediction_path(out: str | Path, data: str | Path | None = None) -> Path:
                          f"(no extension: .csv)")
     if path.is_dir():
         raise UsageError(f"--out {path}: is a folder, not a file")
-    if data is not None and path.resolve() == Path(data).resolve():
+    if data is not None and _same_file(path, Path(data)):
         raise UsageError(f"--out {path}: is the input file")
     return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two names are one file. A link loop (RuntimeError before Python 3.13) is no file: the reader of
+    --data and the check of --out say so in their own lines, not a bare RuntimeError here."""
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):
+        return False
 
 
 def write_predictions(path: str | Path, id_name: str, ids: Sequence[str], label_names: Sequence[str],

@@ -117,6 +117,21 @@ def test_sharded_pytorch_bin(odd_config, tmp_path):
     assert_transformers_loads_ours("BertForMaskedLM", tmp_path / "hf", tmp_path)
 
 
+@pytest.mark.parametrize("weight_map", [{"bert.pooler.dense.bias": 5}, ["model-00001-of-00002.safetensors"],
+                                        {"bert.pooler.dense.bias": None}])
+def test_a_shard_index_whose_weight_map_is_not_names_of_files_is_one_line(weight_map, odd_config, tmp_path):
+    reference_model("BertModel", odd_config).save_pretrained(tmp_path / "hf", max_shard_size="20KB")
+    index = tmp_path / "hf" / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    if isinstance(weight_map, dict):
+        data["weight_map"].update(weight_map)
+    else:
+        data["weight_map"] = weight_map
+    index.write_text(json.dumps(data))
+    with pytest.raises(BertctlError, match=f"^cannot read the shard index {index}: weight_map must map"):
+        read_checkpoint(tmp_path / "hf")
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_weights_are_loaded_as_fp32(dtype, odd_config, tmp_path):
     """transformers 5 would compute in the file's dtype by default (dtype="auto"); bertctl upcasts, which is

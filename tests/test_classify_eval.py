@@ -266,6 +266,20 @@ def test_predict_refuses_bad_outputs_and_models_before_writing(pair_run, encoder
     assert "finetune classify" in _cli("evaluate", "classify", "-m", encoder, "--data", dev).stderr
 
 
+def test_predict_with_a_symlink_loop_for_data_or_out_is_one_line_naming_it(pair_run, tmp_path):
+    """The check that --out is not the input resolved both names first: a link loop in either failed with
+    `RuntimeError: Symlink loop from ...`; the reader and the --out check now say it, as for the other tasks."""
+    run, dev = pair_run
+    loop = tmp_path / "loop.csv"
+    loop.symlink_to(loop.name)
+    for args, expected in ((["--data", loop, "--out", tmp_path / "p.csv"], f"--data {loop}: no such file"),
+                           (["--data", dev, "--out", loop], f"--out {loop}: ")):
+        result = _cli("predict", "classify", "--model", run, *args)
+        assert result.exit_code == 2 and result.stderr.startswith(f"bertctl: error: {expected}"), result.output
+        assert result.stderr.count("\n") == 1 and "RuntimeError" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.csv"]
+
+
 def test_a_multi_label_model_is_refused_not_scored_as_single_label(pair_run, tmp_path):
     run, dev = pair_run
     multi = tmp_path / "multi"

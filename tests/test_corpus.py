@@ -541,6 +541,21 @@ def test_a_corpus_without_its_tokenizer_folder_says_so_and_is_never_looked_up_on
     assert CliRunner().invoke(app, ["corpus", "inspect", str(out), "--num", "0"]).exit_code == 0
 
 
+def test_inspect_refuses_a_corpus_tokenizer_copy_that_is_not_the_one_it_was_built_with(data) -> None:
+    """A vocab.txt cut short failed with "token id 906 is outside the vocabulary of 353", naming no file, and one
+    edited in the middle decoded the instances with other tokens; the copy's sha256 is checked as pretrain does."""
+    out = data["root"] / "edited-tokenizer"
+    build(data, out.name, source="small")
+    vocab = out / "tokenizer" / "vocab.txt"
+    lines = vocab.read_text(encoding="utf-8").splitlines(keepends=True)
+    vocab.write_text("".join(lines[: len(lines) // 3]), encoding="utf-8")
+    result = CliRunner().invoke(app, ["corpus", "inspect", str(out)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr.startswith(f"bertctl: error: {out / 'tokenizer'} is not the tokenizer corpus {out} was "
+                                    "built with (sha256 ")
+    assert CliRunner().invoke(app, ["corpus", "inspect", str(out), "--num", "0"]).exit_code == 0
+
+
 @pytest.mark.parametrize("damage", ["truncated shard", "empty shard", "missing shard", "missing split"])
 def test_a_damaged_corpus_says_which_and_what_to_do_in_one_line(data, damage) -> None:
     """A corpus whose Arrow files were cut short (a full disk, a copy stopped half way) or lost failed with only

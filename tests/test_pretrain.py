@@ -924,6 +924,20 @@ def test_an_out_that_is_a_model_folder_is_refused_before_anything_is_written(cor
     assert {p.name: p.read_text() for p in model.iterdir()} == files
 
 
+def test_a_file_where_the_final_model_goes_is_refused_before_any_step(corpus, tmp_path):
+    """RUN/final a file (a file in place of the folder): a resume trained every step and saved step checkpoints,
+    then failed on the final save with `--out RUN/final is a file`, naming a path that was not --out."""
+    from bertctl.pretrain import pretrain
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "final").write_text("x\n")
+    with pytest.raises(UsageError, match=rf"^--out {run}: {run / 'final'} is a file, not a model folder; move or "
+                                         "delete it$"):
+        pretrain(small_run(corpus, run, steps=2))
+    assert sorted(p.name for p in run.iterdir()) == ["final"]
+
+
 def test_ranks_reading_different_corpora_are_refused(corpus, tmp_path):
     """Nodes without shared storage each read their own copy of --corpus: a copy that differs trained every rank
     on mismatched data, silently (same shapes, so nothing failed)."""

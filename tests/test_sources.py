@@ -282,6 +282,44 @@ def test_corpus_build_and_tokenizer_train_refuse_a_late_problem_and_write_nothin
         assert not [p.name for p in tmp_path.iterdir() if name in p.name]  # no OUT, no OUT.partial or such
 
 
+def _damaged_tables(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """A csv whose one cell is past the csv module's 128 KiB field limit (an unclosed quote reads so too), and
+    a parquet file with a spoiled data page: each with the start of the line that names it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "long.csv"
+    table.write_text("text\nsome words\n\"" + "word " * 30_000 + "\"\n", encoding="utf-8")
+    spoiled = tmp_path / "spoiled.parquet"
+    pq.write_table(pa.table({"text": [f"some words on a line {i}" for i in range(2000)]}), spoiled,
+                   compression="snappy")
+    data = bytearray(spoiled.read_bytes())
+    data[200:264] = b"\xff" * 64
+    spoiled.write_bytes(bytes(data))
+    return {"csv": (table, f"{table}:3: malformed csv: field larger than field limit"),
+            "parquet": (spoiled, f"{spoiled}: damaged parquet data after row 0: Corrupt snappy compressed data")}
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_damaged_table_input_is_one_line_naming_it_and_writes_nothing(tmp_path: Path, kind: str) -> None:
+    """csv's `Error: field larger than field limit (131072)` and pyarrow's `OSError: Corrupt snappy compressed
+    data.` named no file, and `corpus build` left OUT.partial behind."""
+    from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
+
+    path, message = _damaged_tables(tmp_path)[kind]
+    BertTokenizer.from_vocab([*SPECIAL_TOKENS, "some", "words", "on", "a", "line"], lowercase=True).save(
+        tmp_path / "tok")
+    commands = {"corpus": ["corpus", "build", str(path), "--tokenizer", str(tmp_path / "tok"),
+                           "--max-seq-length", "32", "--workers", "1"],
+                "tokenizer": ["tokenizer", "train", str(path), "--vocab-size", "200"]}
+    for name, command in commands.items():
+        result = CliRunner().invoke(app, [*command, "--out", str(tmp_path / f"{name}-out")])
+        assert result.exit_code == 2, result.output
+        last = result.stderr.splitlines()[-1]
+        assert last.startswith(f"bertctl: error: {message}") and result.stderr.endswith(last + "\n"), result.stderr
+        assert not [p.name for p in tmp_path.iterdir() if name in p.name]
+
+
 @pytest.mark.parametrize("name", ["wikitext", "bookcorpus", "squad"])
 def test_a_dataset_input_that_cannot_be_loaded_is_one_line_naming_the_argument(tmp_path: Path, monkeypatch,
                                                                                  name: str) -> None:

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from bertctl.checkpoint import build_model, load_model, read_checkpoint, save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
-from bertctl.data.squad import make_features, read_squad
+from bertctl.data.squad import make_features, read_squad, split_words
 from bertctl.errors import UsageError
 from bertctl.finetune_qa import finetune_squad
 from bertctl.model import BertForMaskedLM, BertForQuestionAnswering
@@ -283,6 +283,35 @@ EDGE_CASES = [
     ("red\tblue \u202f green  river\nmilk", [{"id": "ws", "question": "colour ?",
                                                 "answers": [{"text": "green", "answer_start": 11}]}]),
 ]
+
+
+def _run_squad_words(context: str) -> tuple[list[str], list[int]]:
+    """run_squad.py's loop as it is written (`doc_tokens[-1] += c`), quadratic in a word's length."""
+    words: list[str] = []
+    word_of_char = []
+    after_space = True
+    for char in context:
+        if char in " \t\r\n\u202f":
+            after_space = True
+        else:
+            if after_space:
+                words.append(char)
+            else:
+                words[-1] += char
+            after_space = False
+        word_of_char.append(len(words) - 1)
+    return words, word_of_char
+
+
+def test_context_words_are_run_squads_and_a_long_word_is_cut_once():
+    """A context holding a long run without whitespace (3 MB of a damaged or minified file, a blob) took minutes
+    in `finetune|evaluate|predict squad`: the word grew by one character at a time, a copy per character."""
+    rng = random.Random(0)
+    for _ in range(300):
+        context = "".join(rng.choice("ab \t\n\u202f\u00a0\u3000") for _ in range(rng.randrange(0, 30)))
+        assert split_words(context) == _run_squad_words(context), repr(context)
+    words, word_of_char = split_words(" x" + "y" * 1_000_000 + " z ")  # ~0.2 s; a copy per character took ~25 s
+    assert [len(w) for w in words] == [1_000_001, 1] and word_of_char[:3] == [-1, 0, 0] and word_of_char[-1] == 1
 
 
 @pytest.mark.parametrize(("max_seq_length", "doc_stride", "max_query_length"), [(16, 3, 4), (20, 5, 8), (64, 128, 64)])

@@ -17,6 +17,7 @@ from processes import gone
 from torch import nn
 
 from bertctl import optim, run_metrics, stop_signals, training, training_state
+from bertctl.errors import BertctlError
 
 
 def _terms(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -371,6 +372,20 @@ def test_resume_trims_metrics_past_the_checkpoint_and_a_half_written_last_row(tm
     (tmp_path / "metrics.jsonl").write_text("\n".join([*rows[:2], '{"step": 20, "val_mlm_loss": 2.0}']) + "\n")
     assert run_metrics.trim_metrics(tmp_path, 20, drop_closing_row=True) == 20.0
     assert (tmp_path / "metrics.jsonl").read_text().splitlines() == [rows[0], '{"step": 20, "val_mlm_loss": 2.0}']
+
+
+def test_resume_over_a_damaged_metrics_file_is_one_line_naming_it(tmp_path):
+    """A bit flip in metrics.jsonl: bytes that are not UTF-8 were a bare UnicodeDecodeError naming no file, a row
+    whose step or elapsed is not a number a TypeError; the first is refused naming the file, the second dropped
+    as a half-written row is."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 10, "loss": 1.0, "elapsed": 10.0}\n{"step": 20, "lo\xe5ss": 1.0}\n')
+    with pytest.raises(BertctlError, match=f"^{path} is damaged .*utf-8.*; restore or delete it$"):
+        run_metrics.trim_metrics(tmp_path, 20)
+    rows = ['{"step": 10, "loss": 1.0, "elapsed": 10.0}', '{"step": "2O", "loss": 1.0}', '{"step": 20, "elapsed": "x"}']
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert run_metrics.trim_metrics(tmp_path, 20) == 10.0
+    assert path.read_text(encoding="utf-8") == rows[0] + "\n"
 
 
 def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):

@@ -372,17 +372,22 @@ def _json_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:
 
 
 def _csv_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:
+    """A csv file's text column; a malformed line (a cell past the csv module's 128 KiB limit, as an unclosed
+    quote reads) is one line naming the file and line, as `finetune classify` says it."""
     start = stats.bytes_read
     with _reading(path) as (raw, text):
         reader = csv.DictReader(text)
-        if reader.fieldnames is not None and text_column not in reader.fieldnames:
-            raise UsageError(f"{path}: no column {text_column!r} (it has: {', '.join(reader.fieldnames)}); "
-                             "pass --text-column")
-        for count, row in enumerate(reader, 1):
-            if row.get(text_column) is not None:
-                yield row[text_column]
-            if count % _UPDATE_EVERY == 0:
-                stats.bytes_read = start + raw.tell()
+        try:
+            if reader.fieldnames is not None and text_column not in reader.fieldnames:
+                raise UsageError(f"{path}: no column {text_column!r} (it has: {', '.join(reader.fieldnames)}); "
+                                 "pass --text-column")
+            for count, row in enumerate(reader, 1):
+                if row.get(text_column) is not None:
+                    yield row[text_column]
+                if count % _UPDATE_EVERY == 0:
+                    stats.bytes_read = start + raw.tell()
+        except csv.Error as exc:
+            raise UsageError(f"{path}:{reader.reader.line_num}: malformed csv: {exc}") from None  # the line read
 
 
 def _parquet_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:
@@ -396,13 +401,17 @@ def _parquet_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[st
         raise UsageError(f"{path}: no column {text_column!r} (it has: {', '.join(table.schema_arrow.names)}); "
                          "pass --text-column")
     start, size, rows, done = stats.bytes_read, path.stat().st_size, max(table.metadata.num_rows, 1), 0
-    for batch in table.iter_batches(batch_size=4096, columns=[text_column]):
-        for value in batch.column(0).to_pylist():
-            done += 1  # rows counted from 1, as `finetune classify` counts a parquet file's
-            text = _text(value, text_column, path, f" row {done}")
-            if text is not None:
-                yield text
-        stats.bytes_read = start + size * done // rows  # progress in proportion to the rows read
+    try:
+        for batch in table.iter_batches(batch_size=4096, columns=[text_column]):
+            for value in batch.column(0).to_pylist():
+                done += 1  # rows counted from 1, as `finetune classify` counts a parquet file's
+                text = _text(value, text_column, path, f" row {done}")
+                if text is not None:
+                    yield text
+            stats.bytes_read = start + size * done // rows  # progress in proportion to the rows read
+    except (OSError, ValueError) as exc:  # pyarrow's words for a spoiled page ("Corrupt snappy compressed data")
+        raise UsageError(f"{path}: damaged parquet data after row {done:,}: {str(exc).splitlines()[0]}; re-create "
+                         "it or leave it out of the inputs") from None
 
 
 def _dataset_rows(name: str, text_column: str, stats: ReadStats) -> Iterator[str]:

@@ -167,21 +167,25 @@ def _field(record: Any, name: str, kind: type | tuple[type, ...], path: Path, wh
 
 
 def split_words(context: str) -> tuple[list[str], list[int]]:
-    """run_squad.py's whitespace words, and for each character the word it is in (a space: the word before)."""
-    words: list[str] = []
+    """run_squad.py's whitespace words, and for each character the word it is in (a space: the word before).
+    Each word is cut from the context once: grown a character at a time, as run_squad.py does, a word of
+    1 MB (a context without spaces) took ~25 s and one of 3 MB minutes."""
+    starts: list[int] = []
+    ends: list[int] = []
     word_of_char = []
     after_space = True
-    for char in context:
+    for index, char in enumerate(context):
         if char in WHITESPACE:
+            if not after_space:
+                ends.append(index)
             after_space = True
         else:
             if after_space:
-                words.append(char)
-            else:
-                words[-1] += char
+                starts.append(index)
             after_space = False
-        word_of_char.append(len(words) - 1)
-    return words, word_of_char
+        word_of_char.append(len(starts) - 1)
+    ends.append(len(context))  # the last word's end, when the context does not end in whitespace
+    return [context[start:end] for start, end in zip(starts, ends, strict=False)], word_of_char
 
 
 def _example(qa: Any, paragraph: int, words: list[str], word_of_char: list[int], mode: str, version: str,
