@@ -86,21 +86,29 @@ def _synthetic(n: int, seed: int, impossible_share: float = 0.0) -> dict:
 
 # --- a port of google-research/bert run_squad.py, the reference ------------------------------------------
 
+def _run_squad_words(context: str) -> tuple[list[str], list[int]]:
+    """run_squad.py's loop as it is written (`doc_tokens[-1] += c`), quadratic in a word's length."""
+    words: list[str] = []
+    word_of_char = []
+    after_space = True
+    for char in context:
+        if char in " \t\r\n\u202f":
+            after_space = True
+        else:
+            if after_space:
+                words.append(char)
+            else:
+                words[-1] += char
+            after_space = False
+        word_of_char.append(len(words) - 1)
+    return words, word_of_char
+
+
 def _google_examples(raw: dict, is_training: bool, v2: bool) -> list[dict]:
     examples = []
     for entry in raw["data"]:
         for paragraph in entry["paragraphs"]:
-            doc_tokens, char_to_word, prev_ws = [], [], True
-            for c in paragraph["context"]:
-                if c in " \t\r\n" or ord(c) == 0x202F:
-                    prev_ws = True
-                else:
-                    if prev_ws:
-                        doc_tokens.append(c)
-                    else:
-                        doc_tokens[-1] += c
-                    prev_ws = False
-                char_to_word.append(len(doc_tokens) - 1)
+            doc_tokens, char_to_word = _run_squad_words(paragraph["context"])
             for qa in paragraph["qas"]:
                 ex = {"qid": qa["id"], "question": qa["question"], "doc_tokens": doc_tokens, "start": None,
                       "end": None, "answer": None, "impossible": v2 and qa.get("is_impossible", False)}
@@ -283,24 +291,6 @@ EDGE_CASES = [
     ("red\tblue \u202f green  river\nmilk", [{"id": "ws", "question": "colour ?",
                                                 "answers": [{"text": "green", "answer_start": 11}]}]),
 ]
-
-
-def _run_squad_words(context: str) -> tuple[list[str], list[int]]:
-    """run_squad.py's loop as it is written (`doc_tokens[-1] += c`), quadratic in a word's length."""
-    words: list[str] = []
-    word_of_char = []
-    after_space = True
-    for char in context:
-        if char in " \t\r\n\u202f":
-            after_space = True
-        else:
-            if after_space:
-                words.append(char)
-            else:
-                words[-1] += char
-            after_space = False
-        word_of_char.append(len(words) - 1)
-    return words, word_of_char
 
 
 def test_context_words_are_run_squads_and_a_long_word_is_cut_once():
@@ -606,11 +596,8 @@ def test_a_v2_question_without_windows_predicts_no_answer(tmp_path):
     assert [e["text"] for e in answers.nbest["blank"]] == [""]
 
 
-@pytest.mark.parametrize("threshold", [0.0, 5.0])
-def test_a_v2_n_best_without_an_answer_text_predicts_no_answer_with_the_null_score_as_odds(tmp_path, threshold):
-    """[CLS] scored best with --n-best-size 1 leaves no answer text in the n-best, though valid spans exist:
-    run_squad.py fails on its missing best non-null entry; bertctl predicts "" whatever the threshold, its null
-    odds the null score itself (the best answer's scores taken as 0), as docs/finetuning.md says."""
+def _one_unanswerable_question(tmp_path: Path) -> tuple:
+    """A v2.0 question's features, with all-zero start and end logits for a test to set."""
     raw = _squad([[("the man bought red milk", [{"id": "q", "question": "what colour is it ?", "answers": []}])]],
                   "v2.0")
     data = read_squad(_write(tmp_path / "d.json", raw), "predict")
@@ -618,6 +605,15 @@ def test_a_v2_n_best_without_an_answer_text_predicts_no_answer_with_the_null_sco
     features = make_features(tokenizer, data, 16, 3, 4, training=False)
     starts = [np.zeros(n, dtype=np.float32) for n in features.lengths]
     ends = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    return tokenizer, features, starts, ends
+
+
+@pytest.mark.parametrize("threshold", [0.0, 5.0])
+def test_a_v2_n_best_without_an_answer_text_predicts_no_answer_with_the_null_score_as_odds(tmp_path, threshold):
+    """[CLS] scored best with --n-best-size 1 leaves no answer text in the n-best, though valid spans exist:
+    run_squad.py fails on its missing best non-null entry; bertctl predicts "" whatever the threshold, its null
+    odds the null score itself (the best answer's scores taken as 0), as docs/finetuning.md says."""
+    tokenizer, features, starts, ends = _one_unanswerable_question(tmp_path)
     starts[0][0], ends[0][0] = 2.0, 1.0
     settings = AnswerSettings(n_best_size=1, null_score_diff_threshold=threshold, with_null=True)
     answers = answers_from_logits(features, starts, ends, tokenizer, settings)
@@ -628,13 +624,7 @@ def test_a_v2_n_best_without_an_answer_text_predicts_no_answer_with_the_null_sco
 def test_null_odds_equal_to_the_threshold_keep_the_answer(tmp_path):
     """run_squad.py predicts no answer only when the null odds exceed --null-score-diff-threshold: at exactly the
     threshold the best span stands."""
-    raw = _squad([[("the man bought red milk", [{"id": "q", "question": "what colour is it ?", "answers": []}])]],
-                  "v2.0")
-    data = read_squad(_write(tmp_path / "d.json", raw), "predict")
-    tokenizer = _tokenizer()
-    features = make_features(tokenizer, data, 16, 3, 4, training=False)
-    starts = [np.zeros(n, dtype=np.float32) for n in features.lengths]
-    ends = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    tokenizer, features, starts, ends = _one_unanswerable_question(tmp_path)
     red = int(features.doc_offset[0]) + list(features.pieces[0]).index("red") - int(features.doc_start[0])
     starts[0][0], ends[0][0] = 2.0, 1.0  # the null score, 3
     starts[0][red], ends[0][red] = 1.0, 2.0  # "red" scores 3 too: odds 0.0
