@@ -52,7 +52,7 @@ class WrappedRows:
 
 def bertctl_batches(table, manifest: dict, corpus: Path, batch: int, rows: int | None = None
                     ) -> Callable[[int], object]:
-    tokenizer = corpus_tokenizer(corpus)
+    tokenizer = corpus_tokenizer(corpus, manifest)
     masking = masking_options(tokenizer, manifest["masked_lm_prob"], manifest["max_predictions_per_seq"],
                               manifest["whole_word_masking"])
     source = table if rows is None else WrappedRows(table, rows)

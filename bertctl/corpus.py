@@ -427,10 +427,10 @@ def _path_free(config: dict[str, Any], inputs: list[dict[str, Any]]) -> tuple[di
             [{key: value for key, value in source.items() if key != "path"} for source in inputs])
 
 
-def corpus_tokenizer(path: Path | str) -> Any:
+def corpus_tokenizer(path: Path | str, manifest: dict[str, Any]) -> Any:
     """The tokenizer a corpus was built with (saved in CORPUS/tokenizer): a folder of the corpus, never a hub id,
     so a corpus without it is told so rather than looked up on the hub as CORPUS/tokenizer. A copy whose
-    vocabulary is not the manifest's (a vocab.txt cut short or edited) is refused: it would decode the
+    vocabulary is not `manifest`'s (a vocab.txt cut short or edited) is refused: it would decode the
     instances with other tokens, or fail on an id past its end naming no file."""
     from bertctl.tokenizer_folder import load_tokenizer
 
@@ -440,7 +440,7 @@ def corpus_tokenizer(path: Path | str) -> Any:
                          "back there (manifest.json's tokenizer_sha256 fingerprints its vocabulary) or build the "
                          "corpus again (--num 0 shows the statistics without it)")
     tokenizer = load_tokenizer(folder)
-    expected = str(load_corpus(path)[1].get("tokenizer_sha256"))
+    expected = str(manifest.get("tokenizer_sha256"))
     if tokenizer.sha256() != expected:
         raise BertctlError(f"{folder} is not the tokenizer corpus {path} was built with (sha256 "
                            f"{tokenizer.sha256()[:12]} vs manifest.json's {expected[:12]}); copy that tokenizer "

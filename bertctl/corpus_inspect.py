@@ -37,7 +37,7 @@ def inspect_corpus(path: Path | str, num: int = 3) -> dict[str, Any]:
             forced = counts.get("forced_notnext", 0)
             stats["forced_notnext_share"] = round(forced / max(1, stats["instances"]), 4)
         report["splits"][split] = stats
-    report["samples"] = _samples(dataset["train"], manifest, corpus_tokenizer(path), num) if num else []
+    report["samples"] = _samples(dataset["train"], manifest, corpus_tokenizer(path, manifest), num) if num else []
     return report
 
 
