@@ -34,7 +34,7 @@ from bertctl.evaluate import (
     scored_batches,
     sum_over_ranks,
 )
-from bertctl.files import check_new_out, json_text, write_text_atomic
+from bertctl.files import check_new_out, check_out, json_text, named_with_suffix, write_text_atomic
 
 CHOICE_ARCHITECTURE = "BertForMultipleChoice"
 
@@ -154,11 +154,13 @@ def print_choice_results(data: Path | str, results: dict[str, Any], as_json: boo
 def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_size: int | None = None,
                    max_seq_length: int | None = None, device: str | None = None, precision: str | None = None,
                    overwrite: bool = False) -> Path:
-    """Pick a choice for every example of `data` and write `out` (csv), once all are scored: `id`, `prediction`
-    (the choice's number from 0), `label` when the data has one, and `prob0`..: each choice's softmax."""
+    """Pick a choice for every example of `data` and write `out` (csv; no extension: .csv), once all are scored;
+    returns the file: `id`, `prediction` (the choice's number from 0), `label` when the data has one, and
+    `prob0`..: each choice's softmax."""
     if Path(out).suffix.lower() not in ("", ".csv"):  # p.jsonl would hold csv: refused rather than misnamed
         raise UsageError(f"--out {out}: predict choice writes a csv file; name it .csv")
-    path = check_new_out(out, overwrite=take_bool("overwrite", overwrite), folder=False)
+    check_out(out, folder=False)  # a folder would otherwise become FOLDER.csv beside it
+    path = check_new_out(named_with_suffix(out, ".csv"), overwrite=take_bool("overwrite", overwrite), folder=False)
     reader = open_choice_reader(model, max_seq_length, batch_size)
     read = _read(reader, data, need_labels=False)
     if path.resolve() == read.path.resolve():

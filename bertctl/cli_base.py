@@ -199,12 +199,13 @@ def set_debug(on: bool) -> None:
 
 
 class _AboveTheBar(logging.Handler):
-    """Warnings go through tqdm, so each lands on a line of its own above a running progress bar."""
+    """Warnings go through tqdm, so each lands on a line of its own above a running progress bar; `bertctl: `
+    first, as every line bertctl writes on stderr (`bertctl: warning: ...`)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         from tqdm import tqdm
 
-        tqdm.write(self.format(record), file=sys.stderr)
+        tqdm.write(f"bertctl: {self.format(record)}", file=sys.stderr)
 
 
 def show_warnings() -> None:

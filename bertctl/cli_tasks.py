@@ -356,7 +356,7 @@ def evaluate_ner(
 def predict_ner(
     model: _EvModel, data: _NerData,
     out: Annotated[Path, path_option("--out", "-o", help="Predictions: CoNLL text (word, [gold tag,] predicted "
-                                      "tag), or .jsonl by its name.")],
+                                      "tag), or .jsonl by its name; no extension: .txt.")],
     batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, label_names: _NerEvLabels = None,
     device: _FtDevice = None, precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
 ) -> None:
@@ -414,7 +414,8 @@ def evaluate_choice(
 @predict_app.command("choice")
 def predict_choice(
     model: _EvModel, data: _ChoiceData,
-    out: Annotated[Path, path_option("--out", "-o", help="Predictions csv: id, prediction, [label,] prob0...")],
+    out: Annotated[Path, path_option("--out", "-o", help="Predictions csv: id, prediction, [label,] prob0...; "
+                                      "no extension: .csv.")],
     batch_size: _EvBatch = None, max_seq_length: _EvMaxLen = None, device: _FtDevice = None,
     precision: _EvPrecision = None, overwrite: _EvOverwrite = False,
 ) -> None:

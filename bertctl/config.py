@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bertctl.config_files import layered, read_config_file, refuse_unknown
-from bertctl.config_types import LOCAL_NAMES, field_types, fields_named, flag_name, take_types
+from bertctl.config_types import LOCAL_NAMES, any_case, field_types, fields_named, flag_name, take_types
 from bertctl.errors import UsageError
 from bertctl.hub import written_like_path
 
@@ -136,17 +136,17 @@ PRESETS: dict[str, dict[str, int]] = {
 
 def preset(name: str, **overrides: Any) -> BertConfig:
     """A named BERT size (Turc et al. 2019 for the small ones; Devlin et al. 2018 for base/large)."""
-    if name not in PRESETS:
+    if any_case(name) not in PRESETS:
         raise UsageError(f"unknown model preset {name!r}: choose one of {', '.join(PRESETS)} or a config.json path")
     refuse_unknown(BertConfig, overrides, "model config")
-    return BertConfig(**{**PRESETS[name], **overrides})
+    return BertConfig(**{**PRESETS[any_case(name)], **overrides})
 
 
 def model_config(name_or_path: str, defaults: dict[str, Any] | None = None, **overrides: Any) -> BertConfig:
     """A preset name or the path of a config.json (a model folder works too). `defaults` fill what a config.json
     leaves out and replace a preset's own values; `overrides` win over both."""
     defaults = defaults or {}
-    if name_or_path in PRESETS:
+    if any_case(name_or_path) in PRESETS:
         return preset(name_or_path, **{**defaults, **overrides})
     path = Path(name_or_path).expanduser()
     if path.is_dir():  # a model folder: config.json, else Google's bert_config.json (a TensorFlow release)
@@ -370,6 +370,8 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         take_types(self)
+        if any_case(self.model_config) in PRESETS:  # `--model-config Tiny`; a config.json path keeps its case
+            object.__setattr__(self, "model_config", any_case(self.model_config))
         for (first, second), hint in self.EXCLUSIVE.items():
             if getattr(self, first) is not None and getattr(self, second) is not None:
                 raise UsageError(f"{flag_name(first)} and {flag_name(second)} exclude each other: {hint}")

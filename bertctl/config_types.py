@@ -37,6 +37,9 @@ _DATA_NAMES = {"train", "validation", "data"}
 # string is read as the flag reads it. Not `inputs`, whose items are file names that may hold a comma.
 _COMMA_LISTS = {"seeds", "text_columns", "label_names"}
 _OWN_RANGE = {"seed", "seeds"}  # checked by their configs, whose message gives the whole range
+# Fields naming one of a fixed set (`--precision BF16`, `--device CUDA`): taken in any case, as GLUE task names are,
+# and kept in lower case, so run.json records one spelling.
+_ANY_CASE = {"precision", "device", "schedule", "optimizer", "objective", "masking", "problem"}
 
 
 class FieldTypeError(UsageError):
@@ -82,6 +85,8 @@ def take_types(cfg: Any) -> None:
             value = path_as_given(value, LOCAL_NAMES[name])
         if name in _DATA_NAMES and isinstance(value, (str, Path)):
             value = _data_name(type(cfg).__name__, name, value)
+        if name in _ANY_CASE:
+            value = any_case(value)
         try:
             typed = _coerce(hint, value, commas=name in _COMMA_LISTS)
         except (ValueError, OverflowError):
@@ -91,6 +96,12 @@ def take_types(cfg: Any) -> None:
             raise FieldTypeError(type(cfg).__name__, name, f"must be below 2^32, got {_shown(value)}")
         if typed is not given:
             object.__setattr__(cfg, name, typed)
+
+
+def any_case(value: Any) -> Any:
+    """A name from a fixed set (a precision, a device, a schedule, a preset) in its one spelling, lower case; any
+    other value is left for the caller's check to refuse."""
+    return value.lower() if isinstance(value, str) else value
 
 
 def take_int(name: str, value: Any, minimum: int | None = None) -> int:

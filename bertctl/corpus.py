@@ -43,7 +43,7 @@ from bertctl.data.instances import (
     shard_settings,
     with_neighbours,
 )
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import BertctlError, UsageError, say
 from bertctl.files import (
     check_new_out,
     file_sha256,
@@ -200,7 +200,7 @@ def _run_shards(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int,
     stats: dict[int, dict[str, dict[str, int]]] = {}
     bar = ReadBar("corpus build", total_bytes)
     if recorded:
-        bar.write(f"resuming: {len(recorded)} finished shard(s) in {folder.parent} are checked and reused")
+        say(f"resuming: {len(recorded)} finished shard(s) in {folder.parent} are checked and reused")
     seen = {"documents": 0, "text": 0}
 
     def reused(index: int) -> dict[str, dict[str, int]] | None:
@@ -388,6 +388,17 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
         hint = (f"{partial} holds an interrupted build: rerun the same 'bertctl corpus build' to finish it"
                 if partial.is_dir() else "build one with 'bertctl corpus build INPUTS -t TOKENIZER -o DIR'")
         raise UsageError(f"corpus {path} does not exist; {hint}")
+    manifest = _read_manifest(path)
+    try:
+        dataset = datasets.load_from_disk(str(path))
+    except Exception as exc:  # datasets raises FileNotFoundError, ValueError... for damaged folders
+        raise BertctlError(f"cannot read corpus {path}: {str(exc).splitlines()[0]}; a shard or split folder is "
+                           "damaged or missing: build the corpus again (corpus build or corpus import, with "
+                           "--overwrite)") from None
+    return dataset, manifest
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -398,13 +409,7 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
     if manifest.get("format_version", 0) > FORMAT_VERSION:
         raise UsageError(f"{path} was written by a newer bertctl ({manifest.get('bertctl_version')}); "
                          "upgrade bertctl")
-    try:
-        dataset = datasets.load_from_disk(str(path))
-    except Exception as exc:  # datasets raises FileNotFoundError, ValueError... for damaged folders
-        raise BertctlError(f"cannot read corpus {path}: {str(exc).splitlines()[0]}; a shard or split folder is "
-                           "damaged or missing: build the corpus again (corpus build or corpus import, with "
-                           "--overwrite)") from None
-    return dataset, manifest
+    return manifest
 
 
 def same_instances(manifest: dict[str, Any], other: dict[str, Any]) -> bool:
@@ -427,13 +432,16 @@ def _path_free(config: dict[str, Any], inputs: list[dict[str, Any]]) -> tuple[di
             [{key: value for key, value in source.items() if key != "path"} for source in inputs])
 
 
-def corpus_tokenizer(path: Path | str, manifest: dict[str, Any]) -> Any:
+def corpus_tokenizer(path: Path | str, manifest: dict[str, Any] | None = None) -> Any:
     """The tokenizer a corpus was built with (saved in CORPUS/tokenizer): a folder of the corpus, never a hub id,
     so a corpus without it is told so rather than looked up on the hub as CORPUS/tokenizer. A copy whose
-    vocabulary is not `manifest`'s (a vocab.txt cut short or edited) is refused: it would decode the
-    instances with other tokens, or fail on an id past its end naming no file."""
+    vocabulary is not the manifest's (a vocab.txt cut short or edited) is refused: it would decode the
+    instances with other tokens, or fail on an id past its end naming no file. `manifest`: the one
+    `load_corpus` gave, else the corpus's manifest.json is read."""
     from bertctl.tokenizer_folder import load_tokenizer
 
+    if manifest is None:
+        manifest = _read_manifest(user_path(path, "--corpus"))
     folder = user_path(path) / "tokenizer"
     if not folder.is_dir():
         raise UsageError(f"corpus {path} lacks its tokenizer folder {folder}; copy the tokenizer it was built with "

@@ -1,4 +1,7 @@
-"""The error types library code raises; only the CLI turns them into one line and an exit code."""
+"""The error types library code raises; only the CLI turns them into one line and an exit code. `say` gives a
+status line the form every line bertctl writes on stderr takes: `bertctl: ...` (errors: `bertctl: error: ...`)."""
+
+import sys
 
 
 class BertctlError(Exception):
@@ -17,3 +20,11 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (kill, `timeout`, systemd, a batch scheduler) as an exception, so that a command stops the way
     Ctrl-C stops it: temp outputs removed, workers shut down, one line and exit code 143, rather than dying at
     once with a hidden half-written folder beside OUT and multiprocessing's leaked-semaphore warnings."""
+
+
+def say(message: str) -> None:
+    """A status line on stderr (what a run does: fine-tuning X, resuming, preparing the quick start), above any
+    progress bar: `bertctl: MESSAGE`, as the CLI says errors and warnings."""
+    from tqdm import tqdm
+
+    tqdm.write(f"bertctl: {message}", file=sys.stderr)

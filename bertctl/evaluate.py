@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig
-from bertctl.config_types import split_list, take_int
+from bertctl.config_types import any_case, split_list, take_int
 from bertctl.data.batches import pad_batch
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import TabularTask, classify_task, read_examples
@@ -364,7 +364,7 @@ def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, spl
     With the fine-tuning run's settings (read from the folder's run.json) this gives exactly the numbers
     in its eval_results.json.
     """
-    task = get_task(task)
+    task, split = get_task(task), any_case(split)
     if task.predicted_by:
         raise UsageError(f"{task.name} has only an unlabelled test set; predict it with a "
                          f"{task.predicted_by} model: {predict_command(task)}")

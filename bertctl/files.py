@@ -154,6 +154,13 @@ def _check_writable(path: Path, flag: str) -> None:
         raise UsageError(f"{flag} {path}: cannot create it in {where}: {write_hint(exc)}") from None
 
 
+def named_with_suffix(path: Path | str, suffix: str) -> Path:
+    """A predictions file's name: OUT as given, or with its format's `suffix` when it has none (`--out preds`
+    writes preds.csv), in every `predict` command that writes one file."""
+    path = Path(path)
+    return path if path.suffix else path.with_name(path.name + suffix)
+
+
 def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False, folder: bool = True) -> Path:
     """`check_out`, and an existing output is refused unless --overwrite (every command replaces only
     what the user said it may), and never the working folder or one holding it, which a command cannot

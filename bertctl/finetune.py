@@ -420,7 +420,7 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, w
                     scores = prep.head.score(model, prep, cfg.eval_batch_size, device, precision, env)
                     log.write({"step": progress.step, "epoch": float(epoch), **_flat(scores)})  # as training rows
                     if env.is_main:
-                        bar.write(f"{task.name} seed {seed} epoch {epoch}: {_show(_flat(scores))}", file=sys.stderr)
+                        say(f"{task.name} seed {seed} epoch {epoch}: {_show(_flat(scores))}")
                     keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)
             stopping = training.any_rank(stop.requested, env)  # an epoch's last step saves after its evaluation
             if progress.step < total and (stopping or _save_due(cfg, progress.step)):

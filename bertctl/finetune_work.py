@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from bertctl import run_metrics, training, training_state
 from bertctl.config import FinetuneConfig, config_to_dict, refuse_changed_settings
-from bertctl.errors import UsageError
+from bertctl.errors import UsageError, say
 from bertctl.files import (
     building_folder,
     check_new_out,
@@ -196,10 +195,6 @@ def add_logs_and_results(tmp: Path, seed_work: Path, results: dict[str, Any]) ->
 
 
 # --- every rank --------------------------------------------------------------------------------------
-
-def say(message: str) -> None:
-    sys.stderr.write(f"bertctl: {message}\n")
-
 
 def say_data(training_data: str, validation: int | None, unit: str, env: training.Distributed) -> None:
     """A task's opening line (rank 0): its training data, then its validation examples, or that without them the

@@ -21,7 +21,7 @@ from torch import nn
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, read_checkpoint, transformers_architecture
 from bertctl.config import PretrainConfig, check_seeds
-from bertctl.config_types import take_int
+from bertctl.config_types import any_case, take_int
 from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import Collator
 from bertctl.data.masking import masking_options
@@ -50,6 +50,7 @@ def evaluate_mlm(model: Path | str, corpus: Path | str, split: str = "validation
     not); `seed` keys a dynamic corpus's masks (None: 42, pretrain's default) and is left out for static ones.
     """
     samples, batch_size, seed = _checked_numbers(samples, batch_size, seed)
+    split = any_case(split)
     run_on = training.pick_device(device)
     precision = training.resolve_precision("auto" if precision is None else precision, run_on)
     given = path_as_given(model)  # "./x" that is not there is a missing folder, never the hub repository x

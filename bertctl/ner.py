@@ -36,7 +36,7 @@ from bertctl.evaluate import (
     scored_batches,
     sum_over_ranks,
 )
-from bertctl.files import check_new_out, json_text, write_text_atomic
+from bertctl.files import check_new_out, check_out, json_text, named_with_suffix, write_text_atomic
 from bertctl.metrics import entity_scores
 
 log = logging.getLogger(__name__)
@@ -202,14 +202,15 @@ _OTHER_FORMATS = (".json", ".csv", ".tsv", ".parquet")  # names of formats predi
 def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size: int | None = None,
                 max_seq_length: int | None = None, label_names: str | Sequence[str] | None = None,
                 device: str | None = None, precision: str | None = None, overwrite: bool = False) -> Path:
-    """Tag every word of `data` and write `out`, once all are tagged: CoNLL text (the word, its gold tag when
-    the data has one, the predicted tag; a blank line after each sentence), or with a .jsonl name one
-    {"tokens", "ner_tags" (gold, when given), "predictions"} object a line. A word without a prediction
-    (cut by max_seq_length) is tagged O."""
+    """Tag every word of `data` and write `out` (no extension: .txt), once all are tagged; returns the file:
+    CoNLL text (the word, its gold tag when the data has one, the predicted tag; a blank line after each
+    sentence), or with a .jsonl name one {"tokens", "ner_tags" (gold, when given), "predictions"} object a line.
+    A word without a prediction (cut by max_seq_length) is tagged O."""
     if Path(out).suffix.lower() in _OTHER_FORMATS:  # p.json would hold CoNLL text: refused rather than misnamed
         raise UsageError(f"--out {out}: predict ner writes CoNLL text, or JSON lines with a .jsonl name; name it "
                          ".txt or .jsonl")
-    path = check_new_out(out, overwrite=take_bool("overwrite", overwrite), folder=False)
+    check_out(out, folder=False)  # a folder would otherwise become FOLDER.txt beside it
+    path = check_new_out(named_with_suffix(out, ".txt"), overwrite=take_bool("overwrite", overwrite), folder=False)
     reader = open_ner_reader(model, max_seq_length, batch_size, label_names)
     read = reader.read(data, need_tags=False)
     if path.resolve() == read.path.resolve():

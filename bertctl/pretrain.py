@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import sys
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -33,7 +32,7 @@ from bertctl.config import (
 from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import BatchPlan, Collator, StepBatches
 from bertctl.data.masking import masking_options
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import BertctlError, UsageError, say
 from bertctl.files import check_out, make_folder, out_location, read_json_object, user_path, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel
@@ -115,8 +114,8 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
     model.set_gradient_checkpointing(cfg.gradient_checkpointing)
     if env.is_main and resume_from is None and cfg.init_from is not None and model.fresh_heads:
         *most, last = model.fresh_heads
-        print(f"pretrain: {cfg.init_from} has no {', '.join(most) + ' or ' if most else ''}{last}; "
-              f"{'they start' if most else 'it starts'} fresh (--seed {cfg.seed})", file=sys.stderr)
+        say(f"pretrain: {cfg.init_from} has no {', '.join(most) + ' or ' if most else ''}{last}; "
+            f"{'they start' if most else 'it starts'} fresh (--seed {cfg.seed})")
     training.enable_fast_math(env.device)
     compiled = cfg.compile if cfg.compile is not None else _can_compile(env.device)
     if env.is_main and cfg.warmup() >= cfg.steps:
@@ -207,8 +206,8 @@ def _train(r: _Run) -> Path:
     if r.compiled:  # after DDP, so the compiler sees its bucket boundaries
         train_model = torch.compile(train_model)
         if env.is_main:
-            print("pretrain: torch.compile: the first steps compile the model (a minute or two); --no-compile "
-                  "skips it", file=sys.stderr)
+            say("pretrain: torch.compile: the first steps compile the model (a minute or two); --no-compile "
+                "skips it")
     collate = _collator(r)
     plan = BatchPlan(len(r.corpus["train"]), cfg.batch_size, micro, env.rank, env.world_size, cfg.seed)
     loader = _loader(StepBatches(r.corpus["train"], plan, collate, progress.samples_seen, cfg.steps - progress.step),
@@ -267,7 +266,7 @@ def _train(r: _Run) -> Path:
             _save(r, run / "final", overwrite=True)
     where = run / "final" if progress.step >= cfg.steps else training_state.step_folder(run, progress.step)
     if env.is_main:
-        print(f"saved {where} (step {progress.step}); try: bertctl fill --model {where} \"the [MASK] was very happy.\"")
+        print(f"saved {where} (step {progress.step})")
     return where
 
 
@@ -293,7 +292,7 @@ def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> 
     latest = training_state.latest_checkpoint(run) if run.exists() else None
     if cfg.resume:
         if latest is None and env.is_main:
-            print(f"--resume: no complete checkpoint in {run} yet; starting from step 0", file=sys.stderr)
+            say(f"--resume: no complete checkpoint in {run} yet; starting from step 0")
         return latest
     if latest is not None:
         raise UsageError(f"--out {run} already holds checkpoints; pass --resume to continue it or choose "

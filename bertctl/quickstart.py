@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from importlib import resources
 from pathlib import Path
 
 from bertctl.config import CorpusConfig, PretrainConfig, TokenizerTrainConfig
+from bertctl.errors import say
 from bertctl.tokenizer_folder import has_tokenizer
 from bertctl.training import Distributed, barrier
 
@@ -40,11 +40,11 @@ def prepare_quickstart(cfg: PretrainConfig, env: Distributed) -> PretrainConfig:
     text = str(bundled_text())
     if env.is_main:
         if not has_tokenizer(tokenizer):
-            print(f"quick start: training a {VOCAB_SIZE}-token WordPiece vocabulary on {text}", file=sys.stderr)
+            say(f"quick start: training a {VOCAB_SIZE}-token WordPiece vocabulary on {text}")
             train_tokenizer(TokenizerTrainConfig(inputs=(text,), out=tokenizer, vocab_size=VOCAB_SIZE))
         if not (corpus / "manifest.json").is_file():
-            print(f"quick start: building pre-training instances of {MAX_SEQ_LENGTH} tokens, {MASKED_LM_PROB:.0%} "
-                  f"masked, into {corpus}", file=sys.stderr)
+            say(f"quick start: building pre-training instances of {MAX_SEQ_LENGTH} tokens, {MASKED_LM_PROB:.0%} "
+                f"masked, into {corpus}")
             build_corpus(CorpusConfig(inputs=(text,), tokenizer=tokenizer, out=corpus, max_seq_length=MAX_SEQ_LENGTH,
                                       masked_lm_prob=MASKED_LM_PROB, max_predictions_per_seq=MAX_PREDICTIONS_PER_SEQ,
                                       validation_fraction=0.02, seed=cfg.seed))

@@ -20,7 +20,7 @@ from typing import Any
 
 from bertctl.data.glue import GlueTask, get_task
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import check_out, json_text, write_text_atomic
+from bertctl.files import check_out, json_text, named_with_suffix, write_text_atomic
 
 
 def submission_name(task: str | GlueTask, split: str = "test") -> str:
@@ -76,9 +76,7 @@ PREDICTION_FORMATS = (".csv", ".jsonl")
 
 def prediction_path(out: str | Path, data: str | Path | None = None) -> Path:
     """Where `predict classify` writes: OUT, as .csv when it has no extension; checked before any work."""
-    path = Path(out)
-    if not path.suffix:
-        path = path.with_name(path.name + ".csv")
+    path = named_with_suffix(out, ".csv")
     if path.suffix.lower() not in PREDICTION_FORMATS:
         raise UsageError(f"--out {out}: predictions are written as {' or '.join(PREDICTION_FORMATS)} "
                          f"(no extension: .csv)")

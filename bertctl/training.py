@@ -21,12 +21,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from bertctl.config_types import any_case
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import json_ready
 
 # --- precision and devices ---------------------------------------------------------------------------
 
 def resolve_precision(precision: str, device: torch.device) -> str:
+    precision = any_case(precision)
     if precision == "auto":
         return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
     if precision not in ("fp32", "bf16", "fp16"):
@@ -56,7 +58,7 @@ def pick_device(device: str | None) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        chosen = torch.device(device)
+        chosen = torch.device(any_case(device))
     except RuntimeError:
         chosen = None
     if chosen is None or chosen.type not in ("cpu", "cuda"):  # mps, xpu, meta...: not what bertctl runs on
@@ -124,12 +126,21 @@ def setup_distributed(device: str | None = None) -> Distributed:
     control, owned = None, []
     if world > 1:
         if not dist.is_initialized():
+            _import_world_defaults()
             dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo", device_id=_device_id(chosen))
             owned.append(dist.group.WORLD)
         control = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         if control is not dist.group.WORLD:
             owned.insert(0, control)
     return Distributed(rank, world, local, chosen, control, tuple(owned))
+
+
+def _import_world_defaults() -> None:
+    """torch.distributed.nn.functional's functions take `group.WORLD` as a default, read when it is first imported.
+    Imported after the group exists (torch.optim imports it lazily, through torch._dynamo), it held the group for
+    good: destroy_process_group could not free it, and gloo's threads and sockets outlived the run into interpreter
+    shutdown, where a rank could abort (SIGABRT). Imported first, its defaults hold None."""
+    import torch.distributed.nn.functional  # noqa: F401
 
 
 def _device_id(device: torch.device) -> torch.device | None:

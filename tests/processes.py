@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from pathlib import Path
 from typing import Any
 
 
@@ -42,6 +43,15 @@ def run_group(command: list[str], timeout: float, **options: Any) -> subprocess.
         process.communicate()
         raise
     return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def torchrun_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a torchrun launch: a thread per process, and TMPDIR in the test's own `tmp_path`.
+    torchrun's agent makes a torchelastic_* folder in TMPDIR for every launch and leaves it there, empty: ~18 a suite
+    run piled up in the machine's /tmp."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), **extra}
 
 
 def ranks_said(stderr: str, limit: int = 3000) -> str:

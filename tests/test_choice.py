@@ -217,6 +217,11 @@ def test_evaluate_reproduces_eval_results_and_predict_writes_csv(choice_run, cho
     labelled = list(csv.DictReader(predict_choice(choice_run, choice_files["valid"], tmp_path / "v.csv").open()))
     right = sum(r["prediction"] == r["label"] for r in labelled)
     assert right / len(labelled) == pytest.approx(scored["accuracy"])
+    bare = CliRunner().invoke(app, ["predict", "choice", "--model", str(choice_run), "--data",
+                                    str(choice_files["test"]), "--out", str(tmp_path / "bare")])
+    assert bare.stdout == f"{tmp_path / 'bare.csv'}\n", bare.output  # as `predict classify -o bare` names it
+    assert (tmp_path / "bare.csv").read_text() == (tmp_path / "preds.csv").read_text()
+    assert not (tmp_path / "bare").exists()
 
 
 def test_choice_defaults_and_config_file(tmp_path):
@@ -285,7 +290,7 @@ def test_two_gloo_processes_give_the_losses_and_validation_scores_of_one(encoder
             str(choice_files["valid"]), "--device", "cpu", *flags]
     one = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one")])
     assert one.exit_code == 0, one.output
-    two = _torchrun([*args, "--out", str(tmp_path / "two")], 2, 29800)
+    two = _torchrun([*args, "--out", str(tmp_path / "two")], 2, 29800, tmp_path)
     assert two.returncode == 0, ranks_said(two.stderr)
     a, b = _losses(tmp_path / "one" / "metrics.jsonl"), _losses(tmp_path / "two" / "metrics.jsonl")
     assert sorted(a) == sorted(b) and len(a) > 10 and max(abs(a[s] - b[s]) for s in a) < 1e-4

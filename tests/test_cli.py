@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from processes import torchrun_env
 from typer.testing import CliRunner
 
 from bertctl import __version__
@@ -134,7 +135,7 @@ def test_under_torchrun_an_error_is_said_once_and_each_different_one_too(tmp_pat
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--monitor-interval", "2",
                 "--master_port", str(29640 + os.getpid() % 1000), str(script)]
     done = subprocess.run([*launcher, *command], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "EXITS": str(exits)})
+                          env=torchrun_env(tmp_path, EXITS=str(exits)))
     said = sorted(line for line in done.stderr.splitlines() if line.startswith("bertctl: error: "))
     assert len(said) == len(lines), done.stderr[-3000:]
     assert all(line in each for line, each in zip(lines, said, strict=True)), said
@@ -247,6 +248,17 @@ def test_fill_without_a_model_points_to_the_quick_start(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["fill", "my dog is [MASK]."])
     assert result.exit_code == 2
     assert "run `bertctl pretrain` first" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_every_line_on_stderr_starts_with_bertctl_a_warning_too(tmp_path):
+    """Errors were `bertctl: error: ...` and fine-tuning's status lines `bertctl: ...`, but warnings `warning: ...`
+    (and pretrain's lines `pretrain: ...`, `--resume: ...`, `quick start: ...`): one form now."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"Word{i}" for i in range(20))]) + "\n")
+    result = CliRunner().invoke(app, ["tokenizer", "encode", "--tokenizer", str(vocab), "--lowercase", "word"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"bertctl: warning: {vocab} has 20 tokens with capitals"), result.stderr
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_encode_prints_many_lines_a_chunk_at_a_time_in_order(tmp_path, monkeypatch):

@@ -631,3 +631,36 @@ def test_a_recorded_local_folder_is_not_read_back_as_a_hub_id(tmp_path, monkeypa
     with pytest.raises(UsageError, match=r"does not exist$"):
         build_config(cls, record)
     assert config_to_dict(cls(**{field: "bert-base-uncased"}, **others))[field] == "bert-base-uncased"  # a hub id
+
+
+@pytest.mark.parametrize(("cls", "given", "taken"), [
+    (PretrainConfig, {"precision": "BF16", "device": "CPU", "schedule": "Cosine", "optimizer": "LAMB",
+                      "model_config": "Tiny"},
+     {"precision": "bf16", "device": "cpu", "schedule": "cosine", "optimizer": "lamb", "model_config": "tiny"}),
+    (FinetuneConfig, {"precision": "FP32", "device": "CUDA:1", "schedule": "Constant", "problem": "Regression"},
+     {"precision": "fp32", "device": "cuda:1", "schedule": "constant", "problem": "regression"}),
+    (CorpusConfig, {"objective": "MLM+SOP", "masking": "Static"}, {"objective": "mlm+sop", "masking": "static"}),
+])
+def test_names_from_a_fixed_set_are_taken_in_any_case_and_kept_in_lower_case(cls, given, taken):
+    """`--precision BF16` and `--device CUDA` were refused while GLUE task names are taken in any case; the config
+    (and so run.json) holds the one spelling."""
+    cfg = cls(**given)
+    assert {name: getattr(cfg, name) for name in taken} == taken
+    assert {name: config_to_dict(cfg)[name] for name in taken} == taken
+
+
+def test_a_preset_is_named_in_any_case_and_a_path_is_not_lowered(tmp_path):
+    assert model_config("Tiny") == preset("tiny") == preset("TINY")
+    (tmp_path / "Mine").mkdir()
+    (tmp_path / "Mine" / "config.json").write_text(json.dumps(preset("mini").to_dict()))
+    assert PretrainConfig(model_config=str(tmp_path / "Mine")).model_config == str(tmp_path / "Mine")
+
+
+def test_precision_and_device_of_the_scoring_functions_are_taken_in_any_case():
+    import torch
+
+    from bertctl.training import pick_device, resolve_precision
+
+    assert pick_device("CPU") == torch.device("cpu")
+    assert resolve_precision("FP32", torch.device("cpu")) == "fp32"
+    assert resolve_precision("Auto", torch.device("cpu")) == "fp32"

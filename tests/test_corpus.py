@@ -370,9 +370,9 @@ def test_resume_reuses_finished_shards(data, monkeypatch) -> None:
 
 
 def test_resume_takes_the_same_files_named_another_way_and_says_when_it_starts_over(data, monkeypatch, caplog,
-                                                                                     tmp_path) -> None:
+                                                                                     tmp_path, capsys) -> None:
     """`../x.txt` and `/abs/x.txt` are one input: the build key held the paths as typed, so a rerun so spelt
-    threw the finished shards away without a word."""
+    threw the finished shards away without a word. The resume says so on stderr (it was said on stdout)."""
     from bertctl.data import instances
 
     real_build, calls = _interrupt_after(monkeypatch, 2)
@@ -386,6 +386,8 @@ def test_resume_takes_the_same_files_named_another_way_and_says_when_it_starts_o
     build_corpus(CorpusConfig(inputs=(relative,), tokenizer=Path(os.path.relpath(data["tok"], tmp_path)),
                               out=data["root"] / "respelt", max_seq_length=64, workers=1, shard_size_mb=0.02))
     assert calls and min(calls) == 2 and "starting over" not in caplog.text
+    said = capsys.readouterr()
+    assert "resuming" not in said.out and "bertctl: resuming: 2 finished shard(s) in " in said.err
     cased = data["root"] / "tok-cased"  # the same vocab.txt, other settings: another build, not a resume
     BertTokenizer.from_vocab(VOCAB, lowercase=False).save(cased)
     _interrupt_after(monkeypatch, 1)
@@ -554,6 +556,19 @@ def test_inspect_refuses_a_corpus_tokenizer_copy_that_is_not_the_one_it_was_buil
     assert result.stderr.startswith(f"bertctl: error: {out / 'tokenizer'} is not the tokenizer corpus {out} was "
                                     "built with (sha256 ")
     assert CliRunner().invoke(app, ["corpus", "inspect", str(out), "--num", "0"]).exit_code == 0
+
+
+def test_corpus_tokenizer_reads_the_manifest_when_not_given_one(data) -> None:
+    """docs/corpus.md's `corpus_tokenizer("corpus128")` raised a TypeError once the manifest became an argument."""
+    from bertctl.corpus import corpus_tokenizer, load_corpus
+
+    out = data["root"] / "tokenizer-by-path"
+    build(data, out.name, source="small")
+    tokenizer = corpus_tokenizer(out)
+    assert tokenizer.sha256() == corpus_tokenizer(out, load_corpus(out)[1]).sha256()
+    (out / "manifest.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(UsageError, match="is not a bertctl corpus"):
+        corpus_tokenizer(out)
 
 
 @pytest.mark.parametrize("damage", ["truncated shard", "empty shard", "missing shard", "missing split"])

@@ -151,8 +151,8 @@ def test_the_train_split_and_all_its_rows(corpora, tmp_path):
 
     corpus = corpora["no_validation"]
     folder = _model_folder(tmp_path / "model", corpus / "tokenizer")
-    code, out, err = _cli("--model", str(folder), "--corpus", str(corpus), "--split", "train", "--samples", "0",
-                          "--device", "cpu")
+    code, out, err = _cli("--model", str(folder), "--corpus", str(corpus), "--split", "Train", "--samples", "0",
+                          "--device", "CPU", "--precision", "FP32")  # names of a fixed set, in any case
     assert code == 0, err
     lines = dict(line.split(": ") for line in out.splitlines())
     assert list(lines) == ["train mlm_loss", "train mlm_accuracy", "train nsp_accuracy", "train sequences",

@@ -101,7 +101,8 @@ def test_sst2_learns_the_rule_and_writes_a_complete_run_folder(sst2_run):
 def test_evaluate_reproduces_eval_results_exactly(sst2_run, glue):
     results = json.loads((sst2_run / "eval_results.json").read_text())
     assert evaluate_glue("sst2", sst2_run, glue) == {"dev": results["dev"]}
-    shown = _cli("evaluate", "glue", "SST-2", "--model", sst2_run, "--data", glue, "--json")
+    shown = _cli("evaluate", "glue", "SST-2", "--model", sst2_run, "--data", glue, "--json", "--split", "Dev",
+                 "--device", "CPU", "--precision", "FP32")  # names of a fixed set, in any case
     assert shown.exit_code == 0 and len(shown.stdout.strip().splitlines()) == 1
     assert json.loads(shown.stdout) == {"task": "sst2", "dev": results["dev"]}
 

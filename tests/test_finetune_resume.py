@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from glue_fixtures import write_glue_data
-from processes import ranks_said, run_group
+from processes import ranks_said, run_group, torchrun_env
 from test_finetune import _encoder
 from typer.testing import CliRunner
 
@@ -69,11 +69,10 @@ def test_every_rank_runs_as_many_micro_batches_and_every_row_once():
         assert np.concatenate([c for chunks in split for c in chunks]).tolist() == rows.tolist()  # contiguous
 
 
-def _torchrun(args: list[str], processes: int, port: int) -> subprocess.CompletedProcess:
+def _torchrun(args: list[str], processes: int, port: int, tmp_path: Path) -> subprocess.CompletedProcess:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                 "--master_port", str(port + os.getpid() % 1000), "-m", "bertctl"]
-    return subprocess.run([*launcher, *args], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run([*launcher, *args], capture_output=True, text=True, env=torchrun_env(tmp_path))
 
 
 def _flags(settings: dict) -> list[str]:
@@ -86,7 +85,7 @@ def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, glue,
                                  seeds=(6,), log_every=1, device="cpu", **settings))
     two = _torchrun(["finetune", "glue", "mrpc", "--model", str(encoder), "--data", str(glue), "--dropout", "0",
                      "--seeds", "6", "--log-every", "1", "--device", "cpu", *_flags(settings),
-                     "--out", str(tmp_path / "two")], 2, 29700)
+                     "--out", str(tmp_path / "two")], 2, 29700, tmp_path)
     assert two.returncode == 0, ranks_said(two.stderr)
     assert two.stderr.count("fine-tuning") == 1 and two.stdout.count("saved") == 1  # rank 0 alone speaks
     a, b = _losses(tmp_path / "one" / "metrics.jsonl"), _losses(tmp_path / "two" / "metrics.jsonl")
@@ -96,7 +95,7 @@ def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, glue,
     results = [json.loads((tmp_path / run / "eval_results.json").read_text()) for run in ("one", "two")]
     assert results[0] == results[1]
     assert json.loads((tmp_path / "two" / "run.json").read_text())["world_size"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "tmp", "two"]  # no work folder; tmp: torchrun's TMPDIR
 
 
 def _stop_at(monkeypatch, seed: int, step: int) -> list[tuple[int, int]]:
@@ -247,7 +246,7 @@ def test_ranks_finding_another_unfinished_run_in_their_out_are_refused(encoder, 
                       str(29600 + os.getpid() % 1000), str(tmp_path / "node.py"), "finetune", "glue", "rte",
                       "--model", str(encoder), "--data", str(glue), "--out", "run", "--seeds", "1", "--log-every",
                       "4", "--device", "cpu", "--resume", *_flags(SETTINGS)],
-                     timeout=120, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                     timeout=120, cwd=tmp_path, env=torchrun_env(tmp_path))
     assert done.returncode != 0
     assert "--out run: rank 1 finds another unfinished run in .run.work than rank 0" in done.stderr, \
         done.stderr[-2000:]
@@ -286,6 +285,6 @@ def test_under_torchrun_a_warning_about_the_data_is_given_once(encoder, tmp_path
     train.write_text("".join(lines))
     two = _torchrun(["finetune", "glue", "sst2", "--model", str(encoder), "--data", str(data), "--epochs", "1",
                      "--batch-size", "50", "--max-seq-length", "16", "--device", "cpu",
-                     "--out", str(tmp_path / "run")], 2, 29800)
+                     "--out", str(tmp_path / "run")], 2, 29800, tmp_path)
     assert two.returncode == 0, ranks_said(two.stderr)
     assert two.stderr.count("do not have 2 fields") == 1, two.stderr[-2000:]

@@ -292,7 +292,8 @@ def test_evaluate_reproduces_eval_results_and_predict_writes_conll(ner_run, ner_
     assert shown.exit_code == 0 and json.loads(shown.stdout)["f1"] == results["validation"]["f1"]
     text = CliRunner().invoke(app, ["evaluate", "ner", "--model", str(ner_run), "--data", str(ner_files["valid"])])
     assert "ner f1:" in text.stdout and "ner PER: precision" in text.stdout
-    out = predict_ner(ner_run, ner_files["valid"], tmp_path / "pred.txt")
+    out = predict_ner(ner_run, ner_files["valid"], tmp_path / "pred")
+    assert out == tmp_path / "pred.txt" and not (tmp_path / "pred").exists()  # no extension: its format's, .txt
     sentences = out.read_text().split("\n\n")
     assert len(sentences) == 24 and sentences[0].splitlines()[0].split(" ")[:2] == [gold.words[0][0],
                                                                                      gold.tags[0][0]]
@@ -462,7 +463,7 @@ def test_two_gloo_processes_give_the_losses_and_validation_scores_of_one(encoder
             str(ner_files["valid"]), "--device", "cpu", *flags]
     one = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one")])
     assert one.exit_code == 0, one.output
-    two = _torchrun([*args, "--out", str(tmp_path / "two")], 2, 29780)
+    two = _torchrun([*args, "--out", str(tmp_path / "two")], 2, 29780, tmp_path)
     assert two.returncode == 0, ranks_said(two.stderr)
     a, b = _losses(tmp_path / "one" / "metrics.jsonl"), _losses(tmp_path / "two" / "metrics.jsonl")
     assert sorted(a) == sorted(b) and len(a) > 10 and max(abs(a[s] - b[s]) for s in a) < 1e-4

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from processes import dead_pid, gone, ranks_said, run_group
+from processes import dead_pid, gone, ranks_said, run_group, torchrun_env
 from typer.testing import CliRunner
 
 from bertctl.cli import app
@@ -235,12 +235,33 @@ def test_second_run_without_resume_is_refused(corpus, tmp_path):
 
 
 def test_notices_go_to_stderr_and_the_result_to_stdout(corpus, tmp_path):
-    """`--resume: no complete checkpoint ...` (a warning) was printed on stdout, beside the command's result."""
-    result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
-                                      "--model-config", "tiny", "--steps", "1", "--resume", "--device", "cpu"])
+    """`--resume: no complete checkpoint ...` (a warning) was printed on stdout, beside the command's result. A
+    name from a fixed set is taken in any case (`--precision FP32`, `--model-config Tiny`), and run.json records
+    it in lower case."""
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(run), "--model-config", "Tiny",
+                                      "--steps", "1", "--resume", "--device", "CPU", "--precision", "FP32",
+                                      "--schedule", "Constant", "--optimizer", "AdamW"])
     assert result.exit_code == 0, result.output
-    assert "--resume: no complete checkpoint" in result.stderr
-    assert result.stdout.startswith(f"saved {tmp_path / 'run' / 'final'} (step 1); try: bertctl fill")
+    assert f"bertctl: --resume: no complete checkpoint in {run} yet; starting from step 0\n" in result.stderr
+    assert result.stdout == (f"saved {run / 'final'} (step 1)\n"
+                             f"try: bertctl fill --model {run / 'final'} \"the [MASK] was very happy.\"\n")
+    recorded = json.loads((run / "run.json").read_text())["config"]
+    assert [recorded[k] for k in ("model_config", "device", "precision", "schedule", "optimizer")] == [
+        "tiny", "cpu", "fp32", "constant", "adamw"]
+
+
+def test_the_library_function_leaves_the_commands_hint_to_the_command(corpus, tmp_path, capsys):
+    """`pretrain()` from Python printed `try: bertctl fill ...`, a hint for the command's user; like the fine-tuning
+    functions it says its result line on stdout and its status lines on stderr, each `bertctl: ...`."""
+    from bertctl.pretrain import pretrain
+
+    run = tmp_path / "run"
+    assert pretrain(small_run(corpus, run, steps=1, resume=True)) == run / "final"
+    said = capsys.readouterr()
+    assert said.out == f"saved {run / 'final'} (step 1)\n"  # the progress bar, and nothing else, beside it on stderr
+    assert f"bertctl: --resume: no complete checkpoint in {run} yet; starting from step 0\n" in said.err
+    assert "try:" not in said.err
 
 
 @pytest.mark.parametrize(("change", "said"), [
@@ -746,18 +767,18 @@ def test_a_second_sigterm_to_the_group_stops_at_once_and_leaves_no_worker(corpus
 
 
 def _run_processes(corpus: Path, out: Path, processes: int, *flags: str, port: int = 29500) -> str:
-    """`python -m bertctl pretrain ...` in 1 process, or under torchrun (gloo) in several; returns stdout."""
-    return _launch(_cli(corpus, out, *flags), processes, port)
+    """`python -m bertctl pretrain ...` in 1 process, or under torchrun (gloo) in several; returns stdout. OUT is in
+    the test's tmp_path, which takes torchrun's temporary files too."""
+    return _launch(_cli(corpus, out, *flags), processes, out.parent, port)
 
 
-def _launch(args: list[str], processes: int, port: int = 29500) -> str:
+def _launch(args: list[str], processes: int, tmp_path: Path, port: int = 29500) -> str:
     """`python -m bertctl ARGS` in 1 process, or under torchrun (gloo) in several; returns stdout and stderr."""
     launcher = [sys.executable, "-m", "bertctl"]
     if processes > 1:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                     "--master_port", str(port + os.getpid() % 1000), "-m", "bertctl"]
-    done = subprocess.run([*launcher, *args], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run([*launcher, *args], capture_output=True, text=True, env=torchrun_env(tmp_path))
     assert done.returncode == 0, ranks_said(done.stderr)
     return done.stdout + done.stderr
 
@@ -951,8 +972,7 @@ def test_ranks_reading_different_corpora_are_refused(corpus, tmp_path):
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                            str(29700 + os.getpid() % 1000), str(tmp_path / "node.py"),
                            *_cli(Path("corpus"), tmp_path / "run", "--steps", "2", "--batch-size", "8")],
-                          capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          timeout=120)
+                          capture_output=True, text=True, cwd=tmp_path, env=torchrun_env(tmp_path), timeout=120)
     assert done.returncode != 0
     assert "--corpus corpus: rank 1 reads other instances than rank 0" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "run" / "final").exists()
@@ -978,7 +998,7 @@ def test_ranks_finding_other_checkpoints_in_their_out_are_refused(corpus, tmp_pa
     done = run_group([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                       str(29900 + os.getpid() % 1000), str(tmp_path / "node.py"),
                       *_cli(Path("corpus"), Path("run"), "--steps", "4", "--batch-size", "8", "--resume")],
-                     timeout=120, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                     timeout=120, cwd=tmp_path, env=torchrun_env(tmp_path))
     assert done.returncode != 0
     assert "--out run: rank 1 finds other checkpoints there than rank 0" in done.stderr, done.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "node0" / "run").iterdir()) == ["metrics.jsonl", "run.json",
@@ -1002,7 +1022,7 @@ def test_two_gloo_processes_give_the_losses_of_one_accumulating_from_a_model_wit
     for processes in (1, 2):
         out = tmp_path / f"p{processes}"
         args = [a for a in _cli(tmp_path / "mlm", out, *flags) if a not in ("--model-config", "tiny")]
-        _launch(args, processes)
+        _launch(args, processes, tmp_path)
         runs[processes] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     one, two = runs[1], runs[2]
     assert [sorted(row) for row in one] == [sorted(row) for row in two] and "nsp_loss" not in one[0]
@@ -1023,7 +1043,7 @@ def test_init_from_says_which_heads_start_fresh_an_untied_decoder_too(corpus, tm
                                       "1", "--batch-size", "4", "--init-from", str(masked), "--num-workers", "0",
                                       "--device", "cpu", "--seed", "7"])
     assert result.exit_code == 0, result.output
-    assert f"pretrain: {masked} has no nsp or pooler; they start fresh (--seed 7)" in result.stderr
+    assert f"bertctl: pretrain: {masked} has no nsp or pooler; they start fresh (--seed 7)" in result.stderr
     config = json.loads((masked / "config.json").read_text())
     (masked / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
     untied = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "untied"),

@@ -864,7 +864,7 @@ def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, squad
             "--validation", str(squad_files["dev"]), "--device", "cpu", *flags]
     one = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one")])
     assert one.exit_code == 0, one.output
-    two = _torchrun([*args, "--out", str(tmp_path / "two")], 2, 29760)
+    two = _torchrun([*args, "--out", str(tmp_path / "two")], 2, 29760, tmp_path)
     assert two.returncode == 0, ranks_said(two.stderr)
     a, b = _losses(tmp_path / "one" / "metrics.jsonl"), _losses(tmp_path / "two" / "metrics.jsonl")
     assert sorted(a) == sorted(b) and len(a) > 10 and max(abs(a[s] - b[s]) for s in a) < 1e-4

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from processes import gone
+from processes import gone, ranks_said, run_group, torchrun_env
 from torch import nn
 
 from bertctl import optim, run_metrics, stop_signals, training, training_state
@@ -170,6 +170,38 @@ def test_a_process_group_the_caller_opened_stays_open(tmp_path, monkeypatch):
         assert dist.is_initialized() and env.owned == ()
     finally:
         dist.destroy_process_group()
+
+
+# a rank's run as pretrain and finetune make it, then the gloo threads left in the process once it is over
+_CLOSED = """
+import gc, os, sys
+from pathlib import Path
+from torch import nn
+from bertctl import optim, training
+env = training.setup_distributed("cpu")
+model = training.wrap_ddp(nn.Linear(4, 2), env)
+optim.make_optimizer("adamw", model, 1e-3, 0.0, (0.9, 0.999), 1e-8)  # torch.optim imports torch._dynamo here
+training.barrier(env)
+training.cleanup_distributed(env)
+del model, env  # the last references to the group are the caller's
+gc.collect()
+threads = [Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in os.listdir("/proc/self/task")]
+Path(sys.argv[1], os.environ["RANK"]).write_text(" ".join(sorted(t for t in threads if "gloo" in t)))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads the threads from /proc")
+def test_a_closed_process_group_leaves_no_gloo_thread_running(tmp_path):
+    """torch.distributed.nn.functional, first imported after the group existed (by torch.optim), kept it in its
+    functions' defaults: gloo's threads and sockets outlived cleanup_distributed into interpreter shutdown."""
+    script, threads = tmp_path / "rank.py", tmp_path / "threads"
+    script.write_text(_CLOSED)
+    threads.mkdir()
+    done = run_group([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                      str(29560 + os.getpid() % 1000), str(script), str(threads)], timeout=120,
+                     env=torchrun_env(tmp_path))
+    assert done.returncode == 0, ranks_said(done.stderr)
+    assert {p.name: p.read_text() for p in threads.iterdir()} == {"0": "", "1": ""}
 
 
 def test_accumulated_micro_batches_all_reduce_the_gradients_once_per_step(tmp_path, monkeypatch):
