@@ -314,8 +314,7 @@ def fill(
                                                       "vocabulary entry or a word); repeat for more.")] = None,
 ) -> None:
     """Predict the tokens behind [MASK]: every mask gets its own top-k from one forward pass."""
-    from bertctl.fill import fill as run_fill
-    from bertctl.fill import print_fill_results, read_texts
+    from bertctl.fill import iter_fill, print_fill_results, read_texts
 
     all_texts = list(texts or [])
     if file is not None:
@@ -328,8 +327,8 @@ def fill(
     if Path(model) == QUICKSTART_MODEL and not QUICKSTART_MODEL.exists():
         raise UsageError(f"fill: no --model given, and the quick start's {model} is not there yet; run "
                          "`bertctl pretrain` first, or pass --model FOLDER (or a hub id such as bert-base-uncased)")
-    results = run_fill(all_texts, model, top_k=top_k, batch_size=batch_size, truncate=truncate, device=device,
-                       targets=targets or None)
+    results = iter_fill(all_texts, model, top_k=top_k, batch_size=batch_size, truncate=truncate, device=device,
+                        targets=targets or None)  # printed window by window: the results are never all held
     print_fill_results(results, as_json=as_json)
 
 

@@ -21,6 +21,7 @@ from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 from bertctl.training import pick_device, to_device
 
 log = logging.getLogger(__name__)
+SORT_WINDOW = 8192  # texts sorted by length together; each window's results go out before the next one runs
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,22 @@ def fill(
 ) -> list[FillResult]:
     """Predict every [MASK] of every text; the MLM head runs only at the masked positions. With `targets`, only
     those tokens are ranked (as transformers' fill-mask `targets`): scores stay probabilities over every row."""
+    return list(iter_fill(texts, model, top_k, batch_size, truncate, device, targets))
+
+
+@torch.inference_mode()
+def iter_fill(
+    texts: list[str],
+    model: Path | str,
+    top_k: int = 5,
+    batch_size: int = 32,
+    truncate: bool = False,
+    device: str | None = None,
+    targets: Sequence[str] | None = None,
+) -> Iterator[FillResult]:
+    """`fill`'s results one by one, in the texts' order. Every text is checked (encoded) before the first result;
+    then each window of SORT_WINDOW texts is run (longest first) and its results given out, so they are never
+    all held at once."""
     top_k = take_int("--top-k", top_k, minimum=1)
     batch_size = take_int("--batch-size", batch_size, minimum=1)
     if isinstance(texts, str) or not isinstance(texts, Iterable):
@@ -105,8 +122,18 @@ def fill(
         top_k = min(top_k, len(candidates))
     rows = _encode(texts, tokenizer, mlm.config.max_position_embeddings, truncate)
     lengths = np.fromiter((len(ids) for ids, _, _ in rows), dtype=np.int64, count=len(rows))
-    results: list[FillResult | None] = [None] * len(rows)
-    for batch_rows in _batches(lengths, batch_size):
+    for lo in range(0, len(rows), SORT_WINDOW):
+        yield from _fill_window(mlm, tokenizer, texts, rows, lengths, lo, batch_size, top_k, candidates, run_on)
+
+
+def _fill_window(mlm: torch.nn.Module, tokenizer: BertTokenizer, texts: list[str],
+                 rows: list[tuple[np.ndarray, int, int]], lengths: np.ndarray, lo: int, batch_size: int, top_k: int,
+                 candidates: torch.Tensor | None, run_on: torch.device) -> list[FillResult]:
+    """The results of texts lo .. lo + SORT_WINDOW, in their order."""
+    hi = min(lo + SORT_WINDOW, len(rows))
+    results: list[FillResult | None] = [None] * (hi - lo)
+    for window_rows in _batches(lengths[lo:hi], batch_size):
+        batch_rows = window_rows + lo
         chunk = [rows[r][0] for r in batch_rows]
         batch = to_device({k: torch.from_numpy(v) for k, v in pad_batch(chunk, None, tokenizer.pad_id).items()},
                           run_on)
@@ -125,7 +152,8 @@ def fill(
             per_mask = [[Prediction(_token(tokenizer, t), t, s) for t, s in zip(best[j], scores[j], strict=True)]
                         for j in range(cursor, cursor + count)]
             cursor += count
-            results[r] = FillResult(texts[r], per_mask + [[] for _ in range(cut)], _filled(ids, per_mask, tokenizer))
+            results[r - lo] = FillResult(texts[r], per_mask + [[] for _ in range(cut)],
+                                         _filled(ids, per_mask, tokenizer))
     return results  # type: ignore[return-value]  # every row is filled
 
 
@@ -204,7 +232,7 @@ def _file_text(path: Path) -> str:
                          "convert the file to UTF-8 first") from None
 
 
-def print_fill_results(results: list[FillResult], as_json: bool = False) -> None:
+def print_fill_results(results: Iterable[FillResult], as_json: bool = False) -> None:
     """JSON lines (a NaN score, from a model whose weights are NaN, as null), or a rich table per text with the
     best fill above it."""
     if as_json:

@@ -320,3 +320,22 @@ def test_fill_cli_target_flag(mlm_folder):
     predictions = json.loads(result.stdout)["predictions"][0]
     assert sorted(p["token"] for p in predictions) == ["cat", "dog"]
     assert predictions[0]["score"] >= predictions[1]["score"]
+
+
+def test_fill_answers_window_by_window_so_memory_does_not_grow_with_the_file(mlm_folder, monkeypatch):
+    """A large --file streams: texts are sorted by length within windows of SORT_WINDOW rows and each window's
+    results come out before the next window runs, so results are never all held (200,000 lines held 2 KB each)."""
+    import bertctl.fill as fill_module
+
+    texts = [f"the [MASK] number {'very ' * (i % 5)}{i}" for i in range(10)]
+    batches = []
+    original = fill_module.pad_batch
+    monkeypatch.setattr(fill_module, "pad_batch", lambda ids, *args: batches.append(len(ids)) or original(ids, *args))
+    monkeypatch.setattr(fill_module, "SORT_WINDOW", 4)
+    stream = fill_module.iter_fill(texts, mlm_folder, top_k=2, batch_size=2)
+    first = next(stream)
+    assert first.text == texts[0] and batches == [2, 2]  # only the first window of 4 texts has run
+    rest = list(stream)
+    assert [r.text for r in [first, *rest]] == texts and batches == [2, 2, 2, 2, 2]
+    alone = fill(texts, mlm_folder, top_k=2, batch_size=2)
+    assert [r.filled for r in [first, *rest]] == [r.filled for r in alone]
