@@ -51,7 +51,9 @@ def read_weights(folder: Path) -> tuple[dict[str, Tensor], Path, bool]:
 
 def _shard_names(index: Path) -> list[str]:
     """The shard files an index names; a damaged index (a number or null for a file name, a list for the map) is
-    one line naming it, not a TypeError from sorting what it holds."""
+    one line naming it, not a TypeError from sorting what it holds. A shard is a file beside the index, as
+    save_pretrained writes it: a name with a folder in it (`../other.safetensors`, an absolute path) would read
+    weights from outside the model folder, so it is refused."""
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -59,6 +61,10 @@ def _shard_names(index: Path) -> list[str]:
     if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
         raise BertctlError(f"cannot read the shard index {index}: weight_map must map each parameter to the name of "
                            "its shard file (is the file complete? re-download or re-save it)")
+    outside = next((name for name in weight_map.values() if name in ("", ".", "..") or Path(name).name != name), None)
+    if outside is not None:
+        raise BertctlError(f"cannot read the shard index {index}: weight_map names {outside!r}, not a file in its "
+                           "folder (shards are files beside the index; re-download or re-save it)")
     return sorted(set(weight_map.values()))
 
 

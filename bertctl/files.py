@@ -365,17 +365,20 @@ def temp_folder_beside(target: Path | str, tag: str = "tmp") -> Path:
         raise WriteFailed(target, exc) from None
 
 
-def replace_folder(tmp: Path | str, target: Path | str) -> None:
+def replace_folder(tmp: Path | str, target: Path | str, retire: Path | None = None) -> None:
     """Rename the finished tmp folder onto target; an existing target is moved aside first, removed after.
 
     Everything inside gets the usual permissions first: mkdtemp makes 0700 folders, and some writers
     (safetensors, mkstemp) make 0600 files. The two renames are one step: SIGINT/SIGTERM wait until both are
-    done, and when the second fails the old target is put back, so target is never missing.
+    done, and when the second fails the old target is put back, so target is never missing. `retire`: a folder
+    of no more use once target is in place (the work folder it was built from), moved aside in that same step and
+    removed after as the old target is: a kill leaves it under a name of a dead writer of target, which the next
+    writer of target removes, never under its own name beside a complete target.
     """
     tmp, target = Path(tmp), Path(target)
     remove_stale_temps(target)
     mask = _umask()
-    old = None
+    old = retired = None
     try:
         for folder, _, names in os.walk(tmp):
             os.chmod(folder, 0o777 & ~mask)
@@ -383,8 +386,7 @@ def replace_folder(tmp: Path | str, target: Path | str) -> None:
                 os.chmod(os.path.join(folder, name), 0o666 & ~mask)
         with _signals_held():  # a signal held here is raised as the block ends, and the old one still goes
             if target.exists() or target.is_symlink():
-                # a name no other save uses: a leftover of one killed while removing it must not block this one
-                old = target.with_name(f"{_temp_prefix(target, 'old')}{secrets.token_hex(4)}")
+                old = _aside(target)
             try:
                 if old is not None:
                     os.replace(target, old)
@@ -394,14 +396,26 @@ def replace_folder(tmp: Path | str, target: Path | str) -> None:
                     os.replace(old, target)
                     old = None
                 raise
+            if retire is not None:
+                retired = _aside(target)
+                try:
+                    os.replace(retire, retired)
+                except OSError:  # target is in place all the same: not a failed write; removed where it is
+                    retired = retire
     except OSError as exc:
         raise WriteFailed(target, exc) from None
     finally:
-        if old is not None:
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
+        for aside in (old, retired):
+            if aside is not None and aside.is_dir() and not aside.is_symlink():
+                shutil.rmtree(aside, ignore_errors=True)
+            elif aside is not None:
+                aside.unlink(missing_ok=True)
+
+
+def _aside(target: Path) -> Path:
+    """A hidden name beside target that no other save uses and that names this process: a leftover of one killed
+    while removing what it moved there must not block this one, and is the next writer's to remove."""
+    return target.with_name(f"{_temp_prefix(target, 'old')}{secrets.token_hex(4)}")
 
 
 @contextmanager
@@ -425,9 +439,10 @@ def _signals_held() -> Iterator[None]:
 
 
 @contextmanager
-def building_folder(target: Path | str, tag: str = "tmp") -> Iterator[Path]:
+def building_folder(target: Path | str, tag: str = "tmp", retire: Path | None = None) -> Iterator[Path]:
     """A temp folder beside `target` to fill; it becomes `target` when the block ends, and is removed if the
-    block raises, so `target` is only ever absent, the old folder, or the complete new one."""
+    block raises, so `target` is only ever absent, the old folder, or the complete new one. `retire`: as for
+    replace_folder."""
     tmp = temp_folder_beside(target, tag)
     try:
         try:
@@ -437,7 +452,7 @@ def building_folder(target: Path | str, tag: str = "tmp") -> Iterator[Path]:
             if failed is None or not _written_in(failed, tmp):
                 raise
             raise WriteFailed(target, failed) from None
-        replace_folder(tmp, target)
+        replace_folder(tmp, target, retire)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -99,10 +99,10 @@ def discard_unless_resumable(work: Path) -> None:
 
 
 def publish(work: Path, out: Path, fill: Callable[[Path], None]) -> None:
-    """Assemble OUT in a temporary folder beside it, rename it into place, then drop the work folder."""
-    with building_folder(out) as staging:
+    """Assemble OUT in a temporary folder beside it, rename it into place, and the work folder aside in the same
+    step, then remove it: a kill never leaves it beside the complete OUT as an unfinished run (building_folder)."""
+    with building_folder(out, retire=work) as staging:
         fill(staging)
-    shutil.rmtree(work, ignore_errors=True)
 
 
 def collect(summary: dict[str, Any], work: Path, dest: Path) -> None:
@@ -147,12 +147,14 @@ def finished_results(seed_work: Path) -> dict[str, Any] | None:
 def open_seed(seed_work: Path, checkpoint: Path | None, step: int, record: dict[str, Any]) -> float:
     """A seed without a checkpoint starts over in an empty folder; a resumed one drops the metrics rows
     logged after its checkpoint (they are logged again). Either way run.json records this process's settings
-    (world size, device, resumable flags). Returns the seconds it had already trained."""
+    (world size, device, resumable flags), once a damaged metrics.jsonl has been refused with the folder as it was.
+    Returns the seconds it had already trained."""
+    kept = None if checkpoint is None else run_metrics.kept_metrics(seed_work, step)
     if checkpoint is None:
         shutil.rmtree(seed_work, ignore_errors=True)
         seed_work.mkdir(parents=True)
     write_json_atomic(seed_work / "run.json", record)
-    return 0.0 if checkpoint is None else run_metrics.trim_metrics(seed_work, step)
+    return run_metrics.trim_metrics(seed_work, kept)
 
 
 def refuse_other_examples(seed_work: Path, features_sha256: str, data: str, task: str) -> None:

@@ -187,13 +187,15 @@ def _corpus(cfg: PretrainConfig, run: Path, started: dict[str, Any], env: traini
 
 def _start_run_folder(cfg: PretrainConfig, run: Path, record: dict[str, Any], resume_from: Path | None) -> float:
     """RUN with run.json written and what an interrupted run left cleared; returns the seconds metrics.jsonl says
-    the run had trained, so `elapsed` goes on from there."""
+    the run had trained, so `elapsed` goes on from there. metrics.jsonl is read first: a damaged one is refused
+    with RUN as it was."""
+    step = record["from_step"]
+    extended = resume_from is not None and resume_from.name == "final" and step % cfg.log_every != 0
+    kept = run_metrics.kept_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
     make_folder(run)
     training_state.remove_interrupted_saves(run)
     write_json_atomic(run / "run.json", record)
-    step = record["from_step"]
-    extended = resume_from is not None and resume_from.name == "final" and step % cfg.log_every != 0
-    return run_metrics.trim_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
+    return run_metrics.trim_metrics(run, kept)
 
 
 def _train(r: _Run) -> Path:

@@ -60,14 +60,15 @@ class MetricsLog:
             self._board.close()
 
 
-def trim_metrics(run: Path, step: int, drop_closing_row: bool = False) -> float:
-    """On resume, drop metrics.jsonl rows logged after the checkpoint we continue from (they are logged
-    again), so the file holds each step once. `drop_closing_row`: a finished run extended to more steps drops
-    its closing training row too (off the --log-every grid), which the longer run writes where an uninterrupted
-    run does. Returns the last `elapsed` up to the checkpoint, where the clock goes on."""
+def kept_metrics(run: Path, step: int, drop_closing_row: bool = False) -> tuple[str, float] | None:
+    """What a resume from `step` keeps of metrics.jsonl (None: there is none): the rows logged up to the checkpoint
+    (those after it are logged again, so the file holds each step once), and the last `elapsed` among them, where
+    the clock goes on. `drop_closing_row`: a finished run extended to more steps drops its closing training row
+    too (off the --log-every grid), which the longer run writes where an uninterrupted run does. It only reads, so
+    a damaged file is refused before the resume has written anything: run.json is rewritten after it."""
     path = run / "metrics.jsonl"
-    if not path.is_file():
-        return 0.0
+    if not path.exists():
+        return None
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:  # a flipped bit: say which file, as a damaged run.json does
@@ -76,7 +77,15 @@ def trim_metrics(run: Path, step: int, drop_closing_row: bool = False) -> float:
     elapsed = max((row["elapsed"] for _, row in rows if "elapsed" in row), default=0.0)
     if drop_closing_row:
         rows = [(line, row) for line, row in rows if row["step"] < step or "loss" not in row]
-    write_text_atomic(path, "".join(f"{line}\n" for line, _ in rows))
+    return "".join(f"{line}\n" for line, _ in rows), elapsed
+
+
+def trim_metrics(run: Path, kept: tuple[str, float] | None) -> float:
+    """Write what kept_metrics kept of metrics.jsonl; returns the seconds the run had trained."""
+    if kept is None:
+        return 0.0
+    text, elapsed = kept
+    write_text_atomic(run / "metrics.jsonl", text)
     return elapsed
 
 

@@ -170,14 +170,23 @@ def step_folder(run: Path, step: int) -> Path:
 
 def complete_checkpoints(run: Path) -> list[Path]:
     """Finished step folders, oldest first (temp folders of an interrupted save never match)."""
-    found = [p for p in run.glob("step-*") if p.is_dir() and (p / TRAINER_STATE).is_file()]
+    found = [p for p in run.glob("step-*") if p.is_dir() and _has_trainer_state(p)]
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def _has_trainer_state(folder: Path) -> bool:
+    """Whether `folder` is a complete checkpoint. Something else by its trainer state's name (a folder) is refused
+    as a damaged trainer_state.json is: skipped, a resume went on from an older checkpoint, or from step 0."""
+    state = folder / TRAINER_STATE
+    if state.exists() and not state.is_file():
+        raise BertctlError(f"{state} is damaged (not a file); restore or delete it")
+    return state.exists()
 
 
 def latest_checkpoint(run: Path) -> Path | None:
     final = run / "final"
     candidates = complete_checkpoints(run)
-    if (final / TRAINER_STATE).is_file():
+    if final.is_dir() and _has_trainer_state(final):
         candidates.append(final)
     if not candidates:
         return None

@@ -8,6 +8,8 @@ the tied decoder stored or not, buffers, both formats side by side.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 
 import pytest
 import torch
@@ -129,6 +131,23 @@ def test_a_shard_index_whose_weight_map_is_not_names_of_files_is_one_line(weight
         data["weight_map"] = weight_map
     index.write_text(json.dumps(data))
     with pytest.raises(BertctlError, match=f"^cannot read the shard index {index}: weight_map must map"):
+        read_checkpoint(tmp_path / "hf")
+
+
+@pytest.mark.parametrize("outside", ["../other.safetensors", "ABSOLUTE", "sub/../../other.safetensors", ".."])
+def test_a_shard_index_naming_a_file_outside_its_folder_is_refused(outside, odd_config, tmp_path):
+    """A weight_map entry is a shard beside the index: `../other.safetensors` or an absolute path read weights
+    from wherever it pointed."""
+    reference_model("BertModel", odd_config).save_pretrained(tmp_path / "hf", max_shard_size="20KB")
+    shard = sorted((tmp_path / "hf").glob("model-*.safetensors"))[0]
+    shutil.copy(shard, tmp_path / "other.safetensors")
+    outside = str(tmp_path / "other.safetensors") if outside == "ABSOLUTE" else outside
+    index = tmp_path / "hf" / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"] = {name: outside if file == shard.name else file for name, file in data["weight_map"].items()}
+    index.write_text(json.dumps(data))
+    with pytest.raises(BertctlError, match=f"^cannot read the shard index {re.escape(str(index))}: weight_map names "
+                                           f"{re.escape(repr(outside))}, not a file in its folder"):
         read_checkpoint(tmp_path / "hf")
 
 

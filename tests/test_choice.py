@@ -137,6 +137,20 @@ def test_reading_swag_csv_and_jsonl(tmp_path):
     assert data.ids == ["0", "q7"] and data.num_choices == 3
 
 
+
+def test_csv_errors_name_the_line_an_editor_shows(tmp_path):
+    """The header is line 1: a cell past the csv module's field limit on line 3 was said to be on line 2 (the
+    DictReader's line count, not yet moved on to the row it failed in)."""
+    path = tmp_path / "swag.csv"
+    header, row = "sent1,sent2,ending0,ending1,label\n", "a,b,c,d,0\n"
+    path.write_text(header + row + "a,b," + "c" * 140_000 + ",d,1\n" + row, encoding="utf-8")
+    with pytest.raises(UsageError, match=f"^--train {path}:3: malformed csv: field larger than field limit"):
+        read_choice(path, "--train")
+    path.write_text(header + row + 'a,"b\nb",c,d,x\n', encoding="utf-8")
+    with pytest.raises(UsageError, match=f"^--train {path}:4: label 'x' is not the number of a choice"):
+        read_choice(path, "--train")
+
+
 # --- the model ------------------------------------------------------------------------------------------
 
 def test_logits_and_loss_equal_transformers(tmp_path):

@@ -25,6 +25,7 @@ from bertctl import files, finetune, finetune_work, optim
 from bertctl.cli import app
 from bertctl.config import FinetuneConfig
 from bertctl.data.batches import rank_micro_batches
+from bertctl.errors import BertctlError
 from bertctl.finetune import finetune_glue
 
 # 61 examples in batches of 6: ten full batches and one of a single example, which leaves the second of
@@ -191,7 +192,7 @@ def test_a_kill_while_out_is_assembled_loses_no_finished_seed(encoder, glue, tmp
     full = finetune_glue(_config(encoder, glue, tmp_path / "full", **settings))
 
     @contextmanager
-    def killed(target: Path, tag: str = "tmp") -> Iterator[Path]:  # filled, never renamed into place
+    def killed(target: Path, tag: str = "tmp", retire: Path | None = None) -> Iterator[Path]:  # filled, never renamed
         tmp = files.temp_folder_beside(target, tag)
         yield tmp
         shutil.rmtree(tmp)  # a killed writer's goes at the next run; this process lives on, so it takes its own
@@ -209,6 +210,34 @@ def test_a_kill_while_out_is_assembled_loses_no_finished_seed(encoder, glue, tmp
     for name in names:
         if (full / name).is_file() and name.name != "metrics.jsonl":
             assert (full / name).read_bytes() == (resumed / name).read_bytes(), name
+
+
+def test_a_kill_after_out_is_in_place_leaves_no_work_folder_only_what_the_next_writer_of_out_removes(
+        encoder, glue, tmp_path, monkeypatch):
+    """Killed after OUT was renamed into place, before its work folder was removed: .OUT.work stayed beside the
+    complete OUT as an unfinished run (`--resume` refused for the OUT it had published; OUT deleted, the command
+    refused until --resume or --overwrite), and only --overwrite removed it. It leaves in the rename's step, under
+    a hidden name of OUT's that names its writer, so what a kill leaves is a dead writer's the next one removes."""
+    settings, out, work = {"epochs": 1}, tmp_path / "run", tmp_path / ".run.work"
+    full = finetune_glue(_config(encoder, glue, tmp_path / "full", **settings))
+    removing = shutil.rmtree
+
+    def killed(path, *args, **kwargs) -> None:  # kill -9 as the work folder, or what it became, is removed
+        if out.exists() and (Path(path) == work or Path(path).name.startswith(f".run.old-{os.getpid()}-")):
+            raise _Killed
+        removing(path, *args, **kwargs)
+
+    with monkeypatch.context() as patched, pytest.raises(_Killed):
+        patched.setattr(shutil, "rmtree", killed)
+        finetune_glue(_config(encoder, glue, out, **settings))
+    assert (out / "model.safetensors").read_bytes() == (full / "model.safetensors").read_bytes()
+    assert not work.exists()
+    [left] = [p for p in tmp_path.iterdir() if p.name not in ("full", "run")]
+    dead = tmp_path / left.name.replace(f"-{os.getpid()}-", "-999999999-")  # its writer gone, as after a kill
+    left.rename(dead)
+    shutil.rmtree(out)  # a run of the same command writes OUT again, and with it removes what its killed writer left
+    finetune_glue(_config(encoder, glue, out, **settings))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full", "run"]
 
 
 def test_a_resume_on_edited_data_is_refused_and_run_json_records_the_data(encoder, glue, tmp_path, monkeypatch):
@@ -230,6 +259,19 @@ def test_a_resume_on_edited_data_is_refused_and_run_json_records_the_data(encode
     train.write_text(original)
     resumed = finetune_glue(_config(encoder, data, tmp_path / "run", resume=True))  # the checkpoint was kept
     assert json.loads((resumed / "run.json").read_text())["features_sha256"] == started and len(started) == 64
+
+
+def test_a_resume_refused_over_a_damaged_metrics_file_leaves_the_work_folder_as_it_was(encoder, glue, tmp_path,
+                                                                                       monkeypatch):
+    """The seed's run.json was rewritten (this resume's settings) before its metrics.jsonl was read and refused."""
+    _stop_at(monkeypatch, 1, 5)
+    assert finetune_glue(_config(encoder, glue, tmp_path / "run", epochs=1)) is None
+    work = tmp_path / ".run.work"
+    (work / "seed-1" / "metrics.jsonl").write_bytes(b'{"step": 4, "loss": 0.7}\n\xff\n')
+    before = {path: path.read_bytes() for path in work.rglob("*") if path.is_file()}
+    with pytest.raises(BertctlError, match=r"metrics.jsonl is damaged .*; restore or delete it$"):
+        finetune_glue(_config(encoder, glue, tmp_path / "run", epochs=1, resume=True, log_every=2))
+    assert {path: path.read_bytes() for path in work.rglob("*") if path.is_file()} == before
 
 
 def test_ranks_finding_another_unfinished_run_in_their_out_are_refused(encoder, glue, tmp_path, monkeypatch):

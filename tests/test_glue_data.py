@@ -288,6 +288,9 @@ def test_csv_quoting_spans_lines_and_errors_name_the_starting_line(tmp_path):
     dev.write_text("text,label\nok,pos\ntoo,many,fields\n", encoding="utf-8")
     with pytest.raises(UsageError, match=r"dev.csv:3: expected 2 comma-separated fields, found 3"):
         load_labelled_data(train, dev, ["text"], "label")
+    dev.write_text("text,label\nok,pos\n" + "x" * 140_000 + ",neg\n", encoding="utf-8")  # past the field limit
+    with pytest.raises(UsageError, match=r"dev.csv:3: malformed csv: field larger than field limit"):
+        load_labelled_data(train, dev, ["text"], "label")
 
 
 # Only an empty line is no row, as csv.DictReader, pandas and `datasets` read csv (`""`, `,` and tabs are rows

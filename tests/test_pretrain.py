@@ -225,6 +225,22 @@ def test_a_step_folder_without_its_trainer_state_is_no_checkpoint_and_is_saved_a
     assert sorted(losses(run)) == list(range(1, 8))
 
 
+@pytest.mark.parametrize("damaged", ["step-000004", "final"])
+def test_a_trainer_state_that_is_a_folder_is_refused_as_a_damaged_one(corpus, tmp_path, damaged):
+    """It was skipped without a word: the resume went on from an older checkpoint (or from step 0), and then
+    removed the newer one as an interrupted save."""
+    run = tmp_path / "run"
+    (run / "step-000002").mkdir(parents=True)
+    (run / "step-000002" / "trainer_state.json").write_text('{"step": 2}')
+    (run / damaged / "trainer_state.json").mkdir(parents=True)
+    result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(run), "--resume",
+                                      "--model-config", "tiny", "--device", "cpu"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (f"bertctl: error: {run / damaged / 'trainer_state.json'} is damaged (not a file); "
+                             "restore or delete it\n")
+    assert sorted(p.name for p in run.iterdir()) == sorted({"step-000002", damaged})
+
+
 def test_second_run_without_resume_is_refused(corpus, tmp_path):
     from bertctl.pretrain import pretrain
 
@@ -685,6 +701,20 @@ def test_a_resume_records_the_runs_own_model_and_names_a_damaged_run_json(corpus
     (tmp_path / "run" / "step-000002" / "trainer_state.json").write_text("{}")
     with pytest.raises(BertctlError, match=r"trainer_state.json is damaged \(has no step\)"):
         pretrain(small_run(corpus, tmp_path / "run", steps=4, resume=True))
+
+
+def test_a_resume_refused_over_a_damaged_metrics_file_leaves_the_run_as_it_was(corpus, tmp_path):
+    """run.json was rewritten (this resume's settings and step) before metrics.jsonl was read and refused."""
+    from bertctl.pretrain import pretrain
+
+    run = tmp_path / "run"
+    pretrain(small_run(corpus, run, steps=4, save_every=2))
+    shutil.rmtree(run / "final")
+    (run / "metrics.jsonl").write_bytes(b'{"step": 1, "loss": 4.0}\n\xff\n')
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    with pytest.raises(BertctlError, match=r"metrics.jsonl is damaged .*; restore or delete it$"):
+        pretrain(small_run(corpus, run, steps=6, resume=True, lr=1e-3))
+    assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
 
 
 def test_a_warmup_flag_replaces_the_config_files_other_warmup(corpus, tmp_path):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -394,15 +395,19 @@ def test_fp16_overflows_at_a_loss_scale_of_one_count_as_bad_steps():
     assert [r.bad for r in results] == [False, False, True]  # at scales 4, 2, 1
 
 
+def _trim(run: Path, step: int, drop_closing_row: bool = False) -> float:
+    return run_metrics.trim_metrics(run, run_metrics.kept_metrics(run, step, drop_closing_row))
+
+
 def test_resume_trims_metrics_past_the_checkpoint_and_a_half_written_last_row(tmp_path):
     """kill -9 during a metrics write leaves half a line; --resume must still start."""
     rows = [json.dumps({"step": s, "loss": 1.0, "elapsed": float(s)}) for s in (10, 20, 30)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + '\n{"step": 40, "lo', encoding="utf-8")
-    assert run_metrics.trim_metrics(tmp_path, 20) == 20.0
+    assert _trim(tmp_path, 20) == 20.0
     assert (tmp_path / "metrics.jsonl").read_text(encoding="utf-8") == "\n".join(rows[:2]) + "\n"
     # a finished run extended: its closing row goes, its validation row and its clock stay
     (tmp_path / "metrics.jsonl").write_text("\n".join([*rows[:2], '{"step": 20, "val_mlm_loss": 2.0}']) + "\n")
-    assert run_metrics.trim_metrics(tmp_path, 20, drop_closing_row=True) == 20.0
+    assert _trim(tmp_path, 20, drop_closing_row=True) == 20.0
     assert (tmp_path / "metrics.jsonl").read_text().splitlines() == [rows[0], '{"step": 20, "val_mlm_loss": 2.0}']
 
 
@@ -413,10 +418,10 @@ def test_resume_over_a_damaged_metrics_file_is_one_line_naming_it(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 10, "loss": 1.0, "elapsed": 10.0}\n{"step": 20, "lo\xe5ss": 1.0}\n')
     with pytest.raises(BertctlError, match=f"^{path} is damaged .*utf-8.*; restore or delete it$"):
-        run_metrics.trim_metrics(tmp_path, 20)
+        run_metrics.kept_metrics(tmp_path, 20)
     rows = ['{"step": 10, "loss": 1.0, "elapsed": 10.0}', '{"step": "2O", "loss": 1.0}', '{"step": 20, "elapsed": "x"}']
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    assert run_metrics.trim_metrics(tmp_path, 20) == 10.0
+    assert _trim(tmp_path, 20) == 10.0
     assert path.read_text(encoding="utf-8") == rows[0] + "\n"
 
 

@@ -117,7 +117,8 @@ def _read_csv(path: Path, where: str) -> Iterator[tuple[str, str, list[str], int
                                      "header but not in this row")
                 yield _swag(row, number, _csv_label(row.get("label"), f"{where}:{reader.line_num}"))
         except csv.Error as exc:
-            raise UsageError(f"{where}:{reader.line_num}: malformed csv: {exc}") from None
+            # the csv reader's count: the DictReader's own is the last row it gave, a line before the one read
+            raise UsageError(f"{where}:{reader.reader.line_num}: malformed csv: {exc}") from None
 
 
 def _csv_label(value: str | None, at: str) -> int | None:
