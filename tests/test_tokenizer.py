@@ -120,6 +120,18 @@ def test_decomposition_missing_from_tokenizers_tables_is_pythons(tmp_path: Path,
     assert [ours.encode(t).ids for t in texts] == [ref(t)["input_ids"] for t in texts]
 
 
+def test_offsets_leave_out_what_the_clean_up_drops_or_composes() -> None:
+    """docs/tokenizer.md's offsets: a character dropped at a word's end, or an accent NFC composes into the letter
+    before it (accents kept), is outside the span."""
+    tokens = [*SPECIAL_TOKENS, "e", "\u00e9", "ab", "x"]
+    cased, uncased = BertTokenizer.from_vocab(tokens, lowercase=False), BertTokenizer.from_vocab(tokens)
+    text = "e\u0301 ab\u200b x"
+    assert (cased.encode(text).tokens, cased.encode(text).offsets) == (
+        ["[CLS]", "\u00e9", "ab", "x", "[SEP]"], [(0, 0), (0, 1), (3, 5), (7, 8), (0, 0)])
+    assert (uncased.encode(text).tokens, uncased.encode(text).offsets) == (
+        ["[CLS]", "e", "ab", "x", "[SEP]"], [(0, 0), (0, 1), (3, 5), (7, 8), (0, 0)])
+
+
 @pytest.mark.parametrize("lowercase", [True, False], ids=["uncased", "cased"])
 def test_plain_text_pipeline_reads_special_tokens_in_text_as_googles_tokenizer(tmp_path: Path,
                                                                               lowercase: bool) -> None:
