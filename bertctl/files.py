@@ -277,6 +277,8 @@ def read_json_object(path: Path | str, needs: Iterable[str] = ()) -> dict[str, A
     """A record bertctl wrote (run.json, trainer_state.json, manifest.json, ...): a damaged or hand-edited one
     is one line naming the file, not a JSONDecodeError or a KeyError from deep inside a resume."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise BertctlError(f"{path} is damaged (not a file); restore or delete it")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -57,7 +57,7 @@ def check_work(cfg: FinetuneConfig, env: training.Distributed, reads: Iterable[P
     out = check_new_out(cfg.out, overwrite=cfg.overwrite)  # replaced only at the end, with --overwrite
     work = out.parent / f".{out.name}.work"
     saved = work / "run.json"
-    if cfg.resume and saved.is_file():
+    if cfg.resume and saved.exists():
         started = read_json_object(saved, needs=("config",))
         compared = [name for name in started["config"] if name not in RESUMABLE_CHANGES]
         refuse_changed_settings(cfg, started["config"], compared, work, "drop --resume and pass --overwrite to "

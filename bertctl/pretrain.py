@@ -318,7 +318,7 @@ _SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermedia
 def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[str, Any]:
     """Before anything is built or written: the run's fixed settings and model shape (run.json), and --steps not
     below the checkpoint. Returns run.json's record, whose corpus manifest the caller compares once it is read."""
-    started = read_json_object(run / "run.json") if (run / "run.json").is_file() else {}
+    started = read_json_object(run / "run.json") if (run / "run.json").exists() else {}
     if not isinstance(started.get("config", {}), dict):
         raise BertctlError(f"{run / 'run.json'} is damaged (its config is not a JSON object); restore or delete it")
     refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, "start a new run with another --out")

@@ -274,6 +274,17 @@ def test_a_resume_refused_over_a_damaged_metrics_file_leaves_the_work_folder_as_
     assert {path: path.read_bytes() for path in work.rglob("*") if path.is_file()} == before
 
 
+def test_a_work_folders_run_json_that_is_a_folder_is_refused_as_a_damaged_one(encoder, glue, tmp_path, monkeypatch):
+    """It was read as missing: the resume compared no settings with the ones the run was started with."""
+    _stop_at(monkeypatch, 1, 5)
+    assert finetune_glue(_config(encoder, glue, tmp_path / "run", epochs=1)) is None
+    saved = tmp_path / ".run.work" / "run.json"
+    saved.unlink()
+    saved.mkdir()
+    with pytest.raises(BertctlError, match=r"run.json is damaged \(not a file\); restore or delete it$"):
+        finetune_glue(_config(encoder, glue, tmp_path / "run", epochs=1, resume=True))
+
+
 def test_ranks_finding_another_unfinished_run_in_their_out_are_refused(encoder, glue, tmp_path, monkeypatch):
     """Nodes each with their own OUT (no shared storage): rank 0 alone saves, so on a resume rank 1 found no work
     folder and trained from step 0 while rank 0 went on from its checkpoint, until one of them hung in a collective

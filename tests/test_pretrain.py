@@ -241,6 +241,20 @@ def test_a_trainer_state_that_is_a_folder_is_refused_as_a_damaged_one(corpus, tm
     assert sorted(p.name for p in run.iterdir()) == sorted({"step-000002", damaged})
 
 
+def test_a_run_json_that_is_a_folder_is_refused_as_a_damaged_one(corpus, tmp_path):
+    """It was read as missing: the resume skipped its fixed-settings check and failed later, writing run.json."""
+    from bertctl.pretrain import pretrain
+
+    run = tmp_path / "run"
+    pretrain(small_run(corpus, run, steps=2, save_every=2))
+    (run / "run.json").unlink()
+    (run / "run.json").mkdir()
+    result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(run), "--resume",
+                                      "--steps", "3", "--model-config", "tiny", "--device", "cpu"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == f"bertctl: error: {run / 'run.json'} is damaged (not a file); restore or delete it\n"
+
+
 def test_second_run_without_resume_is_refused(corpus, tmp_path):
     from bertctl.pretrain import pretrain
 
