@@ -134,6 +134,10 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
     if env.is_main and changed:  # after every refusal, which is then the one line said
         logger.warning("warning: --resume: the run in %s trained with %s; a resume takes the settings given now, "
                        "so give them again to keep the run's", run, changed)
+    other_init = cfg.init_from is not None and changed_settings(cfg, started.get("config", {}), ("init_from",))
+    if env.is_main and resume_from is not None and other_init:
+        logger.warning("warning: --resume: the run in %s started from %s; a resume goes on from its checkpoint's "
+                       "weights, so --init-from is not read", run, other_init)
     carried = 0.0
     if env.is_main:
         carried = _start_run_folder(cfg, run, {

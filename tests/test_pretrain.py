@@ -408,7 +408,7 @@ def test_a_resume_that_changes_the_schedule_says_so(corpus, tmp_path, caplog):
         "given); a resume takes the settings given now" in caplog.text
 
 
-def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_path):
+def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_path, caplog):
     """Else run.json, given back as --config, would start a BERT-base."""
     from bertctl.pretrain import pretrain
 
@@ -420,7 +420,9 @@ def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_
     phase2 = small_run(corpus, tmp_path / "p2", steps=4, save_every=2, init_from=tmp_path / "run" / "final")
     pretrain(phase2)
     shutil.rmtree(tmp_path / "p2" / "final")
-    pretrain(small_run(corpus, tmp_path / "p2", steps=4, save_every=2, resume=True, model_config=None))
+    pretrain(small_run(corpus, tmp_path / "p2", steps=4, save_every=2, resume=True, model_config=None,
+                       init_from=tmp_path / "run" / "final"))  # its own: no warning
+    assert "--init-from is not read" not in caplog.text
     recorded = json.loads((tmp_path / "p2" / "run.json").read_text())["config"]
     assert (recorded["init_from"], recorded["model_config"]) == (str(tmp_path / "run" / "final"), None)
 
@@ -698,14 +700,18 @@ def test_a_resume_without_dropout_keeps_and_records_the_runs(corpus, tmp_path, c
         (whole / "model.safetensors").read_bytes()
 
 
-def test_a_resume_records_the_runs_own_model_and_names_a_damaged_run_json(corpus, tmp_path):
-    """An --init-from given to a resume (the model is the checkpoint's) was recorded in run.json as the run's."""
+def test_a_resume_records_the_runs_own_model_and_names_a_damaged_run_json(corpus, tmp_path, caplog):
+    """An --init-from given to a resume (the model is the checkpoint's) was recorded in run.json as the run's,
+    and was not read without a word."""
     from bertctl.pretrain import pretrain
 
     first = pretrain(small_run(corpus, tmp_path / "first", steps=2, save_every=0))
     pretrain(small_run(corpus, tmp_path / "run", steps=4, save_every=2))
     shutil.rmtree(tmp_path / "run" / "final")
+    caplog.clear()
     pretrain(small_run(corpus, tmp_path / "run", steps=4, resume=True, model_config=None, init_from=first))
+    assert (f"the run in {tmp_path / 'run'} started from --init-from not given (now {first}); a resume goes on "
+            "from its checkpoint's weights, so --init-from is not read") in caplog.text
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())["config"]
     assert (recorded["model_config"], recorded["init_from"]) == ("tiny", None)
     for damage in ("{", "[1]", '{"config": 5}'):
