@@ -78,7 +78,6 @@ def _encode(texts: list[str], tokenizer: BertTokenizer, max_length: int,
     return rows
 
 
-@torch.inference_mode()
 def fill(
     texts: list[str],
     model: Path | str,
