@@ -25,7 +25,7 @@ from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig
 from bertctl.config_types import any_case, split_list, take_int
-from bertctl.data.batches import pad_batch
+from bertctl.data.batches import Ragged, pad_batch
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import TabularTask, classify_task, read_examples
 from bertctl.errors import UsageError
@@ -44,8 +44,8 @@ log = logging.getLogger(__name__)
 class Features:
     """Encoded examples: `[CLS] A [SEP] (B [SEP])` ids and segment ids per example, unpadded."""
 
-    input_ids: list[np.ndarray]
-    token_type_ids: list[np.ndarray]
+    input_ids: Sequence[np.ndarray]  # from encode_examples: a Ragged of int32 ids
+    token_type_ids: Sequence[np.ndarray]  # and of int8 segment ids
     lengths: np.ndarray  # (N,) tokens per example
     labels: np.ndarray | None  # (N,) class ids (int64) or scores (float64: scored as written); None for test sets
     truncated: int  # examples that were cut to fit max_seq_length
@@ -66,12 +66,14 @@ def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length
                     show: bool = True) -> Features:
     """Tokenize the texts a chunk at a time, truncate pairs as BERT does, add [CLS]/[SEP].
 
-    Only the truncated ids are kept (int32 ids, int8 segments), so memory grows with rows x max_seq_length, not
-    with the texts' length: encoding a 500k-row table in one call would have held ~8 GB of encodings.
+    Only the truncated ids are kept, end to end in one array (int32 ids, int8 segments: 5 bytes a token, 24 a
+    row for offsets and length), so memory grows with rows x max_seq_length, not with the texts' length:
+    encoding a 500k-row table in one call would have held ~8 GB of encodings, and two numpy arrays per row ~230
+    bytes of objects.
     """
     room = max_seq_length - (3 if examples.text_b is not None else 2)
     cls, sep = tokenizer.cls_id, tokenizer.sep_id
-    ids, types, truncated = [], [], 0
+    ids, firsts, seconds, truncated = [], [], [], 0  # per chunk: its ids, and each row's tokens of segment 0, 1
     with quiet_bar(len(examples.text_a), "encoding", show) as bar:
         for lo in range(0, len(examples.text_a), ENCODE_CHUNK):
             chunk = slice(lo, lo + ENCODE_CHUNK)
@@ -79,22 +81,24 @@ def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length
             pieces_b: list[Any] = [None] * len(pieces_a)
             if examples.text_b is not None:
                 pieces_b = [e.ids for e in tokenizer.encode_batch(examples.text_b[chunk], add_special_tokens=False)]
+            flat: list[int] = []
             for a, b in zip(pieces_a, pieces_b, strict=True):
                 short_a, short_b = truncate_pair(a, b, room)
                 truncated += len(short_a) + len(short_b or ()) < len(a) + len(b or ())
-                row = np.asarray([cls, *short_a, sep, *(short_b or ()), *([sep] if short_b is not None else [])],
-                                 dtype=np.int32)
-                segments = np.zeros(len(row), dtype=np.int8)
-                segments[len(short_a) + 2:] = 1
-                ids.append(row)
-                types.append(segments)
+                flat += [cls, *short_a, sep, *(short_b or ()), *([sep] if short_b is not None else [])]
+                firsts.append(len(short_a) + 2)
+                seconds.append(len(short_b) + 1 if short_b is not None else 0)
+            ids.append(np.asarray(flat, dtype=np.int32))
             bar.update(len(pieces_a))
     labels = None
     if examples.labels is not None:
         regression = any(isinstance(v, float) for v in examples.labels)
         labels = np.asarray(examples.labels, dtype=np.float64 if regression else np.int64)
-    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    return Features(ids, types, lengths, labels, truncated)
+    runs = np.stack([np.asarray(firsts, dtype=np.int64), np.asarray(seconds, dtype=np.int64)], axis=1)
+    lengths = runs.sum(axis=1)
+    segments = np.repeat(np.tile(np.array([0, 1], dtype=np.int8), len(lengths)), runs.ravel())
+    values = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
+    return Features(Ragged(values, lengths), Ragged(segments, lengths), lengths, labels, truncated)
 
 
 def quiet_bar(rows: int, desc: str, show: bool) -> Any:

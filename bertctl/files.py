@@ -219,12 +219,13 @@ def make_folder(folder: Path | str, flag: str = "--out") -> Path:
     return folder
 
 
-def write_text_atomic(path: Path | str, text: str) -> None:
-    """Write through a temp file and rename, so a reader never sees half a file."""
+def write_text_atomic(path: Path | str, text: str | Iterable[str]) -> None:
+    """Write through a temp file and rename, so a reader never sees half a file. `text` may come in pieces (a
+    generator), written as they come: a large file need never be held whole."""
     write_texts_atomic({Path(path): text})
 
 
-def write_texts_atomic(texts: dict[Path, str]) -> None:
+def write_texts_atomic(texts: dict[Path, str | Iterable[str]]) -> None:
     """Write every file through a temp file beside it, then rename them all: a failed write (a full disk) leaves
     none of them changed, so a set of outputs is never half old, half new."""
     written: list[tuple[str, Path]] = []
@@ -239,7 +240,7 @@ def write_texts_atomic(texts: dict[Path, str]) -> None:
             written.append((tmp, path))
             try:
                 with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-                    handle.write(text)
+                    handle.writelines([text] if isinstance(text, str) else text)
                 os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files
             except OSError as exc:
                 raise WriteFailed(path, exc) from None

@@ -17,10 +17,11 @@ import numpy as np
 import torch
 
 from bertctl.config_types import take_bool
-from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
+from bertctl.data.glue import TASKS, GlueTask, get_task, read_split
 from bertctl.data.tabular import read_examples
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
+    Features,
     Scorer,
     model_folder,
     open_classify_run,
@@ -82,15 +83,17 @@ def _predict_task(task: GlueTask, model: Path, data: str | Path, batch_size: int
     examples = {split: read_split(task, split, data) for split in task.eval_splits("test")}
     run_on, resolved = scorer.place(device, precision)
     results = []
-    for split, test in examples.items():
-        logits = _task_logits(scorer, test, run_on, resolved)
-        results.append((task, split, test.ids, to_predictions(logits, task.is_regression, scorer.label_order).tolist()))
+    for split in list(examples):
+        test = examples.pop(split)
+        ids, features = test.ids, scorer.encode(test)
+        del test  # its texts, often most of the memory: scoring needs the encoded rows alone
+        logits = _task_logits(scorer, features, run_on, resolved)
+        results.append((task, split, ids, to_predictions(logits, task.is_regression, scorer.label_order)))
     return results
 
 
-def _task_logits(scorer: Scorer, examples: Examples, device: torch.device, precision: str) -> np.ndarray:
+def _task_logits(scorer: Scorer, features: Features, device: torch.device, precision: str) -> np.ndarray:
     """(N, outputs) logits in the examples' order, columns in the task's class order."""
-    features = scorer.encode(examples)
     return predict_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, device, precision,
                           label_order=scorer.label_order)
 
@@ -104,14 +107,19 @@ def predict_classify(model: Path | str, data: str | Path, out: str | Path,
     `out` is written as .csv (also when it has no extension) or .jsonl, once every row is predicted: the
     row's id (the file's `id`/`idx` column, else its position from 0), the label (regression: the score)
     and each class's probability, in the file's order. Labels in the file are not needed. An existing file
-    is replaced only with `overwrite`.
+    is replaced only with `overwrite`. Memory holds the ids, the encoded rows and the logits (compact arrays),
+    never the texts while scoring nor every output row at once.
     """
     overwrite = take_bool("overwrite", overwrite)
     out = check_out(out, folder=False)  # a folder would otherwise become FOLDER.csv beside it
     path = check_new_out(prediction_path(out, user_path(data)), overwrite=overwrite, folder=False)
     run = open_classify_run(model, text_columns, None, max_seq_length, batch_size)
     examples, id_name = read_examples(data, run.text_columns)
-    logits = _task_logits(run.scorer, examples, *run.scorer.place(device, precision))
-    predictions = to_predictions(logits, run.task.is_regression, run.scorer.label_order).tolist()
-    probabilities = None if run.task.is_regression else torch.from_numpy(logits).softmax(-1).tolist()
-    return write_predictions(path, id_name, examples.ids, run.task.label_names, predictions, probabilities)
+    run_on, resolved = run.scorer.place(device, precision)
+    ids, features = examples.ids, run.scorer.encode(examples)
+    del examples  # its texts, often most of the memory: scoring needs the encoded rows alone
+    logits = _task_logits(run.scorer, features, run_on, resolved)
+    del features
+    predictions = to_predictions(logits, run.task.is_regression, run.scorer.label_order)
+    probabilities = None if run.task.is_regression else torch.from_numpy(logits).softmax(-1).numpy()
+    return write_predictions(path, id_name, ids, run.task.label_names, predictions, probabilities)

@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from bertctl.data.glue import GlueTask, get_task
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import check_out, json_text, named_with_suffix, write_text_atomic
+
+WRITE_CHUNK = 8192  # rows formatted together as a file is written: the rows of a whole file are never all held
 
 
 def submission_name(task: str | GlueTask, split: str = "test") -> str:
@@ -58,17 +63,24 @@ def write_submission(task: str | GlueTask, split: str, ids: Sequence[str], predi
                      out_dir: str | Path) -> Path:
     """Write OUT/<server name> atomically (temp file, then rename) and return its path.
 
-    `ids` are the test file's index column (`Examples.ids`), `predictions` class ids or scores, same order.
+    `ids` are the test file's index column (`Examples.ids`), `predictions` class ids or scores, same order
+    (a list or an array). The lines are made WRITE_CHUNK at a time as the temp file is written.
     """
     task = get_task(task)
     name = submission_name(task, split)
     if len(ids) != len(predictions):
         raise BertctlError(f"{name}: {len(predictions)} predictions for {len(ids)} test examples")
-    lines = ["index\tprediction\n"]
-    lines += [f"{index}\t{format_prediction(task, value)}\n" for index, value in zip(ids, predictions, strict=True)]
     path = check_out(out_dir) / name
-    write_text_atomic(path, "".join(lines))
+    write_text_atomic(path, _submission_lines(task, ids, predictions))
     return path
+
+
+def _submission_lines(task: GlueTask, ids: Sequence[str], predictions: Sequence[int | float]) -> Iterator[str]:
+    yield "index\tprediction\n"
+    for lo in range(0, len(ids), WRITE_CHUNK):
+        values = np.asarray(predictions[lo: lo + WRITE_CHUNK]).tolist()
+        yield "".join(f"{index}\t{format_prediction(task, value)}\n"
+                      for index, value in zip(ids[lo: lo + WRITE_CHUNK], values, strict=True))
 
 
 PREDICTION_FORMATS = (".csv", ".jsonl")
@@ -102,17 +114,28 @@ def write_predictions(path: str | Path, id_name: str, ids: Sequence[str], label_
     """Write one row per example atomically, csv or jsonl by the extension (see `prediction_path`).
 
     `predictions` are class ids into `label_names` (with their `probabilities`), or scores when there are no
-    label names (regression). `id_name` is `index` for row positions, shown as numbers in jsonl.
+    label names (regression); lists or arrays. `id_name` is `index` for row positions, shown as numbers in
+    jsonl. Rows are made WRITE_CHUNK at a time as the temp file is written.
     """
     path = prediction_path(path)
     spread = probabilities if probabilities is not None else [None] * len(predictions)
     if not len(ids) == len(predictions) == len(spread):
         raise BertctlError(f"{path}: {len(predictions)} predictions for {len(ids)} examples")
-    rows = [_prediction_row(id_name, row_id, label_names, value, probs)
-            for row_id, value, probs in zip(ids, predictions, spread, strict=True)]
-    text = _jsonl(rows) if path.suffix.lower() == ".jsonl" else _csv(rows, id_name, label_names)
-    write_text_atomic(path, text)
+    chunks = _prediction_chunks(id_name, ids, label_names, predictions, probabilities)
+    write_text_atomic(path, _jsonl(chunks) if path.suffix.lower() == ".jsonl" else _csv(chunks, id_name, label_names))
     return path
+
+
+def _prediction_chunks(id_name: str, ids: Sequence[str], label_names: Sequence[str],
+                       predictions: Sequence[int | float], probabilities: Sequence[Sequence[float]] | None
+                       ) -> Iterator[list[dict[str, Any]]]:
+    """The rows to write, WRITE_CHUNK at a time."""
+    for lo in range(0, len(ids), WRITE_CHUNK):
+        chunk = slice(lo, lo + WRITE_CHUNK)
+        values = np.asarray(predictions[chunk]).tolist()
+        spread = np.asarray(probabilities[chunk]).tolist() if probabilities is not None else [None] * len(values)
+        yield [_prediction_row(id_name, row_id, label_names, value, probs)
+               for row_id, value, probs in zip(ids[chunk], values, spread, strict=True)]
 
 
 def _prediction_row(id_name: str, row_id: str, label_names: Sequence[str], value: int | float,
@@ -132,17 +155,22 @@ def _rounded(value: float) -> float | None:
     return round(float(value), 6) if math.isfinite(value) else None
 
 
-def _jsonl(rows: list[dict[str, Any]]) -> str:
-    return "".join(json_text(row, ensure_ascii=False) + "\n" for row in rows)
+def _jsonl(chunks: Iterator[list[dict[str, Any]]]) -> Iterator[str]:
+    for rows in chunks:
+        yield "".join(json_text(row, ensure_ascii=False) + "\n" for row in rows)
 
 
-def _csv(rows: list[dict[str, Any]], id_name: str, label_names: Sequence[str]) -> str:
+def _csv(chunks: Iterator[list[dict[str, Any]]], id_name: str, label_names: Sequence[str]) -> Iterator[str]:
     """Probabilities as one `prob_<label>` column per class."""
+    first = next(chunks, [])
+    with_probabilities = bool(first) and "probabilities" in first[0]
+    yield _csv_lines([[id_name, "prediction", *([f"prob_{name}" for name in label_names] if with_probabilities
+                                                 else [])]])
+    for rows in itertools.chain([first], chunks):
+        yield _csv_lines([[row[id_name], row["prediction"], *row.get("probabilities", {}).values()] for row in rows])
+
+
+def _csv_lines(rows: list[list[Any]]) -> str:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    with_probabilities = bool(rows) and "probabilities" in rows[0]
-    writer.writerow([id_name, "prediction", *([f"prob_{name}" for name in label_names] if with_probabilities
-                                               else [])])
-    for row in rows:
-        writer.writerow([row[id_name], row["prediction"], *row.get("probabilities", {}).values()])
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
     return buffer.getvalue()

@@ -341,3 +341,26 @@ def test_under_torchrun_a_warning_about_the_data_is_given_once(encoder, tmp_path
                      "--out", str(tmp_path / "run")], 2, 29800, tmp_path)
     assert two.returncode == 0, ranks_said(two.stderr)
     assert two.stderr.count("do not have 2 fields") == 1, two.stderr[-2000:]
+
+
+def test_the_examples_hash_reads_every_token_id_as_runs_begun_before_recorded_it():
+    """Encoded rows are held end to end in one array now, not as an array per row: the hash must still read each
+    row's ids as it did, or a run begun before could not be resumed and a word changed for another would pass."""
+    import hashlib
+
+    from bertctl.data.glue import Examples
+    from bertctl.evaluate import encode_examples
+    from bertctl.finetune_seed import _hash_arrays
+    from bertctl.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"])
+
+    def digest(texts: list[str]) -> tuple[str, str]:
+        features = encode_examples(tokenizer, Examples(texts, ["b", "a"], [0, 1], ["0", "1"], "rows"), 16, show=False)
+        ours, per_row = hashlib.sha256(), hashlib.sha256()
+        _hash_arrays(ours, features.input_ids)
+        _hash_arrays(per_row, [np.array(row) for row in features.input_ids])  # the rows as they were held
+        return ours.hexdigest(), per_row.hexdigest()
+
+    ours, before = digest(["a b", "c"])
+    assert ours == before and digest(["a c", "c"])[0] != ours

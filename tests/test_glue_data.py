@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 from glue_fixtures import ALL_TASKS, LABELS, PAIR_TASKS, rule_label, write_glue_data
 
@@ -438,6 +439,26 @@ def test_bad_predictions_write_nothing(tmp_path):
     with pytest.raises(UsageError, match="sst2 dev: only test splits are submitted"):
         write_submission("sst2", "dev", ["0"], [1], tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_submission_is_written_a_chunk_of_lines_at_a_time_and_a_bad_one_late_writes_nothing(tmp_path,
+                                                                                                 monkeypatch):
+    """The lines of a whole test set were made before the file was written; now WRITE_CHUNK at a time into the
+    temp file, from the array of predictions. A bad prediction in a late chunk still leaves no file behind."""
+    import bertctl.submission as submission
+
+    monkeypatch.setattr(submission, "WRITE_CHUNK", 2)
+    pieces = []
+    write = submission.write_text_atomic
+    monkeypatch.setattr(submission, "write_text_atomic",
+                        lambda path, text: write(path, (pieces.append(piece) or piece for piece in text)))
+    path = write_submission("rte", "test", ["0", "1", "2", "3", "4"], np.array([1, 0, 0, 1, 1]), tmp_path)
+    assert pieces == ["index\tprediction\n", "0\tnot_entailment\n1\tentailment\n",
+                      "2\tentailment\n3\tnot_entailment\n", "4\tnot_entailment\n"]
+    assert path.read_text() == "".join(pieces)
+    with pytest.raises(BertctlError, match="the model's output is nan for an example"):
+        write_submission("cola", "test", ["0", "1", "2"], np.array([1.0, 0.0, np.nan]), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["RTE.tsv"]  # no CoLA.tsv, no temp file
 
 
 def test_a_label_that_is_a_list_or_object_is_refused_and_booleans_are_classes(tmp_path):

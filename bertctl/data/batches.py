@@ -92,6 +92,26 @@ def pad_batch(ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | Non
     return {"input_ids": padded_ids, "token_type_ids": padded_types, "attention_mask": mask}
 
 
+class Ragged(Sequence[np.ndarray]):
+    """Rows of unequal length end to end in one array: row r is a view of `values[offsets[r]:offsets[r + 1]]`.
+
+    What scoring holds per row: a numpy array per row would add ~100 bytes of object to every row's few tokens.
+    """
+
+    def __init__(self, values: np.ndarray, lengths: np.ndarray) -> None:
+        self.values = values
+        self.offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> np.ndarray:  # type: ignore[override]  # rows one at a time, no slices
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"row {index} of {len(self)}")
+        row = int(index) % len(self)
+        return self.values[self.offsets[row]: self.offsets[row + 1]]
+
+
 class Collator:
     """Pads a list of corpus rows into tensors; masks them afresh when the corpus stores no masks."""
 
