@@ -48,6 +48,7 @@ from bertctl.files import (
     check_new_out,
     file_sha256,
     make_folder,
+    output_lock,
     refuse_inputs_inside,
     replace_folder,
     user_path,
@@ -63,11 +64,16 @@ log = logging.getLogger(__name__)
 
 def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
     """Build the corpus folder `cfg.out` and return its manifest."""
+    out = check_required(cfg, "corpus build", "input (text file, folder, glob, table or dataset)",
+                         "a tokenizer folder or vocab.txt (train one with 'bertctl tokenizer train')")
+    with output_lock(out):  # OUT and OUT.partial/
+        return _build(cfg, out)
+
+
+def _build(cfg: CorpusConfig, out: Path) -> dict[str, Any]:
     from bertctl.data.sources import ReadStats, expand_inputs
     from bertctl.tokenizer_folder import load_tokenizer
 
-    out = check_required(cfg, "corpus build", "input (text file, folder, glob, table or dataset)",
-                         "a tokenizer folder or vocab.txt (train one with 'bertctl tokenizer train')")
     sources = expand_inputs(list(cfg.inputs))
     refuse_inputs_inside(out, [*sources, cfg.tokenizer], read_whole=cfg.inputs)
     tokenizer = load_tokenizer(cfg.tokenizer, lowercase=cfg.lowercase)

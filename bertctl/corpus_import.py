@@ -68,7 +68,7 @@ from bertctl.data.tfrecord import (
 )
 from bertctl.errors import BertctlError, UsageError
 from bertctl.file_pool import run_files
-from bertctl.files import file_sha256, refuse_inputs_inside
+from bertctl.files import file_sha256, output_lock, refuse_inputs_inside
 
 __all__ = ["import_corpus"]
 
@@ -159,11 +159,16 @@ def _input_files(inputs: tuple[str, ...]) -> list[Path]:
 def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
     """Write the corpus folder `cfg.out` from Google's pre-training TFRecords (or NVIDIA's HDF5 shards) and return
     its manifest."""
+    out = check_required(cfg, "corpus import", "TFRecord file (tf_examples.tfrecord*) or HDF5 shard (*.hdf5)",
+                         "the vocabulary (folder or vocab.txt) the records were made with")
+    with output_lock(out):  # OUT and OUT.partial/
+        return _import(cfg, out)
+
+
+def _import(cfg: CorpusImportConfig, out: Path) -> dict[str, Any]:
     from bertctl.data.read_bar import ReadBar
     from bertctl.tokenizer_folder import load_tokenizer
 
-    out = check_required(cfg, "corpus import", "TFRecord file (tf_examples.tfrecord*) or HDF5 shard (*.hdf5)",
-                         "the vocabulary (folder or vocab.txt) the records were made with")
     files = _input_files(cfg.inputs)
     hdf5 = _are_hdf5(files)
     refuse_inputs_inside(out, [*files, cfg.tokenizer], read_whole=cfg.inputs)

@@ -29,6 +29,11 @@ from typing import Any
 
 from bertctl.errors import BertctlError, UsageError
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; runs there go unlocked
+    fcntl = None  # type: ignore[assignment]
+
 
 def _umask() -> int:
     mask = os.umask(0o022)
@@ -466,3 +471,65 @@ def _written_in(exc: OSError, tmp: Path) -> bool:
     if exc.filename is None:
         return True
     return any(Path(os.fsdecode(name)).is_relative_to(tmp) for name in (exc.filename, exc.filename2) if name)
+
+
+def lock_file(out: Path | str) -> Path:
+    """The lock file of OUT: hidden beside it, so that it is never part of OUT (a published folder, a run's
+    checkpoint listing), and an --overwrite or a final rename onto OUT leaves it alone. `runs/x` and `./runs/x`
+    name the same one."""
+    at = out_location(out)
+    return at.with_name(f".{at.name}.lock")
+
+
+@contextmanager
+def output_lock(out: Path | str, flag: str = "--out", held: bool = True) -> Iterator[None]:
+    """OUT for this process alone while the block runs: a second bertctl writing the same OUT (a job submitted
+    twice) is refused before it reads or writes anything, rather than pruning the first one's checkpoints and
+    mixing their files. An advisory flock, so the OS releases it when the process dies (kill -9 leaves no stale
+    lock). `held`: False on the ranks that never write (torchrun's other ranks). Where the OS or the file system
+    has no flock, the block runs unlocked. Folders made for the lock file go again if the block left them empty
+    (a refused command writes nothing)."""
+    path = lock_file(out)
+    made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
+    fd = _take_lock(path, out, flag) if held and fcntl is not None else None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            with suppress(OSError):  # removed while still locked: one that opened it meanwhile locks again
+                os.unlink(path)
+            os.close(fd)
+            for folder in made:
+                with suppress(OSError):
+                    folder.rmdir()
+
+
+def _take_lock(path: Path, out: Path | str, flag: str) -> int | None:
+    """The locked lock file's descriptor, with this process's id and machine written in it for the refusal of
+    the next one; None where it cannot be locked at all (a read-only folder, a file system without locks)."""
+    make_folder(path.parent, flag)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
+            os.close(fd)
+            who = f" (pid {holder[0]} on {holder[1]})" if len(holder) == 2 else ""
+            raise BertctlError(f"{out} is in use by another bertctl{who}; wait for it to finish or choose another "
+                               f"{flag}") from None
+        except OSError:
+            os.close(fd)
+            return None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except OSError:
+            same = False
+        if same:  # not the file of a holder that removed it as it let go
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+            return fd
+        os.close(fd)

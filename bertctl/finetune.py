@@ -47,7 +47,7 @@ from bertctl.data.glue import (
 from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import UsageError
 from bertctl.evaluate import encode_examples, predict_command
-from bertctl.files import out_location, write_json_atomic, write_text_atomic
+from bertctl.files import check_out, out_location, output_lock, write_json_atomic, write_text_atomic
 from bertctl.finetune_classifier import CLASSIFIER
 from bertctl.finetune_seed import Prepared, Progress, finish_seed, keep_if_best, save_checkpoint
 from bertctl.finetune_work import (
@@ -122,22 +122,23 @@ def launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | N
         logger.setLevel(logging.ERROR)
     try:
         precision = training.resolve_precision(cfg.precision, env.device)  # before anything is said or read
-        out, work = check_work(cfg, env, reads or [])
-        if cfg.batch_size < env.world_size:
-            raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")
-        base = load_base(cfg, precision)
-        with stop_signals.GracefulStop() as stop:
-            try:
-                body(base, out, work, env, stop)
-            except _Stopped as stopped:
-                if env.is_main:
-                    say(f"{stopped}; the run is saved in {work}: run the same command with --resume to continue")
-                return None
-            except BaseException:
-                if env.is_main:
-                    discard_unless_resumable(work)
-                raise
-        return out
+        with output_lock(check_out(cfg.out), held=env.is_main):  # OUT and its work folder: rank 0 writes
+            out, work = check_work(cfg, env, reads or [])
+            if cfg.batch_size < env.world_size:
+                raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")
+            base = load_base(cfg, precision)
+            with stop_signals.GracefulStop() as stop:
+                try:
+                    body(base, out, work, env, stop)
+                except _Stopped as stopped:
+                    if env.is_main:
+                        say(f"{stopped}; the run is saved in {work}: run the same command with --resume to continue")
+                    return None
+                except BaseException:
+                    if env.is_main:
+                        discard_unless_resumable(work)
+                    raise
+            return out
     finally:
         logger.setLevel(level)
         training.cleanup_distributed(env)

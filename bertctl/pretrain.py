@@ -33,7 +33,15 @@ from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_s
 from bertctl.data.batches import BatchPlan, Collator, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError, say
-from bertctl.files import check_out, make_folder, out_location, read_json_object, user_path, write_json_atomic
+from bertctl.files import (
+    check_out,
+    make_folder,
+    out_location,
+    output_lock,
+    read_json_object,
+    user_path,
+    write_json_atomic,
+)
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel
 from bertctl.pretraining_objective import evaluate_pretraining, loss_terms, loss_weights
@@ -47,7 +55,8 @@ def pretrain(cfg: PretrainConfig) -> Path:
     """Run (or resume) pre-training; returns the final model folder."""
     env = training.setup_distributed(cfg.device)
     try:
-        return _train(_prepare(cfg, env))
+        with output_lock(check_out(cfg.out), held=env.is_main):  # rank 0 alone writes RUN
+            return _train(_prepare(cfg, env))
     finally:
         training.cleanup_distributed(env)
 

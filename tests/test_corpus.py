@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -456,6 +457,23 @@ def test_cli_build_and_inspect(data) -> None:
     again = runner.invoke(app, args)
     assert again.exit_code == 2 and "--overwrite" in again.output
     assert runner.invoke(app, [*args, "--overwrite"]).exit_code == 0
+
+
+def test_a_corpus_another_bertctl_builds_is_refused_untouched_and_free_once_it_ends(data, tmp_path) -> None:
+    """Two builds of one OUT would share OUT.partial/: one removed the other's shards as it published."""
+    from bertctl.files import output_lock
+
+    out = tmp_path / "corpus"
+    args = ["corpus", "build", str(data["small"]), "--tokenizer", str(data["tok"]), "--out", str(out),
+            "--max-seq-length", "48", "--workers", "1"]
+    with output_lock(out):
+        refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 1 and refused.stderr.splitlines() == [
+        f"bertctl: error: {out} is in use by another bertctl (pid {os.getpid()} on {socket.gethostname()}); wait "
+        "for it to finish or choose another --out"]
+    assert list(tmp_path.iterdir()) == []
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
 
 
 def test_one_sentence_documents_and_tables(data) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -124,6 +125,21 @@ def _stop_at(monkeypatch, seed: int, step: int) -> list[tuple[int, int]]:
 def _config(encoder: Path, glue: Path, out: Path, **overrides) -> FinetuneConfig:
     return FinetuneConfig(model=encoder, data=str(glue), task="rte", out=out,
                           **{**SETTINGS, "log_every": 4, "seeds": (1,), **overrides})
+
+
+def test_an_out_another_bertctl_fine_tunes_into_is_refused_untouched_and_free_once_it_ends(encoder, glue, tmp_path):
+    """A job submitted twice with --resume or --overwrite would delete the first one's work folder under it."""
+    args = ["finetune", "glue", "rte", "--model", str(encoder), "--data", str(glue), "--out", str(tmp_path / "run"),
+            "--epochs", "1", "--max-seq-length", "32", "--resume"]
+    with files.output_lock(tmp_path / "run"):
+        refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 1 and refused.stderr.splitlines() == [
+        f"bertctl: error: {tmp_path / 'run'} is in use by another bertctl (pid {os.getpid()} on "
+        f"{socket.gethostname()}); wait for it to finish or choose another --out"]
+    assert list(tmp_path.iterdir()) == []
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def test_resume_after_sigterm_mid_epoch_equals_the_uninterrupted_run(encoder, glue, tmp_path, monkeypatch, capsys):

@@ -5,6 +5,11 @@ own source, --batch-size / --max-seq-length below what a forward pass needs."""
 from __future__ import annotations
 
 import csv
+import os
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +20,8 @@ from typer.testing import CliRunner
 from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig
-from bertctl.errors import UsageError
-from bertctl.files import check_new_out, check_out, make_folder, write_text_atomic
+from bertctl.errors import BertctlError, UsageError
+from bertctl.files import check_new_out, check_out, make_folder, output_lock, write_text_atomic
 from bertctl.model import BertForMaskedLM, BertForSequenceClassification
 from bertctl.tokenizer import BertTokenizer
 
@@ -547,3 +552,26 @@ def test_a_long_folder_name_above_out_is_not_refused(tmp_path: Path) -> None:
 def test_a_long_out_name_is_still_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no room for the temporary names"):
         check_out(tmp_path / ("a" * 240))
+
+
+HOLD = ("import sys, time\nfrom bertctl.files import output_lock\nwith output_lock(sys.argv[1]):\n"
+        "    print(flush=True)\n    time.sleep(60)\n")
+
+
+def test_an_out_locked_by_a_live_process_is_refused_naming_it_and_free_once_it_is_killed(tmp_path):
+    """kill -9 leaves the lock file beside OUT, unlocked: no stale lock to remove by hand, and nothing inside OUT."""
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        holder.stdout.readline()
+        with pytest.raises(BertctlError, match=rf"^{out} is in use by another bertctl \(pid {holder.pid} on "
+                                               rf"{socket.gethostname()}\); wait for it to finish or choose another "
+                                               "--out$"), output_lock(out):
+            pass
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.communicate()
+    assert [p.name for p in tmp_path.iterdir()] == [".out.lock"]
+    with output_lock(out):
+        make_folder(out)
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and list(out.iterdir()) == []

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -262,6 +263,23 @@ def test_second_run_without_resume_is_refused(corpus, tmp_path):
     result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
                                       "--model-config", "tiny", "--steps", "4"])
     assert result.exit_code == 2 and "--resume" in result.stderr
+
+
+def test_a_run_folder_another_bertctl_writes_is_refused_untouched_and_free_once_it_ends(corpus, tmp_path):
+    """A job submitted twice: the second would prune the first one's checkpoints and rewrite its metrics.jsonl."""
+    from bertctl.files import output_lock
+
+    run = tmp_path / "run"
+    args = _cli(corpus, run, "--steps", "2", "--batch-size", "8", "--resume")
+    with output_lock(run):  # another open file: flock refuses it as it would another process
+        refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 1 and refused.stderr.splitlines() == [
+        f"bertctl: error: {run} is in use by another bertctl (pid {os.getpid()} on {socket.gethostname()}); wait "
+        "for it to finish or choose another --out"]
+    assert not run.exists()
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and (run / "final").is_dir()
 
 
 def test_notices_go_to_stderr_and_the_result_to_stdout(corpus, tmp_path):
