@@ -482,26 +482,47 @@ def lock_file(out: Path | str) -> Path:
 
 
 @contextmanager
-def output_lock(out: Path | str, flag: str = "--out", held: bool = True) -> Iterator[None]:
+def output_lock(out: Path | str, flag: str = "--out") -> Iterator[None]:
     """OUT for this process alone while the block runs: a second bertctl writing the same OUT (a job submitted
     twice) is refused before it reads or writes anything, rather than pruning the first one's checkpoints and
     mixing their files. An advisory flock, so the OS releases it when the process dies (kill -9 leaves no stale
-    lock). `held`: False on the ranks that never write (torchrun's other ranks). Where the OS or the file system
-    has no flock, the block runs unlocked. Folders made for the lock file go again if the block left them empty
-    (a refused command writes nothing)."""
+    lock; its forked children drop their copy, `_drop_inherited_locks`). Under torchrun rank 0 alone takes it
+    (training.rank0_output_lock). Where the OS or the file system has no flock, the block runs unlocked. Folders
+    made for the lock file go again if the block left them empty (a refused command writes nothing)."""
     path = lock_file(out)
     made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
-    fd = _take_lock(path, out, flag) if held and fcntl is not None else None
+    fd = _take_lock(path, out, flag) if fcntl is not None else None
+    if fd is not None:
+        _HELD_LOCKS.add(fd)
     try:
         yield
     finally:
         if fd is not None:
             with suppress(OSError):  # removed while still locked: one that opened it meanwhile locks again
                 os.unlink(path)
+            _HELD_LOCKS.discard(fd)
             os.close(fd)
             for folder in made:
                 with suppress(OSError):
                     folder.rmdir()
+
+
+_HELD_LOCKS: set[int] = set()  # the descriptors of this process's output_lock blocks
+
+
+def _drop_inherited_locks() -> None:
+    """In a forked child (pretrain's loader workers): close the lock descriptors it inherited. A flock belongs to
+    the open file, which the child's copy kept open: after a kill -9 of the run OUT stayed locked until its
+    workers noticed and exited (seconds), and a --resume started at once was refused naming the dead process.
+    Children that exec (subprocess, spawn) inherit no descriptor of ours."""
+    for fd in _HELD_LOCKS:
+        with suppress(OSError):
+            os.close(fd)
+    _HELD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has neither fork nor flock
+    os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
 def _take_lock(path: Path, out: Path | str, flag: str) -> int | None:

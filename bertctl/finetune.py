@@ -47,7 +47,7 @@ from bertctl.data.glue import (
 from bertctl.data.tabular import load_labelled_data
 from bertctl.errors import UsageError
 from bertctl.evaluate import encode_examples, predict_command
-from bertctl.files import check_out, out_location, output_lock, write_json_atomic, write_text_atomic
+from bertctl.files import check_out, out_location, write_json_atomic, write_text_atomic
 from bertctl.finetune_classifier import CLASSIFIER
 from bertctl.finetune_seed import Prepared, Progress, finish_seed, keep_if_best, save_checkpoint
 from bertctl.finetune_work import (
@@ -122,7 +122,7 @@ def launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | N
         logger.setLevel(logging.ERROR)
     try:
         precision = training.resolve_precision(cfg.precision, env.device)  # before anything is said or read
-        with output_lock(check_out(cfg.out), held=env.is_main):  # OUT and its work folder: rank 0 writes
+        with training.rank0_output_lock(check_out(cfg.out), env):  # OUT and its work folder
             out, work = check_work(cfg, env, reads or [])
             if cfg.batch_size < env.world_size:
                 raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")

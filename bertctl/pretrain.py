@@ -37,7 +37,6 @@ from bertctl.files import (
     check_out,
     make_folder,
     out_location,
-    output_lock,
     read_json_object,
     user_path,
     write_json_atomic,
@@ -55,7 +54,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
     """Run (or resume) pre-training; returns the final model folder."""
     env = training.setup_distributed(cfg.device)
     try:
-        with output_lock(check_out(cfg.out), held=env.is_main):  # rank 0 alone writes RUN
+        with training.rank0_output_lock(check_out(cfg.out), env):
             return _train(_prepare(cfg, env))
     finally:
         training.cleanup_distributed(env)

@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from bertctl.config_types import any_case
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import json_ready
+from bertctl.files import json_ready, output_lock
 
 # --- precision and devices ---------------------------------------------------------------------------
 
@@ -205,6 +205,28 @@ def refuse_unshared_out(out: Path | str, resumes_from: bytes, finds: str, env: D
     if differing:
         raise UsageError(f"--out {out}: rank {differing[0]} finds {finds} than rank 0 (rank 0 alone saves); put "
                          "--out on storage that every node shares")
+
+
+@contextlib.contextmanager
+def rank0_output_lock(out: Path, env: Distributed) -> Iterator[None]:
+    """files.output_lock for a run: rank 0, which alone writes OUT, holds it, and its refusal (another bertctl
+    holds OUT) is every rank's before any of them goes on, so all exit with the one line. Refused on rank 0
+    alone, it left the others waiting in their next collective, which then failed with a second error line
+    (gloo's "Connection closed by peer")."""
+    with contextlib.ExitStack() as held:
+        refusal: BertctlError | None = None
+        if env.is_main:
+            try:
+                held.enter_context(output_lock(out))
+            except BertctlError as exc:
+                refusal = exc
+        if env.world_size > 1:
+            shared = [refusal]
+            dist.broadcast_object_list(shared, src=0, group=env.control)
+            refusal = shared[0]
+        if refusal is not None:
+            raise refusal
+        yield
 
 
 def all_reduce_sum(value: Tensor, env: Distributed) -> Tensor:

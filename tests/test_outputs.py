@@ -575,3 +575,26 @@ def test_an_out_locked_by_a_live_process_is_refused_naming_it_and_free_once_it_i
     with output_lock(out):
         make_folder(out)
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and list(out.iterdir()) == []
+
+
+HOLD_FORKING = ("import multiprocessing, sys, time\nfrom bertctl.files import output_lock\n"
+                "with output_lock(sys.argv[1]):\n"
+                "    worker = multiprocessing.get_context('fork').Process(target=time.sleep, args=(60,))\n"
+                "    worker.start()\n    print(worker.pid, flush=True)\n    time.sleep(60)\n")
+
+
+def test_an_out_is_free_once_its_holder_is_killed_though_a_forked_worker_lives_on(tmp_path):
+    """pretrain's loader workers are forked, and a flock belongs to the open file they inherited: after a kill -9
+    of the run, OUT stayed locked until the workers noticed and exited (seconds), and a --resume started at once
+    was refused naming the dead process."""
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_FORKING, str(out)], stdout=subprocess.PIPE, text=True)
+    worker = int(holder.stdout.readline())
+    try:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()  # not its stdout's end: the worker holds that open
+        with output_lock(out):
+            pass
+    finally:
+        os.kill(worker, signal.SIGKILL)
+        holder.stdout.close()

@@ -1073,6 +1073,24 @@ def test_ranks_finding_other_checkpoints_in_their_out_are_refused(corpus, tmp_pa
                                                                               "step-000001"]
 
 
+def test_a_run_folder_another_bertctl_writes_refuses_every_torchrun_rank_in_one_line(corpus, tmp_path):
+    """Rank 0 alone takes the lock: refused there alone, it exited while rank 1 waited for it in the next
+    collective, which failed with gloo's "Connection closed by peer", a second error line under the refusal."""
+    from bertctl.files import output_lock
+
+    run = tmp_path / "run"
+    with output_lock(run):
+        done = run_group([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                          str(29820 + os.getpid() % 1000), "-m", "bertctl",
+                          *_cli(corpus, run, "--steps", "2", "--batch-size", "8")],
+                         timeout=120, env=torchrun_env(tmp_path))
+    said = [line for line in done.stderr.splitlines() if line.startswith("bertctl:")]
+    assert done.returncode == 1 and said == [
+        f"bertctl: error: {run} is in use by another bertctl (pid {os.getpid()} on {socket.gethostname()}); wait "
+        "for it to finish or choose another --out"], ranks_said(done.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]
+
+
 def test_two_gloo_processes_give_the_losses_of_one_accumulating_from_a_model_with_an_unused_head(tmp_path):
     """One 2-process run for what the plain parity test leaves out: micro-batches accumulated under no_sync, an MLM-only
     corpus, --init-from a BertForPreTraining folder (its NSP head and pooler are left out, or DDP would find
