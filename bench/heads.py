@@ -101,6 +101,7 @@ def squad_features(rows: int, seed: int):
 
 def ner_features(rows: int, seed: int):
     """Sentences of 16-128 pieces; each word's first piece labelled, the other pieces (~30%) IGNORED."""
+    from bertctl.data.batches import Ragged
     from bertctl.data.ner import IGNORED, NerData, NerFeatures
 
     rng = np.random.default_rng(seed)
@@ -113,7 +114,8 @@ def ner_features(rows: int, seed: int):
         labels.append(np.where(first, rng.integers(0, NER_TAGS, n), IGNORED))
         firsts.append(np.flatnonzero(first))
     data = NerData([[]] * rows, None, Path("bench"))
-    return NerFeatures(data, ids, labels, firsts, lengths.astype(np.int64), 0)
+    first_pieces = Ragged(np.concatenate(firsts), np.array([len(f) for f in firsts]))
+    return NerFeatures(data, ids, labels, first_pieces, lengths.astype(np.int64), 0)
 
 
 def choice_features(rows: int, seed: int):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -35,6 +36,7 @@ from bertctl.evaluate import (
     sum_over_ranks,
 )
 from bertctl.files import check_new_out, check_out, json_text, named_with_suffix, write_text_atomic
+from bertctl.submission import WRITE_CHUNK
 
 CHOICE_ARCHITECTURE = "BertForMultipleChoice"
 
@@ -170,12 +172,18 @@ def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_s
     return path
 
 
-def _csv(data: ChoiceData, logits: np.ndarray) -> str:
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
+def _csv(data: ChoiceData, logits: np.ndarray) -> Iterator[str]:
+    """The header, then WRITE_CHUNK rows at a time: the rows of every example are never all held as text."""
     gold = data.labels is not None
-    writer.writerow(["id", "prediction", *(["label"] if gold else []), *(f"prob{i}" for i in range(logits.shape[1]))])
-    for i, (scores, probs) in enumerate(zip(logits, probabilities(logits), strict=True)):
-        writer.writerow([data.ids[i], int(scores.argmax()), *([data.labels[i]] if gold else []),
-                         *(f"{p:.6f}" for p in probs)])
+    yield _csv_lines([["id", "prediction", *(["label"] if gold else []),
+                       *(f"prob{i}" for i in range(logits.shape[1]))]])
+    chances = probabilities(logits)
+    for lo in range(0, len(logits), WRITE_CHUNK):
+        yield _csv_lines([[data.ids[i], int(logits[i].argmax()), *([data.labels[i]] if gold else []),
+                           *(f"{p:.6f}" for p in chances[i])] for i in range(lo, min(lo + WRITE_CHUNK, len(logits)))])
+
+
+def _csv_lines(rows: list[list[Any]]) -> str:
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows(rows)
     return text.getvalue()

@@ -25,7 +25,7 @@ from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig
 from bertctl.config_types import any_case, split_list, take_int
-from bertctl.data.batches import Ragged, pad_batch
+from bertctl.data.batches import pad_batch, pair_rows
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import TabularTask, classify_task, read_examples
 from bertctl.errors import UsageError
@@ -94,11 +94,7 @@ def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length
     if examples.labels is not None:
         regression = any(isinstance(v, float) for v in examples.labels)
         labels = np.asarray(examples.labels, dtype=np.float64 if regression else np.int64)
-    runs = np.stack([np.asarray(firsts, dtype=np.int64), np.asarray(seconds, dtype=np.int64)], axis=1)
-    lengths = runs.sum(axis=1)
-    segments = np.repeat(np.tile(np.array([0, 1], dtype=np.int8), len(lengths)), runs.ravel())
-    values = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
-    return Features(Ragged(values, lengths), Ragged(segments, lengths), lengths, labels, truncated)
+    return Features(*pair_rows(ids, firsts, seconds), labels, truncated)
 
 
 def quiet_bar(rows: int, desc: str, show: bool) -> Any:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from bertctl import training, training_state
 from bertctl.checkpoint import Checkpoint, read_checkpoint, save_model
 from bertctl.config import FinetuneConfig
-from bertctl.data.batches import Ragged
+from bertctl.data.batches import Grouped, Ragged
 from bertctl.files import json_ready
 from bertctl.finetune_work import add_logs_and_results, best_folder, drop_checkpoints, prune_best, say
 from bertctl.results_summary import main_score, scores_from_json
@@ -71,12 +71,13 @@ class Prepared:
 
 
 def _hash_arrays(digest: Any, value: Any) -> None:
-    """Add the arrays in `value` (an array, or lists of them, nested; a Ragged row by row, as the list of arrays it
-    replaced, so a run begun before is resumed) to `digest`; other values are skipped."""
+    """Add the arrays in `value` (an array, or lists of them, nested; a Ragged row by row and a Grouped item by
+    item, as the lists of arrays they replaced, so a run begun before is resumed) to `digest`; other values are
+    skipped."""
     if isinstance(value, np.ndarray):
         digest.update(f"{value.dtype}{value.shape}".encode())
         digest.update(np.ascontiguousarray(value).data)
-    elif isinstance(value, list | Ragged) and len(value) and isinstance(value[0], np.ndarray | list):
+    elif isinstance(value, list | Ragged | Grouped) and len(value) and isinstance(value[0], np.ndarray | list):
         for item in value:
             _hash_arrays(digest, item)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
 from bertctl.config_types import split_list, take_bool
-from bertctl.data.batches import pad_batch
+from bertctl.data.batches import Ragged, pad_batch
 from bertctl.data.ner import IGNORED, NerData, NerFeatures, check_known, check_tag_names, make_ner_features, read_ner
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
@@ -38,6 +38,7 @@ from bertctl.evaluate import (
 )
 from bertctl.files import check_new_out, check_out, json_text, named_with_suffix, write_text_atomic
 from bertctl.metrics import entity_scores
+from bertctl.submission import WRITE_CHUNK
 
 log = logging.getLogger(__name__)
 TOKEN_ARCHITECTURE = "BertForTokenClassification"
@@ -78,20 +79,20 @@ def collate_tokens(features: NerFeatures, rows: np.ndarray, pad_id: int) -> dict
 
 
 def word_predictions(model: nn.Module, features: NerFeatures, pad_id: int, batch_size: int, device: torch.device,
-                     precision: str, env: training.Distributed | None = None) -> list[np.ndarray]:
+                     precision: str, env: training.Distributed | None = None) -> Ragged:
     """Each sentence's tag id per word (argmax at its first piece), -1 for a word without a piece (under
-    torchrun, every rank's)."""
-    words = max((len(f) for f in features.first_piece), default=0)
-    out = np.zeros((len(features), words), dtype=np.int64)  # (N, W): tag id + 1, 0 for no prediction
+    torchrun, every rank's); all the words' in one array, as the first pieces are."""
+    firsts = features.first_piece
+    out = np.zeros(len(firsts.values), dtype=np.int64)  # per word of every sentence: tag id + 1, 0 for none
     for rows, _, output in scored_batches(model, features, partial(collate_tokens, features, pad_id=pad_id),
                                           batch_size, device, precision, env, skip_padding=True):
         best = output.logits.float().argmax(-1).cpu().numpy()  # (B, T)
         for i, r in enumerate(rows):
-            first = features.first_piece[r]
+            first = firsts[r]
             kept = first >= 0
-            out[r, : len(first)][kept] = best[i, first[kept]] + 1
+            out[firsts.offsets[r]: firsts.offsets[r + 1]][kept] = best[i, first[kept]] + 1
     sum_over_ranks(out, env)
-    return [out[i, : len(first)] - 1 for i, first in enumerate(features.first_piece)]
+    return Ragged(out - 1, np.diff(firsts.offsets))
 
 
 def scored_tags(data: NerData, predictions: Sequence[np.ndarray], labels: Sequence[str]
@@ -148,7 +149,7 @@ class NerReader:
         check_known(read, self.labels, "--data", f"the model {self.scorer.folder}")
         return read
 
-    def predict(self, data: NerData, device: str | None, precision: str | None) -> tuple[list[np.ndarray], int]:
+    def predict(self, data: NerData, device: str | None, precision: str | None) -> tuple[Ragged, int]:
         """Each sentence's tag id per word (-1: no prediction) and how many sentences max_seq_length cut."""
         features = make_ner_features(self.scorer.tokenizer, data, None, self.scorer.max_seq_length)
         return word_predictions(self.scorer.model, features, self.scorer.tokenizer.pad_id, self.scorer.batch_size,
@@ -226,8 +227,7 @@ def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size
     if cut:
         log.warning("warning: %d of %d sentences were cut to --max-seq-length; their words past the cut are tagged "
                     "O (a longer --max-seq-length, up to the model's positions, tags them)", cut, len(read))
-    tags = [[reader.labels[p] if p >= 0 else "O" for p in row] for row in predictions]
-    write_text_atomic(path, _conll(read, tags) if conll else _jsonl(read, tags))
+    write_text_atomic(path, (_conll if conll else _jsonl)(read, predictions, reader.labels))
     return path
 
 
@@ -237,16 +237,28 @@ def _word_with_space(data: NerData) -> tuple[int, str] | None:
                  if not word or len(word.split()) != 1 or word != word.strip()), None)
 
 
-def _conll(data: NerData, predicted: list[list[str]]) -> str:
-    gold = data.tags or [None] * len(data.words)
-    sentences = ["".join(" ".join([word, *([tag] if tags else []), guess]) + "\n"
-                         for word, tag, guess in zip(words, tags or words, guesses, strict=True))
-                 for words, tags, guesses in zip(data.words, gold, predicted, strict=True)]
-    return "\n".join(sentences)
+def _tags(predicted: np.ndarray, labels: Sequence[str]) -> list[str]:
+    """A sentence's predicted tags, O for a word without a prediction."""
+    return [labels[p] if p >= 0 else "O" for p in predicted.tolist()]
 
 
-def _jsonl(data: NerData, predicted: list[list[str]]) -> str:
+def _conll(data: NerData, predictions: Ragged, labels: Sequence[str]) -> Iterator[str]:
+    """A blank line between sentences (none after the last); WRITE_CHUNK sentences at a time, so the text (and
+    the tags as strings) of every sentence are never all held."""
     gold = data.tags or [None] * len(data.words)
-    return "".join(json.dumps({"tokens": words, **({"ner_tags": tags} if tags else {}), "predictions": guesses},
-                              ensure_ascii=False) + "\n"
-                   for words, tags, guesses in zip(data.words, gold, predicted, strict=True))
+    for lo in range(0, len(data.words), WRITE_CHUNK):
+        yield "".join(("\n" if row else "") + _conll_lines(data.words[row], gold[row], _tags(predictions[row], labels))
+                      for row in range(lo, min(lo + WRITE_CHUNK, len(data.words))))
+
+
+def _conll_lines(words: list[str], tags: list[str] | None, guesses: list[str]) -> str:
+    return "".join(" ".join([word, *([tag] if tags else []), guess]) + "\n"
+                   for word, tag, guess in zip(words, tags or words, guesses, strict=True))
+
+
+def _jsonl(data: NerData, predictions: Ragged, labels: Sequence[str]) -> Iterator[str]:
+    gold = data.tags or [None] * len(data.words)
+    for lo in range(0, len(data.words), WRITE_CHUNK):
+        yield "".join(json.dumps({"tokens": data.words[row], **({"ner_tags": gold[row]} if gold[row] else {}),
+                                  "predictions": _tags(predictions[row], labels)}, ensure_ascii=False) + "\n"
+                      for row in range(lo, min(lo + WRITE_CHUNK, len(data.words))))

@@ -238,6 +238,56 @@ def test_evaluate_reproduces_eval_results_and_predict_writes_csv(choice_run, cho
     assert not (tmp_path / "bare").exists()
 
 
+def test_encoded_choices_are_held_end_to_end_not_as_an_array_each():
+    """Two numpy arrays per choice (ids, segments) and two lists per example held ~1.4 KB of objects an
+    example of 4 short choices; one int32 and one int8 array for all the choices, with offsets, hold the tokens
+    and 8 bytes a choice."""
+    import tracemalloc
+
+    import numpy as np
+
+    from bertctl.data.choice import ChoiceData
+
+    rows = _synthetic(5000, 4)
+    data = ChoiceData([r["fold-ind"] for r in rows], [r["sent1"] for r in rows],
+                      [[f"{r['sent2']} {r[f'ending{k}']}" for k in range(4)] for r in rows], None, Path("x.csv"))
+    tokenizer = _tokenizer()
+    tracemalloc.start()
+    features = make_choice_features(tokenizer, data, 24)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert held / len(data) < 400, f"{held / len(data):.0f} bytes an example"
+    context = [VOCAB.index(w) for w in rows[1]["sent1"].split()]
+    ending = [VOCAB.index(w) for w in f"{rows[1]['sent2']} {rows[1]['ending2']}".split()]
+    assert features.input_ids[1][2].tolist() == [2, *context, 3, *ending, 3] and len(features.input_ids[1]) == 4
+    assert features.token_type_ids[1][2].tolist() == [0] * (len(context) + 2) + [1] * (len(ending) + 1)
+    assert features.lengths[1] == max(len(x) for x in features.input_ids[1]) and len(features) == 5000
+    assert features.tokens[1] == sum(len(x) for x in features.input_ids[1])
+    assert features.input_ids[-1][0].dtype == np.int32 and features.token_type_ids[-1][0].dtype == np.int8
+
+
+def test_predict_writes_its_file_a_chunk_of_examples_at_a_time(choice_run, choice_files, tmp_path, monkeypatch):
+    """The rows of every example were made before the file was written; now WRITE_CHUNK at a time as the temp
+    file is written, and the file appears only whole, the same as it was."""
+    import bertctl.choice as choice
+
+    whole = predict_choice(choice_run, choice_files["valid"], tmp_path / "whole.csv").read_bytes()
+    written, write = [], choice.write_text_atomic
+
+    def watched(path, text):
+        def pieces_as_written():
+            for piece in text:
+                assert not path.exists()
+                written.append(piece)
+                yield piece
+        write(path, pieces_as_written())
+
+    monkeypatch.setattr(choice, "write_text_atomic", watched)
+    monkeypatch.setattr(choice, "WRITE_CHUNK", 16)
+    assert predict_choice(choice_run, choice_files["valid"], tmp_path / "p.csv").read_bytes() == whole
+    assert [piece.count("\n") for piece in written] == [1, 16, 16, 8]  # the header, then the 40 examples
+
+
 def test_choice_defaults_and_config_file(tmp_path):
     cfg = FinetuneConfig.choice()
     assert (cfg.lr, cfg.epochs, cfg.max_seq_length, cfg.batch_size) == (5e-5, 3, 128, 16)

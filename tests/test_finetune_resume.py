@@ -380,3 +380,47 @@ def test_the_examples_hash_reads_every_token_id_as_runs_begun_before_recorded_it
 
     ours, before = digest(["a b", "c"])
     assert ours == before and digest(["a c", "c"])[0] != ours
+
+
+def test_the_hash_of_ner_and_choice_features_reads_every_array_as_runs_begun_before_recorded_it(tmp_path):
+    """NER sentences and multiple-choice examples are held end to end in one array each now, not as an array per
+    sentence (per choice): the hash must still read each row as it did, or a run begun before could not be
+    resumed."""
+    import hashlib
+    from dataclasses import fields
+
+    from bertctl.data.choice import ChoiceData, make_choice_features
+    from bertctl.data.ner import NerData, make_ner_features
+    from bertctl.finetune_seed import _hash_arrays
+    from bertctl.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "##c"])
+
+    def as_held_before(value):
+        if isinstance(value, np.ndarray) or not hasattr(value, "__getitem__") or not len(value):
+            return value
+        first = value[0]
+        if isinstance(first, np.ndarray):
+            return [np.array(row) for row in value]
+        return [[np.array(row) for row in item] for item in value] if isinstance(first, list) else value
+
+    def digests(features) -> tuple[str, str]:
+        ours, before = hashlib.sha256(), hashlib.sha256()
+        for part in fields(features):
+            _hash_arrays(ours, getattr(features, part.name))
+            _hash_arrays(before, as_held_before(getattr(features, part.name)))
+        return ours.hexdigest(), before.hexdigest()
+
+    def ner(words: list[list[str]]) -> tuple[str, str]:
+        data = NerData(words, [["O"] * len(w) for w in words], tmp_path / "ner.txt")
+        return digests(make_ner_features(tokenizer, data, ["B-X", "O"], 6))
+
+    def choice(contexts: list[str]) -> tuple[str, str]:
+        data = ChoiceData(["0", "1"], contexts, [["a b", "cc"], ["b", "a c a"]], [0, 1], tmp_path / "c.csv")
+        return digests(make_choice_features(tokenizer, data, 7))
+
+    for make, given, changed in ((ner, [["a", "cc"], [], ["b", "a", "c", "a", "b"]],
+                                  [["a", "cc"], [], ["b", "a", "c", "c", "b"]]),
+                                 (choice, ["a c", "b b b b"], ["a c", "b b c b"])):
+        ours, before = make(given)
+        assert ours == before and make(changed)[0] != ours

@@ -453,6 +453,61 @@ def test_an_empty_sentence_goes_to_jsonl_not_to_a_conll_file(ner_run, tmp_path):
     assert [json.loads(line)["tokens"] for line in lines] == [["peter"], [], ["paris"]]
 
 
+def test_encoded_sentences_and_their_tags_are_held_end_to_end_not_as_an_array_each(tmp_path):
+    """Three numpy arrays per sentence (ids, piece labels, first pieces) and one more per sentence of predicted
+    tags held ~110 bytes of object each besides a short sentence's few numbers; one array each for all the
+    sentences, with offsets, hold the numbers and 8 bytes a sentence."""
+    import tracemalloc
+
+    import numpy as np
+
+    from bertctl.ner import word_predictions
+
+    sentences = _synthetic(20000, 5)
+    data = read_ner(_conll(tmp_path / "big.txt", sentences), "--data")
+    labels = ["B-LOC", "B-PER", "I-LOC", "I-PER", "O"]
+    torch.manual_seed(0)
+    model = BertForTokenClassification(_config(), num_labels=5).eval()
+    tracemalloc.start()
+    features = make_ner_features(_tokenizer(), data, labels, 24)
+    held = tracemalloc.get_traced_memory()[0]
+    predictions = word_predictions(model, features, 0, 512, torch.device("cpu"), "fp32")
+    predicted = tracemalloc.get_traced_memory()[0] - held
+    tracemalloc.stop()
+    assert held / len(data) < 300 and predicted / len(data) < 120, (held / len(data), predicted / len(data))
+    assert [len(p) for p in predictions] == [len(s) for s in sentences] and {*np.concatenate(
+        [p for p in predictions])} <= {0, 1, 2, 3, 4}
+    words, tags = data.words[1], data.tags[1]
+    assert features.input_ids[1].tolist() == [2, *[VOCAB.index(w) for w in words], 3] and words[0] != "unlikely"
+    assert features.first_piece[1].tolist() == list(range(1, len(words) + 1))
+    assert features.labels[1].tolist() == [-100, *[labels.index(t) for t in tags], -100]
+    assert features.input_ids[-1].dtype == np.int32 and features.labels[-1].dtype == np.int64
+
+
+@pytest.mark.parametrize(("name", "pieces"), [("p.txt", 3), ("p.jsonl", 3)])
+def test_predict_writes_its_file_a_chunk_of_sentences_at_a_time(ner_run, ner_files, tmp_path, monkeypatch, name,
+                                                                pieces):
+    """The text of every sentence was made before the file was written; now WRITE_CHUNK sentences at a time as
+    the temp file is written, and the file appears only whole, the same as it was."""
+    import bertctl.ner as ner
+
+    whole = predict_ner(ner_run, ner_files["valid"], tmp_path / f"whole{Path(name).suffix}").read_bytes()
+    written, write = [], ner.write_text_atomic
+
+    def watched(path, text):
+        def pieces_as_written():
+            for piece in text:
+                assert not path.exists()
+                written.append(piece)
+                yield piece
+        write(path, pieces_as_written())
+
+    monkeypatch.setattr(ner, "write_text_atomic", watched)
+    monkeypatch.setattr(ner, "WRITE_CHUNK", 10)
+    assert predict_ner(ner_run, ner_files["valid"], tmp_path / name).read_bytes() == whole
+    assert len(written) == pieces  # the 24 sentences of valid.txt, 10 at a time
+
+
 def test_two_gloo_processes_give_the_losses_and_validation_scores_of_one(encoder, ner_files, tmp_path):
     """torchrun: the loss is weighted by labelled pieces over all ranks, and each rank tags its share of the
     validation sentences; the tags summed over the ranks give the one-process scores."""

@@ -137,6 +137,7 @@ def test_skipping_padding_matches_transformers_at_the_real_tokens(head, odd_conf
 
 def _features(head: str):
     """Four rows of 3-11 tokens as each task's features hold them (random ids, a label each)."""
+    from bertctl.data.batches import Ragged
     from bertctl.data.choice import ChoiceData, ChoiceFeatures
     from bertctl.data.ner import NerData, NerFeatures
     from bertctl.evaluate import Features
@@ -149,8 +150,8 @@ def _features(head: str):
         return Features(ids, types, lengths, rng.integers(0, 3, 4), 0)
     if head == "ner":
         labels = [rng.integers(0, 3, n) for n in lengths]
-        return NerFeatures(NerData([[]] * 4, None, Path("t")), ids, labels, [np.arange(1, n - 1) for n in lengths],
-                           lengths, 0)
+        firsts = Ragged(np.concatenate([np.arange(1, n - 1) for n in lengths]), lengths - 2)
+        return NerFeatures(NerData([[]] * 4, None, Path("t")), ids, labels, firsts, lengths, 0)
     choices = [[ids[i], ids[(i + 1) % 4], ids[(i + 2) % 4]] for i in range(4)]
     data = ChoiceData([str(i) for i in range(4)], [""] * 4, [[""] * 3] * 4, None, Path("t"))
     longest = np.array([max(map(len, c)) for c in choices])

@@ -102,6 +102,11 @@ class Ragged(Sequence[np.ndarray]):
         self.values = values
         self.offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
 
+    @classmethod
+    def joined(cls, chunks: list[np.ndarray], lengths: np.ndarray, dtype: type) -> Ragged:
+        """Rows whose values come in chunks of consecutive rows (as encoding makes them, a chunk at a time)."""
+        return cls(np.concatenate(chunks) if chunks else np.zeros(0, dtype=dtype), lengths)
+
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
@@ -110,6 +115,32 @@ class Ragged(Sequence[np.ndarray]):
             raise IndexError(f"row {index} of {len(self)}")
         row = int(index) % len(self)
         return self.values[self.offsets[row]: self.offsets[row + 1]]
+
+
+def pair_rows(chunks: list[np.ndarray], firsts: list[int], seconds: list[int]) -> tuple[Ragged, Ragged, np.ndarray]:
+    """Encoded `[CLS] A [SEP] (B [SEP])` rows end to end: their int32 ids (given in chunks of rows), int8 segment
+    ids (0 over each row's first `firsts` tokens, 1 over its next `seconds`) and (N,) lengths."""
+    runs = np.stack([np.asarray(firsts, dtype=np.int64), np.asarray(seconds, dtype=np.int64)], axis=1)
+    lengths = runs.sum(axis=1)
+    segments = np.repeat(np.tile(np.array([0, 1], dtype=np.int8), len(lengths)), runs.ravel())
+    return Ragged.joined(chunks, lengths, np.int32), Ragged(segments, lengths), lengths
+
+
+class Grouped(Sequence[list[np.ndarray]]):
+    """A Ragged's rows `width` at a time: item i is the list of rows i*width .. (i+1)*width - 1 (an example's
+    choices), as the list of arrays per example it replaced."""
+
+    def __init__(self, rows: Ragged, width: int) -> None:
+        self.rows, self.width = rows, width
+
+    def __len__(self) -> int:
+        return len(self.rows) // self.width
+
+    def __getitem__(self, index: int) -> list[np.ndarray]:  # type: ignore[override]  # one at a time, no slices
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"item {index} of {len(self)}")
+        first = int(index) % len(self) * self.width
+        return [self.rows[first + i] for i in range(self.width)]
 
 
 class Collator:

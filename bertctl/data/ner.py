@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertctl.data.batches import Ragged
 from bertctl.data.hub_copies import is_copy, read_copy, refuse_missing
 from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
@@ -207,12 +208,13 @@ def check_known(data: NerData, labels: Sequence[str], flag: str, owner: str) -> 
 
 @dataclass(frozen=True)
 class NerFeatures:
-    """Encoded sentences: `[CLS] pieces [SEP]` ids, piece labels, and where each word's first piece is."""
+    """Encoded sentences: `[CLS] pieces [SEP]` ids, piece labels, and where each word's first piece is; each
+    sentence's a view of one array for all (a Ragged: an array each held ~110 bytes of object a sentence)."""
 
     data: NerData
-    input_ids: list[np.ndarray]
-    labels: list[np.ndarray] | None  # per piece: the tag id on a word's first piece, IGNORED elsewhere
-    first_piece: list[np.ndarray]  # per word: the position of its first piece in the row, -1 if it has none
+    input_ids: Sequence[np.ndarray]  # int32
+    labels: Sequence[np.ndarray] | None  # int64 per piece: the tag id on a word's first piece, IGNORED elsewhere
+    first_piece: Ragged  # int64 per word: the position of its first piece in the row, -1 if it has none
     lengths: np.ndarray  # (N,) tokens per row
     truncated: int  # sentences cut to max_seq_length
 
@@ -227,22 +229,33 @@ def make_ner_features(tokenizer: BertTokenizer, data: NerData, labels: Sequence[
     piece. `labels`: the tag of each output, to label the pieces (None: no labels)."""
     index = {tag: i for i, tag in enumerate(labels)} if labels is not None and data.tags is not None else None
     cls, sep, room = tokenizer.cls_id, tokenizer.sep_id, max_seq_length - 2
-    ids, piece_labels, firsts, truncated = [], [], [], 0
+    ids, piece_labels, firsts, lengths, truncated = [], [], [], [], 0  # per chunk: its ids, labels, first pieces
     for lo in range(0, len(data.words), ENCODE_CHUNK):
         encodings = tokenizer.backend.encode_batch(data.words[lo:lo + ENCODE_CHUNK], is_pretokenized=True,
                                                    add_special_tokens=False)
+        flat_ids: list[int] = []
+        flat_labels: list[int] = []
+        flat_firsts: list[int] = []
         for row, encoding in enumerate(encodings, start=lo):
             word_ids = encoding.word_ids[:room]
             truncated += len(encoding.ids) > room
-            first = np.full(len(data.words[row]), -1, dtype=np.int64)
+            first = [-1] * len(data.words[row])
             for position in range(len(word_ids) - 1, -1, -1):  # backwards: the first piece is written last
                 first[word_ids[position]] = position + 1  # after [CLS]
-            ids.append(np.asarray([cls, *encoding.ids[:room], sep], dtype=np.int32))
-            firsts.append(first)
+            flat_ids += [cls, *encoding.ids[:room], sep]
+            lengths.append(len(word_ids) + 2)
+            flat_firsts += first
             if index is not None:
-                label = np.full(len(word_ids) + 2, IGNORED, dtype=np.int64)
-                kept = first >= 0
-                label[first[kept]] = [index[tag] for tag, keep in zip(data.tags[row], kept, strict=True) if keep]
-                piece_labels.append(label)
-    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    return NerFeatures(data, ids, piece_labels if index is not None else None, firsts, lengths, truncated)
+                label = [IGNORED] * (len(word_ids) + 2)
+                for tag, at in zip(data.tags[row], first, strict=True):
+                    if at >= 0:
+                        label[at] = index[tag]
+                flat_labels += label
+        ids.append(np.asarray(flat_ids, dtype=np.int32))
+        firsts.append(np.asarray(flat_firsts, dtype=np.int64))
+        piece_labels.append(np.asarray(flat_labels, dtype=np.int64))
+    tokens = np.asarray(lengths, dtype=np.int64)
+    return NerFeatures(data, Ragged.joined(ids, tokens, np.int32),
+                       Ragged.joined(piece_labels, tokens, np.int64) if index is not None else None,
+                       Ragged.joined(firsts, np.fromiter(map(len, data.words), dtype=np.int64), np.int64),
+                       tokens, truncated)
