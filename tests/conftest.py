@@ -46,3 +46,24 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def watch_writes(monkeypatch):
+    """`watch_writes(module, record)`: the module's write_text_atomic calls `record(piece)` for each piece of text
+    as it goes to the temp file, and checks that the file is not there yet (it appears only whole)."""
+
+    def watch(module, record):
+        write = module.write_text_atomic
+
+        def watched(path, text):
+            def pieces_as_written():
+                for piece in text:
+                    assert not path.exists()
+                    record(piece)
+                    yield piece
+            write(path, pieces_as_written())
+
+        monkeypatch.setattr(module, "write_text_atomic", watched)
+
+    return watch

@@ -266,23 +266,15 @@ def test_encoded_choices_are_held_end_to_end_not_as_an_array_each():
     assert features.input_ids[-1][0].dtype == np.int32 and features.token_type_ids[-1][0].dtype == np.int8
 
 
-def test_predict_writes_its_file_a_chunk_of_examples_at_a_time(choice_run, choice_files, tmp_path, monkeypatch):
+def test_predict_writes_its_file_a_chunk_of_examples_at_a_time(choice_run, choice_files, tmp_path, monkeypatch,
+                                                               watch_writes):
     """The rows of every example were made before the file was written; now WRITE_CHUNK at a time as the temp
     file is written, and the file appears only whole, the same as it was."""
     import bertctl.choice as choice
 
     whole = predict_choice(choice_run, choice_files["valid"], tmp_path / "whole.csv").read_bytes()
-    written, write = [], choice.write_text_atomic
-
-    def watched(path, text):
-        def pieces_as_written():
-            for piece in text:
-                assert not path.exists()
-                written.append(piece)
-                yield piece
-        write(path, pieces_as_written())
-
-    monkeypatch.setattr(choice, "write_text_atomic", watched)
+    written = []
+    watch_writes(choice, written.append)
     monkeypatch.setattr(choice, "WRITE_CHUNK", 16)
     assert predict_choice(choice_run, choice_files["valid"], tmp_path / "p.csv").read_bytes() == whole
     assert [piece.count("\n") for piece in written] == [1, 16, 16, 8]  # the header, then the 40 examples

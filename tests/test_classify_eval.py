@@ -348,7 +348,7 @@ def test_encoded_rows_are_held_end_to_end_not_as_an_array_each():
 
 
 @pytest.mark.parametrize(("name", "made"), [("p.csv", [10, 10, 20, 30, 32]), ("p.jsonl", [10, 20, 30, 32])])
-def test_predict_writes_its_file_a_chunk_of_rows_at_a_time(pair_run, tmp_path, monkeypatch, name, made):
+def test_predict_writes_its_file_a_chunk_of_rows_at_a_time(pair_run, tmp_path, monkeypatch, name, made, watch_writes):
     """Every output row (a dict, its probabilities as Python floats) was made before the file was written: 200,000
     rows peaked at 575 MB, 406 MB now. Rows are made WRITE_CHUNK at a time as the temp file is written, and the
     file appears only whole, the same as it was."""
@@ -357,18 +357,9 @@ def test_predict_writes_its_file_a_chunk_of_rows_at_a_time(pair_run, tmp_path, m
     run, dev = pair_run
     whole = predict_classify(run, dev, tmp_path / f"whole{Path(name).suffix}").read_bytes()
     rows, pieces = [], []
-    make_row, write = submission._prediction_row, submission.write_text_atomic
+    make_row = submission._prediction_row
     monkeypatch.setattr(submission, "_prediction_row", lambda *args: rows.append(1) or make_row(*args))
-
-    def watched(path, text):
-        def pieces_as_written():
-            for piece in text:
-                assert not path.exists()
-                pieces.append(len(rows))
-                yield piece
-        write(path, pieces_as_written())
-
-    monkeypatch.setattr(submission, "write_text_atomic", watched)
+    watch_writes(submission, lambda piece: pieces.append(len(rows)))
     monkeypatch.setattr(submission, "WRITE_CHUNK", 10)
     assert predict_classify(run, dev, tmp_path / name).read_bytes() == whole
     assert pieces == made  # the 32 rows of dev.csv: the rows made when each piece went to the temp file

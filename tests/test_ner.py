@@ -486,23 +486,14 @@ def test_encoded_sentences_and_their_tags_are_held_end_to_end_not_as_an_array_ea
 
 @pytest.mark.parametrize(("name", "pieces"), [("p.txt", 3), ("p.jsonl", 3)])
 def test_predict_writes_its_file_a_chunk_of_sentences_at_a_time(ner_run, ner_files, tmp_path, monkeypatch, name,
-                                                                pieces):
+                                                                pieces, watch_writes):
     """The text of every sentence was made before the file was written; now WRITE_CHUNK sentences at a time as
     the temp file is written, and the file appears only whole, the same as it was."""
     import bertctl.ner as ner
 
     whole = predict_ner(ner_run, ner_files["valid"], tmp_path / f"whole{Path(name).suffix}").read_bytes()
-    written, write = [], ner.write_text_atomic
-
-    def watched(path, text):
-        def pieces_as_written():
-            for piece in text:
-                assert not path.exists()
-                written.append(piece)
-                yield piece
-        write(path, pieces_as_written())
-
-    monkeypatch.setattr(ner, "write_text_atomic", watched)
+    written = []
+    watch_writes(ner, written.append)
     monkeypatch.setattr(ner, "WRITE_CHUNK", 10)
     assert predict_ner(ner_run, ner_files["valid"], tmp_path / name).read_bytes() == whole
     assert len(written) == pieces  # the 24 sentences of valid.txt, 10 at a time
