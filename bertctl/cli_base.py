@@ -2,7 +2,8 @@
 
 Library code raises `BertctlError`; only the command groups made here turn it into `bertctl: error: ...`
 (exit 1, or 2 for usage errors), with the traceback only under `bertctl --debug`. Under torchrun that line is
-said once per node however many of its processes fail with it (`_first_to_say`).
+said once per node however many of its processes fail with it (`_first_to_say`); a process that failed only
+because another one stopped says that instead of its backend's error (`lost_peer`).
 """
 
 from __future__ import annotations
@@ -159,7 +160,24 @@ def _failure(exc: Exception) -> Exception:
         if exc.filename is not None:
             return fail(f"{os.fsdecode(exc.filename)}: {os.strerror(exc.errno)} (rerun with --debug for the "
                         "traceback)", 1)
+    if lost_peer(exc):
+        return fail(LOST_PEER, 1)
     return fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+
+
+LOST_PEER = ("another process of this run failed; this one stopped with it (that process's own line, or "
+             "torchrun's summary, says why)")
+_PEER_GONE = ("connection closed by peer", "connection reset by peer", "broken pipe", "ncclremoteerror")
+
+
+def lost_peer(exc: Exception) -> bool:
+    """Whether a process of a torchrun job failed because another one stopped: rank 0 failing alone (in a step the
+    others wait for) left them in a collective that failed with gloo's "Connection closed by peer" (NCCL's
+    ncclRemoteError), said as a second error line that hid the real one. Told by the message of a RuntimeError
+    (torch.distributed's DistBackendError is one); other backend errors (a timeout, a CUDA error) keep theirs."""
+    message = str(exc).casefold()
+    return (isinstance(exc, RuntimeError) and os.environ.get("WORLD_SIZE", "1") != "1"
+            and any(gone in message for gone in _PEER_GONE))
 
 
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}  # only writing fails so

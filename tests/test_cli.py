@@ -8,11 +8,13 @@ import subprocess
 import sys
 
 import pytest
-from processes import torchrun_env
+from processes import ranks_said, run_group, torchrun_env
+from torch.distributed import DistBackendError
 from typer.testing import CliRunner
 
 from bertctl import __version__
 from bertctl.cli import app
+from bertctl.cli_base import LOST_PEER, lost_peer
 
 GROUPS = ["tokenizer", "corpus", "pretrain", "finetune", "evaluate", "predict", "fill", "convert", "info"]
 
@@ -164,6 +166,82 @@ def test_under_torchrun_a_rank_whose_stderr_no_one_sees_leaves_the_line_to_the_o
     assert first.stderr.count("bertctl: error:") == 1 and "'--top-k'" in first.stderr, first.stderr
     assert second.stderr == ""
     assert "'--top-k'" in (attempt / "2" / "stderr.log").read_text()
+
+
+# rank 0 alone fails while building the quick start's data, which the other ranks wait for at a barrier
+_RANK0_FAILS = """
+import os, sys
+if os.environ["RANK"] == "0":
+    import bertctl.tokenizer_train
+    from bertctl.errors import UsageError
+
+    def fail(*args, **kwargs):
+        raise UsageError("rank 0 alone fails here")
+
+    bertctl.tokenizer_train.train_tokenizer = fail
+from bertctl.cli import main
+sys.argv[0] = "bertctl"
+main()
+"""
+
+
+def test_under_torchrun_the_ranks_a_failed_rank_leaves_waiting_point_at_its_error(tmp_path):
+    """Rank 0 failed alone in a step the others wait for; their next collective failed with gloo's "Connection
+    closed by peer", said as a second error line (`RuntimeError: [.../gloo/transport/tcp/pair.cc:553] ...`) that
+    hid the real one. Those ranks now say, once per node, that another process failed (3 processes: 2 of them
+    lose their peer)."""
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK0_FAILS)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "3", "--monitor-interval", "1",
+                "--master_port", str(29660 + os.getpid() % 1000), str(script)]
+    done = run_group([*launcher, "pretrain", "--out", str(tmp_path / "run"), "--steps", "2", "--batch-size", "6"],
+                     timeout=120, cwd=tmp_path, env=torchrun_env(tmp_path))
+    said = [line for line in done.stderr.splitlines() if line.startswith("bertctl: error: ")]
+    assert done.returncode != 0 and said[0] == "bertctl: error: rank 0 alone fails here", ranks_said(done.stderr)
+    assert said[1:] in ([], [f"bertctl: error: {LOST_PEER}"]), ranks_said(done.stderr)
+    assert "by peer" not in done.stderr and "gloo" not in done.stderr, ranks_said(done.stderr)
+
+
+@pytest.mark.parametrize(("error", "world_size", "lost"), [
+    (RuntimeError("[/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:31962"), "2", True),
+    (RuntimeError("[/gloo/transport/tcp/pair.cc:534] Connection reset by peer"), "8", True),
+    (RuntimeError("[/gloo/transport/tcp/pair.cc:598] Write to 10.0.0.2:2 failed: Broken pipe"), "2", True),
+    (DistBackendError("NCCL error: remote process exited or there was a network error\nncclRemoteError: A call "
+                      "failed possibly due to a network error or a remote process exiting prematurely."), "2", True),
+    (DistBackendError("Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE)"), "2", False),
+    (DistBackendError("NCCL error: unhandled cuda error, ncclUnhandledCudaError"), "2", False),
+    (RuntimeError("Connection closed by peer"), "1", False),  # one process: no peer to have lost
+    (RuntimeError("CUDA out of memory"), "2", False), (ValueError("Connection reset by peer"), "2", False),
+    (ConnectionResetError(104, "Connection reset by peer"), "2", False),  # a file or socket of this process's own
+])
+def test_a_lost_peer_is_told_from_other_errors(monkeypatch, error, world_size, lost):
+    monkeypatch.setenv("WORLD_SIZE", world_size)
+    assert lost_peer(error) is lost
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_lost_peer_is_one_line_exit_1_and_its_traceback_under_debug(monkeypatch, debug):
+    from bertctl.cli_base import command_group, set_debug
+
+    group = command_group("a group")
+
+    @group.command()
+    def collective() -> None:
+        raise RuntimeError("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:31962")
+
+    @group.command()
+    def other() -> None:  # a second command, so the group is not its single command
+        pass
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    set_debug(debug)
+    try:
+        result = CliRunner().invoke(group, ["collective"])
+    finally:
+        set_debug(False)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] == f"bertctl: error: {LOST_PEER}"
+    assert ("Traceback" in result.stderr) is debug and ("pair.cc" in result.stderr) is debug
 
 
 @pytest.mark.parametrize(("args", "named"), [
