@@ -9,9 +9,11 @@ run_metrics.py.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import math
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,7 +238,16 @@ def all_reduce_sum(value: Tensor, env: Distributed) -> Tensor:
 
 
 def cleanup_distributed(env: Distributed) -> None:
-    """Close the groups setup_distributed opened (the default one last); a group the caller had stays open."""
+    """Close the groups setup_distributed opened (the default one last); a group the caller had stays open.
+
+    A gloo group's destructor joins its worker threads while holding the GIL, and a worker that has just finished a
+    collective needs the GIL to free it (its saved thread state holds Python objects): the process hung for good
+    when the two met (seen at the DDP wrapper's collection after the group was closed). So the wrapper, left to
+    the garbage collector, goes while its group is still registered, and the workers get a moment without the GIL
+    to let their finished work go before the groups are closed."""
+    if env.owned:
+        gc.collect()
+        time.sleep(0.05)
     for group in env.owned:
         dist.destroy_process_group(None if group is dist.group.WORLD else group)
 

@@ -229,7 +229,7 @@ def test_accumulated_micro_batches_all_reduce_the_gradients_once_per_step(tmp_pa
         training.optimizer_step(ddp, micro, optimizer, _terms, _weights, training.Distributed(world_size=2), "fp32")
         assert reduced == [0]  # the one bucket once, not once per micro-batch
     finally:
-        dist.destroy_process_group()
+        training.cleanup_distributed(training.Distributed(owned=(dist.group.WORLD,)))
 
 
 def test_a_batch_goes_to_a_gpu_through_pinned_memory(monkeypatch):
@@ -487,8 +487,8 @@ def test_ddp_gradients_are_views_of_its_all_reduce_buckets(tmp_path, monkeypatch
         ddp(torch.randn(3, 4)).sum().backward()
         storages = {p.grad.untyped_storage().data_ptr() for p in model.parameters()}
         assert len(storages) == 1  # weight and bias gradients share one bucket's storage
-    finally:
-        dist.destroy_process_group()
+    finally:  # DDP alive still: its last collective's work may be freed only now (cleanup_distributed)
+        training.cleanup_distributed(training.Distributed(owned=(dist.group.WORLD,)))
 
 
 def test_micro_batches_of_unequal_masked_tokens_step_as_one_batch(odd_config):
