@@ -35,8 +35,8 @@ from bertctl.evaluate import (
     scored_batches,
     sum_over_ranks,
 )
-from bertctl.files import check_new_out, check_out, json_text, named_with_suffix, write_text_atomic
-from bertctl.submission import WRITE_CHUNK
+from bertctl.files import json_text, new_file_named, write_text_atomic
+from bertctl.submission import row_chunks
 
 CHOICE_ARCHITECTURE = "BertForMultipleChoice"
 
@@ -161,8 +161,7 @@ def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_s
     `prob0`..: each choice's softmax."""
     if Path(out).suffix.lower() not in ("", ".csv"):  # p.jsonl would hold csv: refused rather than misnamed
         raise UsageError(f"--out {out}: predict choice writes a csv file; name it .csv")
-    check_out(out, folder=False)  # a folder would otherwise become FOLDER.csv beside it
-    path = check_new_out(named_with_suffix(out, ".csv"), overwrite=take_bool("overwrite", overwrite), folder=False)
+    path = new_file_named(out, ".csv", take_bool("overwrite", overwrite))
     reader = open_choice_reader(model, max_seq_length, batch_size)
     read = _read(reader, data, need_labels=False)
     if path.resolve() == read.path.resolve():
@@ -178,9 +177,9 @@ def _csv(data: ChoiceData, logits: np.ndarray) -> Iterator[str]:
     yield _csv_lines([["id", "prediction", *(["label"] if gold else []),
                        *(f"prob{i}" for i in range(logits.shape[1]))]])
     chances = probabilities(logits)
-    for lo in range(0, len(logits), WRITE_CHUNK):
+    for rows in row_chunks(len(logits)):
         yield _csv_lines([[data.ids[i], int(logits[i].argmax()), *([data.labels[i]] if gold else []),
-                           *(f"{p:.6f}" for p in chances[i])] for i in range(lo, min(lo + WRITE_CHUNK, len(logits)))])
+                           *(f"{p:.6f}" for p in chances[i])] for i in rows])
 
 
 def _csv_lines(rows: list[list[Any]]) -> str:

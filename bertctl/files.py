@@ -166,6 +166,13 @@ def named_with_suffix(path: Path | str, suffix: str) -> Path:
     return path if path.suffix else path.with_name(path.name + suffix)
 
 
+def new_file_named(out: Path | str, suffix: str, overwrite: bool) -> Path:
+    """`check_new_out` for a predictions file named by `named_with_suffix`; a folder OUT is refused as itself
+    rather than taken for a name (FOLDER.csv beside it)."""
+    check_out(out, folder=False)
+    return check_new_out(named_with_suffix(out, suffix), overwrite=overwrite, folder=False)
+
+
 def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False, folder: bool = True) -> Path:
     """`check_out`, and an existing output is refused unless --overwrite (every command replaces only
     what the user said it may), and never the working folder or one holding it, which a command cannot

@@ -36,9 +36,9 @@ from bertctl.evaluate import (
     scored_batches,
     sum_over_ranks,
 )
-from bertctl.files import check_new_out, check_out, json_text, named_with_suffix, write_text_atomic
+from bertctl.files import json_text, new_file_named, write_text_atomic
 from bertctl.metrics import entity_scores
-from bertctl.submission import WRITE_CHUNK
+from bertctl.submission import row_chunks
 
 log = logging.getLogger(__name__)
 TOKEN_ARCHITECTURE = "BertForTokenClassification"
@@ -210,8 +210,7 @@ def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size
     if Path(out).suffix.lower() in _OTHER_FORMATS:  # p.json would hold CoNLL text: refused rather than misnamed
         raise UsageError(f"--out {out}: predict ner writes CoNLL text, or JSON lines with a .jsonl name; name it "
                          ".txt or .jsonl")
-    check_out(out, folder=False)  # a folder would otherwise become FOLDER.txt beside it
-    path = check_new_out(named_with_suffix(out, ".txt"), overwrite=take_bool("overwrite", overwrite), folder=False)
+    path = new_file_named(out, ".txt", take_bool("overwrite", overwrite))
     reader = open_ner_reader(model, max_seq_length, batch_size, label_names)
     read = reader.read(data, need_tags=False)
     if path.resolve() == read.path.resolve():
@@ -246,9 +245,9 @@ def _conll(data: NerData, predictions: Ragged, labels: Sequence[str]) -> Iterato
     """A blank line between sentences (none after the last); WRITE_CHUNK sentences at a time, so the text (and
     the tags as strings) of every sentence are never all held."""
     gold = data.tags or [None] * len(data.words)
-    for lo in range(0, len(data.words), WRITE_CHUNK):
+    for rows in row_chunks(len(data.words)):
         yield "".join(("\n" if row else "") + _conll_lines(data.words[row], gold[row], _tags(predictions[row], labels))
-                      for row in range(lo, min(lo + WRITE_CHUNK, len(data.words))))
+                      for row in rows)
 
 
 def _conll_lines(words: list[str], tags: list[str] | None, guesses: list[str]) -> str:
@@ -258,7 +257,7 @@ def _conll_lines(words: list[str], tags: list[str] | None, guesses: list[str]) -
 
 def _jsonl(data: NerData, predictions: Ragged, labels: Sequence[str]) -> Iterator[str]:
     gold = data.tags or [None] * len(data.words)
-    for lo in range(0, len(data.words), WRITE_CHUNK):
+    for rows in row_chunks(len(data.words)):
         yield "".join(json.dumps({"tokens": data.words[row], **({"ner_tags": gold[row]} if gold[row] else {}),
                                   "predictions": _tags(predictions[row], labels)}, ensure_ascii=False) + "\n"
-                      for row in range(lo, min(lo + WRITE_CHUNK, len(data.words))))
+                      for row in rows)

@@ -28,6 +28,12 @@ from bertctl.files import check_out, json_text, named_with_suffix, write_text_at
 WRITE_CHUNK = 8192  # rows formatted together as a file is written: the rows of a whole file are never all held
 
 
+def row_chunks(count: int) -> Iterator[range]:
+    """Rows 0 .. count - 1, WRITE_CHUNK at a time: what a predictions writer formats at once."""
+    for lo in range(0, count, WRITE_CHUNK):
+        yield range(lo, min(lo + WRITE_CHUNK, count))
+
+
 def submission_name(task: str | GlueTask, split: str = "test") -> str:
     """The server's file name for predictions on a test split (MNLI: test_matched / test_mismatched)."""
     task = get_task(task)
@@ -77,10 +83,10 @@ def write_submission(task: str | GlueTask, split: str, ids: Sequence[str], predi
 
 def _submission_lines(task: GlueTask, ids: Sequence[str], predictions: Sequence[int | float]) -> Iterator[str]:
     yield "index\tprediction\n"
-    for lo in range(0, len(ids), WRITE_CHUNK):
-        values = np.asarray(predictions[lo: lo + WRITE_CHUNK]).tolist()
+    for rows in row_chunks(len(ids)):
+        values = np.asarray(predictions[rows.start: rows.stop]).tolist()
         yield "".join(f"{index}\t{format_prediction(task, value)}\n"
-                      for index, value in zip(ids[lo: lo + WRITE_CHUNK], values, strict=True))
+                      for index, value in zip(ids[rows.start: rows.stop], values, strict=True))
 
 
 PREDICTION_FORMATS = (".csv", ".jsonl")
@@ -130,8 +136,8 @@ def _prediction_chunks(id_name: str, ids: Sequence[str], label_names: Sequence[s
                        predictions: Sequence[int | float], probabilities: Sequence[Sequence[float]] | None
                        ) -> Iterator[list[dict[str, Any]]]:
     """The rows to write, WRITE_CHUNK at a time."""
-    for lo in range(0, len(ids), WRITE_CHUNK):
-        chunk = slice(lo, lo + WRITE_CHUNK)
+    for rows in row_chunks(len(ids)):
+        chunk = slice(rows.start, rows.stop)
         values = np.asarray(predictions[chunk]).tolist()
         spread = np.asarray(probabilities[chunk]).tolist() if probabilities is not None else [None] * len(values)
         yield [_prediction_row(id_name, row_id, label_names, value, probs)

@@ -271,11 +271,12 @@ def test_predict_writes_its_file_a_chunk_of_examples_at_a_time(choice_run, choic
     """The rows of every example were made before the file was written; now WRITE_CHUNK at a time as the temp
     file is written, and the file appears only whole, the same as it was."""
     import bertctl.choice as choice
+    import bertctl.submission as submission
 
     whole = predict_choice(choice_run, choice_files["valid"], tmp_path / "whole.csv").read_bytes()
     written = []
     watch_writes(choice, written.append)
-    monkeypatch.setattr(choice, "WRITE_CHUNK", 16)
+    monkeypatch.setattr(submission, "WRITE_CHUNK", 16)
     assert predict_choice(choice_run, choice_files["valid"], tmp_path / "p.csv").read_bytes() == whole
     assert [piece.count("\n") for piece in written] == [1, 16, 16, 8]  # the header, then the 40 examples
 

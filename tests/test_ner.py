@@ -490,11 +490,12 @@ def test_predict_writes_its_file_a_chunk_of_sentences_at_a_time(ner_run, ner_fil
     """The text of every sentence was made before the file was written; now WRITE_CHUNK sentences at a time as
     the temp file is written, and the file appears only whole, the same as it was."""
     import bertctl.ner as ner
+    import bertctl.submission as submission
 
     whole = predict_ner(ner_run, ner_files["valid"], tmp_path / f"whole{Path(name).suffix}").read_bytes()
     written = []
     watch_writes(ner, written.append)
-    monkeypatch.setattr(ner, "WRITE_CHUNK", 10)
+    monkeypatch.setattr(submission, "WRITE_CHUNK", 10)
     assert predict_ner(ner_run, ner_files["valid"], tmp_path / name).read_bytes() == whole
     assert len(written) == pieces  # the 24 sentences of valid.txt, 10 at a time
 
