@@ -276,7 +276,7 @@ def pretrain(
     """Pre-train BERT with MLM (+NSP/SOP); no arguments runs the quick start on bundled text.
 
     Without --corpus (the quick start) the defaults are the quick start's, not the paper's shown below:
-    --model-config tiny --steps 2500 --batch-size 32 --lr 2e-3 --warmup-steps 100 --dropout 0.0 --no-compile
+    --model-config tiny --steps 2500 --batch-size 32 --lr 2e-3 --dropout 0.0 --warmup-fraction 0.04 --no-compile
     --save-every 500 --log-every 50 --eval-every 500 --eval-samples 512.
     """
     flags = {k: v for k, v in locals().items() if k != "config"}

@@ -426,7 +426,8 @@ class PretrainConfig:
 
 
 QUICKSTART_PRETRAIN = {  # a few minutes on 2 CPU cores: many small steps beat a few big ones there
-    "model_config": "tiny", "steps": 2500, "batch_size": 32, "lr": 2e-3, "warmup_steps": 100, "dropout": 0.0,
+    "model_config": "tiny", "steps": 2500, "batch_size": 32, "lr": 2e-3, "dropout": 0.0,
+    "warmup_fraction": 0.04,  # 100 of the 2,500 steps, and as short a share of a shorter --steps
     "compile": False,  # compiling would take longer than this short run
     "save_every": 500, "log_every": 50, "eval_every": 500, "eval_samples": 512,
 }

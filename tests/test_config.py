@@ -226,6 +226,9 @@ def test_the_quick_start_config_is_the_commands_small_run():
     cfg = PretrainConfig.quickstart(steps=20)
     assert (cfg.corpus, cfg.model_config, cfg.steps, cfg.batch_size, cfg.compile) == (None, "tiny", 20, 32, False)
     assert PretrainConfig.quickstart() == build_config(PretrainConfig, {**QUICKSTART_PRETRAIN})
+    # the warmup is a share of the run: 100 of 2,500 steps, one of a 20-step try (which used to warm up for good)
+    assert [PretrainConfig.quickstart(steps=steps).warmup() for steps in (2500, 20)] == [100, 1]
+    assert PretrainConfig.quickstart(warmup_steps=30).warmup() == 30
 
 
 @pytest.mark.parametrize(("cls", "text", "message"), [
