@@ -755,3 +755,57 @@ def test_nsp_instances_equal_a_port_of_googles_code_draw_for_draw() -> None:
             ours = [(np.concatenate(out.pieces[out.starts[k]:out.starts[k + 1]]).tolist(), out.labels[k])
                     for k in range(len(out.lengths))]
             assert ours == _google_instances(documents, index, max_seq_length, short_seq_prob, _Uniforms(seed))
+
+
+def _albert_sop_instances(documents: list[list[list[int]]], index: int, max_seq_length: int, short_seq_prob: float,
+                          rng: _Uniforms, is_continuation: np.ndarray) -> list[tuple[list[int], int]]:
+    """create_instances_from_document of google-research/albert with random_next_sentence=False (masking left
+    out): swap by a coin, then truncate_seq_pair (a random end of the longer segment, so a `##` piece may open
+    one). A lone sentence is bertctl's documented cut before a random word, where ALBERT draws another document."""
+    document, max_tokens = documents[index], max_seq_length - 3
+    target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
+    instances, chunk, length = [], [], 0
+    for i, sentence in enumerate(document):
+        chunk.append(sentence)
+        length += len(sentence)
+        if i == len(document) - 1 or length >= target:
+            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+            a = [t for s in chunk[:a_end] for t in s]
+            b = [t for s in chunk[a_end:] for t in s]
+            chunk, length = [], 0
+            if not b:
+                cuts = [k for k in range(1, len(a)) if not is_continuation[a[k]]]
+                if not cuts:
+                    continue
+                cut = cuts[rng.randint(0, len(cuts) - 1)]
+                a, b = a[:cut], a[cut:]
+            label = int(rng.random() < 0.5)
+            if label:
+                a, b = b, a
+            while len(a) + len(b) > max_tokens:  # truncate_seq_pair
+                longer = a if len(a) > len(b) else b
+                del longer[0 if rng.random() < 0.5 else -1]
+            instances.append(([2, *a, 3, *b, 3], label))
+    return instances
+
+
+def test_sop_instances_equal_a_port_of_alberts_code_draw_for_draw() -> None:
+    """ALBERT truncates after the swap, at a random end, as Google's NSP: a `##` piece may then open a segment."""
+    from bertctl.data.instances import Document, Instances, document_instances
+
+    gen, is_continuation = np.random.default_rng(1), np.arange(100) >= 70
+    for _ in range(150):
+        documents = [[gen.integers(10, 99, int(gen.choice([1, 3, 8, 30, 200]))).tolist()
+                      for _ in range(int(gen.integers(1, 12)))] for _ in range(int(gen.integers(2, 5)))]
+        docs = [Document(np.array([t for s in d for t in s], np.int32), np.cumsum([0, *map(len, d)]))
+                for d in documents]
+        max_seq_length, short_seq_prob = int(gen.choice([5, 16, 64, 128])), float(gen.choice([0.0, 0.1, 1.0]))
+        for index in range(len(documents)):
+            seed, out = int(gen.integers(1 << 30)), Instances()
+            document_instances(out, docs, index, list(range(len(docs))), objective="mlm+sop",
+                               max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, cls_id=2, sep_id=3,
+                               rng=_Uniforms(seed), is_continuation=is_continuation)
+            ours = [(np.concatenate(out.pieces[out.starts[k]:out.starts[k + 1]]).tolist(), out.labels[k])
+                    for k in range(len(out.lengths))]
+            assert ours == _albert_sop_instances(documents, index, max_seq_length, short_seq_prob, _Uniforms(seed),
+                                                 is_continuation)

@@ -596,6 +596,27 @@ def test_a_v2_question_without_windows_predicts_no_answer(tmp_path):
     assert [e["text"] for e in answers.nbest["blank"]] == [""]
 
 
+def test_a_v1_question_without_a_valid_span_gets_run_squads_nonce_answer(tmp_path):
+    """No pair of the n-best starts and ends is a span of the context: run_squad.py (and run_qa.py's utils_qa.py)
+    answer the literal text "empty", logits 0, probability 1, in both files; docs/predict.md says so."""
+    raw = _squad([[("the man bought red milk", [{"id": "q", "question": "what colour is it ?", "answers": []}])]])
+    data = read_squad(_write(tmp_path / "d.json", raw), "predict")
+    tokenizer = _tokenizer()
+    features = make_features(tokenizer, data, 16, 3, 4, training=False)
+    starts = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    ends = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    starts[0][1] = ends[0][1] = 10.0  # a question piece ranks first: with --n-best-size 1 no span is valid
+    answers = answers_from_logits(features, starts, ends, tokenizer, AnswerSettings(n_best_size=1))
+    examples = _google_examples(raw, False, False)
+    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
+                                 False)
+    preds, nbest, _ = _google_predictions(examples, reference, starts, ends, 1, 30, False, 0.0,
+                                          lambda text: basic_tokens(text, tokenizer))
+    assert answers.predictions == preds == {"q": "empty"}
+    assert answers.nbest == nbest == {"q": [{"text": "empty", "probability": 1.0, "start_logit": 0.0,
+                                             "end_logit": 0.0}]}
+
+
 def _one_unanswerable_question(tmp_path: Path) -> tuple:
     """A v2.0 question's features, with all-zero start and end logits for a test to set."""
     raw = _squad([[("the man bought red milk", [{"id": "q", "question": "what colour is it ?", "answers": []}])]],
