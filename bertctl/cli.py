@@ -119,12 +119,21 @@ def tokenizer_encode(
         raise UsageError("--tokenizer: empty; give a tokenizer or model folder, a vocab.txt or a hub id")
     all_texts = list(texts or [])
     if not all_texts and not sys.stdin.isatty():
-        all_texts = [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]  # CRLF lines too
+        all_texts = _stdin_lines()
     if not all_texts:
         raise UsageError("tokenizer encode: give TEXT arguments (or lines on stdin)")
     for row in iter_encoded_rows(load_tokenizer(path_as_given(tokenizer, "tokenizer"), lowercase=lowercase),
                                  all_texts, pair):
         typer.echo(json.dumps(row, ensure_ascii=False) if as_json else format_row(row))
+
+
+def _stdin_lines() -> list[str]:
+    """stdin's lines without their line ends (CRLF too) or a leading byte-order mark: a file a Windows editor saved
+    starts with one, which would be echoed at the head of the first text (`fill --file -` drops it too)."""
+    lines = [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]
+    if lines:
+        lines[0] = lines[0].removeprefix("\ufeff")
+    return lines
 
 
 # --- corpus ------------------------------------------------------------------------------------------

@@ -470,6 +470,17 @@ def test_encode_reads_crlf_lines_from_stdin_without_their_carriage_return(tmp_pa
     assert [line.split('"tokens"')[0] for line in result.stdout.splitlines()] == ['{"text": "a a", ', '{"text": "a", ']
 
 
+def test_encode_drops_a_byte_order_mark_from_stdin_as_fill_does(tmp_path):
+    """A file a Windows editor saved (`< notes.txt`) echoed its BOM at the head of the first text's "text"."""
+    from bertctl.tokenizer import BertTokenizer
+
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]).save(tmp_path / "tok")
+    result = CliRunner().invoke(app, ["tokenizer", "encode", "--tokenizer", str(tmp_path / "tok"), "--json"],
+                                input="\ufeffa a\r\n\ufeffa\n")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["text"] for line in result.stdout.splitlines()] == ["a a", "\ufeffa"]
+
+
 def test_a_broken_pipe_that_is_not_stdouts_is_reported(monkeypatch, tmp_path):
     """Only a reader of our output going away is quiet; another pipe breaking is an error like any other."""
     import bertctl.info

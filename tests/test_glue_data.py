@@ -398,6 +398,39 @@ def test_table_mistakes_are_one_line_usage_errors(tmp_path):
         load_labelled_data(broken, None, ["text"], "label")
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl"])
+def test_an_own_table_ends_lines_at_a_lone_carriage_return_as_pandas_does(tmp_path, suffix):
+    """A .tsv or .jsonl with old-Mac line ends (Excel for Mac's text exports) was one line: the .tsv header took in
+    every row (`no column 'label' (found: text, labelhello, ...)`), the .jsonl was `Extra data`; its .csv, pandas and
+    `datasets` end a line at a lone \\r. GLUE's own files keep one inside a text (test_only_newline_ends_a_line)."""
+    rows = {".csv": "text,label\rhello world,pos\r\rbad day,neg\r",
+            ".tsv": "text\tlabel\rhello world\tpos\r\rbad day\tneg\r",
+            ".jsonl": '{"text": "hello world", "label": "pos"}\r\r{"text": "bad day", "label": "neg"}\r'}
+    path = tmp_path / f"mac{suffix}"
+    path.write_bytes(b"\xef\xbb\xbf" + rows[suffix].encode())
+    task = load_labelled_data(path, None, ["text"], "label")
+    assert task.train.text_a == ["hello world", "bad day"] and task.train.labels == [1, 0]
+    path.write_bytes(rows[suffix].replace("bad day", "caf\xe9").encode("latin-1"))
+    line = 3 if suffix == ".jsonl" else 4  # a lone \\r counts as a line end there too
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:{line}: not UTF-8 text \(byte \d+\); convert"):
+        load_labelled_data(path, None, ["text"], "label")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl"])
+def test_a_table_that_is_not_utf8_is_refused_naming_its_line_and_byte(tmp_path, suffix):
+    """A Latin-1 .csv or .jsonl was `FILE: not UTF-8 text`, naming no line (a .tsv named its line)."""
+    rows = {".csv": 'text,label\r\nok,pos\r\n"two\nlines",neg\r\ncaf\xe9,neg\r\n',
+            ".tsv": "text\tlabel\r\nok\tpos\r\ntwo\tneg\r\ncaf\xe9\tneg\r\n",
+            ".jsonl": '{"text": "ok", "label": "pos"}\r\n\r\n{"text": "two", "label": "neg"}\r\n'
+                      '{"text": "caf\xe9"}\r\n'}
+    path = tmp_path / f"latin1{suffix}"
+    path.write_bytes(rows[suffix].encode("latin-1"))
+    line, byte = {".csv": (5, 40), ".tsv": (4, 32), ".jsonl": (4, 80)}[suffix]
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:{line}: not UTF-8 text \(byte {byte}\); "
+                                         "convert it to UTF-8 first$"):
+        read_examples(path, ["text"])
+
+
 # --- submission files ---------------------------------------------------------------------------------------
 
 def test_submission_files_have_the_servers_exact_format(tmp_path):

@@ -279,28 +279,42 @@ def hub_copy(task: GlueTask, root: Path) -> str | None:
     return "saved" if (config / "dataset_dict.json").is_file() else None
 
 
-def read_tsv(path: Path) -> Iterator[tuple[int, list[str]]]:
+def read_tsv(path: Path, lone_cr: bool = False) -> Iterator[tuple[int, list[str]]]:
     """(line number, fields) per line that is not empty: split on tab and on newline only, no quote processing.
 
     Only '\\n' ends a line (with an optional '\\r' before it), so U+2028 and the like inside a text stay
     in it. A leading byte-order mark is dropped (MRPC's header starts with one). An empty line is no row, as
     for `csv.DictReader` and pandas; a line of tabs or spaces is one (DictReader, and the `datasets` GLUE
     builder's row numbers, count it), so a row of empty fields is checked like any other, never dropped.
+    `lone_cr`: a lone '\\r' ends a line too, as pandas and `datasets` read a user's table (an old Mac or Excel
+    for Mac export ends every line so); GLUE's own files keep it inside a text.
     """
     try:
         with open(path, "rb") as handle:  # binary lines end at b"\n" only
-            for number, raw in enumerate(handle, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise UsageError(f"{path}:{number}: not UTF-8 text") from None
-                if number == 1:
+            number = offset = 0
+            for raw in handle:
+                line = _utf8_line(raw, path, number + 1, offset, lone_cr)
+                offset += len(raw)
+                if number == 0:
                     line = line.removeprefix("\ufeff")
-                line = line.removesuffix("\n").removesuffix("\r")
-                if line:
-                    yield number, line.split("\t")
+                text = line.removesuffix("\n").removesuffix("\r")
+                for part in text.split("\r") if lone_cr else [text]:
+                    number += 1
+                    if part:
+                        yield number, part.split("\t")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _utf8_line(raw: bytes, path: Path, number: int, offset: int, lone_cr: bool) -> str:
+    """A line's text, or one line naming the file, the line and the byte where it is not UTF-8 (a lone '\\r'
+    before that byte counts as a line end when it ends lines)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = number + (raw.count(b"\r", 0, exc.start) if lone_cr else 0)
+        raise UsageError(f"{path}:{line}: not UTF-8 text (byte {offset + exc.start:,}); convert it to UTF-8 "
+                         "first") from None
 
 
 def _task_file(task: GlueTask, entry: SplitFile, root: Path) -> Path:

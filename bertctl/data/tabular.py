@@ -120,7 +120,7 @@ def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[st
 
 
 def _tsv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    rows = read_tsv(path)
+    rows = read_tsv(path, lone_cr=True)  # lines end as in a .csv, as pandas and `datasets` end them
     _, header = next(rows, (0, None))
     if header is None:
         raise UsageError(f"{path}: empty file (expected a header line and examples)")
@@ -132,7 +132,7 @@ def _tsv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[st
 
 
 def _jsonl_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    with open(path, encoding="utf-8-sig", newline="\n") as handle:
+    with open(path, encoding="utf-8-sig") as handle:  # lines end at \n, \r\n or a lone \r, as in a .csv
         for line, at, record in jsonl_values(handle, str(path)):
             if not isinstance(record, dict):
                 raise UsageError(f"{at}: expected one JSON object per line")
@@ -189,12 +189,24 @@ def read_table(path: str | Path, text_columns: Sequence[str], label_column: str 
         for number, record in rows(path, required):
             _add_row(table, number, record, text_columns, label_column, ids)
     except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text") from None
+        raise _not_utf8(path) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not table.numbers:
         raise UsageError(f"{path}: no examples")
     return table
+
+
+def _not_utf8(path: Path) -> UsageError:
+    """The line and byte where a .csv or .jsonl file first is not UTF-8, as .tsv files are refused: the decoder
+    reads ahead in blocks, so the reader's own line count does not say where; a second pass line by line does
+    (lines end as the csv and jsonl readers end them)."""
+    try:
+        for _ in read_tsv(path, lone_cr=True):
+            pass
+    except UsageError as refusal:
+        return refusal
+    return UsageError(f"{path}: not UTF-8 text; convert it to UTF-8 first")
 
 
 def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: Sequence[str],
