@@ -42,7 +42,13 @@ class Lamb(torch.optim.Optimizer):
     `parts: n` scales each of a tensor's n equal row blocks by its own ratio.
 
     A group is stepped with torch's multi-tensor (`_foreach`) kernels, a few launches per ~16M values rather
-    than a dozen per tensor: on a GPU a per-tensor loop over BERT-large's ~400 tensors is launch-bound."""
+    than a dozen per tensor: on a GPU a per-tensor loop over BERT-large's ~400 tensors is launch-bound.
+
+    A step to skip (NaN/inf) is skipped on the device, as torch's fused AdamW skips it: `optimizer_step` and
+    GradScaler set `found_inf` (1: skip), and the step counts live on the parameters' device, so the host never
+    waits for the answer. Each value stays as it was where the step is skipped, bit for bit."""
+
+    _step_supports_amp_scaling = True  # reads `found_inf` (and `grad_scale`, which must be None: unscale first)
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0) -> None:
@@ -52,25 +58,32 @@ class Lamb(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = closure() if closure is not None else None
+        if getattr(self, "grad_scale", None) is not None:
+            raise ValueError("Lamb steps unscaled gradients: call GradScaler.unscale_(optimizer) before its step")
+        found_inf = getattr(self, "found_inf", None)
         for group in self.param_groups:
             for chunk in _chunks([param for param in group["params"] if param.grad is not None]):
-                self._step_group(group, chunk)
+                keep = torch.ones((), dtype=torch.bool, device=chunk[0].device) if found_inf is None else found_inf == 0
+                self._step_group(group, chunk, keep)
         return loss
 
-    def _step_group(self, group: dict[str, Any], params: list[Tensor]) -> None:
+    def _step_group(self, group: dict[str, Any], params: list[Tensor], keep: Tensor) -> None:
+        """One step of `params`, where `keep` (a bool on their device) holds; else every value stays as it was."""
         beta1, beta2 = group["betas"]
-        grads = [param.grad for param in params]
         states = [self._state(param) for param in params]
-        steps = []
-        for state in states:
-            state["step"] += 1  # a CPU tensor (the format of a saved state): read without a device sync
-            steps.append(state["step"].item())
         exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
-        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
-        updates = torch._foreach_div(exp_avgs, [1 - beta1**step for step in steps])
-        denominators = torch._foreach_div(exp_avg_sqs, [1 - beta2**step for step in steps])
+        steps = [s["step"] for s in states]
+        grads = [torch.where(keep, param.grad, avg, out=param.grad)
+                 for param, avg in zip(params, exp_avgs, strict=True)]
+        torch._foreach_add_(steps, keep.float())
+        counts = torch.stack(steps).double()
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)  # a skipped step's "gradients" are exp_avg: no change
+        denominators = torch._foreach_mul(exp_avg_sqs, beta2)  # the new exp_avg_sq, kept where `keep` holds
+        torch._foreach_addcmul_(denominators, grads, grads, value=1 - beta2)
+        for square, new in zip(exp_avg_sqs, denominators, strict=True):
+            torch.where(keep, new, square, out=square)
+        updates = torch._foreach_div(exp_avgs, list((1 - beta1**counts).unbind()))
+        torch._foreach_div_(denominators, list((1 - beta2**counts).unbind()))
         torch._foreach_sqrt_(denominators)
         torch._foreach_add_(denominators, group["eps"])
         torch._foreach_div_(updates, denominators)
@@ -79,14 +92,20 @@ class Lamb(torch.optim.Optimizer):
             torch._foreach_add_(updates, params, alpha=group["weight_decay"])
         if group["adapt"]:
             _scale_by_trust_ratio(updates, params, group["parts"])
+        zero = torch.zeros((), device=keep.device)
+        for update in updates:
+            torch.where(keep, update, zero, out=update)  # w - lr * 0 is w, bit for bit
         torch._foreach_add_(params, updates, alpha=-group["lr"])
 
     def _state(self, param: Tensor) -> dict[str, Any]:
+        """The parameter's state; its step count (a float32 scalar, as saved) on the parameter's device, where
+        the bias corrections are computed (a resumed state's comes back on the host)."""
         state = self.state[param]
         if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["step"] = torch.zeros((), dtype=torch.float32, device=param.device)
             state["exp_avg"] = torch.zeros_like(param)
             state["exp_avg_sq"] = torch.zeros_like(param)
+        state["step"] = state["step"].to(param.device)
         return state
 
 

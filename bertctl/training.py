@@ -361,7 +361,8 @@ def optimizer_step(
     by its global count (accuracy too). The result is independent of how the global
     batch is split into micro-batches and ranks, which makes 1 and N processes give the same losses.
     A step whose loss or gradient norm is not finite leaves the weights and optimizer state untouched; with
-    the fused AdamW that decision stays on the device too (its `found_inf` input, as GradScaler uses it).
+    bertctl's optimizers (fused AdamW, LAMB) that decision stays on the device too (their `found_inf` input, as
+    GradScaler uses it).
     """
     units = list(weights(micro_batches[0]))
     counts = torch.stack([sum(weights(b)[name] for b in micro_batches).float().to(env.device) for name in units])
@@ -399,7 +400,7 @@ def optimizer_step(
         optimizer.found_inf = (~finite).float()
         optimizer.step()
         del optimizer.found_inf
-    elif bool(finite):  # other optimizers (LAMB) need the answer on the host
+    elif bool(finite):  # other optimizers need the answer on the host: the host waits for the device
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     values = torch.cat([reduced, torch.stack([total, grad_norm, finite.float(), bad.float()])]).detach()

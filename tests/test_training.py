@@ -60,6 +60,29 @@ def test_a_non_finite_step_leaves_weights_and_optimizer_state_untouched(name):
     assert set(results[0].parts) == {"task", "task_correct"} and results[0].grad_norm > 0
 
 
+@pytest.mark.parametrize("name", ["adamw", "lamb"])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_a_step_never_reads_a_tensor_on_the_host(name, scaled, monkeypatch):
+    """On a GPU each read (item, bool, float, tolist) waits for the device: the host could no longer queue the
+    next steps. optimizer_step takes the same path on the CPU, so any read there counts; a NaN step among
+    them too. LAMB decided on the host (bool(finite)) and read its step counts (item) every step."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = optim.make_optimizer(name, model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0) if scaled else None
+    x, env = torch.randn(3, 4), training.Distributed()
+    reads = []
+    for method in ("item", "__bool__", "__float__", "__int__", "__index__", "tolist"):
+        original = getattr(torch.Tensor, method)
+        monkeypatch.setattr(torch.Tensor, method, lambda *args, _name=method, _f=original: reads.append(_name) or
+                            _f(*args))
+    steps = [training.optimizer_step(model, [{"x": x, "scale": torch.tensor(scale)}], optimizer, _terms, _weights,
+                                     env, "fp32", scaler) for scale in (1.0, math.nan, 1.0)]
+    assert reads == []
+    monkeypatch.undo()
+    assert [r.skipped for r in training.resolve_steps(steps)] == [False, True, False]
+
+
 def test_lamb_in_runs_of_a_few_tensors_steps_as_in_one_run(monkeypatch):
     """Large groups are stepped a run of tensors at a time (to bound the temporaries): the runs must cover every
     tensor once, each with its own trust ratio (Q/K/V's per third), whatever the runs' size."""
