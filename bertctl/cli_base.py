@@ -18,6 +18,7 @@ import os
 import select
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -126,7 +127,8 @@ class Group(TyperGroup):
         except BertctlError as exc:
             if _debug:
                 traceback.print_exc()
-            raise fail(str(exc), exc.exit_code) from None
+            worker = _in_loader_worker(exc)
+            raise fail(worker[0].partition(": ")[2] if worker else str(exc), exc.exit_code) from None
         except KeyboardInterrupt as exc:
             raise (fail("terminated", 143) if isinstance(exc, Terminated) else fail("interrupted", 130)) from None
         except BrokenPipeError as exc:
@@ -162,7 +164,20 @@ def _failure(exc: Exception) -> Exception:
                         "traceback)", 1)
     if lost_peer(exc):
         return fail(LOST_PEER, 1)
+    worker = _in_loader_worker(exc)
+    if worker:
+        return fail(f"{worker[0]} ({worker[1]}; rerun with --debug for the traceback)", 1)
     return fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+
+
+def _in_loader_worker(exc: Exception) -> tuple[str, str] | None:
+    """(the error's own line, where) of an error torch re-raised from a DataLoader worker, whose message holds the
+    worker's whole traceback ("Caught MemoryError in DataLoader worker process 0. Original Traceback ..."): the
+    error line keeps the last line of it, the error itself, as Python prints it."""
+    head, found, worker_traceback = str(exc).partition(".\nOriginal Traceback")
+    if not found or not head.startswith("Caught ") or not worker_traceback.strip():
+        return None
+    return worker_traceback.strip().splitlines()[-1], head.split(" ", 2)[-1]
 
 
 LOST_PEER = ("another process of this run failed; this one stopped with it (that process's own line, or "
@@ -227,10 +242,19 @@ class _AboveTheBar(logging.Handler):
 
 
 def show_warnings() -> None:
-    """bertctl's warnings on stderr (once per process, however many commands a test runs)."""
+    """bertctl's warnings on stderr (once per process, however many commands a test runs), and the Python
+    warnings of the libraries it runs (torch, datasets) in the same form."""
     logger = logging.getLogger("bertctl")
     if not any(isinstance(h, _AboveTheBar) for h in logger.handlers):
         logger.addHandler(_AboveTheBar(logging.WARNING))
+    warnings.showwarning = _python_warning
+
+
+def _python_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    file: Any = None, line: str | None = None) -> None:
+    """`warnings.showwarning` for the CLI: a library's warning (torch's DataLoader on more workers than cores) came
+    out as its file, line number and source line, lines that do not start with `bertctl: `; now one line."""
+    logging.getLogger("bertctl").warning("warning: %s", " ".join(str(message).split()))
 
 
 Command = TypeVar("Command", bound=Callable[..., Any])

@@ -415,7 +415,17 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     if manifest.get("format_version", 0) > FORMAT_VERSION:
         raise UsageError(f"{path} was written by a newer bertctl ({manifest.get('bertctl_version')}); "
                          "upgrade bertctl")
+    missing = [key for key in _MANIFEST_KEYS if key not in manifest]
+    if missing:
+        raise UsageError(f"{path / 'manifest.json'} is damaged (has no {', '.join(missing)}); restore it or build "
+                         "the corpus again")
     return manifest
+
+
+# What pretrain, `evaluate mlm` and `corpus inspect` read of every manifest (built and imported corpora alike): a
+# hand-edited one without them failed as a bare KeyError naming neither the file nor what to do.
+_MANIFEST_KEYS = ("objective", "masking", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq",
+                  "whole_word_masking", "special_ids", "counts")
 
 
 def same_instances(manifest: dict[str, Any], other: dict[str, Any]) -> bool:

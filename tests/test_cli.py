@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from bertctl import __version__
 from bertctl.cli import app
 from bertctl.cli_base import LOST_PEER, lost_peer
+from bertctl.errors import UsageError
 
 GROUPS = ["tokenizer", "corpus", "pretrain", "finetune", "evaluate", "predict", "fill", "convert", "info"]
 
@@ -339,6 +340,24 @@ def test_every_line_on_stderr_starts_with_bertctl_a_warning_too(tmp_path):
     assert len(result.stderr.splitlines()) == 1
 
 
+def test_a_libraries_python_warning_is_a_bertctl_warning_line_too():
+    """torch's DataLoader warning (`pretrain --num-workers 3` on 2 cores) came out raw: four lines, a file path and
+    a source line among them, none starting with `bertctl: `."""
+    script = ("import sys, warnings\n"
+              "import bertctl.info as info\n"
+              "def warned(model):\n"
+              "    warnings.warn('This DataLoader will create 3 worker processes\\n in total.', UserWarning)\n"
+              "    return real(model)\n"
+              "real, info.info = info.info, warned\n"
+              "sys.argv = ['bertctl', 'info', '/no/such/model']\n"
+              "from bertctl.cli import main\n"
+              "main()\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == ["bertctl: warning: This DataLoader will create 3 worker processes in total.",
+                                       "bertctl: error: model folder /no/such/model does not exist"], out.stderr
+
+
 def test_encode_prints_many_lines_a_chunk_at_a_time_in_order(tmp_path, monkeypatch):
     """stdin lines are encoded ENCODE_CHUNK at a time (a 10 MB file held every row's tokens: 0.7 GB), the rows in
     input order and a bad line refused before any output, numbered from the first line."""
@@ -491,6 +510,31 @@ def test_a_broken_pipe_that_is_not_stdouts_is_reported(monkeypatch, tmp_path):
     monkeypatch.setattr(bertctl.info, "info", broken)
     result = CliRunner().invoke(app, ["info", str(tmp_path)])
     assert result.exit_code == 1 and "BrokenPipeError" in result.stderr
+
+
+@pytest.mark.parametrize(("error", "code", "line"), [
+    (ValueError("row 7 is damaged"), 1, "ValueError: row 7 is damaged (in DataLoader worker process 0; rerun with "
+                                        "--debug for the traceback)"),
+    (UsageError("--corpus c: row 7 is damaged"), 2, "--corpus c: row 7 is damaged"),
+])
+def test_an_error_in_a_loader_worker_is_one_line_without_the_workers_traceback(monkeypatch, tmp_path, error, code,
+                                                                                line):
+    """torch re-raises a DataLoader worker's error with the worker's traceback in its message: `pretrain
+    --batch-size 4294967295` said "RuntimeError: Caught MemoryError in DataLoader worker process 0. Original
+    Traceback (most recent call last): File ..." on its error line."""
+    from torch._utils import ExceptionWrapper
+
+    import bertctl.info
+
+    def in_a_worker(model):
+        try:
+            raise error
+        except Exception:
+            ExceptionWrapper(where="in DataLoader worker process 0").reraise()
+
+    monkeypatch.setattr(bertctl.info, "info", in_a_worker)
+    result = CliRunner().invoke(app, ["info", str(tmp_path)])
+    assert result.exit_code == code and result.stderr == f"bertctl: error: {line}\n"
 
 
 def test_finetune_glue_takes_its_task_from_the_config_file(tmp_path):

@@ -613,6 +613,21 @@ def test_a_damaged_corpus_says_which_and_what_to_do_in_one_line(data, damage) ->
                                   "--overwrite)\n")
 
 
+@pytest.mark.parametrize("key", ["max_seq_length", "objective", "special_ids"])
+def test_a_manifest_missing_a_setting_is_one_line_naming_it(data, key) -> None:
+    """A hand-edited manifest.json without one of the settings pretrain and inspect read failed with
+    "KeyError: 'max_seq_length'", naming neither the file nor what to do."""
+    out = data["root"] / f"manifest-without-{key}"
+    build(data, out.name, source="small")
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest[key]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(app, ["corpus", "inspect", str(out)])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr == (f"bertctl: error: {out / 'manifest.json'} is damaged (has no {key}); restore it or "
+                             "build the corpus again\n")
+
+
 def test_an_unreadable_input_is_skipped_and_reported(data) -> None:
     garbage = data["root"] / "garbage.bin"
     garbage.write_bytes(bytes(range(256)) * 4)
