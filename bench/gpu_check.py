@@ -5,11 +5,12 @@
 
 Steps, each timed and reported as ok or its one-line error (a failure does not stop the later steps):
 tokenizer on the bundled novels -> corpus (seq 128, dynamic masking) -> `pretrain --compile --precision bf16`
-with a checkpoint at step 20, then `--resume` from it (the re-logged losses are compared: 0 on the CPU in fp32,
-small under bf16 and compile) -> `fill` on the GPU -> `finetune classify` (bf16, dynamic padding, a new head) and
-`predict classify` -> the eager paths: `pretrain --no-compile --precision fp16 --optimizer lamb
---gradient-checkpointing` (GradScaler, LAMB's kernels, the MLM head's fixed slots, recomputed layers) and
-`evaluate mlm` -> `finetune squad`, `ner` and `choice` on small sets made from the novels, each scored on the GPU.
+(one compiled graph, no graph break) with a checkpoint at step 20, then `--resume` from it (the re-logged losses
+are compared: 0 on the CPU in fp32, small under bf16 and compile) -> `fill` on the GPU -> `finetune classify`
+(bf16, dynamic padding, a new head) and `predict classify` -> the eager paths: `pretrain --no-compile --precision
+fp16 --optimizer lamb --gradient-checkpointing` (GradScaler, LAMB's kernels, the MLM head's fixed slots, recomputed
+layers) and `evaluate mlm` -> `finetune squad`, `ner` and `choice` on small sets made from the novels, each scored
+on the GPU.
 It checks that every path runs on the device, not model quality: the models are far too small for that.
 
 Without `datasets` (the device image has none, and pyarrow may be missing too) the corpus step builds a stand-in:
@@ -105,13 +106,21 @@ def _losses(run: Path) -> dict[int, float]:
 
 
 def _pretrain(cfg: PretrainConfig, root: Path) -> str:
+    """A compiled run must build one graph, without a break: another graph is minutes of compiling mid-run, a
+    break a hop through Python every step (TORCH_LOGS=graph_breaks,recompiles says where)."""
+    from torch._dynamo.utils import counters
+
+    graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
     pretrain(cfg)
+    graphs, breaks = counters["stats"]["unique_graphs"] - graphs, sum(counters["graph_break"].values()) - breaks
+    if cfg.compile and (graphs, breaks) != (1, 0):
+        raise AssertionError(f"compiled into {graphs} graphs with {breaks} graph breaks; want 1 graph, no break")
     losses = _losses(cfg.out)
     first, last = losses[min(losses)], losses[max(losses)]
     if not last < first:
         raise AssertionError(f"loss did not fall: {first:.3f} -> {last:.3f}")
     rate = json.loads((cfg.out / "metrics.jsonl").read_text().splitlines()[-1])["tokens_per_second"]
-    return f"loss {first:.3f} -> {last:.3f}, {rate:,.0f} tokens/s"
+    return f"loss {first:.3f} -> {last:.3f}, {rate:,.0f} tokens/s, {graphs} compiled graph(s)"
 
 
 def _resume(cfg: PretrainConfig, root: Path) -> str:

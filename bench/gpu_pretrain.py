@@ -18,9 +18,9 @@ FLOPs per trained sequence (forward + backward = 3 x forward, 2 FLOPs per multip
   + 6 * H^2                          pooler
 Embedding look-ups, LayerNorm, softmax and the NSP head are left out (standard MFU accounting); the same
 formula is used for both sides, so transformers' dense MLM logits count as wasted work.
-Every sequence is full length by default (no padding, so no attention mask and SDPA may pick its flash kernel),
-as in a corpus built with short_seq_prob 0; `--padded-share 0.2` makes a fifth of the rows shorter, with a mask,
-as in a real corpus (MFU still counts every position).
+Every sequence is full length by default; `--padded-share 0.2` makes a fifth of the rows shorter, as in a real
+corpus (MFU still counts every position). The batch carries its attention mask either way, all ones without
+padding, as `pretrain --compile` passes it: the same graph (and SDPA kernel) as the product's.
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ def flops_per_sequence(layers: int, hidden: int) -> float:
 
 
 def make_batch(batch: int, device: torch.device, padded_share: float = 0.0) -> dict[str, torch.Tensor]:
-    """Random full-length rows; with `padded_share` that share of the rows is shorter (8 to SEQ-1 tokens) and the
-    batch carries an attention mask, as batches from a real corpus do (the bundled novels: 19% short rows)."""
+    """Random full-length rows; with `padded_share` that share of the rows is shorter (8 to SEQ-1 tokens), as in a
+    real corpus (the bundled novels: 19% short rows). The attention mask is there without padding too:
+    `pretrain --compile` keeps it (one graph), so a step without it would time another graph than pretrain's."""
     g = torch.Generator(device=device).manual_seed(0)
     ids = torch.randint(5, VOCAB, (batch, SEQ), device=device, generator=g)
     lengths = torch.full((batch,), SEQ, device=device)
@@ -61,10 +62,10 @@ def make_batch(batch: int, device: torch.device, padded_share: float = 0.0) -> d
     ids = torch.where(real, ids, 0)
     labels = torch.where((torch.rand(batch, SEQ, device=device, generator=g) < MASKED) & real, ids, -100)
     labels = torch.where((labels >= 0).cumsum(1) <= PREDICTIONS, labels, -100)  # at most P per row
-    types = (torch.arange(SEQ, device=device) >= SEQ // 2).long().expand(batch, SEQ)
+    types = (torch.arange(SEQ, device=device) >= SEQ // 2).long().expand(batch, SEQ).contiguous()  # as collated
     nsp = torch.randint(0, 2, (batch,), device=device, generator=g)
     return {"input_ids": ids, "token_type_ids": types, "mlm_labels": labels, "next_sentence_label": nsp,
-            "attention_mask": real.long() if short else None}
+            "attention_mask": real.long()}
 
 
 def model_config(size: str, dropout: float | None = None) -> BertConfig:

@@ -10,7 +10,7 @@ under a time cap: a slow compile or a crash costs its own slot only, and whateve
     base      BERT-base as `pretrain --compile` trains it (bench/gpu_pretrain.py, batch 512, 20 MLM slots)
     norm      the same with LayerNorm outputs in bf16: how much the fp32 residual stream costs
     large     BERT-large, the same step
-    padded    BERT-base with a fifth of the rows short and an attention mask, as real corpora give
+    padded    BERT-base with a fifth of the rows short, as real corpora give
     autotune  BERT-base compiled with max-autotune-no-cudagraphs (Triton GEMM templates and epilogues)
     lamb      BERT-base with `--optimizer lamb` (multi-tensor kernels, and a host sync a step for its NaN check)
 """

@@ -238,7 +238,7 @@ def _train(r: _Run) -> Path:
         while progress.step < cfg.steps:
             host_batches = [next(batches) for _ in range(r.accum)]
             tokens = sum(int(b["attention_mask"].sum()) for b in host_batches)  # this rank's; summed when logged
-            micro_batches = [training.to_device(b, env.device) for b in host_batches]
+            micro_batches = [training.to_device(b, env.device, keep_mask=r.compiled) for b in host_batches]
             lr = cfg.lr * optim.lr_factor(progress.step, cfg.steps, cfg.warmup(), cfg.schedule)
             optim.set_lr(r.optimizer, lr)
             r.model.train()

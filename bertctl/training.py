@@ -79,15 +79,16 @@ def _gpus(count: int) -> str:
     return f"{count} GPU" + ("" if count == 1 else "s")
 
 
-def to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
-    """The batch on `device`; an attention mask without padding is dropped while it is still on the host.
+def to_device(batch: dict[str, Tensor], device: torch.device, keep_mask: bool = False) -> dict[str, Tensor]:
+    """The batch on `device`; an attention mask without padding is dropped while it is still on the host, unless
+    `keep_mask` (a compiled model: a batch without a mask is another graph, compiled again in the middle of a run).
 
     Without a mask SDPA may pick its fastest (flash) kernel, and the model need not ask the device whether
     anything is padded (a sync per forward on a GPU). Host tensors go to a GPU through pinned memory: a copy from
     pageable memory first waits for everything queued on the GPU, so the host could not run ahead of it.
     """
     mask = batch.get("attention_mask")
-    if mask is not None and mask.device.type == "cpu" and bool(mask.all()):
+    if not keep_mask and mask is not None and mask.device.type == "cpu" and bool(mask.all()):
         batch = {k: v for k, v in batch.items() if k != "attention_mask"}
     return {k: _pinned(v, device).to(device, non_blocking=True) for k, v in batch.items()}
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -934,6 +935,40 @@ def test_compiled_training_gives_the_eager_losses(corpus, tmp_path):
     pretrain(small_run(corpus, tmp_path / "compiled", steps=3, save_every=0, dropout=0.0, compile=True))
     a, b = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
     assert sorted(b) == [1, 2, 3] and max(abs(a[s] - b[s]) for s in a) < 1e-4
+
+
+def test_compiled_training_builds_one_graph(corpus, tmp_path, monkeypatch):
+    """Every micro-batch goes through one graph without a break (validation between steps runs the model
+    uncompiled). A micro-batch without padding lost its attention mask on the way to the device, so the compiled
+    forward saw None where it had seen a mask and was compiled again in the middle of the run (minutes for
+    BERT-base on a GPU)."""
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from bertctl import training
+    from bertctl.pretrain import pretrain
+
+    graphs, unpadded = [], []
+    compile_model, to_device = torch.compile, training.to_device
+
+    def capture(graph: torch.fx.GraphModule, inputs: list) -> Callable:  # dynamo's graphs alone, run as traced
+        graphs.append(graph)
+        return graph.forward
+
+    def spy(batch: dict, device: torch.device, **kwargs) -> dict:
+        unpadded.append(bool(batch["attention_mask"].all()))
+        return to_device(batch, device, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", lambda model: compile_model(model, backend=capture))
+    monkeypatch.setattr(training, "to_device", spy)
+    torch._dynamo.reset()
+    counters.clear()
+    pretrain(small_run(corpus, tmp_path / "run", steps=6, batch_size=2, micro_batch_size=1, save_every=0,
+                       eval_every=3, eval_samples=4, compile=True))
+    assert any(unpadded) and not all(unpadded)  # both kinds of micro-batch were trained on
+    assert len(graphs) == 1 and not counters["graph_break"]
+    torch._dynamo.reset()
 
 
 def test_the_mlm_head_reads_fixed_slots_when_compiled_and_on_cuda():
