@@ -53,8 +53,8 @@ def read_vocab_file(path: Path) -> list[str]:
     seen: dict[str, int] = {}
     for i, token in enumerate(tokens):
         if token in seen:
-            raise UsageError(f"{path}: line {i + 1} repeats token {token!r} of line {seen[token] + 1}; "
-                             "ids would be ambiguous")
+            raise UsageError(f"{path}, read as a vocab.txt (one token a line): line {i + 1} repeats token "
+                             f"{token!r} of line {seen[token] + 1}; ids would be ambiguous")
         seen[token] = i
     if not tokens:
         raise UsageError(f"{path} is empty; a vocab.txt has one token a line")

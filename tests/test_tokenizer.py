@@ -227,7 +227,7 @@ def test_bad_tokenizer_paths_and_vocabularies_are_refused(tmp_path: Path) -> Non
     with pytest.raises(UsageError, match="has no tokenizer.json or vocab.txt"):
         load_tokenizer(tmp_path)
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\na\n", encoding="utf-8")
-    with pytest.raises(UsageError, match="line 7 repeats token 'a'"):
+    with pytest.raises(UsageError, match=r"read as a vocab.txt \(one token a line\): line 7 repeats token 'a'"):
         load_tokenizer(tmp_path)
     (tmp_path / "vocab.txt").write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\na\n", encoding="utf-8")
     with pytest.raises(UsageError, match=r"no \[UNK\] token"):
