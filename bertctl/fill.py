@@ -16,7 +16,7 @@ from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint, tr
 from bertctl.config_types import take_bool, take_int
 from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
-from bertctl.files import json_text, user_path
+from bertctl.files import compressed, json_text, user_path
 from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 from bertctl.training import pick_device, to_device
 
@@ -223,9 +223,8 @@ def _file_text(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if path.suffix.lower() in (".gz", ".bz2", ".xz", ".zst", ".zip"):
-            raise UsageError(f"--file: {path} is compressed; decompress it first (fill reads plain UTF-8 "
-                             "text)") from None
+        if (refusal := compressed(path, f"--file: {path}", "fill")) is not None:
+            raise refusal from None
         line = data.count(b"\n", 0, exc.start) + 1
         raise UsageError(f"--file: line {line} of {path} is not valid UTF-8 (byte {data[exc.start]:#04x}); "
                          "convert the file to UTF-8 first") from None

@@ -5,6 +5,7 @@ model fine-tuned, evaluated and run end to end on a synthetic set through the CL
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import random
 import re
@@ -139,15 +140,42 @@ def test_reading_swag_csv_and_jsonl(tmp_path):
 
 
 def test_csv_errors_name_the_line_an_editor_shows(tmp_path):
-    """The header is line 1: a cell past the csv module's field limit on line 3 was said to be on line 2 (the
-    DictReader's line count, not yet moved on to the row it failed in)."""
+    """The header is line 1 and a row is named by the line it starts on, as classify's csv names it (the
+    DictReader's count was a line short, or the row's last line); a quote the file ends inside, by its own line."""
     path = tmp_path / "swag.csv"
     header, row = "sent1,sent2,ending0,ending1,label\n", "a,b,c,d,0\n"
-    path.write_text(header + row + "a,b," + "c" * 140_000 + ",d,1\n" + row, encoding="utf-8")
-    with pytest.raises(UsageError, match=f"^--train {path}:3: malformed csv: field larger than field limit"):
-        read_choice(path, "--train")
     path.write_text(header + row + 'a,"b\nb",c,d,x\n', encoding="utf-8")
-    with pytest.raises(UsageError, match=f"^--train {path}:4: label 'x' is not the number of a choice"):
+    with pytest.raises(UsageError, match=f"^--train {path}:3: label 'x' is not the number of a choice"):
+        read_choice(path, "--train")
+    path.write_text(header + row + 'a,"b\nb",c,"d,1\n' + row, encoding="utf-8")
+    with pytest.raises(UsageError, match=f"^--train {path}:4: malformed csv: a quoted field opens on this line and "
+                                         "the file ends inside it"):
+        read_choice(path, "--train")
+
+
+def test_a_csv_cell_past_128_kib_is_read_as_pandas_reads_it(tmp_path):
+    """Past the csv module's default field_size_limit (131072 characters) a cell was `malformed csv`."""
+    path = tmp_path / "swag.csv"
+    path.write_text("sent1,sent2,ending0,ending1,label\na,b," + "c" * 140_000 + ',"d ""e""",1\n', encoding="utf-8")
+    data = read_choice(path, "--train")
+    assert data.choices == [["b " + "c" * 140_000, 'b d "e"']] and data.labels == [1]
+
+
+@pytest.mark.parametrize(("name", "data"), [
+    ("swag.csv", b"sent1,sent2,ending0,ending1,label\r\na,b,c,d,0\r\ncaf\xe9,b,c,d,1\r\n"),
+    ("swag.jsonl", b'{"context": "a", "choices": ["b", "c"], "label": 0}\r\n\r\n'
+                   b'{"context": "caf\xe9", "choices": ["b", "c"], "label": 1}\r\n'),
+    ("swag.csv.gz", gzip.compress(b"sent1,sent2,ending0,ending1,label\na,b,c,d,0\n")),
+], ids=["csv", "jsonl", "gz"])
+def test_a_file_that_is_not_utf8_text_is_named_by_line_and_byte(tmp_path, name, data):
+    """Python's codec words (`'utf-8' codec can't decode byte 0xe9 in position 47`) named no line; a .gz was
+    called not UTF-8 where it is compressed."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    byte = data.find(b"\xe9")
+    said = (" is compressed; decompress it first" if name.endswith(".gz") else
+            f":3: not UTF-8 text \\(byte {byte}\\); convert it to UTF-8 first$")
+    with pytest.raises(UsageError, match=f"^--train {re.escape(str(path))}{said}"):
         read_choice(path, "--train")
 
 

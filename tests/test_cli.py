@@ -489,6 +489,19 @@ def test_encode_reads_crlf_lines_from_stdin_without_their_carriage_return(tmp_pa
     assert [line.split('"tokens"')[0] for line in result.stdout.splitlines()] == ['{"text": "a a", ', '{"text": "a", ']
 
 
+def test_encode_gives_every_stdin_line_a_row_a_blank_one_too(tmp_path):
+    """A row per line keeps the output in step with a piped file; a blank line is the text "", which transformers'
+    tokenizer encodes as [CLS] [SEP] too (`fill --file` skips one: it has no [MASK] to fill)."""
+    from bertctl.tokenizer import BertTokenizer
+
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]).save(tmp_path / "tok")
+    result = CliRunner().invoke(app, ["tokenizer", "encode", "--tokenizer", str(tmp_path / "tok"), "--json"],
+                                input="a\n\n \r\na\n")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["tokens"] for line in result.stdout.splitlines()] == [
+        ["[CLS]", "a", "[SEP]"], ["[CLS]", "[SEP]"], ["[CLS]", "[SEP]"], ["[CLS]", "a", "[SEP]"]]
+
+
 def test_encode_drops_a_byte_order_mark_from_stdin_as_fill_does(tmp_path):
     """A file a Windows editor saved (`< notes.txt`) echoed its BOM at the head of the first text's "text"."""
     from bertctl.tokenizer import BertTokenizer

@@ -105,6 +105,17 @@ def test_only_newline_ends_a_line(own_glue):
     assert examples.text_a == ["one\u2028two\x85three"] and examples.text_b == ["x\rcold"]
 
 
+def test_a_glue_file_with_lone_carriage_returns_says_so(own_glue):
+    """Only \\n ends a line of a GLUE file, so one with old-Mac line ends is one line: its header echoed the raw
+    \\r of every row (`no column 'label' (found: sentence, label\\rhello world, ...)`) and did not say why."""
+    path = own_glue / "SST-2" / "dev.tsv"
+    path.write_bytes(b"sentence\tlabel\rhello world\t1\rbad film\t0\r")
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:1: the header has no column 'label'; the file "
+                                         r"ends its lines with \\r alone: convert them to \\n") as refusal:
+        read_split("sst2", "dev", own_glue)
+    assert "\r" not in str(refusal.value) and "hello" not in str(refusal.value)
+
+
 @pytest.mark.parametrize(("task", "split", "file", "line", "match"), [
     ("rte", "dev", "RTE/dev.tsv", "0\tjust one text\tentailment",
      r"RTE/dev.tsv:3: expected 4 tab-separated fields, found 3"),
@@ -289,9 +300,27 @@ def test_csv_quoting_spans_lines_and_errors_name_the_starting_line(tmp_path):
     dev.write_text("text,label\nok,pos\ntoo,many,fields\n", encoding="utf-8")
     with pytest.raises(UsageError, match=r"dev.csv:3: expected 2 comma-separated fields, found 3"):
         load_labelled_data(train, dev, ["text"], "label")
-    dev.write_text("text,label\nok,pos\n" + "x" * 140_000 + ",neg\n", encoding="utf-8")  # past the field limit
-    with pytest.raises(UsageError, match=r"dev.csv:3: malformed csv: field larger than field limit"):
-        load_labelled_data(train, dev, ["text"], "label")
+
+
+def test_own_csv_reads_a_cell_past_128_kib_as_pandas_does(tmp_path):
+    """A cell over the csv module's default field_size_limit (131072 characters: a long document) was refused
+    (`malformed csv: field larger than field limit`); pandas and `datasets` read it. `"abc"def` stays `abcdef`."""
+    long = "word " * 40_000
+    train = tmp_path / "train.csv"
+    train.write_text(f'text,label\n"{long}",pos\n{"x" * 140_000},neg\n"abc"def,neg\n', encoding="utf-8")
+    task = load_labelled_data(train, None, ["text"], "label")
+    assert task.train.text_a == [long, "x" * 140_000, "abcdef"] and task.train.labels == [1, 0, 0]
+
+
+@pytest.mark.parametrize("tail", ['"b,neg\nc,pos\n', 'b,"neg\n', 'b,"neg', '"b"",neg\n'])
+def test_a_quote_left_open_at_the_end_of_a_csv_names_the_line_it_opens_on(tmp_path, tail):
+    """A quoted field that the file ends inside took in every line after it (or was read as if closed), where
+    pandas refuses it (`EOF inside string starting at row 2`): one line naming where the field starts."""
+    path = tmp_path / "dev.csv"
+    path.write_text("text,label\na,pos\n" + tail, encoding="utf-8")
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:3: malformed csv: a quoted field opens on this "
+                                         "line and the file ends inside it"):
+        read_examples(path, ["text"], "label", ["neg", "pos"])
 
 
 # Only an empty line is no row, as csv.DictReader, pandas and `datasets` read csv (`""`, `,` and tabs are rows

@@ -119,6 +119,14 @@ def test_tables_give_their_text_column(tmp_path: Path) -> None:
     assert list(iter_records(tmp_path / "odd.jsonl")) == ["lone \ufffd\ufffd\ufffd surrogate"]
 
 
+def test_a_csv_document_past_128_kib_is_one_text(tmp_path: Path) -> None:
+    """A document a row (a Wikipedia article) past the csv module's default field_size_limit (131072 characters)
+    was `malformed csv: field larger than field limit`; pandas and `datasets` read it."""
+    article = "A long article.\n" * 20_000
+    (tmp_path / "wiki.csv").write_text(f'title,text\nLong,"{article}"\nShort,"abc"def\n', encoding="utf-8")
+    assert list(iter_records(tmp_path / "wiki.csv", "text")) == [article, "abcdef"]
+
+
 @pytest.mark.parametrize(("name", "rows", "where", "shown"), [
     ("l.jsonl", [{"text": "fine"}, {"text": ["alpha beta"]}], ":2", "list ['alpha beta']"),
     ("d.json", [{"text": "fine"}, {"text": {"k": "gamma"}}], " row 1", "dict {'k': 'gamma'}"),
@@ -283,27 +291,27 @@ def test_corpus_build_and_tokenizer_train_refuse_a_late_problem_and_write_nothin
 
 
 def _damaged_tables(tmp_path: Path) -> dict[str, tuple[Path, str]]:
-    """A csv whose one cell is past the csv module's 128 KiB field limit (an unclosed quote reads so too), and
-    a parquet file with a spoiled data page: each with the start of the line that names it."""
+    """A csv with a quote left open on line 3 (the rest of the file reads as one cell), and a parquet file with a
+    spoiled data page: each with the start of the line that names it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = tmp_path / "long.csv"
-    table.write_text("text\nsome words\n\"" + "word " * 30_000 + "\"\n", encoding="utf-8")
+    table.write_text("text\nsome words\n\"" + "word on a line\n" * 10_000, encoding="utf-8")
     spoiled = tmp_path / "spoiled.parquet"
     pq.write_table(pa.table({"text": [f"some words on a line {i}" for i in range(2000)]}), spoiled,
                    compression="snappy")
     data = bytearray(spoiled.read_bytes())
     data[200:264] = b"\xff" * 64
     spoiled.write_bytes(bytes(data))
-    return {"csv": (table, f"{table}:3: malformed csv: field larger than field limit"),
+    return {"csv": (table, f"{table}:3: malformed csv: a quoted field opens on this line and the file ends inside"),
             "parquet": (spoiled, f"{spoiled}: damaged parquet data after row 0: Corrupt snappy compressed data")}
 
 
 @pytest.mark.parametrize("kind", ["csv", "parquet"])
 def test_a_damaged_table_input_is_one_line_naming_it_and_writes_nothing(tmp_path: Path, kind: str) -> None:
-    """csv's `Error: field larger than field limit (131072)` and pyarrow's `OSError: Corrupt snappy compressed
-    data.` named no file, and `corpus build` left OUT.partial behind."""
+    """csv's `Error: field larger than field limit (131072)` (now: a quote left open) and pyarrow's `OSError: Corrupt
+    snappy compressed data.` named no file, and `corpus build` left OUT.partial behind."""
     from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
 
     path, message = _damaged_tables(tmp_path)[kind]

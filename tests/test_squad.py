@@ -5,6 +5,7 @@ end to end on a synthetic set whose answer is learnable (the one colour word in 
 from __future__ import annotations
 
 import collections
+import gzip
 import json
 import math
 import random
@@ -392,6 +393,21 @@ def test_bad_files_are_refused_in_one_line(tmp_path, content, message):
     (tmp_path / "bad.json").write_text(content)
     with pytest.raises(UsageError, match=re.escape(message)):
         read_squad(tmp_path / "bad.json", "train")
+
+
+@pytest.mark.parametrize("name", ["dev.json", "dev.json.gz"])
+def test_a_file_that_is_not_utf8_text_is_called_so_not_a_bad_squad_file(tmp_path, name):
+    """A Latin-1 file was `not a SQuAD JSON file ('utf-8' codec can't decode ...)`, and so was a .gz: it is a SQuAD
+    file in another encoding (or compressed), named by line and byte as the other readers name it."""
+    data = json.dumps({"version": "v2.0", "data": [{"paragraphs": [{"context": "caf\xe9 au lait", "qas": []}]}]},
+                      ensure_ascii=False, indent=1).encode("latin-1")
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    byte = data.find(b"\xe9")
+    said = (" is compressed; decompress it first" if name.endswith(".gz") else
+            f":7: not UTF-8 text \\(byte {byte}\\); convert it to UTF-8 first$")  # the context is on line 7
+    with pytest.raises(UsageError, match=f"^--data {re.escape(str(path))}{said}"):
+        read_squad(path, "score")
 
 
 _ONE = {"context": "red blue", "qas": [{"id": "a", "question": "colour ?", "answers": [{"text": "red",

@@ -17,16 +17,17 @@ Features follow transformers' run_swag.py and the paper (Devlin et al. 4.4): eac
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from itertools import count, takewhile
+from itertools import count, takewhile, zip_longest
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bertctl.data.batches import Grouped, pair_rows
+from bertctl.data.csv_rows import csv_rows
+from bertctl.data.glue import not_utf8
 from bertctl.data.hub_copies import is_copy, read_copy, refuse_missing
 from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
@@ -69,8 +70,10 @@ def read_choice(path: Path | str, flag: str, need_labels: bool = True) -> Choice
         reader = _read_jsonl if path.suffix.lower() in (".jsonl", ".json") else _read_csv
         try:
             rows = list(reader(path, where))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{where}: cannot read it as UTF-8 text ({exc})") from None
+        except UnicodeDecodeError:
+            raise not_utf8(path, "choice", flag) from None
+        except OSError as exc:
+            raise UsageError(f"{where}: cannot read it: {exc.strerror or exc}") from None
     if not rows:
         raise UsageError(f"{where} holds no examples; give {_FORMATS}")
     labelled = [label is not None for *_, label in rows]
@@ -109,17 +112,14 @@ def _swag(row: dict[str, Any], number: int, label: int | None) -> tuple[str, str
 
 def _read_csv(path: Path, where: str) -> Iterator[tuple[str, str, list[str], int | None]]:
     with path.open(encoding="utf-8-sig", newline="") as handle:
-        reader = csv.DictReader(handle)
-        _missing_swag(reader.fieldnames or [], where)
-        try:
-            for number, row in enumerate(reader):
-                if None in row or any(row.get(c) is None for c in SWAG_COLUMNS):
-                    raise UsageError(f"{where}:{reader.line_num}: {len(reader.fieldnames or [])} columns in the "
-                                     "header but not in this row")
-                yield _swag(row, number, _csv_label(row.get("label"), f"{where}:{reader.line_num}"))
-        except csv.Error as exc:
-            # the csv reader's count: the DictReader's own is the last row it gave, a line before the one read
-            raise UsageError(f"{where}:{reader.reader.line_num}: malformed csv: {exc}") from None
+        rows = csv_rows(handle, where)
+        _, header = next(rows, (0, []))
+        _missing_swag(header, where)
+        for number, (line, fields) in enumerate(rows):
+            row = dict(zip_longest(header, fields))  # as csv.DictReader: a short row's missing cells are None
+            if len(fields) > len(header) or any(row[c] is None for c in SWAG_COLUMNS):
+                raise UsageError(f"{where}:{line}: {len(header)} columns in the header but not in this row")
+            yield _swag(row, number, _csv_label(row.get("label"), f"{where}:{line}"))
 
 
 def _csv_label(value: str | None, at: str) -> int | None:

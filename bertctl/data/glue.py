@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import user_path
+from bertctl.files import compressed, user_path
 from bertctl.hub import is_hub_dataset_id, legacy_dataset_hint
 
 MAX_MALFORMED = 0.01  # share of rows with a wrong field count a GLUE file may have before it is refused
@@ -317,6 +317,24 @@ def _utf8_line(raw: bytes, path: Path, number: int, offset: int, lone_cr: bool) 
                          "first") from None
 
 
+def not_utf8(path: Path, reader: str, flag: str = "") -> UsageError:
+    """One line for a text file that did not decode, after `flag` as the reader's other lines have it: compressed
+    (by its name), else the line and byte where it first is not UTF-8. The decoder reads ahead in blocks, so a
+    reader's own count does not say where; a second pass line by line does (a lone \\r ends a line, as in a csv
+    file and in text read with universal newlines)."""
+    refusal = compressed(path, str(path), reader) or _first_not_utf8(path)
+    return UsageError(f"{flag} {refusal}" if flag else str(refusal))
+
+
+def _first_not_utf8(path: Path) -> UsageError:
+    try:
+        for _ in read_tsv(path, lone_cr=True):
+            pass
+    except UsageError as refusal:
+        return refusal
+    return UsageError(f"{path}: not UTF-8 text; convert it to UTF-8 first")
+
+
 def _task_file(task: GlueTask, entry: SplitFile, root: Path) -> Path:
     folder = root / task.folder
     if not folder.is_dir():
@@ -340,6 +358,9 @@ def _positions(entry: SplitFile, header: list[str] | None, where: str) -> list[i
     found = []
     for column in wanted:
         if isinstance(column, str) and column not in header:
+            if any("\r" in name for name in header):  # a whole file of lone-\r line ends read as its header
+                raise UsageError(f"{where}: the header has no column {column!r}; the file ends its lines with \\r "
+                                 "alone: convert them to \\n (only \\n ends a line of a GLUE file)")
             raise UsageError(f"{where}: the header has no column {column!r} (found: {', '.join(header)})")
         found.append(header.index(column) if isinstance(column, str) else column)
     return found

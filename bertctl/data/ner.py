@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bertctl.data.batches import Ragged
+from bertctl.data.glue import not_utf8
 from bertctl.data.hub_copies import is_copy, read_copy, refuse_missing
 from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
@@ -62,8 +63,10 @@ def read_ner(path: Path | str, flag: str, need_tags: bool = True,
     else:
         try:
             text = path.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{flag} {path}: cannot read it as UTF-8 text ({exc})") from None
+        except UnicodeDecodeError:
+            raise not_utf8(path, "ner", flag) from None
+        except OSError as exc:
+            raise UsageError(f"{flag} {path}: cannot read it: {exc.strerror or exc}") from None
         if path.suffix.lower() in (".jsonl", ".json"):
             words, tags = _read_jsonl(text, f"{flag} {path}", label_names)
         else:

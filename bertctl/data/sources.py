@@ -25,7 +25,6 @@ from __future__ import annotations
 import bz2
 import codecs
 import contextlib
-import csv
 import glob
 import gzip
 import io
@@ -41,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TextIO
 
+from bertctl.data.csv_rows import csv_rows
 from bertctl.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -372,22 +372,22 @@ def _json_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:
 
 
 def _csv_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:
-    """A csv file's text column; a malformed line (a cell past the csv module's 128 KiB limit, as an unclosed
-    quote reads) is one line naming the file and line, as `finetune classify` says it."""
+    """A csv file's text column (the first column of that name, as pandas reads it); a malformed line (a quote the
+    file ends inside) is one line naming the file and line, as `finetune classify` says it."""
     start = stats.bytes_read
     with _reading(path) as (raw, text):
-        reader = csv.DictReader(text)
-        try:
-            if reader.fieldnames is not None and text_column not in reader.fieldnames:
-                raise UsageError(f"{path}: no column {text_column!r} (it has: {', '.join(reader.fieldnames)}); "
-                                 "pass --text-column")
-            for count, row in enumerate(reader, 1):
-                if row.get(text_column) is not None:
-                    yield row[text_column]
-                if count % _UPDATE_EVERY == 0:
-                    stats.bytes_read = start + raw.tell()
-        except csv.Error as exc:
-            raise UsageError(f"{path}:{reader.reader.line_num}: malformed csv: {exc}") from None  # the line read
+        rows = csv_rows(text, str(path))
+        _, header = next(rows, (0, None))
+        if header is None:  # an empty file: no rows
+            return
+        if text_column not in header:
+            raise UsageError(f"{path}: no column {text_column!r} (it has: {', '.join(header)}); pass --text-column")
+        at = header.index(text_column)
+        for count, (_, fields) in enumerate(rows, 1):
+            if at < len(fields):  # a short row has no text
+                yield fields[at]
+            if count % _UPDATE_EVERY == 0:
+                stats.bytes_read = start + raw.tell()
 
 
 def _parquet_rows(path: Path, text_column: str, stats: ReadStats) -> Iterator[str]:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from bertctl.data import squad_rows
+from bertctl.data.glue import not_utf8
 from bertctl.data.hub_copies import is_copy, refuse_missing
 from bertctl.data.jsonl import jsonl_values
 from bertctl.data.squad_rows import Paragraphs
@@ -127,8 +128,8 @@ def _load(path: Path, flag: str, mode: str) -> _Parsed:
             raise UsageError(f"{flag} {path} is not a SQuAD JSON file ({str(exc).splitlines()[0]})") from None
         rows = [(f"line {number}", row) for number, _, row in jsonl_values(text.split("\n"), f"{flag} {path}")]
         return _flat(rows, path, mode)
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{flag} {path} is not a SQuAD JSON file ({str(exc).splitlines()[0]})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path, "squad", flag) from None
     if (rows := squad_rows.json_rows(raw)) is not None:
         return _flat(rows, path, mode)
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):

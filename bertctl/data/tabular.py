@@ -18,7 +18,6 @@ In a .jsonl file a blank line is no row and `{"text": ""}` is one.
 
 from __future__ import annotations
 
-import csv
 import math
 import reprlib
 from collections.abc import Iterator, Sequence
@@ -29,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from bertctl.config import FINETUNE_PROBLEMS
-from bertctl.data.glue import Examples, LabelledTask, read_tsv
+from bertctl.data.csv_rows import csv_rows
+from bertctl.data.glue import Examples, LabelledTask, not_utf8, read_tsv
 from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
 from bertctl.files import user_path
@@ -100,23 +100,15 @@ def _require(columns: Sequence[str], found: Sequence[str], where: str) -> None:
 
 def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     with open(path, encoding="utf-8-sig", newline="") as handle:
-        reader = csv.reader(handle)
-        try:
-            header = next(reader, None)
-            if header is None:
-                raise UsageError(f"{path}: empty file (expected a header line and examples)")
-            _require(columns, header, f"{path}:1")
-            start = reader.line_num + 1
-            for fields in reader:
-                line, start = start, reader.line_num + 1  # a quoted field may span several lines
-                if not fields:  # an empty line; `""`, `,,` or spaces are a row of empty fields
-                    continue
-                if len(fields) != len(header):
-                    raise UsageError(f"{path}:{line}: expected {len(header)} comma-separated fields, "
-                                     f"found {len(fields)}")
-                yield line, dict(zip(header, fields, strict=True))
-        except csv.Error as exc:
-            raise UsageError(f"{path}:{reader.line_num}: malformed csv: {exc}") from None
+        rows = csv_rows(handle, str(path))
+        first, header = next(rows, (0, None))
+        if header is None:
+            raise UsageError(f"{path}: empty file (expected a header line and examples)")
+        _require(columns, header, f"{path}:{first}")
+        for line, fields in rows:
+            if len(fields) != len(header):
+                raise UsageError(f"{path}:{line}: expected {len(header)} comma-separated fields, found {len(fields)}")
+            yield line, dict(zip(header, fields, strict=True))
 
 
 def _tsv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -189,24 +181,12 @@ def read_table(path: str | Path, text_columns: Sequence[str], label_column: str 
         for number, record in rows(path, required):
             _add_row(table, number, record, text_columns, label_column, ids)
     except UnicodeDecodeError:
-        raise _not_utf8(path) from None
+        raise not_utf8(path, "classify") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not table.numbers:
         raise UsageError(f"{path}: no examples")
     return table
-
-
-def _not_utf8(path: Path) -> UsageError:
-    """The line and byte where a .csv or .jsonl file first is not UTF-8, as .tsv files are refused: the decoder
-    reads ahead in blocks, so the reader's own line count does not say where; a second pass line by line does
-    (lines end as the csv and jsonl readers end them)."""
-    try:
-        for _ in read_tsv(path, lone_cr=True):
-            pass
-    except UsageError as refusal:
-        return refusal
-    return UsageError(f"{path}: not UTF-8 text; convert it to UTF-8 first")
 
 
 def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: Sequence[str],
