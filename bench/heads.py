@@ -120,7 +120,7 @@ def ner_features(rows: int, seed: int):
 
 def choice_features(rows: int, seed: int):
     """Examples of 4 (context, ending) pairs of 32-128 tokens each, segment 1 from the ending on."""
-    from bertctl.data.choice import ChoiceData, ChoiceFeatures
+    from bertctl.data.choice import ChoiceFeatures
 
     rng = np.random.default_rng(seed)
     ids, types = [], []
@@ -130,11 +130,10 @@ def choice_features(rows: int, seed: int):
         ids.append([np.concatenate([[CLS], _ids(rng, context), [SEP], _ids(rng, n - context - 3), [SEP]])
                     for n in lengths])
         types.append([(np.arange(n) > context + 1).astype(np.int64) for n in lengths])
-    data = ChoiceData([str(i) for i in range(rows)], [""] * rows, [[""] * CHOICES] * rows, None, Path("bench"))
     longest = np.asarray([max(map(len, r)) for r in ids], dtype=np.int64)
     total = np.asarray([sum(map(len, r)) for r in ids], dtype=np.int64)
     labels = rng.integers(0, CHOICES, rows)
-    return ChoiceFeatures(data, ids, types, labels, longest, 0, total)
+    return ChoiceFeatures(CHOICES, ids, types, labels, longest, 0, total)
 
 
 def classify_features(rows: int, seed: int):

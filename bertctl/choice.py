@@ -55,7 +55,7 @@ class ChoiceTask:
 
 def collate_choices(features: ChoiceFeatures, rows: np.ndarray, pad_id: int) -> dict[str, Tensor]:
     """The rows' C sequences each, padded to the longest of them: (B, C, T) tensors, and (B,) labels if known."""
-    width = features.data.num_choices
+    width = features.num_choices
     padded = pad_batch([seq for r in rows for seq in features.input_ids[r]],
                        [seq for r in rows for seq in features.token_type_ids[r]], pad_id)
     batch = {name: torch.from_numpy(array).view(len(rows), width, -1) for name, array in padded.items()}
@@ -67,7 +67,7 @@ def collate_choices(features: ChoiceFeatures, rows: np.ndarray, pad_id: int) -> 
 def choice_logits(model: nn.Module, features: ChoiceFeatures, pad_id: int, batch_size: int, device: torch.device,
                   precision: str, env: training.Distributed | None = None) -> np.ndarray:
     """(N, C) float32 scores of every example's choices, in the examples' order (under torchrun, every rank's)."""
-    out = np.zeros((len(features), features.data.num_choices), dtype=np.float32)
+    out = np.zeros((len(features), features.num_choices), dtype=np.float32)
     for rows, _, output in scored_batches(model, features, partial(collate_choices, features, pad_id=pad_id),
                                           batch_size, device, precision, env, skip_padding=True):
         out[rows] = output.logits.float().cpu().numpy()
@@ -101,12 +101,14 @@ class ChoiceReader:
 
     scorer: Scorer  # the model, tokenizer, max_seq_length, batch size and the run's precision
 
-    def predict(self, data: ChoiceData, device: str | None, precision: str | None) -> tuple[np.ndarray, int]:
-        """(N, C) logits and how many examples max_seq_length cut."""
+    def encode(self, data: ChoiceData) -> ChoiceFeatures:
+        return make_choice_features(self.scorer.tokenizer, data, self.scorer.max_seq_length)
+
+    def logits(self, features: ChoiceFeatures, device: str | None, precision: str | None) -> np.ndarray:
+        """(N, C) logits."""
         scorer = self.scorer
-        features = make_choice_features(scorer.tokenizer, data, scorer.max_seq_length)
         return choice_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size,
-                             *scorer.place(device, precision)), features.truncated
+                             *scorer.place(device, precision))
 
 
 def open_choice_reader(path: Path | str, max_seq_length: int | None, batch_size: int | None) -> ChoiceReader:
@@ -137,9 +139,9 @@ def evaluate_choice(model: Path | str, data: Path | str, batch_size: int | None 
     With the run's settings its own validation file gives exactly the accuracy in its eval_results.json."""
     reader = open_choice_reader(model, max_seq_length, batch_size)
     read = _read(reader, data, need_labels=True)
-    logits, cut = reader.predict(read, device, precision)
-    return {"accuracy": accuracy(logits, np.asarray(read.labels)), "examples": len(read),
-            "choices": read.num_choices, "examples_cut": cut}
+    features = reader.encode(read)
+    return {"accuracy": accuracy(reader.logits(features, device, precision), np.asarray(read.labels)),
+            "examples": len(read), "choices": read.num_choices, "examples_cut": features.truncated}
 
 
 def print_choice_results(data: Path | str, results: dict[str, Any], as_json: bool = False) -> None:
@@ -166,19 +168,33 @@ def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_s
     read = _read(reader, data, need_labels=False)
     if path.resolve() == read.path.resolve():
         raise UsageError(f"--out {path}: is the input file")
-    logits, _ = reader.predict(read, device, precision)
-    write_text_atomic(path, _csv(read, logits))
+    ids, labels, features = _Ids(read.ids), read.labels, reader.encode(read)
+    del read  # its texts, most of what it holds: scoring needs the encoded choices alone
+    write_text_atomic(path, _csv(ids, labels, reader.logits(features, device, precision)))
     return path
 
 
-def _csv(data: ChoiceData, logits: np.ndarray) -> Iterator[str]:
+class _Ids:
+    """The examples' ids as one string and where each ends. A list's id objects lie among the texts' in Python's
+    small-object arenas, which go back to the system only once all they hold is freed: while the ids were held,
+    so was the texts' memory (~0.8 KB an example of 4 short choices)."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.text = "".join(ids)
+        self.ends = np.cumsum([len(i) for i in ids], dtype=np.int64)
+
+    def __getitem__(self, row: int) -> str:
+        return self.text[self.ends[row - 1] if row else 0: self.ends[row]]
+
+
+def _csv(ids: _Ids, labels: list[int] | None, logits: np.ndarray) -> Iterator[str]:
     """The header, then WRITE_CHUNK rows at a time: the rows of every example are never all held as text."""
-    gold = data.labels is not None
+    gold = labels is not None
     yield _csv_lines([["id", "prediction", *(["label"] if gold else []),
                        *(f"prob{i}" for i in range(logits.shape[1]))]])
     chances = probabilities(logits)
     for rows in row_chunks(len(logits)):
-        yield _csv_lines([[data.ids[i], int(logits[i].argmax()), *([data.labels[i]] if gold else []),
+        yield _csv_lines([[ids[i], int(logits[i].argmax()), *([labels[i]] if gold else []),
                            *(f"{p:.6f}" for p in chances[i])] for i in rows])
 
 

@@ -309,6 +309,27 @@ def test_predict_writes_its_file_a_chunk_of_examples_at_a_time(choice_run, choic
     assert [piece.count("\n") for piece in written] == [1, 16, 16, 8]  # the header, then the 40 examples
 
 
+def test_predict_scores_without_holding_the_texts(choice_run, choice_files, tmp_path, monkeypatch):
+    """The examples' texts (~0.75 KB an example of 4 short choices) were held, by the features too, while every
+    example was scored: now they are gone once encoded, and the file is the same."""
+    import gc
+
+    import bertctl.choice as choice
+    from bertctl.data.choice import ChoiceData
+
+    whole = predict_choice(choice_run, choice_files["valid"], tmp_path / "whole.csv").read_bytes()
+    score, held = choice.choice_logits, []
+
+    def scoring(*args, **kwargs):
+        gc.collect()
+        held.append([o for o in gc.get_objects() if type(o) is ChoiceData])
+        return score(*args, **kwargs)
+
+    monkeypatch.setattr(choice, "choice_logits", scoring)
+    assert predict_choice(choice_run, choice_files["valid"], tmp_path / "p.csv").read_bytes() == whole
+    assert held == [[]]
+
+
 def test_choice_defaults_and_config_file(tmp_path):
     cfg = FinetuneConfig.choice()
     assert (cfg.lr, cfg.epochs, cfg.max_seq_length, cfg.batch_size) == (5e-5, 3, 128, 16)

@@ -139,6 +139,40 @@ def test_reading_conll_and_jsonl(tmp_path):
     assert read_ner(words, "--data", need_tags=False).tags is None
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_a_long_file_is_read_line_by_line_with_its_sentences_and_line_numbers(tmp_path, end):
+    """Sentences are built as the lines are read (the whole text and its list of lines were ~1 KB a sentence):
+    the same sentences and tags past the first blocks read, with any line end, and an error far into the file
+    names its line."""
+    sentences = _synthetic(3000, 5)
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for sentence in sentences:
+        lines += [f"{word} NN B-NP {tag}" for word, tag in sentence] + [""]
+    path = tmp_path / "long.txt"
+    path.write_bytes(("\ufeff" + end.join(lines)).encode())
+    read = read_ner(path, "--train")
+    assert read.words == [[w for w, _ in s] for s in sentences] and read.tags == [[t for _, t in s] for s in sentences]
+    lines[-3] = "paris NN B-NP"
+    path.write_bytes(end.join(lines).encode())
+    with pytest.raises(UsageError, match=rf"long.txt:{len(lines) - 2}: 3 columns where the file's first line has 4"):
+        read_ner(path, "--train")
+    path.write_bytes(end.join([*lines[:10], "x X-TAG", *lines[10:]]).encode())
+    with pytest.raises(UsageError, match=r"long.txt:11: 2 columns"):
+        read_ner(path, "--train")
+
+
+@pytest.mark.parametrize("name", ["late.txt", "late.jsonl"])
+def test_a_byte_that_is_not_utf8_far_into_a_file_is_named_by_its_place_in_the_file(tmp_path, name):
+    """A streamed read decodes block by block, its error counting from the block; the message names the line and
+    the byte counted from the file's start (its byte-order mark included)."""
+    line = b"word O\n" if name.endswith(".txt") else b'{"tokens": ["word"], "ner_tags": ["O"]}\n'
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + line * 20_000 + b"caf\xe9 O\n")
+    at = 3 + len(line) * 20_000 + 3
+    with pytest.raises(UsageError, match=rf"^--data \S*{name}:20001: not UTF-8 text \(byte {at:,}\); convert it"):
+        read_ner(path, "--data")
+
+
 # --- entity scores against seqeval ------------------------------------------------------------------------
 
 def _seqeval_entities(seq: list[str]) -> list[tuple[str, int, int]]:

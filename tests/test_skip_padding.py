@@ -138,7 +138,7 @@ def test_skipping_padding_matches_transformers_at_the_real_tokens(head, odd_conf
 def _features(head: str):
     """Four rows of 3-11 tokens as each task's features hold them (random ids, a label each)."""
     from bertctl.data.batches import Ragged
-    from bertctl.data.choice import ChoiceData, ChoiceFeatures
+    from bertctl.data.choice import ChoiceFeatures
     from bertctl.data.ner import NerData, NerFeatures
     from bertctl.evaluate import Features
 
@@ -153,9 +153,8 @@ def _features(head: str):
         firsts = Ragged(np.concatenate([np.arange(1, n - 1) for n in lengths]), lengths - 2)
         return NerFeatures(NerData([[]] * 4, None, Path("t")), ids, labels, firsts, lengths, 0)
     choices = [[ids[i], ids[(i + 1) % 4], ids[(i + 2) % 4]] for i in range(4)]
-    data = ChoiceData([str(i) for i in range(4)], [""] * 4, [[""] * 3] * 4, None, Path("t"))
     longest = np.array([max(map(len, c)) for c in choices])
-    return ChoiceFeatures(data, choices, [[np.zeros(len(s), dtype=np.int64) for s in c] for c in choices],
+    return ChoiceFeatures(3, choices, [[np.zeros(len(s), dtype=np.int64) for s in c] for c in choices],
                           rng.integers(0, 3, 4), longest, 0, longest)
 
 

@@ -181,9 +181,10 @@ def _jsonl_example(record: Any, at: str, number: str) -> tuple[str, str, list[st
 @dataclass(frozen=True)
 class ChoiceFeatures:
     """Encoded examples: per example, C rows `[CLS] A [SEP] B [SEP]` with their segment ids; every choice's a view
-    of one array for all (a Grouped Ragged: an array per choice held ~1.4 KB of objects an example of 4)."""
+    of one array for all (a Grouped Ragged: an array per choice held ~1.4 KB of objects an example of 4). The
+    texts are not kept: `predict choice` scores without them."""
 
-    data: ChoiceData
+    num_choices: int  # C
     input_ids: Grouped  # per example, per choice: int32
     token_type_ids: Grouped  # int8
     labels: np.ndarray | None  # (N,) the right choice
@@ -217,5 +218,5 @@ def make_choice_features(tokenizer: BertTokenizer, data: ChoiceData, max_seq_len
     labels = np.asarray(data.labels, dtype=np.int64) if data.labels is not None else None
     choice_ids, segments, sizes = pair_rows(ids, firsts, seconds)  # sizes: (N * C,) tokens per choice
     per_example = sizes.reshape(-1, width)
-    return ChoiceFeatures(data, Grouped(choice_ids, width), Grouped(segments, width), labels,
+    return ChoiceFeatures(width, Grouped(choice_ids, width), Grouped(segments, width), labels,
                           per_example.max(axis=1), truncated, per_example.sum(axis=1))

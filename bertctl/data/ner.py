@@ -17,8 +17,10 @@ a sentence longer than max_seq_length is cut, and its words past the cut get no 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -61,16 +63,7 @@ def read_ner(path: Path | str, flag: str, need_tags: bool = True,
     if is_copy(path):
         words, tags, names = _read_copy(path, flag, label_names)
     else:
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except UnicodeDecodeError:
-            raise not_utf8(path, "ner", flag) from None
-        except OSError as exc:
-            raise UsageError(f"{flag} {path}: cannot read it: {exc.strerror or exc}") from None
-        if path.suffix.lower() in (".jsonl", ".json"):
-            words, tags = _read_jsonl(text, f"{flag} {path}", label_names)
-        else:
-            words, tags = _read_conll(text, f"{flag} {path}")
+        words, tags = _read_text(path, flag, label_names)
     if not any(words):  # rows of no tokens only: no tag to train a head on, no word to score
         raise UsageError(f"{flag} {path} holds no sentences; give {_FORMATS}")
     if need_tags and tags is None:
@@ -101,23 +94,34 @@ def _read_copy(path: Path, flag: str, label_names: Sequence[str] | None
     return words, (tags if has_tags else None), names
 
 
-def _lines(text: str) -> list[str]:
-    """The file's lines, split at line ends only (read_text made them all \\n): str.splitlines would also split at
-    U+2028, U+0085, form feeds and \\x1c-\\x1e inside a word, which a jsonl string may hold raw."""
-    return text.split("\n")
+def _read_text(path: Path, flag: str, label_names: Sequence[str] | None) -> tuple[list, list | None]:
+    """A CoNLL or JSON Lines file's sentences, built as its lines are read: the whole text and its list of lines
+    held ~1 KB a sentence more. Lines end at \\n, \\r\\n or \\r only (file iteration's universal newlines):
+    str.splitlines would also split at U+2028, U+0085, form feeds and \\x1c-\\x1e inside a word, which a jsonl
+    string may hold raw."""
+    where = f"{flag} {path}"
+    try:
+        with path.open(encoding="utf-8-sig") as lines:
+            if path.suffix.lower() in (".jsonl", ".json"):
+                return _read_jsonl(lines, where, label_names)
+            return _read_conll(lines, where)
+    except UnicodeDecodeError:
+        raise not_utf8(path, "ner", flag) from None
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read it: {exc.strerror or exc}") from None
 
 
-def _read_conll(text: str, where: str) -> tuple[list, list | None]:
+def _read_conll(lines: Iterable[str], where: str) -> tuple[list, list | None]:
     words: list[list[str]] = []
     tags: list[list[str]] = []
     sentence: list[list[str]] = []
     width = 0  # columns a line has in this file
-    for number, line in enumerate([*_lines(text), ""], start=1):
+    for number, line in enumerate(chain(lines, [""]), start=1):
         fields = _COLUMNS.split(line.strip(" \t\r\n"))
         if fields[0] == "-DOCSTART-" or not line.strip(" \t\r\n"):
             if sentence:
                 words.append([f[0] for f in sentence])
-                tags.append([f[-1] for f in sentence])
+                tags.append([sys.intern(f[-1]) for f in sentence])  # a handful of tags: one string each, not per word
                 sentence = []
             continue
         width = width or len(fields)
@@ -130,11 +134,11 @@ def _read_conll(text: str, where: str) -> tuple[list, list | None]:
     return words, (tags if width > 1 else None)
 
 
-def _read_jsonl(text: str, where: str, label_names: Sequence[str] | None) -> tuple[list, list | None]:
+def _read_jsonl(lines: Iterable[str], where: str, label_names: Sequence[str] | None) -> tuple[list, list | None]:
     words: list[list[str]] = []
     tags: list[list[str]] = []
     has_tags = None
-    for _, at, record in jsonl_values(_lines(text), where):
+    for _, at, record in jsonl_values(lines, where):
         if not isinstance(record, dict) or not _strings(record.get("tokens")):
             raise UsageError(f'{at}: expected {{"tokens": [...], "ner_tags": [...]}} with the words as strings')
         if has_tags is None:
