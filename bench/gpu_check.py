@@ -62,8 +62,8 @@ def main() -> None:
     steps: list[tuple[str, Callable[[], str]]] = [
         ("tokenizer", lambda: _tokenizer(text, root)),
         ("corpus", lambda: _corpus(text, root)),
-        ("pretrain", lambda: _pretrain(pretrain_cfg, root)),
-        ("resume", lambda: _resume(pretrain_cfg, root)),
+        ("pretrain", lambda: _pretrain(pretrain_cfg)),
+        ("resume", lambda: _resume(pretrain_cfg)),
         ("fill", lambda: _fill(root, args.device)),
         ("finetune", lambda: _finetune(root, args.device)),
         ("predict", lambda: _predict(root, args.device)),
@@ -105,7 +105,7 @@ def _losses(run: Path) -> dict[int, float]:
     return {row["step"]: row["loss"] for row in rows if "loss" in row}
 
 
-def _pretrain(cfg: PretrainConfig, root: Path) -> str:
+def _pretrain(cfg: PretrainConfig) -> str:
     """A compiled run must build one graph, without a break: another graph is minutes of compiling mid-run, a
     break a hop through Python every step (TORCH_LOGS=graph_breaks,recompiles says where)."""
     from torch._dynamo.utils import counters
@@ -123,7 +123,7 @@ def _pretrain(cfg: PretrainConfig, root: Path) -> str:
     return f"loss {first:.3f} -> {last:.3f}, {rate:,.0f} tokens/s, {graphs} compiled graph(s)"
 
 
-def _resume(cfg: PretrainConfig, root: Path) -> str:
+def _resume(cfg: PretrainConfig) -> str:
     import dataclasses
     import shutil
 

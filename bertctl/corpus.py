@@ -429,7 +429,8 @@ _MANIFEST_KEYS = ("objective", "masking", "max_seq_length", "masked_lm_prob", "m
 
 
 def same_instances(manifest: dict[str, Any], other: dict[str, Any]) -> bool:
-    """Whether two manifests describe the same instances."""
+    """Whether two manifests describe the same instances, by `instances_fingerprint`: a corpus copied or rebuilt
+    elsewhere still matches, so a run resumes on it and its validation figures still apply."""
     return instances_fingerprint(manifest) == instances_fingerprint(other)
 
 

@@ -313,7 +313,7 @@ def _import_file(job: _FileJob, shards: _Shards, progress: Callable[[int, int], 
             return None
 
         try:
-            for data in read_records(path, source, compression):
+            for data in read_records(source, compression):
                 try:
                     features = parse_example(data)
                 except (IndexError, ValueError, struct.error):

@@ -136,7 +136,8 @@ class ScoredTask(Protocol):
 
 
 def compute_metrics(names: Sequence[str], predictions: Sequence, labels: Sequence) -> dict[str, float]:
-    """The named metrics, in the order given."""
+    """The named metrics, in the order given: a task lists its metrics in leaderboard order, which results files
+    and printed lines keep."""
     unknown = [name for name in names if name not in METRICS]
     if unknown:
         raise BertctlError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")

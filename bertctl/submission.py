@@ -135,7 +135,7 @@ def write_predictions(path: str | Path, id_name: str, ids: Sequence[str], label_
 def _prediction_chunks(id_name: str, ids: Sequence[str], label_names: Sequence[str],
                        predictions: Sequence[int | float], probabilities: Sequence[Sequence[float]] | None
                        ) -> Iterator[list[dict[str, Any]]]:
-    """The rows to write, WRITE_CHUNK at a time."""
+    """The rows to write, WRITE_CHUNK at a time, so that a large test set's rows are never all held as dicts."""
     for rows in row_chunks(len(ids)):
         chunk = slice(rows.start, rows.stop)
         values = np.asarray(predictions[chunk]).tolist()

@@ -185,7 +185,8 @@ def crc32c_many(buffers: list[bytes]) -> np.ndarray:
 
 
 def masked_crcs(crcs: np.ndarray) -> np.ndarray:
-    """masked_crc of each of an array of CRCs."""
+    """masked_crc of each of an array of CRCs in one numpy pass: TFRecord records are checked a block at a time
+    (`read_records`), not one Python call per record."""
     crcs = np.asarray(crcs, dtype=np.uint32)
     return ((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(0xA282EAD8)
 

@@ -80,13 +80,13 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _added(value: Any, index: int, special: bool = False) -> Added:
+def _added(value: Any, index: int) -> Added:
     """An added token from its saved dict; a missing "normalized" is `not special`, as in transformers'
     AddedToken (tokenizer.json always has it)."""
     if isinstance(value, dict):
         special, single_word = bool(value.get("special", False)), bool(value.get("single_word", False))
         return Added(_token_text(value) or "", index, special, single_word, bool(value.get("normalized", not special)))
-    return Added(str(value), index, special)
+    return Added(str(value), index)
 
 
 def _extras(config: dict[str, Any]) -> list[str]:

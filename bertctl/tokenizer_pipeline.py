@@ -76,7 +76,7 @@ def never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions,
     its last character)."""
     casing = _casing(options.lowercase, options.strip_accents)
     cased = normalizers.Sequence(casing).normalize_str
-    words = _never_split_words(vocab, options)
+    words = _never_split_words(options)
     changed = [word for word in words if cased(word) != word]
     lacking_before = [word for word in changed if word not in vocab]
     lacking_after = [word for word in words if word not in vocab and word not in changed]
@@ -205,7 +205,7 @@ def python_whitespace() -> str:
     return "".join(f"\\x{{{code:X}}}" for code in range(0x10000) if chr(code).isspace())
 
 
-def _never_split_words(vocab: dict[str, int], options: TokenizerOptions) -> list[str]:
+def _never_split_words(options: TokenizerOptions) -> list[str]:
     """The never_split words some text can hold standing alone, other than special and added tokens (matched
     before the normalizer anyway)."""
     cleaned = normalizers.Sequence(_clean_up())  # never_split is compared after it, before casing

@@ -104,7 +104,6 @@ def _pinned(tensor: Tensor, device: torch.device) -> Tensor:
 class Distributed:
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
     device: torch.device = torch.device("cpu")
     control: Any = None  # a gloo group for host-side flags (stop requests), so they never wait on the GPU
     owned: tuple[Any, ...] = ()  # process groups this run created, and so closes: never a caller's own
@@ -135,7 +134,7 @@ def setup_distributed(device: str | None = None) -> Distributed:
         control = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         if control is not dist.group.WORLD:
             owned.insert(0, control)
-    return Distributed(rank, world, local, chosen, control, tuple(owned))
+    return Distributed(rank=rank, world_size=world, device=chosen, control=control, owned=tuple(owned))
 
 
 def _import_world_defaults() -> None:

@@ -194,7 +194,8 @@ def latest_checkpoint(run: Path) -> Path | None:
 
 
 def checkpoint_step(folder: Path) -> int:
-    """The optimizer step a complete checkpoint was saved at."""
+    """The optimizer step a complete checkpoint was saved at, from its trainer_state.json: final/ has no step in
+    its name."""
     return int(read_json_object(folder / TRAINER_STATE, needs=("step",))["step"])
 
 

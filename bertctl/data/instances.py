@@ -595,7 +595,8 @@ def write_shard(packed: Packed, schema: Any, path: Path) -> dict[str, Any]:
 
 
 def shard_file(split: str, shard: int) -> str:
-    """A shard's Arrow file name in the shards folder."""
+    """A shard's Arrow file name in the shards folder, made in one place so that the builders that write it, the
+    resume check that verifies it (`finished_shard`) and the step that links it into the corpus agree."""
     return f"{split}-{shard:06d}.arrow"
 
 

@@ -154,7 +154,7 @@ def count_records(path: Path) -> tuple[int, bytes | None]:
     return count, first
 
 
-def read_records(path: Path, source: HashedReader, compression: str | None) -> Iterator[bytes]:
+def read_records(source: HashedReader, compression: str | None) -> Iterator[bytes]:
     """The data of each record of an open TFRecord file, each checked against its CRC32C; raises BadRecord (and the
     decompressors' errors) at the first bad record, after yielding every record before it."""
     stream = _decompressed(source, compression)
