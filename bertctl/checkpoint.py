@@ -476,7 +476,20 @@ def _fit_max_length(path: Path, positions: int) -> None:
     config = json.loads(path.read_text(encoding="utf-8"))
     limit = config.get("model_max_length")
     if not (isinstance(limit, int) and 0 < limit <= positions):
-        write_json_atomic(path, {**config, "model_max_length": positions})
+        write_json_atomic(path, _with_max_length(config, positions))
+
+
+def _with_max_length(config: dict[str, Any], positions: int) -> dict[str, Any]:
+    """A new model_max_length goes where a saved tokenizer's config has it (before clean_up_tokenization_spaces),
+    so a folder converted again writes the same bytes; an existing one keeps its place."""
+    if "model_max_length" in config or "clean_up_tokenization_spaces" not in config:
+        return {**config, "model_max_length": positions}
+    placed: dict[str, Any] = {}
+    for key, value in config.items():
+        if key == "clean_up_tokenization_spaces":
+            placed["model_max_length"] = positions
+        placed[key] = value
+    return placed
 
 
 def model_tokenizer(ckpt: Checkpoint, required: bool = True) -> Any:

@@ -230,6 +230,10 @@ def test_google_release_gives_transformers_outputs_exactly(odd_config, tmp_path)
     assert compare("BertForPreTraining", folder, reference, odd_config) == 0
     result = CliRunner().invoke(app, ["convert", str(folder), "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
+    again = CliRunner().invoke(app, ["convert", str(tmp_path / "out"), "-o", str(tmp_path / "again")])
+    assert again.exit_code == 0, again.output
+    for name in ("tokenizer_config.json", "config.json", "model.safetensors"):  # converting again changes nothing
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "out" / name).read_bytes(), name
     converted = transformers.BertForPreTraining.from_pretrained(tmp_path / "out").eval()
     ids, types, mask_ = batch(odd_config)
     with torch.no_grad():
