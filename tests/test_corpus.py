@@ -752,10 +752,13 @@ def _google_instances(documents: list[list[list[int]]], index: int, max_seq_leng
     return instances
 
 
-def test_nsp_instances_equal_a_port_of_googles_code_draw_for_draw() -> None:
+def _drawn_instances(objective: str, seed: int, is_continuation: np.ndarray):
+    """bertctl's instances of every document of 150 random document sets (several lengths and short-sequence
+    probabilities), each with what a port of the reference needs to draw the same: (ours, documents, index,
+    max_seq_length, short_seq_prob, the draws' seed)."""
     from bertctl.data.instances import Document, Instances, document_instances
 
-    gen = np.random.default_rng(0)
+    gen = np.random.default_rng(seed)
     for _ in range(150):
         documents = [[gen.integers(10, 99, int(gen.choice([1, 3, 8, 30, 200]))).tolist()
                       for _ in range(int(gen.integers(1, 12)))] for _ in range(int(gen.integers(2, 5)))]
@@ -763,13 +766,18 @@ def test_nsp_instances_equal_a_port_of_googles_code_draw_for_draw() -> None:
                 for d in documents]
         max_seq_length, short_seq_prob = int(gen.choice([5, 16, 64, 128])), float(gen.choice([0.0, 0.1, 1.0]))
         for index in range(len(documents)):
-            seed, out = int(gen.integers(1 << 30)), Instances()
-            document_instances(out, docs, index, list(range(len(docs))), objective="mlm+nsp",
+            draws, out = int(gen.integers(1 << 30)), Instances()
+            document_instances(out, docs, index, list(range(len(docs))), objective=objective,
                                max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, cls_id=2, sep_id=3,
-                               rng=_Uniforms(seed), is_continuation=np.zeros(100, bool))
+                               rng=_Uniforms(draws), is_continuation=is_continuation)
             ours = [(np.concatenate(out.pieces[out.starts[k]:out.starts[k + 1]]).tolist(), out.labels[k])
                     for k in range(len(out.lengths))]
-            assert ours == _google_instances(documents, index, max_seq_length, short_seq_prob, _Uniforms(seed))
+            yield ours, documents, index, max_seq_length, short_seq_prob, draws
+
+
+def test_nsp_instances_equal_a_port_of_googles_code_draw_for_draw() -> None:
+    for ours, documents, index, length, short, draws in _drawn_instances("mlm+nsp", 0, np.zeros(100, bool)):
+        assert ours == _google_instances(documents, index, length, short, _Uniforms(draws))
 
 
 def _albert_sop_instances(documents: list[list[list[int]]], index: int, max_seq_length: int, short_seq_prob: float,
@@ -806,21 +814,6 @@ def _albert_sop_instances(documents: list[list[list[int]]], index: int, max_seq_
 
 def test_sop_instances_equal_a_port_of_alberts_code_draw_for_draw() -> None:
     """ALBERT truncates after the swap, at a random end, as Google's NSP: a `##` piece may then open a segment."""
-    from bertctl.data.instances import Document, Instances, document_instances
-
-    gen, is_continuation = np.random.default_rng(1), np.arange(100) >= 70
-    for _ in range(150):
-        documents = [[gen.integers(10, 99, int(gen.choice([1, 3, 8, 30, 200]))).tolist()
-                      for _ in range(int(gen.integers(1, 12)))] for _ in range(int(gen.integers(2, 5)))]
-        docs = [Document(np.array([t for s in d for t in s], np.int32), np.cumsum([0, *map(len, d)]))
-                for d in documents]
-        max_seq_length, short_seq_prob = int(gen.choice([5, 16, 64, 128])), float(gen.choice([0.0, 0.1, 1.0]))
-        for index in range(len(documents)):
-            seed, out = int(gen.integers(1 << 30)), Instances()
-            document_instances(out, docs, index, list(range(len(docs))), objective="mlm+sop",
-                               max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, cls_id=2, sep_id=3,
-                               rng=_Uniforms(seed), is_continuation=is_continuation)
-            ours = [(np.concatenate(out.pieces[out.starts[k]:out.starts[k + 1]]).tolist(), out.labels[k])
-                    for k in range(len(out.lengths))]
-            assert ours == _albert_sop_instances(documents, index, max_seq_length, short_seq_prob, _Uniforms(seed),
-                                                 is_continuation)
+    is_continuation = np.arange(100) >= 70
+    for ours, documents, index, length, short, draws in _drawn_instances("mlm+sop", 1, is_continuation):
+        assert ours == _albert_sop_instances(documents, index, length, short, _Uniforms(draws), is_continuation)

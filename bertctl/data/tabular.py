@@ -100,26 +100,25 @@ def _require(columns: Sequence[str], found: Sequence[str], where: str) -> None:
 
 def _csv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     with open(path, encoding="utf-8-sig", newline="") as handle:
-        rows = csv_rows(handle, str(path))
-        first, header = next(rows, (0, None))
-        if header is None:
-            raise UsageError(f"{path}: empty file (expected a header line and examples)")
-        _require(columns, header, f"{path}:{first}")
-        for line, fields in rows:
-            if len(fields) != len(header):
-                raise UsageError(f"{path}:{line}: expected {len(header)} comma-separated fields, found {len(fields)}")
-            yield line, dict(zip(header, fields, strict=True))
+        yield from _named_fields(csv_rows(handle, str(path)), path, columns, "comma")
 
 
 def _tsv_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     rows = read_tsv(path, lone_cr=True)  # lines end as in a .csv, as pandas and `datasets` end them
-    _, header = next(rows, (0, None))
+    yield from _named_fields(rows, path, columns, "tab")
+
+
+def _named_fields(rows: Iterator[tuple[int, list[str]]], path: Path, columns: Sequence[str],
+                  separator: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, {header name: field}) of every row after the header, which must name `columns`; a row of another
+    length is refused naming its line (a cell lost or a separator too many would shift the columns)."""
+    first, header = next(rows, (0, None))
     if header is None:
         raise UsageError(f"{path}: empty file (expected a header line and examples)")
-    _require(columns, header, f"{path}:1")
+    _require(columns, header, f"{path}:{first}")
     for line, fields in rows:
         if len(fields) != len(header):
-            raise UsageError(f"{path}:{line}: expected {len(header)} tab-separated fields, found {len(fields)}")
+            raise UsageError(f"{path}:{line}: expected {len(header)} {separator}-separated fields, found {len(fields)}")
         yield line, dict(zip(header, fields, strict=True))
 
 
