@@ -12,7 +12,7 @@ under a time cap: a slow compile or a crash costs its own slot only, and whateve
     large     BERT-large, the same step
     padded    BERT-base with a fifth of the rows short, as real corpora give
     autotune  BERT-base compiled with max-autotune-no-cudagraphs (Triton GEMM templates and epilogues)
-    lamb      BERT-base with `--optimizer lamb` (multi-tensor kernels, and a host sync a step for its NaN check)
+    lamb      BERT-base with `--optimizer lamb` (multi-tensor kernels; a NaN/inf step skipped on the device)
 """
 
 from __future__ import annotations

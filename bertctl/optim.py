@@ -42,7 +42,9 @@ class Lamb(torch.optim.Optimizer):
     `parts: n` scales each of a tensor's n equal row blocks by its own ratio.
 
     A group is stepped with torch's multi-tensor (`_foreach`) kernels, a few launches per ~16M values rather
-    than a dozen per tensor: on a GPU a per-tensor loop over BERT-large's ~400 tensors is launch-bound.
+    than a dozen per tensor where every tensor takes the same scalar: on a GPU a per-tensor loop over BERT-large's
+    ~400 tensors is launch-bound. A scalar of each tensor's own (bias corrections, trust ratios) and the skip's
+    selects still take a kernel per tensor (torch's fast path wants equal shapes), queued without a wait.
 
     A step to skip (NaN/inf) is skipped on the device, as torch's fused AdamW skips it: `optimizer_step` and
     GradScaler set `found_inf` (1: skip), and the step counts live on the parameters' device, so the host never

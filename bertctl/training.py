@@ -362,7 +362,8 @@ def optimizer_step(
     batch is split into micro-batches and ranks, which makes 1 and N processes give the same losses.
     A step whose loss or gradient norm is not finite leaves the weights and optimizer state untouched; with
     bertctl's optimizers (fused AdamW, LAMB) that decision stays on the device too (their `found_inf` input, as
-    GradScaler uses it).
+    GradScaler uses it). fp16's GradScaler only unscales and adjusts its scale: its own step would look at the
+    gradients alone, and an inf loss can have finite ones (fp16 logits overflowing to -inf at the target).
     """
     units = list(weights(micro_batches[0]))
     counts = torch.stack([sum(weights(b)[name] for b in micro_batches).float().to(env.device) for name in units])
@@ -393,15 +394,14 @@ def optimizer_step(
     # fp16's scaler skips a step whose scaled gradients overflowed and lowers its scale: routine, not bad,
     # unless the scale is down to 1 and the gradients overflow unscaled (DeepSpeed's minimum-loss-scale rule)
     bad = ~torch.isfinite(total) | (~finite & (scale <= 1)) if scaler is not None else ~finite
-    if scaler is not None:
-        scaler.step(optimizer)
-        scaler.update()
-    elif getattr(optimizer, "_step_supports_amp_scaling", False):
+    if getattr(optimizer, "_step_supports_amp_scaling", False):
         optimizer.found_inf = (~finite).float()
         optimizer.step()
         del optimizer.found_inf
     elif bool(finite):  # other optimizers need the answer on the host: the host waits for the device
         optimizer.step()
+    if scaler is not None:
+        scaler.update()  # halves the scale after the overflow its unscale_ found, else grows it in time
     optimizer.zero_grad(set_to_none=True)
     values = torch.cat([reduced, torch.stack([total, grad_norm, finite.float(), bad.float()])]).detach()
     return PendingStep([*names, "loss", "grad_norm", "finite", "bad"], values)

@@ -62,6 +62,33 @@ def test_a_non_finite_step_leaves_weights_and_optimizer_state_untouched(name):
 
 @pytest.mark.parametrize("name", ["adamw", "lamb"])
 @pytest.mark.parametrize("scaled", [False, True])
+def test_a_step_whose_loss_alone_is_not_finite_changes_nothing_under_the_loss_scaler_too(name, scaled):
+    """An inf loss can have finite gradients (fp16 logits overflowing to -inf at the target): the step is
+    recorded as skipped, so it must be. fp16's GradScaler looked at the gradients alone and took the step."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = optim.make_optimizer(name, model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0) if scaled else None
+    x, env = torch.randn(3, 4), training.Distributed()
+
+    def inf_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        loss, correct = _terms(model, batch)["task"]
+        return {"task": (loss + math.inf, correct)}  # d(loss + inf)/d(loss) is 1: the gradients stay finite
+
+    training.optimizer_step(model, [{"x": x, "scale": torch.tensor(1.0)}], optimizer, _terms, _weights, env, "fp32",
+                            scaler)
+    weights = [p.detach().clone() for p in model.parameters()]
+    moments = [optimizer.state[p]["exp_avg"].clone() for p in model.parameters()]
+    [result] = training.resolve_steps([training.optimizer_step(model, [{"x": x, "scale": torch.tensor(1.0)}],
+                                                               optimizer, inf_loss, _weights, env, "fp32", scaler)])
+    assert result.skipped and result.bad and math.isfinite(result.grad_norm)
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
+    assert all(torch.equal(m, optimizer.state[p]["exp_avg"]) for m, p in zip(moments, model.parameters(), strict=True))
+    assert all(float(optimizer.state[p]["step"]) == 1 for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", ["adamw", "lamb"])
+@pytest.mark.parametrize("scaled", [False, True])
 def test_a_step_never_reads_a_tensor_on_the_host(name, scaled, monkeypatch):
     """On a GPU each read (item, bool, float, tolist) waits for the device: the host could no longer queue the
     next steps. optimizer_step takes the same path on the CPU, so any read there counts; a NaN step among
