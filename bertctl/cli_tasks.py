@@ -51,7 +51,7 @@ _FtGroup = Annotated[bool | None, typer.Option("--group-by-length/--no-group-by-
 _FtCheckpointing = Annotated[bool | None, typer.Option(
     "--gradient-checkpointing/--no-gradient-checkpointing",
     help="Recompute each layer in the backward pass: less memory, ~1/3 more compute, same numbers [off].")]
-_FtPrecision = Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto: bf16 on CUDA].")]
+_FtPrecision = Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto: bf16 on Ampere+ GPUs].")]
 _FtDevice = Annotated[str | None, typer.Option(help="cpu|cuda|cuda:N [cuda when available].")]
 _FtLogEvery = Annotated[int | None, typer.Option(help="Steps between metrics.jsonl rows [50].")]
 _FtMaxBad = Annotated[int | None, typer.Option(help="NaN/inf steps in a row before stopping [5].")]
@@ -242,7 +242,7 @@ def evaluate_mlm(
     batch_size: Annotated[int | None, typer.Option(help="Sequences per forward pass [32].")] = None,
     seed: Annotated[int | None, typer.Option(help="Draw of a dynamic corpus's masks, as pretrain's --seed "
                                              "draws its validation masks [42].")] = None,
-    precision: Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto: bf16 on CUDA].")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32|bf16|fp16|auto [auto: bf16 on Ampere+ GPUs].")] = None,
     device: _FtDevice = None, as_json: _EvJson = False,
 ) -> None:
     """Score a pre-trained model's masked LM (and NSP/SOP) on a corpus: pretrain's validation figures."""

@@ -346,7 +346,7 @@ class PretrainConfig:
     adam_beta2: float = 0.999
     adam_eps: float = 1e-6
     clip: float = 1.0  # max global gradient norm (0 turns clipping off)
-    precision: str = "auto"  # fp32 | bf16 | fp16 | auto (bf16 on CUDA, fp32 on CPU)
+    precision: str = "auto"  # fp32 | bf16 | fp16 | auto (bf16 on Ampere+ GPUs, else fp32)
     compile: bool | None = None  # torch.compile the model (batches padded to the corpus length); None: on CUDA
     dropout: float | None = None  # sets hidden and attention dropout; None keeps the model config's (0.1)
     gradient_checkpointing: bool = False  # recompute each layer in the backward pass: less memory, same numbers
@@ -478,7 +478,7 @@ class FinetuneConfig:
     seeds: tuple[int, ...] = (42,)  # one run per seed (head init, dropout, data order); several: mean/std
     group_by_length: bool = False  # batch examples of similar length together (less padding, faster)
     gradient_checkpointing: bool = False  # recompute each layer in the backward pass: less memory, same numbers
-    precision: str = "auto"  # fp32 | bf16 | fp16 | auto (bf16 on CUDA, fp32 on CPU)
+    precision: str = "auto"  # fp32 | bf16 | fp16 | auto (bf16 on Ampere+ GPUs, else fp32)
     device: str | None = None  # cpu | cuda (default: cuda when available)
     log_every: int = 50  # optimizer steps between metrics.jsonl rows
     save_every: int = 0  # optimizer steps between resumable checkpoints (0: only on SIGINT/SIGTERM)

@@ -296,7 +296,7 @@ class Scorer:
 
     def precision_on(self, precision: str | None, device: torch.device) -> str:
         """--precision, else the run's own on the same kind of device (so scores reproduce its
-        eval_results.json), else auto (bf16 on a GPU, fp32 on the CPU)."""
+        eval_results.json), else auto (bf16 on an Ampere or newer GPU, else fp32)."""
         if precision is None:
             same = self.run_precision is not None and self.run_device == device.type
             precision = self.run_precision if same else "auto"

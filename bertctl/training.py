@@ -32,12 +32,18 @@ from bertctl.files import json_ready, output_lock
 def resolve_precision(precision: str, device: torch.device) -> str:
     precision = any_case(precision)
     if precision == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+        return "bf16" if device.type == "cuda" and _computes_bf16(device) else "fp32"
     if precision not in ("fp32", "bf16", "fp16"):
         raise UsageError(f"--precision {precision!r}: choose one of auto, fp32, bf16, fp16")
     if precision == "fp16" and device.type != "cuda":
         raise UsageError("--precision fp16 needs a CUDA device; use bf16 or fp32 on the CPU")
     return precision
+
+
+def _computes_bf16(device: torch.device) -> bool:
+    """Whether the GPU computes bf16 itself (Ampere or newer; ROCm's): torch.cuda.is_bf16_supported() also says
+    yes where bf16 is only emulated (V100, T4), slower than fp32 there and refused by torch.compile's inductor."""
+    return torch.version.hip is not None or torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:

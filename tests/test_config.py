@@ -667,3 +667,17 @@ def test_precision_and_device_of_the_scoring_functions_are_taken_in_any_case():
     assert pick_device("CPU") == torch.device("cpu")
     assert resolve_precision("FP32", torch.device("cpu")) == "fp32"
     assert resolve_precision("Auto", torch.device("cpu")) == "fp32"
+
+
+@pytest.mark.parametrize(("capability", "chosen"),
+                         [((7, 0), "fp32"), ((7, 5), "fp32"), ((8, 0), "bf16"), ((9, 0), "bf16")])
+def test_auto_precision_takes_bf16_only_where_the_gpu_computes_it(monkeypatch, capability, chosen):
+    """V100 and T4 emulate bf16 (torch.cuda.is_bf16_supported() says yes there): slower than fp32, and
+    torch.compile refuses it, so auto stays in fp32 on them."""
+    import torch
+
+    from bertctl.training import resolve_precision
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert resolve_precision("auto", torch.device("cuda")) == chosen
