@@ -76,8 +76,8 @@ def pick_device(device: str | None) -> torch.device:
     if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
         raise UsageError(f"--device {device}: this machine has {_gpus(torch.cuda.device_count())} (cuda:0 to "
                          f"cuda:{torch.cuda.device_count() - 1}); pick one of them")
-    if chosen.type == "cuda" and chosen.index is not None:
-        torch.cuda.set_device(chosen)
+    if chosen.type == "cuda" and chosen.index is not None and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        torch.cuda.set_device(chosen)  # under torchrun every process takes its own GPU (setup_distributed)
     return chosen
 
 

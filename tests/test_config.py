@@ -681,3 +681,20 @@ def test_auto_precision_takes_bf16_only_where_the_gpu_computes_it(monkeypatch, c
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     assert resolve_precision("auto", torch.device("cuda")) == chosen
+
+
+@pytest.mark.parametrize(("world", "calls"), [("1", [1]), ("2", [])])
+def test_a_gpu_index_becomes_the_current_gpu_outside_torchrun_only(monkeypatch, world, calls):
+    """Under torchrun every process takes its local rank's GPU; making cuda:N current first would open a CUDA
+    context on GPU N in every process."""
+    import torch
+
+    from bertctl.training import pick_device
+
+    made_current = []
+    monkeypatch.setenv("WORLD_SIZE", world)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: made_current.append(torch.device(device).index))
+    assert pick_device("cuda:1") == torch.device("cuda", 1)
+    assert made_current == calls
