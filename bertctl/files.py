@@ -58,13 +58,13 @@ def user_path(path: Path | str, flag: str = "path") -> Path:
     return Path(path).expanduser()
 
 
-COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")  # names of files whose bytes are no text until decompressed
+_COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")  # names of files whose bytes are no text until decompressed
 
 
 def compressed(path: Path, where: str, reader: str) -> UsageError | None:
     """`WHERE is compressed; decompress it first` for a file named as compressed, which a reader of plain text
     could not decode: "not UTF-8" would send the user to convert its encoding. None for any other name."""
-    if path.suffix.lower() not in COMPRESSED:
+    if path.suffix.lower() not in _COMPRESSED:
         return None
     return UsageError(f"{where} is compressed; decompress it first ({reader} reads plain UTF-8 text)")
 

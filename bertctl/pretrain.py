@@ -33,14 +33,7 @@ from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_s
 from bertctl.data.batches import BatchPlan, Collator, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError, say
-from bertctl.files import (
-    check_out,
-    make_folder,
-    out_location,
-    read_json_object,
-    user_path,
-    write_json_atomic,
-)
+from bertctl.files import check_out, make_folder, out_location, read_json_object, user_path, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel
 from bertctl.pretraining_objective import evaluate_pretraining, loss_terms, loss_weights
