@@ -15,6 +15,7 @@ import inspect
 import io
 import logging
 import os
+import re
 import select
 import sys
 import traceback
@@ -171,13 +172,18 @@ def _failure(exc: Exception) -> Exception:
 
 
 def _in_loader_worker(exc: Exception) -> tuple[str, str] | None:
-    """(the error's own line, where) of an error torch re-raised from a DataLoader worker, whose message holds the
+    """(the error's own lines, where) of an error torch re-raised from a DataLoader worker, whose message holds the
     worker's whole traceback ("Caught MemoryError in DataLoader worker process 0. Original Traceback ..."): the
-    error line keeps the last line of it, the error itself, as Python prints it."""
+    error line keeps the end of it, the error itself as Python prints it (`Name: message`, every line of a message
+    of several, not its last line alone)."""
     head, found, worker_traceback = str(exc).partition(".\nOriginal Traceback")
     if not found or not head.startswith("Caught ") or not worker_traceback.strip():
         return None
-    return worker_traceback.strip().splitlines()[-1], head.split(" ", 2)[-1]
+    name, _, where = head.removeprefix("Caught ").partition(" ")
+    lines = worker_traceback.strip().splitlines()
+    error = re.compile(rf"([\w.]+\.)?{re.escape(name)}(: |$)")  # the error's first line; frames are indented
+    first = max((i for i, line in enumerate(lines) if error.match(line)), default=len(lines) - 1)
+    return " ".join(lines[first:]), where
 
 
 LOST_PEER = ("another process of this run failed; this one stopped with it (that process's own line, or "

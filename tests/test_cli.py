@@ -529,6 +529,11 @@ def test_a_broken_pipe_that_is_not_stdouts_is_reported(monkeypatch, tmp_path):
     (ValueError("row 7 is damaged"), 1, "ValueError: row 7 is damaged (in DataLoader worker process 0; rerun with "
                                         "--debug for the traceback)"),
     (UsageError("--corpus c: row 7 is damaged"), 2, "--corpus c: row 7 is damaged"),
+    # a message of several lines: the whole of it, as outside a worker, not its last line alone
+    (ValueError("row 7 is damaged:\ncolumn 2 is short"), 1, "ValueError: row 7 is damaged: column 2 is short (in "
+                                                           "DataLoader worker process 0; rerun with --debug for the "
+                                                           "traceback)"),
+    (UsageError("--corpus c:\nrow 7 is damaged"), 2, "--corpus c: row 7 is damaged"),
 ])
 def test_an_error_in_a_loader_worker_is_one_line_without_the_workers_traceback(monkeypatch, tmp_path, error, code,
                                                                                 line):
