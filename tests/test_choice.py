@@ -153,6 +153,25 @@ def test_csv_errors_name_the_line_an_editor_shows(tmp_path):
         read_choice(path, "--train")
 
 
+def test_label_and_choice_errors_name_the_line_too(tmp_path):
+    """A label outside the choices, a missing label or a choice too many named the example by its number from 0
+    (`example 1 has the label 4`), not by the line an editor shows, as classify names a bad label."""
+    path = tmp_path / "swag.csv"
+    header, row = "sent1,sent2,ending0,ending1,label\n", "a,b,c,d,0\n"
+    path.write_text(header + 'a,"b\nb",c,d,0\n' + "a,b,c,d,4\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=f"^--train {path}:4: label 4 is outside its choices 0..1$"):
+        read_choice(path, "--train")
+    path.write_text(header + row + 'a,"b\nb",c,d,\n', encoding="utf-8")
+    with pytest.raises(UsageError, match=f"^--train {path}:3: no label; give the right choice of each example$"):
+        read_choice(path, "--train")
+    lines = tmp_path / "swag.jsonl"
+    lines.write_text('{"context": "a", "choices": ["b", "c"], "label": 0}\n\n'
+                     '{"context": "a", "choices": ["b", "c", "d"], "label": 0}\n', encoding="utf-8")
+    with pytest.raises(UsageError, match=f"^--train {lines}:3: 3 choices where the first example has 2; give "
+                                         "every example the same number$"):
+        read_choice(lines, "--train")
+
+
 def test_a_csv_cell_past_128_kib_is_read_as_pandas_reads_it(tmp_path):
     """Past the csv module's default field_size_limit (131072 characters) a cell was `malformed csv`."""
     path = tmp_path / "swag.csv"
@@ -355,15 +374,15 @@ def test_refusals(encoder, choice_run, choice_files, tmp_path):
     missing.write_text("sent1,ending0,ending1,label\nthe man,a,b,0\n")
     _one_line_failure([*train, str(missing)], "lacks the column(s) sent2")
     outside = _swag_csv(tmp_path / "outside.csv", [{**_synthetic(1, 1)[0], "label": 4}])
-    _one_line_failure([*train, str(outside)], "example 0 has the label 4, outside its choices 0..3")
+    _one_line_failure([*train, str(outside)], "outside.csv:2: label 4 is outside its choices 0..3")
     ragged = tmp_path / "ragged.jsonl"
     ragged.write_text('{"context": "a", "choices": ["b", "c"], "label": 0}\n'
                       '{"context": "a", "choices": ["b", "c", "d"], "label": 0}\n')
-    _one_line_failure([*train, str(ragged)], "example 1 has 3 choices where the first has 2")
+    _one_line_failure([*train, str(ragged)], "ragged.jsonl:2: 3 choices where the first example has 2")
     _one_line_failure(["evaluate", "choice", "--model", str(encoder), "--data", str(choice_files["valid"])],
                       "has no multiple-choice head")
     _one_line_failure(["evaluate", "choice", "--model", str(choice_run), "--data", str(choice_files["test"])],
-                      "example 0 has no label")
+                      ":2: no label; give the right choice of each example")
     with pytest.raises(UsageError, match="label_names: for `bertctl finetune classify`"):
         finetune_choice(FinetuneConfig.choice(model=encoder, train=choice_files["train"], out=tmp_path / "o",
                                               label_names=("a", "b")))

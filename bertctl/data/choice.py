@@ -17,7 +17,8 @@ Features follow transformers' run_swag.py and the paper (Devlin et al. 4.4): eac
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from array import array
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import count, takewhile, zip_longest
 from pathlib import Path
@@ -36,6 +37,7 @@ from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer, truncate_pair
 
 SWAG_COLUMNS = ("sent1", "sent2", "ending0", "ending1")  # the least a SWAG-style csv must have
 HUB_CONFIGS = {"allenai/swag": "regular"}  # the config read when a hub id names none (run_swag.py's)
+Example = tuple[str, str, list[str], int | None]  # id, context, choices, label (None: none given)
 _FORMATS = ("a SWAG-style .csv, a .jsonl/.json file, a hub copy (.parquet, a save_to_disk folder) or a hub dataset "
             "id (allenai/swag)")
 
@@ -65,31 +67,44 @@ def read_choice(path: Path | str, flag: str, need_labels: bool = True) -> Choice
     where = f"{flag} {path}"
     refuse_missing(given, flag, _FORMATS, ("allenai/swag",))  # as spelt: `./x/y` is a missing file, never a hub id
     if is_copy(path):
-        rows = list(_read_copy(path, flag))
+        unit, (spots, rows) = " row ", _numbered(_read_copy(path, flag))
     else:
         reader = _read_jsonl if path.suffix.lower() in (".jsonl", ".json") else _read_csv
         try:
-            rows = list(reader(path, where))
+            unit, (spots, rows) = ":", _numbered(reader(path, where))
         except UnicodeDecodeError:
             raise not_utf8(path, "choice", flag) from None
         except OSError as exc:
             raise UsageError(f"{where}: cannot read it: {exc.strerror or exc}") from None
     if not rows:
         raise UsageError(f"{where} holds no examples; give {_FORMATS}")
+
+    def at(number: int) -> str:
+        return f"{where}{unit}{spots[number]}"
+
     labelled = [label is not None for *_, label in rows]
     if need_labels and not all(labelled):
-        raise UsageError(f"{where}: example {labelled.index(False)} has no label; give the right choice of each")
+        raise UsageError(f"{at(labelled.index(False))}: no label; give the right choice of each example")
     if any(labelled) and not all(labelled):
-        raise UsageError(f"{where}: example {labelled.index(False)} has no label but others have; give all or none")
+        raise UsageError(f"{at(labelled.index(False))}: no label where others have one; give all or none")
     ids, contexts, choices, labels = (list(column) for column in zip(*rows, strict=True))
     for number, (options, label) in enumerate(zip(choices, labels, strict=True)):
         if len(options) != len(choices[0]):
-            raise UsageError(f"{where}: example {number} has {len(options)} choices where the first has "
-                             f"{len(choices[0])}; give every example the same number")
+            raise UsageError(f"{at(number)}: {len(options)} choices where the first example has {len(choices[0])}; "
+                             "give every example the same number")
         if label is not None and not 0 <= label < len(options):
-            raise UsageError(f"{where}: example {number} has the label {label}, outside its choices 0.."
-                             f"{len(options) - 1}")
+            raise UsageError(f"{at(number)}: label {label} is outside its choices 0..{len(options) - 1}")
     return ChoiceData(ids, contexts, choices, labels if all(labelled) else None, path)
+
+
+def _numbered(spotted: Iterable[tuple[int, Example]]) -> tuple[array, list[Example]]:
+    """The examples, and apart from them the line (a copy's row) each starts on, for messages: an int each in
+    one array, not a string an example."""
+    spots, rows = array("q"), []
+    for spot, row in spotted:
+        spots.append(spot)
+        rows.append(row)
+    return spots, rows
 
 
 def _missing_swag(columns: Collection[str], where: str) -> None:
@@ -110,7 +125,7 @@ def _swag(row: dict[str, Any], number: int, label: int | None) -> tuple[str, str
             [f"{row['sent2']} {row[e]}" for e in endings], None if label == -1 else label)
 
 
-def _read_csv(path: Path, where: str) -> Iterator[tuple[str, str, list[str], int | None]]:
+def _read_csv(path: Path, where: str) -> Iterator[tuple[int, Example]]:
     with path.open(encoding="utf-8-sig", newline="") as handle:
         rows = csv_rows(handle, where)
         _, header = next(rows, (0, []))
@@ -119,7 +134,7 @@ def _read_csv(path: Path, where: str) -> Iterator[tuple[str, str, list[str], int
             row = dict(zip_longest(header, fields))  # as csv.DictReader: a short row's missing cells are None
             if len(fields) > len(header) or any(row[c] is None for c in SWAG_COLUMNS):
                 raise UsageError(f"{where}:{line}: {len(header)} columns in the header but not in this row")
-            yield _swag(row, number, _csv_label(row.get("label"), f"{where}:{line}"))
+            yield line, _swag(row, number, _csv_label(row.get("label"), f"{where}:{line}"))
 
 
 def _csv_label(value: str | None, at: str) -> int | None:
@@ -131,19 +146,19 @@ def _csv_label(value: str | None, at: str) -> int | None:
         raise UsageError(f"{at}: label {value!r} is not the number of a choice (0, 1, ...)") from None
 
 
-def _read_copy(path: Path, flag: str) -> Iterator[tuple[str, str, list[str], int | None]]:
+def _read_copy(path: Path, flag: str) -> Iterator[tuple[int, Example]]:
     """The hub's swag rows (allenai/swag, regular: a hub id or a copy), or rows of context, choices and label as in
     a .jsonl file."""
     copy = read_copy(path, flag, (), "SWAG's columns", HUB_CONFIGS)
     if "choices" not in copy.columns:
         _missing_swag(copy.columns, copy.where)
     for number, row in enumerate(copy.rows):
-        yield _record(row, copy.at(number), number)
+        yield number + 1, _record(row, copy.at(number), number)
 
 
-def _read_jsonl(path: Path, where: str) -> Iterator[tuple[str, str, list[str], int | None]]:
+def _read_jsonl(path: Path, where: str) -> Iterator[tuple[int, Example]]:
     for number, at, record in jsonl_values(path.read_text(encoding="utf-8-sig").split("\n"), where):
-        yield _record(record, at, number - 1)
+        yield number, _record(record, at, number - 1)
 
 
 def _record(record: Any, at: str, number: int) -> tuple[str, str, list[str], int | None]:
