@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -119,6 +120,8 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
             f"{'they start' if most else 'it starts'} fresh (--seed {cfg.seed})")
     training.enable_fast_math(env.device)
     compiled = cfg.compile if cfg.compile is not None else _can_compile(env.device)
+    if env.is_main:
+        _warn_many_workers(cfg.num_workers)
     if env.is_main and cfg.warmup() >= cfg.steps:
         logger.warning("warning: the warmup (%d steps) is not shorter than the run (%d steps), so the learning rate "
                        "never reaches --lr %g; pass --warmup-steps or --warmup-fraction", cfg.warmup(), cfg.steps,
@@ -345,6 +348,17 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
     if cfg.steps < step:
         raise UsageError(f"--steps {cfg.steps} is below step {step} of the checkpoint {checkpoint}; give at least "
                          f"{step}")
+    return _record_at(started, step)
+
+
+def _record_at(started: dict[str, Any], step: int) -> dict[str, Any]:
+    """run.json as the part that trained the checkpoint's last step left it. A resume writes run.json with its own
+    settings before its first step; one that failed before it saved trained none of the checkpoint's steps, so its
+    settings are not the run's (the next resume warned the run had `trained with` them, and kept its --dropout)."""
+    while started.get("from_step", 0) >= step and started.get("earlier"):
+        *earlier, last = started["earlier"]
+        started = {**started, **{key: last.get(key) for key in _PART}, "from_step": last["from_step"],
+                   "earlier": earlier}
     return started
 
 
@@ -489,12 +503,27 @@ def _can_compile(device: torch.device) -> bool:
     return device.type == "cuda" and importlib.util.find_spec("triton") is not None
 
 
+def _warn_many_workers(workers: int) -> None:
+    """More loader workers than cores only slow a run; said once, naming the flag (`_Loader`)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if workers > cores:
+        logger.warning("warning: --num-workers %d is more than the %d CPU core%s this process may use: the loader "
+                       "workers compete for %s with training and each other, which slows the run; give at most %d",
+                       workers, cores, "" if cores == 1 else "s", "it" if cores == 1 else "them", cores)
+
+
+class _Loader(torch.utils.data.DataLoader):
+    def check_worker_number_rationality(self) -> None:
+        """torch's check warned twice (loader and iterator), 300 characters naming no flag: `_warn_many_workers`
+        says it once instead."""
+
+
 def _loader(dataset: StepBatches, cfg: PretrainConfig, env: training.Distributed) -> torch.utils.data.DataLoader:
     # Its own generator: drawing worker seeds from the global RNG would shift dropout after a resume.
     # Workers ignore SIGINT/SIGTERM: a signal to the whole process group is the main process's to handle.
-    return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=cfg.num_workers,
-                                       pin_memory=env.device.type == "cuda", generator=torch.Generator(),
-                                       prefetch_factor=4 if cfg.num_workers else None,
-                                       worker_init_fn=stop_signals.leave_stop_signals_to_the_main_process)
+    return _Loader(dataset, batch_size=None, shuffle=False, num_workers=cfg.num_workers,
+                   pin_memory=env.device.type == "cuda", generator=torch.Generator(),
+                   prefetch_factor=4 if cfg.num_workers else None,
+                   worker_init_fn=stop_signals.leave_stop_signals_to_the_main_process)
 
 

@@ -524,6 +524,15 @@ def test_a_vocabulary_size_past_any_bert_vocabulary_is_refused_before_training()
         TokenizerTrainConfig(inputs=("a.txt",), out=Path("tok"), vocab_size=2**31)
 
 
+@pytest.mark.parametrize("workers", [257, 10_000, 10**9])
+def test_a_loader_worker_count_past_any_machine_is_refused(workers):
+    """`pretrain --num-workers 10000` forked loader workers one after another until killed, each torch's
+    "excessive worker creation" warning twice over."""
+    with pytest.raises(UsageError, match=rf"^--num-workers {workers}: give at most 256$"):
+        PretrainConfig(num_workers=workers)
+    assert PretrainConfig(num_workers=256).num_workers == 256
+
+
 def test_a_model_config_file_that_sets_no_shape_is_refused(tmp_path):
     """A run's --config given to --model-config used to train BERT-base without a word."""
     (tmp_path / "run.yaml").write_text("steps: 10\nlr: 0.001\n")

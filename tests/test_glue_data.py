@@ -116,6 +116,22 @@ def test_a_glue_file_with_lone_carriage_returns_says_so(own_glue):
     assert "\r" not in str(refusal.value) and "hello" not in str(refusal.value)
 
 
+def test_a_headerless_cola_file_with_lone_carriage_returns_says_so(own_glue):
+    """CoLA's train and dev files have no header, so old-Mac line ends got only the field count of the one line
+    they make (`expected 4 tab-separated fields, found 10`); the other tasks' header says why."""
+    path = own_glue / "CoLA" / "dev.tsv"
+    path.write_bytes(b"gj04\t1\t\tthe cat sat .\rgj04\t0\t*\tcat the sat .\rgj04\t1\t\ta dog ran .\r")
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:1: expected 4 tab-separated fields, found 10; "
+                                         r"the file ends its lines with \\r alone: convert them to \\n \(only "
+                                         r"\\n ends a line of a GLUE file\)$") as refusal:
+        read_split("cola", "dev", own_glue)
+    assert "\r" not in str(refusal.value)
+    # a \r inside a text of a row that is wrong for another reason (an extra field) is no such file
+    path.write_bytes(b"gj04\t1\t\tthe cat\rsat\textra\ngj04\t0\t*\tcat the sat .\n")
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:1: expected 4 tab-separated fields, found 5$"):
+        read_split("cola", "dev", own_glue)
+
+
 @pytest.mark.parametrize(("task", "split", "file", "line", "match"), [
     ("rte", "dev", "RTE/dev.tsv", "0\tjust one text\tentailment",
      r"RTE/dev.tsv:3: expected 4 tab-separated fields, found 3"),

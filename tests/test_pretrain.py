@@ -427,6 +427,59 @@ def test_a_resume_that_changes_the_schedule_says_so(corpus, tmp_path, caplog):
         "given); a resume takes the settings given now" in caplog.text
 
 
+def _failing_first_batch(monkeypatch) -> None:
+    """The next pretrain fails reading its first batch, after run.json (a worker that dies, a damaged row)."""
+    from bertctl.data import batches
+
+    def fail(self, index):
+        raise RuntimeError("no batch")
+
+    monkeypatch.setattr(batches.StepBatches, "__getitem__", fail)
+
+
+def test_a_run_that_failed_before_its_first_step_starts_again_either_way(corpus, tmp_path, monkeypatch, capsys):
+    """It leaves run.json and an empty metrics.jsonl: the same command again, or with --resume, is a new run."""
+    from bertctl.pretrain import pretrain
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        _failing_first_batch(patch)
+        with pytest.raises(RuntimeError, match="no batch"):
+            pretrain(small_run(corpus, run, steps=2))
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "run.json"]
+    assert (run / "metrics.jsonl").read_text() == ""
+    saved = {path.name: path.read_bytes() for path in run.iterdir()}
+    pretrain(small_run(corpus, run, steps=2))
+    assert sorted(losses(run)) == [1, 2]
+    shutil.rmtree(run)
+    run.mkdir()
+    for name, data in saved.items():
+        (run / name).write_bytes(data)
+    pretrain(small_run(corpus, run, steps=2, resume=True))
+    assert sorted(losses(run)) == [1, 2] and f"no complete checkpoint in {run} yet" in capsys.readouterr().err
+
+
+def test_a_resume_that_failed_before_its_first_step_is_not_the_runs_record(corpus, tmp_path, monkeypatch, caplog):
+    """A resume rewrites run.json with its own settings before its first step: failed there, the next resume
+    warned that the run had trained with them (`trained with --lr 0.0005`, never a step of it) and recorded the
+    failed resume's --dropout as the run's."""
+    from bertctl.pretrain import pretrain
+
+    run = tmp_path / "run"
+    pretrain(small_run(corpus, run, steps=4))
+    with monkeypatch.context() as patch:
+        _failing_first_batch(patch)
+        with pytest.raises(RuntimeError, match="no batch"):
+            pretrain(small_run(corpus, run, steps=6, resume=True, lr=5e-4, dropout=0.3))
+    caplog.clear()
+    pretrain(small_run(corpus, run, steps=6, resume=True, lr=1e-3))
+    assert "trained with --lr 0.002 (now 0.001); a resume takes" in caplog.text, caplog.text
+    record = json.loads((run / "run.json").read_text())
+    assert (record["config"]["lr"], record["config"]["dropout"]) == (1e-3, None)
+    assert [(part["from_step"], part["to_step"], part["config"]["lr"]) for part in record["earlier"]] == [
+        (0, 4, 2e-3)]
+
+
 def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_path, caplog):
     """Else run.json, given back as --config, would start a BERT-base."""
     from bertctl.pretrain import pretrain
@@ -763,6 +816,23 @@ def test_a_warmup_flag_replaces_the_config_files_other_warmup(corpus, tmp_path):
                                       "--warmup-fraction", "0.5", "--num-workers", "0", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "run" / "run.json").read_text())["warmup_steps"] == 2
+
+
+def test_more_loader_workers_than_cores_is_one_warning_naming_the_flag(corpus, tmp_path, monkeypatch, caplog):
+    """torch warned twice (at the loader and at its iterator), in a 300-character line that named no flag."""
+    import warnings
+
+    from bertctl.pretrain import pretrain
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pretrain(small_run(corpus, tmp_path / "run", steps=2, save_every=0, num_workers=2))
+    assert [str(w.message) for w in caught if "DataLoader" in str(w.message)] == []
+    said = [r.getMessage() for r in caplog.records if "--num-workers" in r.getMessage()]
+    assert said == ["warning: --num-workers 2 is more than the 1 CPU core this process may use: the loader workers "
+                    "compete for it with training and each other, which slows the run; give at most 1"], said
 
 
 def _cli(corpus: Path, out: Path, *extra: str, workers: int = 0) -> list[str]:

@@ -28,6 +28,7 @@ from bertctl.files import compressed, user_path
 from bertctl.hub import is_hub_dataset_id, legacy_dataset_hint
 
 MAX_MALFORMED = 0.01  # share of rows with a wrong field count a GLUE file may have before it is refused
+LONE_CR = "the file ends its lines with \\r alone: convert them to \\n (only \\n ends a line of a GLUE file)"
 
 log = logging.getLogger(__name__)
 
@@ -359,8 +360,7 @@ def _positions(entry: SplitFile, header: list[str] | None, where: str) -> list[i
     for column in wanted:
         if isinstance(column, str) and column not in header:
             if any("\r" in name for name in header):  # a whole file of lone-\r line ends read as its header
-                raise UsageError(f"{where}: the header has no column {column!r}; the file ends its lines with \\r "
-                                 "alone: convert them to \\n (only \\n ends a line of a GLUE file)")
+                raise UsageError(f"{where}: the header has no column {column!r}; {LONE_CR}")
             raise UsageError(f"{where}: the header has no column {column!r} (found: {', '.join(header)})")
         found.append(header.index(column) if isinstance(column, str) else column)
     return found
@@ -383,9 +383,11 @@ def _read_local(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
     labels: list | None = [] if at_label is not None else None
     ids: list[str] = []
     malformed: list[tuple[int, int]] = []  # (line, field count) of rows whose field count is not the header's
+    first_malformed: list[str] = []  # that first row's fields
     count = 0
     for count, (line, fields) in enumerate(rows, start=1):
         if len(fields) != width:
+            first_malformed = first_malformed or fields
             malformed.append((line, len(fields)))
             if len(fields) < needed:
                 if not entry.submission:
@@ -404,21 +406,23 @@ def _read_local(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
         if entry.submission and not row_id.strip():
             raise UsageError(f"{path}:{line}: column {entry.index!r} is empty; a submission names each row by it")
         ids.append(row_id)
-    _check_malformed(path, width, needed, malformed, count, kept=bool(entry.submission))
+    _check_malformed(path, width, needed, malformed, count, first_malformed, kept=bool(entry.submission))
     if not text_a:
         raise UsageError(f"{path}: no examples")
     return Examples(text_a, text_b, labels, ids, str(path))
 
 
 def _check_malformed(path: Path, width: int, needed: int, malformed: list[tuple[int, int]], rows: int,
-                     kept: bool = False) -> None:
+                     first: list[str], kept: bool = False) -> None:
     """A few odd rows are a known quirk of real GLUE files and only warned about; many mean a wrong file.
-    `kept`: rows missing a field were kept with an empty text (a test file), not skipped."""
+    `first`: the first such row's fields. `kept`: rows missing a field were kept with an empty text (a test
+    file), not skipped."""
     if not malformed:
         return
     line, found = malformed[0]
     if len(malformed) > MAX_MALFORMED * rows:
-        raise UsageError(f"{path}:{line}: expected {width} tab-separated fields, found {found}")
+        raise UsageError(f"{path}:{line}: expected {width} tab-separated fields, found {found}"
+                         f"{_lone_cr_hint(first, width)}")
     short = [number for number, found in malformed if found < needed]
     if kept and short:
         shown = ", ".join(map(str, short[:5])) + (", ..." if len(short) > 5 else "")
@@ -430,6 +434,14 @@ def _check_malformed(path: Path, width: int, needed: int, malformed: list[tuple[
     log.warning("warning: %s: %d of %d rows do not have %d fields (first: line %d); %d skipped for a missing "
                 "field, %d read at the header's positions, as GLUE's reference readers do",
                 path, len(malformed), rows, width, line, len(short), len(malformed) - len(short))
+
+
+def _lone_cr_hint(fields: list[str], width: int) -> str:
+    """A headerless file (CoLA train and dev) with old-Mac line ends is one line, its rows joined by \\r, that no
+    header refuses first: said when that line splits at \\r into rows of the right width, which a \\r inside a
+    text of a row wrong for another reason does not."""
+    rows = [row for row in "\t".join(fields).split("\r") if row]
+    return f"; {LONE_CR}" if len(rows) > 1 and all(len(row.split("\t")) == width for row in rows) else ""
 
 
 def parse_label(task: GlueTask, raw: str, where: str) -> int | float:
