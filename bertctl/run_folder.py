@@ -15,6 +15,8 @@ def run_folder_hint(folder: Path) -> str | None:
         models = [name for name in ("final", *saved[-1:]) if (folder / name / "config.json").is_file()]
         if models:
             return f"it is a run folder: give {' or '.join(str(folder / name) for name in models)}"
+        return ("it is a run folder with no checkpoint yet: it saves step-N/ every --save-every steps and final/ at "
+                "the end")
     seeds = sorted(p.name for p in folder.glob("seed-*") if (p / "config.json").is_file())
     if seeds:
         best = best_seed_folder(folder)

@@ -209,6 +209,20 @@ def test_a_run_folder_given_as_tokenizer_names_its_model_folders(tmp_path: Path)
         load_tokenizer(run)
 
 
+def test_a_run_folder_without_a_checkpoint_says_it_has_none_yet(tmp_path: Path) -> None:
+    """`fill --model RUN` while RUN trains towards its first save: "give a folder written by bertctl" sent the user
+    to look for another folder, where the run's model is only not written yet."""
+    from bertctl.checkpoint import read_checkpoint
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    for load in (load_tokenizer, read_checkpoint):
+        with pytest.raises(UsageError, match="it is a run folder with no checkpoint yet: it saves step-N/ every "
+                                             "--save-every steps and final/ at the end"):
+            load(run)
+
+
 def test_a_corpus_folder_given_as_tokenizer_names_its_tokenizer(tmp_path: Path) -> None:
     """`corpus build TEXT -t CORPUS` or `pretrain --tokenizer CORPUS` said only that the folder has no tokenizer
     files; a corpus keeps a copy of its tokenizer in CORPUS/tokenizer, which the line now names."""
