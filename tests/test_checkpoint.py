@@ -267,6 +267,23 @@ def test_a_saved_tokenizer_cuts_texts_to_the_models_positions(odd_config, tmp_pa
     assert saved["model_max_length"] == config.max_position_embeddings
 
 
+def test_a_copied_tokenizer_configs_model_max_length_is_fitted_where_it_stands(odd_config, tmp_path):
+    """A model_max_length past the positions is replaced in its own place, after clean_up_tokenization_spaces too
+    (a tokenizer_config.json written by hand or by another tool): its value, not the old one, is saved."""
+    from bertctl.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "word"])
+    config = odd_config.replace(vocab_size=tokenizer.vocab_size)
+    folder = save_model(BertForPreTraining(config), tmp_path / "ours", tokenizer)
+    saved = json.loads((folder / "tokenizer_config.json").read_text())
+    assert "clean_up_tokenization_spaces" in saved
+    saved = {**{k: v for k, v in saved.items() if k != "model_max_length"}, "model_max_length": 10**30}
+    (folder / "tokenizer_config.json").write_text(json.dumps(saved))
+    copied = save_model(BertForPreTraining(config), tmp_path / "copied", folder)
+    again = json.loads((copied / "tokenizer_config.json").read_text())
+    assert list(again) == list(saved) and again["model_max_length"] == config.max_position_embeddings
+
+
 def test_convert_and_info_cli(minilm, tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["convert", str(minilm), "--out", str(tmp_path / "conv")])

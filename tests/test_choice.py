@@ -260,6 +260,7 @@ def test_evaluate_reproduces_eval_results_and_predict_writes_csv(choice_run, cho
     scored = evaluate_choice(choice_run, choice_files["valid"])
     assert scored == {"accuracy": results["validation"]["accuracy"], "examples": 40, "choices": 4,
                       "examples_cut": 0}
+    assert evaluate_choice(choice_run, choice_files["valid"], max_seq_length=6)["examples_cut"] == 40
     shown = CliRunner().invoke(app, ["evaluate", "choice", "--model", str(choice_run), "--data",
                                      str(choice_files["valid"]), "--json"])
     assert shown.exit_code == 0 and json.loads(shown.stdout)["accuracy"] == scored["accuracy"]

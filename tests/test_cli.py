@@ -555,6 +555,19 @@ def test_an_error_in_a_loader_worker_is_one_line_without_the_workers_traceback(m
     assert result.exit_code == code and result.stderr == f"bertctl: error: {line}\n"
 
 
+@pytest.mark.parametrize("message", [
+    "Caught MemoryError in DataLoader worker process 0.\nOriginal Traceback \n",
+    "row 7 is damaged.\nOriginal Traceback (most recent call last):\nValueError: x",
+])
+def test_an_error_not_in_torchs_worker_form_keeps_its_own_line(message):
+    """Only torch's re-raise (`Caught ... in DataLoader worker process N.` and a traceback ending in the error
+    line) is cut to the worker's error line; a message merely holding `.\\nOriginal Traceback`, or one with no
+    traceback after it, is the error's own."""
+    from bertctl.cli_base import _in_loader_worker
+
+    assert _in_loader_worker(RuntimeError(message)) is None
+
+
 def test_finetune_glue_takes_its_task_from_the_config_file(tmp_path):
     (tmp_path / "run.yaml").write_text("task: sst2\nout: run\n")
     result = CliRunner().invoke(app, ["finetune", "glue", "--config", str(tmp_path / "run.yaml")])

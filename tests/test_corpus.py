@@ -613,7 +613,8 @@ def test_a_damaged_corpus_says_which_and_what_to_do_in_one_line(data, damage) ->
                                   "--overwrite)\n")
 
 
-@pytest.mark.parametrize("key", ["max_seq_length", "objective", "special_ids"])
+@pytest.mark.parametrize("key", ["objective", "masking", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq",
+                                 "whole_word_masking", "special_ids", "counts"])
 def test_a_manifest_missing_a_setting_is_one_line_naming_it(data, key) -> None:
     """A hand-edited manifest.json without one of the settings pretrain and inspect read failed with
     "KeyError: 'max_seq_length'", naming neither the file nor what to do."""

@@ -323,9 +323,9 @@ def test_own_csv_reads_a_cell_past_128_kib_as_pandas_does(tmp_path):
     (`malformed csv: field larger than field limit`); pandas and `datasets` read it. `"abc"def` stays `abcdef`."""
     long = "word " * 40_000
     train = tmp_path / "train.csv"
-    train.write_text(f'text,label\n"{long}",pos\n{"x" * 140_000},neg\n"abc"def,neg\n', encoding="utf-8")
-    task = load_labelled_data(train, None, ["text"], "label")
-    assert task.train.text_a == [long, "x" * 140_000, "abcdef"] and task.train.labels == [1, 0, 0]
+    train.write_text(f'text,label\n"{long}",pos\n{"x" * 2**21},neg\n"abc"def,neg\n', encoding="utf-8")
+    task = load_labelled_data(train, None, ["text"], "label")  # the limit is raised to the most it holds, not 1 MiB
+    assert task.train.text_a == [long, "x" * 2**21, "abcdef"] and task.train.labels == [1, 0, 0]
 
 
 @pytest.mark.parametrize("tail", ['"b,neg\nc,pos\n', 'b,"neg\n', 'b,"neg', '"b"",neg\n'])
@@ -335,6 +335,17 @@ def test_a_quote_left_open_at_the_end_of_a_csv_names_the_line_it_opens_on(tmp_pa
     path = tmp_path / "dev.csv"
     path.write_text("text,label\na,pos\n" + tail, encoding="utf-8")
     with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:3: malformed csv: a quoted field opens on this "
+                                         "line and the file ends inside it"):
+        read_examples(path, ["text"], "label", ["neg", "pos"])
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_a_quote_left_open_after_a_cell_of_two_lines_names_the_line_it_opens_on(tmp_path, end):
+    """The row starts on line 3; its quoted first cell holds a line end (a lone \\r is one there too, as the csv
+    module counts lines), so the quote left open is on line 4."""
+    path = tmp_path / "dev.csv"
+    path.write_bytes(f'text,label\na,pos\n"b{end}b","neg\nc,pos\n'.encode())
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:4: malformed csv: a quoted field opens on this "
                                          "line and the file ends inside it"):
         read_examples(path, ["text"], "label", ["neg", "pos"])
 
@@ -458,6 +469,16 @@ def test_an_own_table_ends_lines_at_a_lone_carriage_return_as_pandas_does(tmp_pa
     path.write_bytes(rows[suffix].replace("bad day", "caf\xe9").encode("latin-1"))
     line = 3 if suffix == ".jsonl" else 4  # a lone \\r counts as a line end there too
     with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:{line}: not UTF-8 text \(byte \d+\); convert"):
+        load_labelled_data(path, None, ["text"], "label")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_an_own_tables_header_after_empty_lines_is_named_by_its_line(tmp_path, suffix):
+    """Empty lines are no rows, before the header too: the header is the first line that is not empty, and a
+    column it lacks is named at that line."""
+    path = tmp_path / f"late{suffix}"
+    path.write_text("\n\n" + "text,y\na,pos\n".replace(",", "," if suffix == ".csv" else "\t"), encoding="utf-8")
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:3: no column 'label' \(found: text, y\)$"):
         load_labelled_data(path, None, ["text"], "label")
 
 

@@ -4,8 +4,10 @@ transformers' token-classification head, and a tiny model fine-tuned end to end 
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import random
 import re
 from pathlib import Path
@@ -449,16 +451,23 @@ def test_line_separators_inside_a_word_do_not_split_the_line(tmp_path):
 @pytest.mark.parametrize(("name", "data"), [
     ("train.txt", b"-DOCSTART- O\r\n\r\nEU B-ORG\rrejects O\r\ncaf\xe9 O\r\n"),
     ("train.jsonl", b'{"tokens": ["EU"], "ner_tags": ["B-ORG"]}\n\n{"tokens": ["caf\xe9"], "ner_tags": ["O"]}\n'),
+    ("train.txt", b"-DOCSTART- O\r\n\r\nEU B-ORG\rrejects O\rcaf\xe9 O\r\n"),
     ("train.txt.gz", gzip.compress(b"EU B-ORG\n")),
-], ids=["conll", "jsonl", "gz"])
+    ("TRAIN.TXT.GZ", gzip.compress(b"EU B-ORG\n")),
+    ("train.txt.bz2", bz2.compress(b"EU B-ORG\n")),
+    ("train.txt.xz", lzma.compress(b"EU B-ORG\n")),
+    ("train.txt.zst", b"\x28\xb5\x2f\xfd\x20\x09\x49\x00\x00EU B-ORG\n"),
+    ("train.zip", b"PK\x03\x04\x14\x00\x00\x00\x08\x00\xa1\x5c"),
+], ids=["conll", "jsonl", "conll-lone-cr", "gz", "GZ", "bz2", "xz", "zst", "zip"])
 def test_a_file_that_is_not_utf8_text_is_named_by_line_and_byte(tmp_path, name, data):
     """Python's codec words (`cannot read it as UTF-8 text ('utf-8' codec can't decode byte 0xe9 in position
     35 ...)`) named no line, as the classify and GLUE readers do; a .gz was called not UTF-8 where it is compressed.
-    A lone \\r ends a line, as the reader splits them."""
+    A lone \\r ends a line, as the reader splits them (one before the byte on its \\n-ended line too). Every
+    compressed name (any case) is called so."""
     path = tmp_path / name
     path.write_bytes(data)
     line, byte = 5 if name.endswith(".txt") else 3, data.find(b"\xe9")
-    said = (" is compressed; decompress it first" if name.endswith(".gz") else
+    said = (" is compressed; decompress it first" if not name.endswith((".txt", ".jsonl")) else
             f":{line}: not UTF-8 text \\(byte {byte}\\); convert it to UTF-8 first$")
     with pytest.raises(UsageError, match=f"^--train {re.escape(str(path))}{said}"):
         read_ner(path, "--train")

@@ -46,10 +46,10 @@ def test_a_non_finite_step_leaves_weights_and_optimizer_state_untouched(name):
         first_loss = float(model(x).pow(2).mean())
     good = step(1.0)
     weights = [p.detach().clone() for p in model.parameters()]
-    moments = [optimizer.state[p]["exp_avg"].clone() for p in model.parameters()]
+    state = _state_copy(optimizer)
     bad = step(math.inf)
     assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
-    assert all(torch.equal(m, optimizer.state[p]["exp_avg"]) for m, p in zip(moments, model.parameters(), strict=True))
+    assert _same_state(state, optimizer)
     assert all(float(optimizer.state[p]["step"]) == 1 for p in model.parameters())
     after = step(1.0)
     assert not all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
@@ -78,13 +78,81 @@ def test_a_step_whose_loss_alone_is_not_finite_changes_nothing_under_the_loss_sc
     training.optimizer_step(model, [{"x": x, "scale": torch.tensor(1.0)}], optimizer, _terms, _weights, env, "fp32",
                             scaler)
     weights = [p.detach().clone() for p in model.parameters()]
-    moments = [optimizer.state[p]["exp_avg"].clone() for p in model.parameters()]
+    state = _state_copy(optimizer)
     [result] = training.resolve_steps([training.optimizer_step(model, [{"x": x, "scale": torch.tensor(1.0)}],
                                                                optimizer, inf_loss, _weights, env, "fp32", scaler)])
     assert result.skipped and result.bad and math.isfinite(result.grad_norm)
     assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
-    assert all(torch.equal(m, optimizer.state[p]["exp_avg"]) for m, p in zip(moments, model.parameters(), strict=True))
+    assert _same_state(state, optimizer)
     assert all(float(optimizer.state[p]["step"]) == 1 for p in model.parameters())
+
+
+def _state_copy(optimizer: torch.optim.Optimizer) -> list[dict[str, torch.Tensor]]:
+    return [{key: value.clone() for key, value in optimizer.state[p].items()} for p in optimizer.state]
+
+
+def _same_state(saved: list[dict[str, torch.Tensor]], optimizer: torch.optim.Optimizer) -> bool:
+    """Every tensor of the optimizer's state (exp_avg, exp_avg_sq, step) as in `saved`, bit for bit."""
+    now = _state_copy(optimizer)
+    return [sorted(s) for s in saved] == [sorted(s) for s in now] and all(
+        torch.equal(s[key], n[key]) for s, n in zip(saved, now, strict=True) for key in s)
+
+
+def test_a_non_finite_step_of_another_optimizer_is_skipped_on_the_host():
+    """An optimizer without torch's `found_inf` input (SGD here) is stepped only once the host knows the step is
+    finite: a NaN/inf step leaves its weights as they were."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    weights = [p.detach().clone() for p in model.parameters()]
+    [result] = training.resolve_steps([training.optimizer_step(
+        model, [{"x": torch.randn(3, 4), "scale": torch.tensor(math.inf)}], optimizer, _terms, _weights,
+        training.Distributed(), "fp32")])
+    assert result.skipped and result.bad
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
+
+
+def test_lamb_under_a_loss_scaler_takes_unscaled_gradients_only():
+    """GradScaler.step hands LAMB its scale (`grad_scale`) unless unscale_ came first: LAMB would step on scaled
+    gradients, so it refuses. Unscaled first, the scaler's `found_inf` skips an overflowed step."""
+    model = nn.Linear(4, 2)
+    optimizer = optim.make_optimizer("lamb", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+    scaler.scale(model(torch.randn(3, 4)).sum()).backward()
+    with pytest.raises(ValueError, match="^Lamb steps unscaled gradients: call GradScaler.unscale_"):
+        scaler.step(optimizer)
+    optimizer = optim.make_optimizer("lamb", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)  # a fresh one, as torch
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)  # leaves its attributes on it after a refused step
+    optimizer.zero_grad()
+    scaler.scale(model(torch.randn(3, 4)).sum()).backward()
+    weights = [p.detach().clone() for p in model.parameters()]
+    model.weight.grad[0, 0] = math.inf
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
+    assert all(float(optimizer.state[p]["step"]) == 0 for p in model.parameters())
+
+
+@pytest.mark.parametrize("steps", [0, 1, 999, 99_999])
+def test_lambs_bias_corrections_are_computed_in_double_precision(steps):
+    """1 - beta2**t in float32 (beta2 itself rounded to float32) is off by ~1e-5 of itself, the update by ~6e-6:
+    LAMB computes the bias corrections in float64, as apex (in Python floats) and the host-side version did; its
+    step count stays a float32 scalar, as torch's optimizers save it."""
+    gen = torch.Generator().manual_seed(0)
+    param = nn.Parameter(torch.zeros(1000))  # w - 1.0 * update is -update exactly
+    optimizer = optim.Lamb([{"params": [param], "adapt": False}], lr=1.0, betas=(0.9, 0.999), eps=1e-6)
+    avg, square = torch.rand(1000, generator=gen) * 0.1 + 0.05, torch.rand(1000, generator=gen) * 0.01
+    if steps:  # a resumed state, its step count saved as float32
+        optimizer.state[param].update(step=torch.tensor(float(steps)), exp_avg=avg.clone(), exp_avg_sq=square.clone())
+    else:
+        avg, square = torch.zeros(1000), torch.zeros(1000)
+    param.grad = torch.rand(1000, generator=gen) + 0.5
+    optimizer.step()
+    t, grad = steps + 1, param.grad.double()
+    new_avg, new_square = 0.9 * avg.double() + 0.1 * grad, 0.999 * square.double() + 0.001 * grad**2
+    expected = (new_avg / (1 - 0.9**t)) / ((new_square / (1 - 0.999**t)).sqrt() + 1e-6)
+    assert ((-param.detach().double() - expected).abs() / expected).max() < 1e-6
+    assert optimizer.state[param]["step"].dtype == torch.float32 and float(optimizer.state[param]["step"]) == t
 
 
 @pytest.mark.parametrize("name", ["adamw", "lamb"])
