@@ -182,7 +182,8 @@ def _in_loader_worker(exc: Exception) -> tuple[str, str] | None:
     name, _, where = head.removeprefix("Caught ").partition(" ")
     lines = worker_traceback.strip().splitlines()
     error = re.compile(rf"([\w.]+\.)?{re.escape(name)}(: |$)")  # the error's first line; frames are indented
-    first = max((i for i, line in enumerate(lines) if error.match(line)), default=len(lines) - 1)
+    first = max((i for i, line in enumerate(lines) if error.match(line) and lines[i - 1].startswith(" ")),
+                default=len(lines) - 1)  # after its frame's code: a line of the message may read like it too
     return " ".join(lines[first:]), where
 
 

@@ -348,18 +348,27 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
     if cfg.steps < step:
         raise UsageError(f"--steps {cfg.steps} is below step {step} of the checkpoint {checkpoint}; give at least "
                          f"{step}")
-    return _record_at(started, step)
+    return _record_at(started, checkpoint, step)
 
 
-def _record_at(started: dict[str, Any], step: int) -> dict[str, Any]:
+def _record_at(started: dict[str, Any], checkpoint: Path, step: int) -> dict[str, Any]:
     """run.json as the part that trained the checkpoint's last step left it. A resume writes run.json with its own
     settings before its first step; one that failed before it saved trained none of the checkpoint's steps, so its
     settings are not the run's (the next resume warned the run had `trained with` them, and kept its --dropout)."""
-    while started.get("from_step", 0) >= step and started.get("earlier"):
+    while started.get("earlier") and _left_alone(started, checkpoint, step):
         *earlier, last = started["earlier"]
         started = {**started, **{key: last.get(key) for key in _PART}, "from_step": last["from_step"],
                    "earlier": earlier}
     return started
+
+
+def _left_alone(started: dict[str, Any], checkpoint: Path, step: int) -> bool:
+    """Whether the part run.json describes left the checkpoint as it found it: begun at or after its step, and not
+    a resume with --steps at that step and another --dropout, which trains none but saves final/ again with it."""
+    begun, config = started.get("from_step", 0), started.get("config", {})
+    saved_final = checkpoint.name == "final" and config.get("steps") == step
+    return begun > step or (begun == step and not (saved_final and config.get("dropout") !=
+                                                   started["earlier"][-1]["config"].get("dropout")))
 
 
 def _recorded_config(cfg: PretrainConfig, started: dict[str, Any]) -> dict[str, Any]:

@@ -534,6 +534,10 @@ def test_a_broken_pipe_that_is_not_stdouts_is_reported(monkeypatch, tmp_path):
                                                            "DataLoader worker process 0; rerun with --debug for the "
                                                            "traceback)"),
     (UsageError("--corpus c:\nrow 7 is damaged"), 2, "--corpus c: row 7 is damaged"),
+    # a line of the message that reads like the error's own first line is still the message's
+    (ValueError("row 7 is damaged:\nValueError: bad int"), 1, "ValueError: row 7 is damaged: ValueError: bad int (in "
+                                                            "DataLoader worker process 0; rerun with --debug for the "
+                                                            "traceback)"),
 ])
 def test_an_error_in_a_loader_worker_is_one_line_without_the_workers_traceback(monkeypatch, tmp_path, error, code,
                                                                                 line):

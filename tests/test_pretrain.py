@@ -480,6 +480,30 @@ def test_a_resume_that_failed_before_its_first_step_is_not_the_runs_record(corpu
         (0, 4, 2e-3)]
 
 
+def test_a_resume_that_only_saved_final_again_with_another_dropout_is_the_runs_record(corpus, tmp_path, caplog):
+    """A resume with --steps at its checkpoint's step trains no step but saves final/ again, with its --dropout:
+    the next resume trains with that dropout, so run.json records it, and its parts replayed make the model. Its
+    other settings trained nothing: the next resume's warnings compare with the part before."""
+    from bertctl.pretrain import pretrain
+
+    run = tmp_path / "run"
+    pretrain(small_run(corpus, run, steps=4))
+    pretrain(small_run(corpus, run, steps=4, resume=True, lr=5e-4))
+    caplog.clear()
+    pretrain(small_run(corpus, run, steps=4, resume=True, dropout=0.3))
+    assert "trained with" not in caplog.text, caplog.text
+    final = pretrain(small_run(corpus, run, steps=6, resume=True))
+    record = json.loads((run / "run.json").read_text())
+    assert record["config"]["dropout"] == 0.3
+    for number, part in enumerate([*record["earlier"], record]):
+        (tmp_path / f"part{number}.json").write_text(json.dumps(part["config"]))
+        result = CliRunner().invoke(app, ["pretrain", "--config", str(tmp_path / f"part{number}.json"),
+                                          "--out", str(tmp_path / "again")])
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "again" / "final" / "model.safetensors").read_bytes() == \
+        (final / "model.safetensors").read_bytes()
+
+
 def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_path, caplog):
     """Else run.json, given back as --config, would start a BERT-base."""
     from bertctl.pretrain import pretrain

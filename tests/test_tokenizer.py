@@ -216,11 +216,27 @@ def test_a_run_folder_without_a_checkpoint_says_it_has_none_yet(tmp_path: Path) 
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / "run.json").write_text("{}")
+    (run / "run.json").write_text('{"config": {}, "corpus_manifest": {}}')  # pretrain's records its corpus
     for load in (load_tokenizer, read_checkpoint):
         with pytest.raises(UsageError, match="it is a run folder with no checkpoint yet: it saves step-N/ every "
                                              "--save-every steps and final/ at the end"):
             load(run)
+
+
+def test_a_finetune_work_folder_is_not_called_a_run_folder_without_a_checkpoint(tmp_path: Path) -> None:
+    """A fine-tuning run works in .OUT.work (run.json, seed-N/ with its run.json, step-N/ or done/ once the seed is
+    finished) and saves no final/: pretrain's "no checkpoint yet" was false there."""
+    from bertctl.checkpoint import read_checkpoint
+
+    work = tmp_path / ".out.work"
+    (work / "seed-1" / "done").mkdir(parents=True)
+    (work / "run.json").write_text('{"config": {}, "cwd": "."}')
+    (work / "seed-1" / "run.json").write_text('{"config": {}, "seed": 1}')
+    for folder in (work, work / "seed-1"):
+        for load in (load_tokenizer, read_checkpoint):
+            with pytest.raises(UsageError) as refusal:
+                load(folder)
+            assert "no checkpoint yet" not in str(refusal.value), str(refusal.value)
 
 
 def test_a_corpus_folder_given_as_tokenizer_names_its_tokenizer(tmp_path: Path) -> None:
