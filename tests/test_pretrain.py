@@ -495,13 +495,17 @@ def test_a_resume_that_only_saved_final_again_with_another_dropout_is_the_runs_r
     final = pretrain(small_run(corpus, run, steps=6, resume=True))
     record = json.loads((run / "run.json").read_text())
     assert record["config"]["dropout"] == 0.3
+    assert _replayed(record, tmp_path) == (final / "model.safetensors").read_bytes()
+
+
+def _replayed(record: dict, tmp_path: Path) -> bytes:
+    """The weights that each part of run.json's record, given back in turn as --config, make in a new run."""
     for number, part in enumerate([*record["earlier"], record]):
         (tmp_path / f"part{number}.json").write_text(json.dumps(part["config"]))
         result = CliRunner().invoke(app, ["pretrain", "--config", str(tmp_path / f"part{number}.json"),
                                           "--out", str(tmp_path / "again")])
         assert result.exit_code == 0, result.output
-    assert (tmp_path / "again" / "final" / "model.safetensors").read_bytes() == \
-        (final / "model.safetensors").read_bytes()
+    return (tmp_path / "again" / "final" / "model.safetensors").read_bytes()
 
 
 def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_path, caplog):
@@ -549,13 +553,7 @@ def test_a_resume_with_other_settings_keeps_the_earlier_ones_and_the_parts_repla
     assert record["from_step"] == 6
     assert [(part["from_step"], part["to_step"]) for part in record["earlier"]] == [(0, 6)]
     assert (record["earlier"][0]["config"]["steps"], record["earlier"][0]["config"]["lr"]) == (6, 1e-3)
-    for number, part in enumerate([*record["earlier"], record]):
-        (tmp_path / f"part{number}.json").write_text(json.dumps(part["config"]))
-        result = CliRunner().invoke(app, ["pretrain", "--config", str(tmp_path / f"part{number}.json"),
-                                          "--out", str(tmp_path / "again")])
-        assert result.exit_code == 0, result.output
-    assert (tmp_path / "again" / "final" / "model.safetensors").read_bytes() == \
-        (final / "model.safetensors").read_bytes()
+    assert _replayed(record, tmp_path) == (final / "model.safetensors").read_bytes()
     shutil.rmtree(tmp_path / "run" / "final")  # back to step 8: the second part's steps 7-8 are kept
     pretrain(small_run(corpus, tmp_path / "run", steps=10, resume=True))
     parts = json.loads((tmp_path / "run" / "run.json").read_text())["earlier"]
