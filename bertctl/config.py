@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import reprlib
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -172,6 +173,12 @@ def _require(cfg: Any, name: str, ok: bool, wanted: str) -> None:
 SEED_LIMIT = 2**32  # seeds are 0 .. 2**32 - 1, as numpy's and transformers' set_seed take them on any platform
 MAX_VOCAB_SIZE = 1_000_000  # past any BERT vocabulary in use (XLM-R's 250,002); the trainer's memory grows with it
 MAX_NUM_WORKERS = 256  # loader processes per rank: one collates ~35,000 sequences/s, and torch forks them one by one
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, as under taskset or a container's cpuset), which
+    worker counts default to and are weighed against."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def check_seeds(flag: str, seeds: tuple[int, ...]) -> None:

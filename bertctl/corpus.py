@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import __version__
-from bertctl.config import CorpusConfig, config_to_dict
+from bertctl.config import CorpusConfig, config_to_dict, usable_cores
 from bertctl.data.instances import (
     SPLITS,
     DamagedShard,
@@ -162,7 +162,7 @@ def settings_digest(value: Any) -> str:
 def _worker_count(workers: int) -> int:
     if workers:
         return workers
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 def _jobs(cfg: CorpusConfig, sources: list[Any], read: Any) -> Iterator[ShardJob]:

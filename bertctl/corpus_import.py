@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import os
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from bertctl import __version__
-from bertctl.config import CorpusImportConfig, config_to_dict
+from bertctl.config import CorpusImportConfig, config_to_dict, usable_cores
 from bertctl.corpus import (
     check_length,
     check_required,
@@ -214,7 +213,7 @@ def _import(cfg: CorpusImportConfig, out: Path) -> dict[str, Any]:
 
 def _worker_count(workers: int, files: int) -> int:
     if not workers:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        workers = usable_cores()
     return max(1, min(workers, files))
 
 

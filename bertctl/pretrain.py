@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -29,6 +28,7 @@ from bertctl.config import (
     config_to_dict,
     model_config,
     refuse_changed_settings,
+    usable_cores,
 )
 from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import BatchPlan, Collator, StepBatches
@@ -514,7 +514,7 @@ def _can_compile(device: torch.device) -> bool:
 
 def _warn_many_workers(workers: int) -> None:
     """More loader workers than cores only slow a run; said once, naming the flag (`_Loader`)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     if workers > cores:
         logger.warning("warning: --num-workers %d is more than the %d CPU core%s this process may use: the loader "
                        "workers compete for %s with training and each other, which slows the run; give at most %d",
