@@ -95,6 +95,7 @@ class _Run:
     accum: int  # forward passes per optimizer step
     progress: _Progress
     carried: float  # seconds the run had already trained (resumed), so `elapsed` goes on from there
+    dropout: float | None  # run.json's --dropout, kept in each checkpoint's trainer state (`_recorded_config`)
 
 
 def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
@@ -130,10 +131,11 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
                                      (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(env.device.type) if precision == "fp16" else None
     training_state.seed_everything(cfg.seed + env.rank)
-    progress = _Progress()
+    progress, saved = _Progress(), {}
     if resume_from is not None:
-        record = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
-        progress = _Progress.from_record(record, cfg.log_every)
+        saved = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
+        progress = _Progress.from_record(saved, cfg.log_every)
+    config = _recorded_config(cfg, started, saved)
     changed = changed_settings(cfg, started.get("config", {}), RESUMED_AS_GIVEN)
     if env.is_main and changed:  # after every refusal, which is then the one line said
         logger.warning("warning: --resume: the run in %s trained with %s; a resume takes the settings given now, "
@@ -145,7 +147,7 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
     carried = 0.0
     if env.is_main:
         carried = _start_run_folder(cfg, run, {
-            "config": _recorded_config(cfg, started), "model": model.config.to_dict(), "world_size": env.world_size,
+            "config": config, "model": model.config.to_dict(), "world_size": env.world_size,
             "device": env.device.type, "threads": torch.get_num_threads(), "precision": precision, "compile": compiled,
             "warmup_steps": cfg.warmup(),
             "corpus_manifest": manifest, "quickstart": started.get("quickstart", quickstart),
@@ -153,7 +155,7 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
             "resumed_from": str(resume_from or ""), "from_step": progress.step,
             "earlier": _earlier_parts(started, progress.step)}, resume_from)
     return _Run(cfg, env, corpus, manifest, tokenizer, model, optimizer, scaler, precision, compiled, micro, accum,
-                progress, carried)
+                progress, carried, config["dropout"])
 
 
 def _checked_start(cfg: PretrainConfig, run: Path, env: training.Distributed) -> tuple[Path | None, dict[str, Any]]:
@@ -348,38 +350,32 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
     if cfg.steps < step:
         raise UsageError(f"--steps {cfg.steps} is below step {step} of the checkpoint {checkpoint}; give at least "
                          f"{step}")
-    return _record_at(started, checkpoint, step)
+    return _record_at(started, step)
 
 
-def _record_at(started: dict[str, Any], checkpoint: Path, step: int) -> dict[str, Any]:
+def _record_at(started: dict[str, Any], step: int) -> dict[str, Any]:
     """run.json as the part that trained the checkpoint's last step left it. A resume writes run.json with its own
     settings before its first step; one that failed before it saved trained none of the checkpoint's steps, so its
-    settings are not the run's (the next resume warned the run had `trained with` them, and kept its --dropout)."""
-    while started.get("earlier") and _left_alone(started, checkpoint, step):
+    settings are not the run's (the next resume warned the run had `trained with` them, and kept its --dropout).
+    Nor are those of one with --steps at the checkpoint's step, which saves final/ again: only its --dropout is
+    the model's, and the checkpoint's trainer state keeps that (`_recorded_config`)."""
+    while started.get("earlier") and started.get("from_step", 0) >= step:
         *earlier, last = started["earlier"]
         started = {**started, **{key: last.get(key) for key in _PART}, "from_step": last["from_step"],
                    "earlier": earlier}
     return started
 
 
-def _left_alone(started: dict[str, Any], checkpoint: Path, step: int) -> bool:
-    """Whether the part run.json describes left the checkpoint as it found it: begun at or after its step, and not
-    a resume with --steps at that step and another --dropout, which trains none but saves final/ again with it."""
-    begun, config = started.get("from_step", 0), started.get("config", {})
-    saved_final = checkpoint.name == "final" and config.get("steps") == step
-    return begun > step or (begun == step and not (saved_final and config.get("dropout") !=
-                                                   started["earlier"][-1]["config"].get("dropout")))
-
-
-def _recorded_config(cfg: PretrainConfig, started: dict[str, Any]) -> dict[str, Any]:
+def _recorded_config(cfg: PretrainConfig, started: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any]:
     """run.json's config: a resume keeps the run's own --model-config and --init-from whatever it names (the
-    model is the checkpoint's), and one without --dropout the run's --dropout (its config is the checkpoint's
-    too), so the record given back as --config builds the same model."""
+    model is the checkpoint's), and one without --dropout the --dropout the checkpoint was saved with (its config
+    is the checkpoint's too; its trainer state `saved` says, older ones run.json), so the record given back as
+    --config builds the same model."""
     given, recorded = config_to_dict(cfg), started.get("config", {})
     if "config" in started:
         given |= {key: recorded.get(key) for key in ("model_config", "init_from")}
     if cfg.dropout is None:
-        given["dropout"] = recorded.get("dropout")
+        given["dropout"] = saved.get("dropout", recorded.get("dropout"))
     return given
 
 
@@ -501,7 +497,7 @@ def _log_row(step: int, window: list[training.StepResult], lr: float, speed: run
 def _save(r: _Run, folder: Path, overwrite: bool = False) -> None:
     rng = training_state.rng_state(r.env)  # every rank's generators, gathered on every rank
     if r.env.is_main:
-        state = r.progress.record()
+        state = {**r.progress.record(), "dropout": r.dropout}
         save_model(r.model, folder, r.tokenizer, overwrite=overwrite,
                    extra=lambda tmp: training_state.write_training_state(tmp, r.optimizer, r.scaler, state, rng))
     training.barrier(r.env)

@@ -498,6 +498,28 @@ def test_a_resume_that_only_saved_final_again_with_another_dropout_is_the_runs_r
     assert _replayed(record, tmp_path) == (final / "model.safetensors").read_bytes()
 
 
+def test_a_resume_that_failed_after_one_that_only_saved_final_again_records_final_s_dropout(corpus, tmp_path,
+                                                                                           monkeypatch, caplog):
+    """final/ saved again by a zero-step resume with --dropout 0.3 (and an --lr that trained nothing, yet the next
+    resume warned the run `trained with` it), then a resume that failed before it saved: the next resume trains at
+    0.3, but run.json recorded the first part's dropout (null), so its parts replayed made another model."""
+    from bertctl.pretrain import pretrain
+
+    run = tmp_path / "run"
+    pretrain(small_run(corpus, run, steps=4))
+    pretrain(small_run(corpus, run, steps=4, resume=True, dropout=0.3, lr=5e-4))
+    caplog.clear()
+    with monkeypatch.context() as patch:
+        _failing_first_batch(patch)
+        with pytest.raises(RuntimeError, match="no batch"):
+            pretrain(small_run(corpus, run, steps=6, resume=True))
+    final = pretrain(small_run(corpus, run, steps=6, resume=True))
+    assert "trained with" not in caplog.text, caplog.text
+    record = json.loads((run / "run.json").read_text())
+    assert record["config"]["dropout"] == 0.3
+    assert _replayed(record, tmp_path) == (final / "model.safetensors").read_bytes()
+
+
 def _replayed(record: dict, tmp_path: Path) -> bytes:
     """The weights that each part of run.json's record, given back in turn as --config, make in a new run."""
     for number, part in enumerate([*record["earlier"], record]):
