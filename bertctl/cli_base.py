@@ -175,16 +175,23 @@ def _in_loader_worker(exc: Exception) -> tuple[str, str] | None:
     """(the error's own lines, where) of an error torch re-raised from a DataLoader worker, whose message holds the
     worker's whole traceback ("Caught MemoryError in DataLoader worker process 0. Original Traceback ..."): the
     error line keeps the end of it, the error itself as Python prints it (`Name: message`, every line of a message
-    of several, not its last line alone)."""
+    of several, not its last line alone, nor the end of a traceback its message holds). The error's own traceback
+    is the last of a chain (its cause's or context's come first), and its first line that reads like the error's
+    (frames are indented) starts the error."""
     head, found, worker_traceback = str(exc).partition(".\nOriginal Traceback")
     if not found or not head.startswith("Caught ") or not worker_traceback.strip():
         return None
     name, _, where = head.removeprefix("Caught ").partition(" ")
     lines = worker_traceback.strip().splitlines()
-    error = re.compile(rf"([\w.]+\.)?{re.escape(name)}(: |$)")  # the error's first line; frames are indented
-    first = max((i for i, line in enumerate(lines) if error.match(line) and lines[i - 1].startswith(" ")),
-                default=len(lines) - 1)  # after its frame's code: a line of the message may read like it too
+    own = max((i + 1 for i, line in enumerate(lines) if line in _CHAINED), default=0)
+    error = re.compile(rf"([\w.]+\.)?{re.escape(name)}(: |$)")  # the error's first line
+    first = next((i for i in range(own, len(lines)) if error.match(lines[i])), len(lines) - 1)
     return " ".join(lines[first:]), where
+
+
+# the lines Python's traceback prints between the errors of a chain (`raise ... from`, or raised in an except)
+_CHAINED = ("The above exception was the direct cause of the following exception:",
+            "During handling of the above exception, another exception occurred:")
 
 
 LOST_PEER = ("another process of this run failed; this one stopped with it (that process's own line, or "

@@ -39,6 +39,14 @@ def _corpus_hint(folder: Path) -> str | None:
     return None
 
 
+def _quickstart_hint(folder: Path) -> str | None:
+    """Where a quick-start run folder keeps the tokenizer it trained: there before the run's first checkpoint,
+    and the same files as the checkpoints' own."""
+    if has_tokenizer(folder / "data" / "tokenizer"):
+        return f"it is a quick-start run folder: give its tokenizer {folder / 'data' / 'tokenizer'}"
+    return None
+
+
 def read_vocab_file(path: Path) -> list[str]:
     """Google's vocab.txt: one token a line, the line number is the id (read as transformers reads it).
 
@@ -199,7 +207,8 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     if path.is_dir():
         json_path, vocab_path = path / "tokenizer.json", path / "vocab.txt"
         if not json_path.is_file() and not vocab_path.is_file():
-            hint = run_folder_hint(path) or _corpus_hint(path) or "give a tokenizer folder or a vocab.txt"
+            hint = (_quickstart_hint(path) or run_folder_hint(path) or _corpus_hint(path)
+                    or "give a tokenizer folder or a vocab.txt")
             raise UsageError(f"tokenizer {path} has no tokenizer.json or vocab.txt; {hint}")
     elif path.is_file():
         json_path, vocab_path = (path, None) if path.suffix == ".json" else (None, path)

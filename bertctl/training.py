@@ -366,10 +366,11 @@ def optimizer_step(
     and the number of correct predictions; `weights(batch)` counts those units, so every term is re-weighted
     by its global count (accuracy too). The result is independent of how the global
     batch is split into micro-batches and ranks, which makes 1 and N processes give the same losses.
-    A step whose loss or gradient norm is not finite leaves the weights and optimizer state untouched; with
-    bertctl's optimizers (fused AdamW, LAMB) that decision stays on the device too (their `found_inf` input, as
-    GradScaler uses it). fp16's GradScaler only unscales and adjusts its scale: its own step would look at the
-    gradients alone, and an inf loss can have finite ones (fp16 logits overflowing to -inf at the target).
+    A step whose loss or gradient norm is not finite leaves the weights and optimizer state untouched, decided on
+    the device: `optimizer` must take torch's `found_inf` input, as GradScaler uses it (`optim.make_optimizer`'s
+    fused AdamW and LAMB; torch's fused SGD). fp16's GradScaler only unscales and adjusts its scale: its own step
+    would look at the gradients alone, and an inf loss can have finite ones (fp16 logits overflowing to -inf at
+    the target).
     """
     units = list(weights(micro_batches[0]))
     counts = torch.stack([sum(weights(b)[name] for b in micro_batches).float().to(env.device) for name in units])
@@ -400,12 +401,9 @@ def optimizer_step(
     # fp16's scaler skips a step whose scaled gradients overflowed and lowers its scale: routine, not bad,
     # unless the scale is down to 1 and the gradients overflow unscaled (DeepSpeed's minimum-loss-scale rule)
     bad = ~torch.isfinite(total) | (~finite & (scale <= 1)) if scaler is not None else ~finite
-    if getattr(optimizer, "_step_supports_amp_scaling", False):
-        optimizer.found_inf = (~finite).float()
-        optimizer.step()
-        del optimizer.found_inf
-    elif bool(finite):  # other optimizers need the answer on the host: the host waits for the device
-        optimizer.step()
+    optimizer.found_inf = (~finite).float()
+    optimizer.step()
+    del optimizer.found_inf
     if scaler is not None:
         scaler.update()  # halves the scale after the overflow its unscale_ found, else grows it in time
     optimizer.zero_grad(set_to_none=True)

@@ -525,6 +525,15 @@ def test_a_broken_pipe_that_is_not_stdouts_is_reported(monkeypatch, tmp_path):
     assert result.exit_code == 1 and "BrokenPipeError" in result.stderr
 
 
+def _caused(error: Exception, cause: Exception) -> Exception:
+    """error as `raise error from cause` leaves it, cause with a traceback of its own."""
+    try:
+        raise cause
+    except Exception as raised:
+        error.__cause__ = raised
+    return error
+
+
 @pytest.mark.parametrize(("error", "code", "line"), [
     (ValueError("row 7 is damaged"), 1, "ValueError: row 7 is damaged (in DataLoader worker process 0; rerun with "
                                         "--debug for the traceback)"),
@@ -538,6 +547,14 @@ def test_a_broken_pipe_that_is_not_stdouts_is_reported(monkeypatch, tmp_path):
     (ValueError("row 7 is damaged:\nValueError: bad int"), 1, "ValueError: row 7 is damaged: ValueError: bad int (in "
                                                             "DataLoader worker process 0; rerun with --debug for the "
                                                             "traceback)"),
+    # a message holding a traceback of its own (a child process's) keeps its first line too
+    (ValueError("row 7 is damaged:\nTraceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad int"),
+     1, "ValueError: row 7 is damaged: Traceback (most recent call last): File \"x.py\", line 1 ValueError: bad int "
+        "(in DataLoader worker process 0; rerun with --debug for the traceback)"),
+    # raised from another error of its type: the error's own line, not its cause's
+    (_caused(ValueError("row 7 is damaged"), ValueError("bad int")), 1, "ValueError: row 7 is damaged (in DataLoader "
+                                                                         "worker process 0; rerun with --debug for "
+                                                                         "the traceback)"),
 ])
 def test_an_error_in_a_loader_worker_is_one_line_without_the_workers_traceback(monkeypatch, tmp_path, error, code,
                                                                                 line):

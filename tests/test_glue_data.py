@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import re
 from pathlib import Path
@@ -130,6 +131,29 @@ def test_a_headerless_cola_file_with_lone_carriage_returns_says_so(own_glue):
     path.write_bytes(b"gj04\t1\t\tthe cat\rsat\textra\ngj04\t0\t*\tcat the sat .\n")
     with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:1: expected 4 tab-separated fields, found 5$"):
         read_split("cola", "dev", own_glue)
+
+
+@pytest.mark.parametrize(("task", "file", "header", "rows"), [
+    ("sst2", "SST-2/dev.tsv", "sentence\tlabel", ["hello world\t1", "bad film\t0", "fine\t1"]),
+    ("rte", "RTE/dev.tsv", "index\tsentence1\tsentence2\tlabel", ["0\ta\tb\tentailment", "1\tc\td\tnot_entailment"]),
+    ("stsb", "STS-B/dev.tsv", "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore",
+     ["0\tg\tf\ty\to\ts\ts\ta\tb\t1.0", "1\tg\tf\ty\to\ts\ts\tc\td\t2.0"]),
+])
+@pytest.mark.parametrize("header_end", ["\n", "\r\n"])
+def test_lone_carriage_returns_after_a_whole_header_line_say_so(own_glue, task, file, header, rows, header_end):
+    """A header ended by \n over rows ended by a lone \r (an editor's append to the file) read the rows as one,
+    its label running into the next row's text: `label '1\\rbad film' is not one of 0, 1`, without the hint a
+    header of lone-\r line ends or CoLA's rows get."""
+    path = own_glue / file
+    path.write_bytes((header + header_end + "\r".join(rows) + "\r").encode("utf-8"))
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:2: (label|score) .*; the file ends its lines "
+                                         r"with \\r alone: convert them to \\n \(only \\n ends a line of a GLUE "
+                                         r"file\)$"):
+        read_split(task, "dev", own_glue)
+    # a bad label in a row of the right width whose text holds a \r is no such file
+    path.write_bytes((header + header_end + rows[0].rsplit("\t", 1)[0].replace("\t", "\rx\t") + "\tbad\n").encode())
+    with pytest.raises(UsageError, match=r"(label|score) 'bad' .*\)$"):
+        read_split(task, "dev", own_glue)
 
 
 @pytest.mark.parametrize(("task", "split", "file", "line", "match"), [
@@ -425,6 +449,19 @@ def test_regression_is_detected_or_forced_and_checked(tmp_path):
     flags.write_text('{"t": "a", "s": true}\n{"t": "b", "s": false}\n{"t": "c", "s": 1, "u": 2}\n{"t": "d", "s": 2}\n',
                      encoding="utf-8")
     assert load_labelled_data(flags, None, ["t"], "s").label_names == ("1", "2", "false", "true")
+
+
+@pytest.mark.parametrize("name", ["train.csv.gz", "train.tsv.bz2", "train.jsonl.xz", "train.csv.zip"])
+def test_a_compressed_table_is_refused_saying_to_decompress_it(tmp_path, name):
+    """`finetune classify --train x.csv.gz` said `unsupported file type .gz; use one of .csv, ...`, as if .csv were
+    not its type; choice, ner, squad and GLUE say that it is compressed and to decompress it."""
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(b"text,label\nx,1\ny,0\n"))
+    with pytest.raises(UsageError, match=rf"^--train {re.escape(str(path))} is compressed; decompress it first "
+                                         r"\(classify reads plain UTF-8 text\)$"):
+        load_labelled_data(path, None, ["text"], "label")
+    with pytest.raises(UsageError, match=rf"^--data {re.escape(str(path))} is compressed; decompress it first"):
+        read_examples(path, ["text"], None)
 
 
 def test_table_mistakes_are_one_line_usage_errors(tmp_path):

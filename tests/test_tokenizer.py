@@ -223,6 +223,18 @@ def test_a_run_folder_without_a_checkpoint_says_it_has_none_yet(tmp_path: Path) 
             load(run)
 
 
+def test_a_quick_start_run_folder_given_as_tokenizer_names_the_tokenizer_it_trained(tmp_path: Path) -> None:
+    """`--tokenizer RUN` on a quick start that has not saved yet said only that it has no checkpoint, where the
+    tokenizer it trained is in RUN/data/tokenizer from the start (and is final/'s tokenizer once it saves)."""
+    run = tmp_path / "run"
+    (run / "data" / "tokenizer").mkdir(parents=True)
+    (run / "run.json").write_text('{"config": {}, "corpus_manifest": {}, "quickstart": true}')
+    (run / "data" / "tokenizer" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=f"no tokenizer.json or vocab.txt; it is a quick-start run folder: give its "
+                                         f"tokenizer {run / 'data' / 'tokenizer'}$"):
+        load_tokenizer(run)
+
+
 def test_a_finetune_work_folder_is_not_called_a_run_folder_without_a_checkpoint(tmp_path: Path) -> None:
     """A fine-tuning run works in .OUT.work (run.json, seed-N/ with its run.json, step-N/ or done/ once the seed is
     finished) and saves no final/: pretrain's "no checkpoint yet" was false there."""

@@ -401,7 +401,7 @@ def _read_local(task: GlueTask, entry: SplitFile, root: Path) -> Examples:
         if text_b is not None:
             text_b.append(fields[at_b])
         if labels is not None:
-            labels.append(parse_label(task, fields[at_label], f"{path}:{line}"))
+            labels.append(_row_label(task, fields, at_label, width, f"{path}:{line}"))
         row_id = fields[at_index] if at_index is not None else str(count - 1)  # the hub's idx: the row number
         if entry.submission and not row_id.strip():
             raise UsageError(f"{path}:{line}: column {entry.index!r} is empty; a submission names each row by it")
@@ -442,6 +442,16 @@ def _lone_cr_hint(fields: list[str], width: int) -> str:
     text of a row wrong for another reason does not."""
     rows = [row for row in "\t".join(fields).split("\r") if row]
     return f"; {LONE_CR}" if len(rows) > 1 and all(len(row.split("\t")) == width for row in rows) else ""
+
+
+def _row_label(task: GlueTask, fields: list[str], at: int, width: int, where: str) -> int | float:
+    """A row's label; rows ended by a lone \\r under a header ended by \\n are read as one row, its label run into
+    the next row's first field, so a label that does not parse says why when the row splits at \\r into rows of
+    the header's width."""
+    try:
+        return parse_label(task, fields[at], where)
+    except UsageError as exc:
+        raise UsageError(f"{exc}{_lone_cr_hint(fields, width)}") from None
 
 
 def parse_label(task: GlueTask, raw: str, where: str) -> int | float:

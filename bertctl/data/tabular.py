@@ -32,7 +32,7 @@ from bertctl.data.csv_rows import csv_rows
 from bertctl.data.glue import Examples, LabelledTask, not_utf8, read_tsv
 from bertctl.data.jsonl import jsonl_values
 from bertctl.errors import UsageError
-from bertctl.files import user_path
+from bertctl.files import compressed, user_path
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
 ID_COLUMNS = ("id", "idx")  # a row's own id, kept in predictions; else the row's position from 0
@@ -169,8 +169,9 @@ def read_table(path: str | Path, text_columns: Sequence[str], label_column: str 
         raise UsageError(f"{flag} {path}: no such file; give a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} file, or "
                          "a Dataset.save_to_disk folder")
     elif suffix not in _READERS:
-        raise UsageError(f"{flag} {path}: unsupported file type {suffix or '(none)'}; use one of {', '.join(FORMATS)} "
-                         "or a Dataset.save_to_disk folder")
+        raise compressed(path, f"{flag} {path}", "classify") or UsageError(
+            f"{flag} {path}: unsupported file type {suffix or '(none)'}; use one of {', '.join(FORMATS)} or a "
+            "Dataset.save_to_disk folder")
     else:
         rows = _READERS[suffix]
     table = _Table(path, ":" if suffix in _READERS and suffix != ".parquet" else " row ",
