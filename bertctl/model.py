@@ -64,26 +64,43 @@ class Embeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
+PACK_MULTIPLE = 16  # packed rows per batch: a multiple of this (see Packing.of)
+
+
 @dataclass(frozen=True)
 class Packing:
     """Where the real tokens of a padded (B, T) batch sit, so the layers can skip its padding: every per-token
-    step runs on the packed (N, H) real tokens, attention alone on the (B, T) layout."""
+    step runs on the packed (N, H) real tokens (and the few rounding rows), attention alone on the (B, T) layout."""
 
-    index: Tensor  # (N,) flat positions b * T + t of the real tokens, in order
+    index: Tensor  # (N,) flat positions b * T + t of the real tokens, in order, then of the padding that rounds N
+    real: int  # how many of them are real tokens
     batch: int
     tokens: int
 
     @classmethod
     def of(cls, attention_mask: Tensor) -> Packing:
-        return cls(attention_mask.flatten().nonzero().squeeze(1), *attention_mask.shape)
+        """N rounded up to a multiple of PACK_MULTIPLE with padding positions (while the batch has them): a new
+        (N, H) size at every step fragments glibc's heap, and a long CPU run's RSS would keep climbing."""
+        flat = attention_mask.flatten().bool()
+        real = flat.nonzero().squeeze(1)
+        extra = min(-len(real) % PACK_MULTIPLE, len(flat) - len(real))
+        index = torch.cat([real, (~flat).nonzero().squeeze(1)[:extra]]) if extra else real
+        return cls(index, len(real), *attention_mask.shape)
 
     def scatter(self, x: Tensor) -> Tensor:
-        """(N, C) packed rows into a (B, T, C) batch, zeros at the padding."""
+        """(N, C) packed rows into a (B, T, C) batch, zeros where no row goes. A rounding row sits at a padding
+        position: attention masks it as a key, and only that row reads its output back."""
         padded = x.new_zeros(self.batch * self.tokens, x.shape[-1]).index_copy(0, self.index, x)
         return padded.view(self.batch, self.tokens, -1)
 
+    def unpack(self, x: Tensor) -> Tensor:
+        """The layers' (N, H) output as (B, T, H), zeros at all the padding (so no gradient reaches the rounding
+        rows); every tensor keeps a rounded shape."""
+        padded = self.scatter(x)
+        return padded.view(self.batch * self.tokens, -1).index_fill(0, self.index[self.real:], 0).view_as(padded)
+
     def gather(self, x: Tensor) -> Tensor:
-        """The real tokens' rows of a (B, T, C) batch: (N, C)."""
+        """The packed rows of a (B, T, C) batch: (N, C)."""
         return x.reshape(self.batch * self.tokens, -1).index_select(0, self.index)
 
 
@@ -105,7 +122,7 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, x: Tensor, mask: Tensor | None, packing: Packing | None = None) -> Tensor:
-        """x is (B, T, H), or with `packing` the batch's (N, H) real tokens."""
+        """x is (B, T, H), or with `packing` the batch's (N, H) packed rows."""
         H = x.shape[-1]
         qkv = self.qkv(x) if packing is None else packing.scatter(self.qkv(x))  # (B, T, 3H)
         B, T, _ = qkv.shape
@@ -141,7 +158,7 @@ class Bert(nn.Module):
 
         `skip_padding` computes the real tokens of a padded batch alone (what fine-tuning and scoring of the heads
         that read no padded position want), on the CPU: their outputs are the same up to rounding, the padded
-        positions' hidden states are zeros, and dropout draws its masks for the real tokens only (another random
+        positions' hidden states are zeros, and dropout draws its masks for the packed rows only (another random
         stream). Elsewhere, and under torch.compile, every position is computed as without it.
         """
         if token_type_ids is None:
@@ -161,9 +178,9 @@ class Bert(nn.Module):
 
     def _packed(self, input_ids: Tensor, token_type_ids: Tensor, mask: Tensor, packing: Packing) -> Tensor:
         """The layers on the real tokens alone; (B, T, H) hidden states, zeros at the padding."""
-        positions = packing.index % packing.tokens  # (N,) each real token's position in its row
+        positions = packing.index % packing.tokens  # (N,) each packed row's position in its row
         x = self.embeddings(input_ids.flatten()[packing.index], token_type_ids.flatten()[packing.index], positions)
-        return packing.scatter(self._layers(x, mask, packing))  # (N, H) -> (B, T, H)
+        return packing.unpack(self._layers(x, mask, packing))  # (N, H) -> (B, T, H)
 
     def _layers(self, x: Tensor, mask: Tensor | None, packing: Packing | None = None) -> Tensor:
         """Every encoder layer in turn; with `gradient_checkpointing` while training with gradients, each layer

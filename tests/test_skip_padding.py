@@ -10,7 +10,12 @@ import pytest
 import torch
 
 from bertctl.config import BertConfig
-from bertctl.model import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
+from bertctl.model import (
+    PACK_MULTIPLE,
+    BertForMultipleChoice,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 
 HEADS = {"classify": BertForSequenceClassification, "ner": BertForTokenClassification,
          "choice": BertForMultipleChoice}
@@ -57,6 +62,12 @@ def real_logits(head: str, logits: torch.Tensor, batch: dict[str, torch.Tensor])
     return logits[batch["attention_mask"].bool()] if head == "ner" else logits
 
 
+def packed(real: int, total: int) -> int:
+    """The tokens a skipping forward computes: the real ones, rounded up to a multiple of PACK_MULTIPLE with
+    padding positions while the batch has them."""
+    return min(-(-real // PACK_MULTIPLE) * PACK_MULTIPLE, total)
+
+
 def tokens_per_layer(model: torch.nn.Module) -> list[int]:
     """A list that fills with the tokens each forward's first feed-forward layer runs on."""
     seen: list[int] = []
@@ -83,8 +94,36 @@ def test_skipping_padding_gives_the_same_logits_loss_and_gradients(head, padded,
     assert grads_skip.keys() == grads.keys()
     for name, grad in grads.items():
         torch.testing.assert_close(grads_skip[name], grad, rtol=1e-5, atol=1e-6, msg=name)
-    real = int(batch["attention_mask"].sum())
-    assert seen == [batch["input_ids"].numel(), real if padded else batch["input_ids"].numel()]
+    total = batch["input_ids"].numel()
+    assert seen == [total, packed(int(batch["attention_mask"].sum()), total) if padded else total]
+
+
+@pytest.mark.parametrize("lengths", [[13, 4, 9, 13, 7, 11], [13, 13, 13, 13, 13, 12], [1, 2, 1, 1, 3, 1]])
+@pytest.mark.parametrize("head", list(HEADS))
+def test_the_packed_tokens_come_in_multiples_so_their_shapes_repeat(head, lengths, odd_config):
+    """A new (N, H) size at every step fragments glibc's heap (RSS climbing over a long CPU run): the skipping
+    forward rounds N up with padding positions, and its logits, loss and gradients stay the padded ones."""
+    model = build(head, no_dropout(odd_config)).train()
+    batch = inputs(head, padded=True)
+    mask = (torch.arange(13) < torch.tensor(lengths)[:, None]).long().view(batch["attention_mask"].shape)
+    batch = {**batch, "input_ids": batch["input_ids"] * mask, "attention_mask": mask,
+             "token_type_ids": batch["token_type_ids"] * mask}
+    if head == "ner":
+        batch["labels"] = torch.where(mask.bool(), batch["labels"], -100)
+    seen = tokens_per_layer(model)
+    results = []
+    for skip in (False, True):
+        model.zero_grad()
+        out = model(**batch, skip_padding=skip)
+        out.loss.backward()
+        results.append((real_logits(head, out.logits, batch), out.loss, [p.grad.clone() for p in model.parameters()]))
+    total = mask.numel()
+    assert seen[1] == packed(sum(lengths), total)
+    assert seen[1] % PACK_MULTIPLE == 0 or seen[1] == total
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=0, atol=1e-6)
+    for grad_skip, grad in zip(results[1][2], results[0][2], strict=True):
+        torch.testing.assert_close(grad_skip, grad, rtol=1e-5, atol=1e-6)
 
 
 def test_the_padded_positions_hidden_states_are_zero_and_the_default_forward_keeps_them(odd_config):
@@ -179,7 +218,7 @@ def test_fine_tuning_and_scoring_run_the_real_tokens_only(head, odd_config):
     batch["real"] = torch.ones(4, dtype=torch.bool)
     loss_terms(model.train(), batch)
     scorer(model, features, 0, 4, torch.device("cpu"), "fp32")
-    assert seen == [int(batch["attention_mask"].sum())] * 2
+    assert seen == [packed(int(batch["attention_mask"].sum()), batch["input_ids"].numel())] * 2
 
 
 def test_squad_keeps_computing_its_padding(odd_config):
