@@ -170,6 +170,21 @@ def test_label_and_choice_errors_name_the_line_too(tmp_path):
     with pytest.raises(UsageError, match=f"^--train {lines}:3: 3 choices where the first example has 2; give "
                                          "every example the same number$"):
         read_choice(lines, "--train")
+    path.write_text(header + 'a,"b\nb",c,d,1\n' + "a,b,c,d,\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=f"^--data {path}:4: no label where others have one; give all or none$"):
+        read_choice(path, "--data", need_labels=False)
+
+
+def test_label_errors_of_a_hub_copy_name_the_row(tmp_path):
+    """A copy has no lines: its rows are counted from 1, as its other errors name them."""
+    import datasets
+
+    rows = _synthetic(3, 1)
+    copy = tmp_path / "swag.parquet"
+    datasets.Dataset.from_list([{**row, "label": label} for row, label in zip(rows, (0, 1, 7), strict=True)]
+                               ).to_parquet(str(copy))
+    with pytest.raises(UsageError, match=f"^--train {copy} row 3: label 7 is outside its choices 0..3$"):
+        read_choice(copy, "--train")
 
 
 def test_a_csv_cell_past_128_kib_is_read_as_pandas_reads_it(tmp_path):

@@ -589,6 +589,38 @@ def test_an_error_not_in_torchs_worker_form_keeps_its_own_line(message):
     assert _in_loader_worker(RuntimeError(message)) is None
 
 
+def test_a_chained_error_in_a_loader_worker_is_the_last_one_raised(monkeypatch, tmp_path):
+    """A worker's traceback of an error raised while handling another of the same class holds both error lines:
+    the line is the one raised last, as Python ends its own traceback."""
+    from torch._utils import ExceptionWrapper
+
+    import bertctl.info
+
+    def in_a_worker(model):
+        try:
+            try:
+                raise ValueError("row 7 is damaged")
+            except ValueError:
+                raise ValueError("column 2 is short")  # noqa: B904 (the chain is the point)
+        except Exception:
+            ExceptionWrapper(where="in DataLoader worker process 0").reraise()
+
+    monkeypatch.setattr(bertctl.info, "info", in_a_worker)
+    result = CliRunner().invoke(app, ["info", str(tmp_path)])
+    assert result.exit_code == 1 and result.stderr == ("bertctl: error: ValueError: column 2 is short (in DataLoader "
+                                                       "worker process 0; rerun with --debug for the traceback)\n")
+
+
+def test_a_worker_error_line_the_pattern_does_not_know_is_the_tracebacks_last_line():
+    """An error class defined in a function prints as `module.f.<locals>.Name`: no line reads as its first, and
+    the traceback's last line is the error line still, not the whole traceback."""
+    from bertctl.cli_base import _in_loader_worker
+
+    message = ("Caught Boom in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+               '  File "w.py", line 2, in f\n    raise Boom("x")\nw.f.<locals>.Boom: x')
+    assert _in_loader_worker(RuntimeError(message)) == ("w.f.<locals>.Boom: x", "in DataLoader worker process 0")
+
+
 def test_finetune_glue_takes_its_task_from_the_config_file(tmp_path):
     (tmp_path / "run.yaml").write_text("task: sst2\nout: run\n")
     result = CliRunner().invoke(app, ["finetune", "glue", "--config", str(tmp_path / "run.yaml")])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import typing
 from dataclasses import fields
@@ -23,6 +24,7 @@ from bertctl.config import (
     config_to_dict,
     model_config,
     preset,
+    usable_cores,
 )
 from bertctl.config_files import build_config, read_config_file
 from bertctl.errors import UsageError
@@ -531,6 +533,18 @@ def test_a_loader_worker_count_past_any_machine_is_refused(workers):
     with pytest.raises(UsageError, match=rf"^--num-workers {workers}: give at most 256$"):
         PretrainConfig(num_workers=workers)
     assert PretrainConfig(num_workers=256).num_workers == 256
+
+
+def test_usable_cores_are_the_processs_affinity_not_the_machines_count(monkeypatch):
+    """Under taskset or a container's cpuset the machine has more cores than the process may run on: worker
+    counts default to the affinity's."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 5}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert usable_cores() == 2
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)  # macOS, Windows
+    assert usable_cores() == 64
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert usable_cores() == 1
 
 
 def test_a_model_config_file_that_sets_no_shape_is_refused(tmp_path):

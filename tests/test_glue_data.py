@@ -131,6 +131,14 @@ def test_a_headerless_cola_file_with_lone_carriage_returns_says_so(own_glue):
     path.write_bytes(b"gj04\t1\t\tthe cat\rsat\textra\ngj04\t0\t*\tcat the sat .\n")
     with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:1: expected 4 tab-separated fields, found 5$"):
         read_split("cola", "dev", own_glue)
+    path.write_bytes(b"gj04\t1\t\tthe cat sat .\r\rgj04\t0\t*\tcat the sat .\r")  # a blank line is no row
+    with pytest.raises(UsageError, match=r"found 7; the file ends its lines with \\r alone"):
+        read_split("cola", "dev", own_glue)
+    # the line named is the first wrong one: the hint is about its fields, not a later wrong row's
+    path.write_bytes(b"gj04\t1\t\tthe cat sat .\rgj04\t0\t*\tcat the sat .\ngj04\t1\t\ta dog\tran .\n")
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:1: expected 4 tab-separated fields, found 7; the "
+                                         r"file ends its lines with \\r alone"):
+        read_split("cola", "dev", own_glue)
 
 
 @pytest.mark.parametrize(("task", "file", "header", "rows"), [

@@ -55,6 +55,11 @@ def test_matthews_multiclass_against_the_definition():
         p, g = rng.integers(0, 3, 60), rng.integers(0, 3, 60)
         assert matthews_correlation(p, g) == pytest.approx(_multiclass_mcc(p, g, 3))
     assert matthews_correlation([0, 1, 2, 2], [0, 1, 2, 2]) == pytest.approx(1.0)
+    # a class only the labels have (the model never predicts it), and one only the predictions have
+    assert matthews_correlation([0, 1, 0, 1], [0, 1, 2, 2]) == pytest.approx(_multiclass_mcc(np.array([0, 1, 0, 1]),
+                                                                                             np.array([0, 1, 2, 2]), 3))
+    assert matthews_correlation([2, 1, 0, 2], [0, 1, 0, 1]) == pytest.approx(_multiclass_mcc(np.array([2, 1, 0, 2]),
+                                                                                             np.array([0, 1, 0, 1]), 3))
     assert matthews_correlation([5, 7, 7], [5, 7, 5]) == pytest.approx(_multiclass_mcc(np.array([0, 1, 1]),
                                                                                          np.array([0, 1, 0]), 2))
 
@@ -103,6 +108,8 @@ def test_bad_inputs_raise_one_line_errors():
         pearson([], [])
     with pytest.raises(BertctlError, match=r"one prediction per example.*\(2, 2\)"):
         accuracy([[0.1, 0.9], [0.8, 0.2]], [1, 0])  # logits, not class ids
+    with pytest.raises(BertctlError, match=r"one prediction per example.*\(2,\) and \(2, 2\)"):
+        accuracy([1, 0], [[0, 1], [1, 0]])  # one-hot labels
     with pytest.raises(BertctlError, match="unknown metric"):
         compute_metrics(["bleu"], [0], [0])
 
@@ -140,3 +147,9 @@ def test_pearson_is_scipys_at_any_scale_and_for_two_points():
     for pair in (([2.5000000000000004, 2.5], [-0.3, -0.5]), ([1e-300, 0.0], [5.0, 4.0])):
         assert pearson(*pair) == stats.pearsonr(*pair).statistic == 1.0
     assert pearson([2.5, 2.5000000000000004], [-0.3, -0.5]) == -1.0
+
+
+def test_pearson_of_points_on_a_line_is_one_not_a_rounding_past_it():
+    """Three points on a line: the dot products rounded r to 1.0000000000000002; scipy clips it to [-1, 1]."""
+    x, y = [0.732, -1.171, -1.434], [0.7130520751723783, 0.5227520751723783, 0.4964520751723783]
+    assert pearson(x, y) == stats.pearsonr(x, y).statistic == 1.0

@@ -257,6 +257,7 @@ def test_entity_scores_equal_seqeval():
             assert (figures["precision"], figures["recall"], figures["f1"], figures["number"]) == \
                 pytest.approx(expected[kind])
     assert entity_scores([["B-PER"]], [["O"]])[0] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "accuracy": 0.0}
+    assert entity_scores([[]], [[]]) == ({"precision": 0.0, "recall": 0.0, "f1": 0.0, "accuracy": 0.0}, {})  # no words
 
 
 # --- the model ------------------------------------------------------------------------------------------

@@ -520,6 +520,21 @@ def test_a_resume_that_failed_after_one_that_only_saved_final_again_records_fina
     assert _replayed(record, tmp_path) == (final / "model.safetensors").read_bytes()
 
 
+def _part(lr: float, first: int, last: int, dropout: float | None = None) -> dict:
+    return {"config": {"lr": lr, "steps": last, "dropout": dropout}, "from_step": first, "to_step": last}
+
+
+def test_the_record_at_a_checkpoint_goes_back_past_every_part_that_began_after_it():
+    """Resumed from step-000002 after parts that began at steps 4 and 6, the record is the first part's."""
+    from bertctl.pretrain import _record_at
+
+    record = {**_part(3e-4, 6, 8), "earlier": [_part(1e-3, 0, 4), _part(5e-4, 4, 6)]}
+    at_six = _record_at(record, 6)
+    assert (at_six["config"]["lr"], at_six["from_step"], at_six["earlier"]) == (5e-4, 4, [_part(1e-3, 0, 4)])
+    at_two = _record_at(record, 2)
+    assert (at_two["config"]["lr"], at_two["from_step"], at_two["earlier"]) == (1e-3, 0, [])
+
+
 def _replayed(record: dict, tmp_path: Path) -> bytes:
     """The weights that each part of run.json's record, given back in turn as --config, make in a new run."""
     for number, part in enumerate([*record["earlier"], record]):
@@ -877,6 +892,19 @@ def test_more_loader_workers_than_cores_is_one_warning_naming_the_flag(corpus, t
     said = [r.getMessage() for r in caplog.records if "--num-workers" in r.getMessage()]
     assert said == ["warning: --num-workers 2 is more than the 1 CPU core this process may use: the loader workers "
                     "compete for it with training and each other, which slows the run; give at most 1"], said
+
+
+@pytest.mark.parametrize(("workers", "said"), [
+    (2, []),  # as many as the cores: no warning
+    (3, ["warning: --num-workers 3 is more than the 2 CPU cores this process may use: the loader workers compete "
+         "for them with training and each other, which slows the run; give at most 2"]),
+])
+def test_loader_workers_are_weighed_against_the_cores_in_the_plural_too(monkeypatch, caplog, workers, said):
+    import bertctl.pretrain
+
+    monkeypatch.setattr(bertctl.pretrain, "usable_cores", lambda: 2)
+    bertctl.pretrain._warn_many_workers(workers)
+    assert [r.getMessage() for r in caplog.records] == said
 
 
 def _cli(corpus: Path, out: Path, *extra: str, workers: int = 0) -> list[str]:

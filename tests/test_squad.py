@@ -27,7 +27,7 @@ from bertctl.errors import UsageError
 from bertctl.finetune_qa import finetune_squad
 from bertctl.model import BertForMaskedLM, BertForQuestionAnswering
 from bertctl.squad import evaluate_squad, predict_squad
-from bertctl.squad_answers import AnswerSettings, answers_from_logits, basic_tokens, softmax
+from bertctl.squad_answers import AnswerSettings, answers_from_logits, basic_tokens, best_indexes, softmax
 from bertctl.squad_metrics import squad_v1_scores, squad_v2_scores
 from bertctl.tokenizer import BertTokenizer
 
@@ -560,6 +560,49 @@ def test_answers_from_fixed_logits_equal_write_predictions(tmp_path, v2):
     assert any(p[:1].isupper() for p in preds.values())  # final text keeps the context's case
 
 
+def test_tied_null_scores_keep_the_first_windows_logits_as_run_squad(tmp_path):
+    """The no-answer score is the lowest [CLS] start + end over a question's windows: on a tie run_squad.py keeps
+    the first window's start and end logits, which the n-best's "" entry shows."""
+    raw = _squad([EDGE_CASES], "v2.0")
+    data = read_squad(_write(tmp_path / "d.json", raw), "score")
+    tokenizer = _tokenizer()
+    features = make_features(tokenizer, data, 16, 3, 4, training=False)
+    assert len(set(map(int, features.example_index))) < len(features.example_index)  # a question of many windows
+    rng = np.random.default_rng(0)
+    starts = [rng.normal(size=n).astype(np.float32) for n in features.lengths]
+    ends = [rng.normal(size=n).astype(np.float32) for n in features.lengths]
+    for feature, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        start[0], end[0] = -5 + feature / 2, -5 - feature / 2  # every window's null score is -10
+    ours = answers_from_logits(features, starts, ends, tokenizer, AnswerSettings(5, 4, with_null=True))
+    examples = _google_examples(raw, False, True)
+    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
+                                 False)
+    _, nbest, _ = _google_predictions(examples, reference, starts, ends, 5, 4, True, 0.0,
+                                      lambda text: basic_tokens(text, tokenizer))
+    assert ours.nbest == pytest.approx(nbest)
+
+
+def test_a_text_two_spans_give_is_one_n_best_entry_as_in_run_squad(tmp_path):
+    """run_squad.py keeps the n-best texts distinct: a word the context holds twice is one entry, its best span's."""
+    raw = _squad([[("red milk red milk", [{"id": "q", "question": "what colour is it ?", "answers": []}])]])
+    data = read_squad(_write(tmp_path / "d.json", raw), "predict")
+    tokenizer = _tokenizer()
+    features = make_features(tokenizer, data, 16, 3, 4, training=False)
+    starts = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    ends = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    for word, score in ((0, 4.0), (2, 3.0)):  # both "red"
+        position = int(features.doc_offset[0]) + word - int(features.doc_start[0])
+        starts[0][position] = ends[0][position] = score
+    answers = answers_from_logits(features, starts, ends, tokenizer, AnswerSettings(n_best_size=4))
+    examples = _google_examples(raw, False, False)
+    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
+                                 False)
+    _, nbest, _ = _google_predictions(examples, reference, starts, ends, 4, 30, False, 0.0,
+                                      lambda text: basic_tokens(text, tokenizer))
+    assert answers.nbest == pytest.approx(nbest)
+    assert [e["text"] for e in answers.nbest["q"]].count("red") == 1
+
+
 def test_nbest_probabilities_are_run_squads_to_the_last_bit():
     """On Python 3.12+ sum() compensates its rounding, and the probabilities of 4 in 10 random n-best lists
     moved by an ulp from run_squad.py's, which adds the exponentials one by one (here p0 was 0.9999999999999998)."""
@@ -570,6 +613,13 @@ def test_nbest_probabilities_are_run_squads_to_the_last_bit():
     for _ in range(200):
         scores = [rng.gauss(0, 3) for _ in range(rng.randint(1, 20))]
         assert softmax(scores) == _google_softmax(scores)
+
+
+def test_best_indexes_order_ties_as_run_squad_in_a_window_of_384():
+    """Logits rounded alike (a bf16 or fp16 model's) tie often: numpy's default sort keeps ties in order only up
+    to 16 elements; run_squad.py's sorted() keeps the earlier position first at any length."""
+    logits = np.round(np.random.default_rng(0).normal(size=384), 1).astype(np.float32)
+    assert best_indexes(logits, 20) == [i for i, _ in sorted(enumerate(logits), key=lambda x: x[1], reverse=True)[:20]]
 
 
 def test_padding_positions_take_part_in_the_n_best_as_in_run_squad(tmp_path, squad_run, squad_files):

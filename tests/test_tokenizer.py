@@ -251,6 +251,18 @@ def test_a_finetune_work_folder_is_not_called_a_run_folder_without_a_checkpoint(
             assert "no checkpoint yet" not in str(refusal.value), str(refusal.value)
 
 
+@pytest.mark.parametrize("record", ['{"config": {}, "corpus_', "[1]"])
+def test_a_damaged_run_json_gives_no_run_folder_hint_and_no_error_of_its_own(tmp_path: Path, record: str) -> None:
+    """The hint is a guess from run.json: a truncated or non-object one leaves the folder's own refusal alone."""
+    from bertctl.checkpoint import read_checkpoint
+
+    (tmp_path / "run.json").write_text(record)
+    with pytest.raises(UsageError, match="has no tokenizer.json or vocab.txt; give a tokenizer folder or a vocab.txt$"):
+        load_tokenizer(tmp_path)
+    with pytest.raises(UsageError, match=r"no config.json \(give a folder written by bertctl or transformers'"):
+        read_checkpoint(tmp_path)
+
+
 def test_a_corpus_folder_given_as_tokenizer_names_its_tokenizer(tmp_path: Path) -> None:
     """`corpus build TEXT -t CORPUS` or `pretrain --tokenizer CORPUS` said only that the folder has no tokenizer
     files; a corpus keeps a copy of its tokenizer in CORPUS/tokenizer, which the line now names."""
