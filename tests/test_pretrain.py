@@ -536,13 +536,24 @@ def test_the_record_at_a_checkpoint_goes_back_past_every_part_that_began_after_i
 
 
 def _replayed(record: dict, tmp_path: Path) -> bytes:
-    """The weights that each part of run.json's record, given back in turn as --config, make in a new run."""
+    """The weights that each part of run.json's record, given back in turn as --config, make in a new run. A part
+    stopped before its --steps (a signal) runs as docs/pretraining.md says: --save-every its to_step and --keep 0,
+    the later checkpoints removed before the next part's --resume."""
+    from bertctl import training_state
+
+    again = tmp_path / "again"
     for number, part in enumerate([*record["earlier"], record]):
-        (tmp_path / f"part{number}.json").write_text(json.dumps(part["config"]))
+        config, stopped = dict(part["config"]), part.get("to_step", part["config"]["steps"])
+        if stopped < config["steps"]:
+            config["save_every"], config["keep"] = stopped, 0
+        (tmp_path / f"part{number}.json").write_text(json.dumps(config))
         result = CliRunner().invoke(app, ["pretrain", "--config", str(tmp_path / f"part{number}.json"),
-                                          "--out", str(tmp_path / "again")])
+                                          "--out", str(again)])
         assert result.exit_code == 0, result.output
-    return (tmp_path / "again" / "final" / "model.safetensors").read_bytes()
+        for later in [*training_state.complete_checkpoints(again), again / "final"]:
+            if later.is_dir() and training_state.checkpoint_step(later) > stopped:
+                shutil.rmtree(later)
+    return (again / "final" / "model.safetensors").read_bytes()
 
 
 def test_a_resume_that_does_not_name_the_model_records_the_runs_own(corpus, tmp_path, caplog):
@@ -599,6 +610,29 @@ def test_a_resume_with_other_settings_keeps_the_earlier_ones_and_the_parts_repla
     pretrain(small_run(corpus, tmp_path / "run", steps=10, resume=True))  # from final: a part like the one before
     parts = json.loads((tmp_path / "run" / "run.json").read_text())["earlier"]
     assert [(part["from_step"], part["to_step"]) for part in parts] == [(0, 6), (6, 10)]
+
+
+def test_a_part_stopped_by_a_signal_replays_as_the_docs_say_whatever_its_keep(corpus, tmp_path, monkeypatch):
+    """A part stopped at step 3 replayed with --save-every 3 saves steps 3, 6 and 9 on its way to --steps 12: its
+    own --keep 2 pruned step 3 before the next part's --resume could go on from it."""
+    from bertctl import training
+    from bertctl.pretrain import pretrain
+
+    step, calls = training.optimizer_step, []
+
+    def stepping(*args, **kwargs):  # SIGTERM during step 3: the run saves step-000003 and stops
+        calls.append(None)
+        if len(calls) == 3:
+            signal.raise_signal(signal.SIGTERM)
+        return step(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(training, "optimizer_step", stepping)
+        pretrain(small_run(corpus, tmp_path / "run", save_every=0, keep=2))
+    final = pretrain(small_run(corpus, tmp_path / "run", save_every=0, keep=2, resume=True, lr=1e-3))
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert [(part["from_step"], part["to_step"]) for part in record["earlier"]] == [(0, 3)]
+    assert _replayed(record, tmp_path) == (final / "model.safetensors").read_bytes()
 
 
 def test_final_checkpoint_serves_fill_and_transformers(corpus, tmp_path):
