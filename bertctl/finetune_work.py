@@ -53,9 +53,15 @@ def check_work(cfg: FinetuneConfig, env: training.Distributed, reads: Iterable[P
     run without --resume or --overwrite, a resume with other settings. Read-only, and every rank has decided
     before any rank writes."""
     # An OUT that may never be replaced is refused before "pass --overwrite" could be suggested for it.
-    refuse_inputs_inside(check_out(cfg.out), [cfg.model, cfg.train, cfg.validation, cfg.data, *reads])
-    out = check_new_out(cfg.out, overwrite=cfg.overwrite)  # replaced only at the end, with --overwrite
-    work = out.parent / f".{out.name}.work"
+    given = check_out(cfg.out)
+    refuse_inputs_inside(given, [cfg.model, cfg.train, cfg.validation, cfg.data, *reads])
+    work = given.parent / f".{given.name}.work"
+    nothing_to_resume = cfg.resume and not cfg.overwrite and not work.exists()
+    out = check_new_out(cfg.out, overwrite=cfg.overwrite or nothing_to_resume)  # replaced only at the end
+    if nothing_to_resume and out.exists():  # "pass --overwrite to replace it" alone reads as the way to go on
+        raise UsageError(f"--resume: --out {out} already exists and holds no unfinished run (it finished, or is "
+                         "another folder); pass --overwrite instead of --resume to replace it, or choose another "
+                         "--out")
     saved = work / "run.json"
     if cfg.resume and saved.exists():
         started = read_json_object(saved, needs=("config",))

@@ -142,6 +142,21 @@ def test_an_out_another_bertctl_fine_tunes_into_is_refused_untouched_and_free_on
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def test_a_resume_of_a_finished_run_says_it_is_finished(encoder, glue, tmp_path):
+    """It said `--out OUT already exists; pass --overwrite to replace it`, as if that were the way to go on."""
+    out = tmp_path / "run"
+    args = ["finetune", "glue", "rte", "--model", str(encoder), "--data", str(glue), "--out", str(out),
+            "--epochs", "1", "--max-seq-length", "32"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    finished = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    refused = CliRunner().invoke(app, [*args, "--resume"])
+    assert refused.exit_code == 2 and refused.stderr.splitlines() == [
+        f"bertctl: error: --resume: --out {out} already exists and holds no unfinished run (it finished, or is "
+        "another folder); pass --overwrite instead of --resume to replace it, or choose another --out"]
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == finished
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
 def test_resume_after_sigterm_mid_epoch_equals_the_uninterrupted_run(encoder, glue, tmp_path, monkeypatch, capsys):
     full = finetune_glue(_config(encoder, glue, tmp_path / "full"))
     assert json.loads((full / "eval_results.json").read_text())["best_epoch"] == 1  # kept from before the stop
