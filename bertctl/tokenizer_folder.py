@@ -41,9 +41,10 @@ def _corpus_hint(folder: Path) -> str | None:
 
 def _quickstart_hint(folder: Path) -> str | None:
     """Where a quick-start run folder keeps the tokenizer it trained: there before the run's first checkpoint,
-    and the same files as the checkpoints' own."""
+    and the same files as the checkpoints' own. Named, not said to be a quick start's: any folder may have one."""
     if has_tokenizer(folder / "data" / "tokenizer"):
-        return f"it is a quick-start run folder: give its tokenizer {folder / 'data' / 'tokenizer'}"
+        return (f"give the tokenizer in it, {folder / 'data' / 'tokenizer'} (where a quick-start run keeps the one it "
+                "trained)")
     return None
 
 

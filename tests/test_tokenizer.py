@@ -230,9 +230,23 @@ def test_a_quick_start_run_folder_given_as_tokenizer_names_the_tokenizer_it_trai
     (run / "data" / "tokenizer").mkdir(parents=True)
     (run / "run.json").write_text('{"config": {}, "corpus_manifest": {}, "quickstart": true}')
     (run / "data" / "tokenizer" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
-    with pytest.raises(UsageError, match=f"no tokenizer.json or vocab.txt; it is a quick-start run folder: give its "
-                                         f"tokenizer {run / 'data' / 'tokenizer'}$"):
+    with pytest.raises(UsageError, match=f"no tokenizer.json or vocab.txt; give the tokenizer in it, "
+                                         f"{run / 'data' / 'tokenizer'} \\(where a quick-start run keeps the one it "
+                                         f"trained\\)$"):
         load_tokenizer(run)
+
+
+def test_a_folder_with_a_data_tokenizer_is_not_called_a_quick_start_run(tmp_path: Path) -> None:
+    """Any folder may keep a tokenizer in data/tokenizer (a project's): the hint names it without saying the folder
+    is a quick-start run's."""
+    folder = tmp_path / "project"
+    (folder / "data" / "tokenizer").mkdir(parents=True)
+    (folder / "data" / "tokenizer" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
+    with pytest.raises(UsageError) as raised:
+        load_tokenizer(folder)
+    assert "it is a quick-start run folder" not in str(raised.value)
+    assert str(raised.value).endswith(f"give the tokenizer in it, {folder / 'data' / 'tokenizer'} (where a "
+                                      "quick-start run keeps the one it trained)")
 
 
 def test_a_finetune_work_folder_is_not_called_a_run_folder_without_a_checkpoint(tmp_path: Path) -> None:
