@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bertctl.config_files import layered, read_config_file, refuse_unknown
-from bertctl.config_types import LOCAL_NAMES, any_case, field_types, fields_named, flag_name, take_types
+from bertctl.config_types import DATA_NAMES, LOCAL_NAMES, any_case, field_types, fields_named, flag_name, take_types
 from bertctl.errors import UsageError
 from bertctl.hub import written_like_path
 
@@ -241,23 +241,34 @@ def changed_settings(cfg: Any, saved: dict[str, Any], compared: Collection[str],
 
 
 def config_to_dict(obj: Any) -> dict[str, Any]:
-    """A JSON-ready view of a (nested) config dataclass. A local folder in a field that may name a hub id
-    (`model`, `init_from`, `tokenizer`) keeps a `./` when its name reads like one (`runs/final`, `tok`): a
-    Path has lost the `./` given, and the record read back from another working folder would otherwise
-    fetch (or take from the cache) the hub repository of that name instead of saying the folder is not there."""
+    """A JSON-ready view of a (nested) config dataclass. A local path in a field that may name a hub id or
+    dataset (`model`, `init_from`, `tokenizer`; `train`, `validation`, `data`, `inputs`) keeps a `./` when its
+    name reads like one (`runs/final`, `tok`, `corpus/novels`): a Path has lost the `./` given, a data name may
+    never have had one, and the record read back from another working folder would otherwise fetch (or take
+    from the cache) the hub repository of that name instead of saying the path is not there."""
     def plain(value: Any, name: str = "") -> Any:
-        if isinstance(value, Path) and name in LOCAL_NAMES and value.exists() and not value.is_absolute() \
-                and not written_like_path(str(value)):
-            return f"./{value}"
+        if name in _RECORDED_PATHS and isinstance(value, (str, Path)):
+            return recorded_path(value)
         if isinstance(value, Path):
             return str(value)
         if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
+            return [plain(v, name) for v in value]  # `inputs`: each one a path or a dataset
         if isinstance(value, dict):
             return {k: plain(v) for k, v in value.items()}
         return value
 
     return {k: plain(v, k) for k, v in dataclasses.asdict(obj).items()}
+
+
+_RECORDED_PATHS = {*LOCAL_NAMES, *DATA_NAMES, "inputs"}  # fields whose local paths config_to_dict marks as paths
+
+
+def recorded_path(value: str | Path) -> str:
+    """A path, hub id or dataset name as records keep it: a relative path that exists here but whose spelling does
+    not say it is one (`corpus/novels`) with a `./`, so that it is never read back as a hub name."""
+    if Path(value).exists() and not Path(value).is_absolute() and not written_like_path(str(value)):
+        return f"./{value}"
+    return str(value)
 
 
 CORPUS_OBJECTIVES = ("mlm+nsp", "mlm", "mlm+sop")

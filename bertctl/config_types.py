@@ -32,7 +32,7 @@ LOCAL_NAMES = {"model": "model folder", "init_from": "model folder", "tokenizer"
 # Data fields that may name a hub dataset (`rajpurkar/squad`, GLUE's `nyu-mll/glue`): kept as spelt, for the same
 # reason (`./x/y` is a missing file, `x/y` may be a hub id); only `~` is expanded, as no shell does it for a --config
 # value.
-_DATA_NAMES = {"train", "validation", "data"}
+DATA_NAMES = {"train", "validation", "data"}
 # List fields whose flag takes comma-separated items (--seeds 1,2, --text-columns a,b, --label-names x,y): a
 # string is read as the flag reads it. Not `inputs`, whose items are file names that may hold a comma.
 _COMMA_LISTS = {"seeds", "text_columns", "label_names"}
@@ -83,7 +83,7 @@ def take_types(cfg: Any) -> None:
             if not value.strip():  # read as the working folder, or (init_from) as not given at all
                 raise FieldTypeError(type(cfg).__name__, name, f"must be a {LOCAL_NAMES[name]} or a hub id, got ''")
             value = path_as_given(value, LOCAL_NAMES[name])
-        if name in _DATA_NAMES and isinstance(value, (str, Path)):
+        if name in DATA_NAMES and isinstance(value, (str, Path)):
             value = _data_name(type(cfg).__name__, name, value)
         if name in _ANY_CASE:
             value = any_case(value)

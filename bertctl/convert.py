@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from bertctl import __version__
 from bertctl.checkpoint import (
     build_model,
     heads_present,
@@ -14,15 +15,18 @@ from bertctl.checkpoint import (
     save_model,
     saved_architecture,
 )
+from bertctl.config import recorded_path
 from bertctl.config_types import take_bool
 from bertctl.errors import UsageError
-from bertctl.files import check_new_out, refuse_inputs_inside, user_path
+from bertctl.files import check_new_out, refuse_inputs_inside, user_path, write_json_atomic
 
 log = logging.getLogger(__name__)
+PROVENANCE = "provenance.json"
 
 
 def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str:
-    """Keep every head the source has; write safetensors with transformers' names and the tokenizer."""
+    """Keep every head the source has; write safetensors with transformers' names, the tokenizer, and
+    provenance.json: the source as given and its weights_sha256, as the other commands record what made a folder."""
     out = check_new_out(out, overwrite=take_bool("overwrite", overwrite))
     _check_apart(user_path(source, "SOURCE"), out)
     ckpt = read_checkpoint(source)  # the name as given: Path("./x") would read like the hub id x
@@ -41,8 +45,11 @@ def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str
                     "which evaluate and finetune take in the task's order (for MNLI %s's is contradiction, "
                     "entailment, neutral); add id2label to %s first to keep them named", source, ckpt.origin,
                     ckpt.classifier_script, ckpt.config_file)
+    record = {"format": "bertctl-convert", "bertctl": __version__,
+              "config": {"source": recorded_path(source), "out": str(out), "overwrite": overwrite},
+              "weights_sha256": ckpt.weights_sha256()}
     save_model(model, out, tokenizer, labels=labels, problem_type=ckpt.problem_type, config_extra=ckpt.kept_config,
-               keep=keep, overwrite=overwrite)
+               keep=keep, overwrite=overwrite, extra=lambda folder: write_json_atomic(folder / PROVENANCE, record))
     heads = ", ".join(heads_present(ckpt)) or "encoder only"
     return f"wrote {out} ({saved_architecture(model, keep)}: {heads}; tokenizer: {'yes' if tokenizer else 'none'})"
 

@@ -83,6 +83,26 @@ def test_convert_keeps_labels_problem_type_and_task_settings(odd_config, tmp_pat
     assert summary["labels"] == ["O", "B-PER", "I-PER"] and summary["problem_type"] == "single_label_classification"
 
 
+def test_convert_records_its_source_in_the_folder_it_writes(odd_config, tmp_path, monkeypatch):
+    """Every other command that writes a folder records what made it (run.json, manifest.json, provenance.json); a
+    converted folder said nothing of its source. The record names it (a local one as a path, never a hub id) with
+    the weights_sha256 that finetune records, which the folder read back has too; twice, the same bytes."""
+    folder_with_config("BertForTokenClassification", odd_config, tmp_path / "hf", HUB_CONFIGS["ner-4.6.1"],
+                       num_labels=3)
+    monkeypatch.chdir(tmp_path)
+    for out in ("conv", "again"):
+        result = CliRunner().invoke(app, ["convert", "hf", "--out", out])
+        assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "conv" / "provenance.json").read_text())
+    assert record["format"] == "bertctl-convert"
+    assert record["config"] == {"source": "./hf", "out": "conv", "overwrite": False}
+    assert record["weights_sha256"] == read_checkpoint(tmp_path / "conv").weights_sha256()
+    written = {p.name: p.read_bytes() for p in (tmp_path / "conv").iterdir()}
+    again = {p.name: p.read_bytes() for p in (tmp_path / "again").iterdir()}
+    again["provenance.json"] = again["provenance.json"].replace(b'"out": "again"', b'"out": "conv"')
+    assert written == again
+
+
 def test_convert_keeps_the_nsp_head_of_a_masked_lm_config(odd_config, tmp_path):
     """bert-base-uncased: config.json says BertForMaskedLM, the weights have the pooler and NSP head too."""
     reference = folder_with_config("BertForPreTraining", odd_config, tmp_path / "hf", HUB_CONFIGS["bert-base-uncased"])

@@ -18,6 +18,7 @@ from bertctl.config import (
     QUICKSTART_PRETRAIN,
     BertConfig,
     CorpusConfig,
+    CorpusImportConfig,
     FinetuneConfig,
     PretrainConfig,
     TokenizerTrainConfig,
@@ -571,7 +572,7 @@ def test_a_resumed_run_may_name_its_folders_otherwise_but_not_change_them(tmp_pa
     monkeypatch.chdir(tmp_path / "sub")
     refuse_changed_settings(FinetuneConfig(model="../base/final", data="../glue"), started, compared, "run", "again",
                             started_in=str(tmp_path))
-    with pytest.raises(UsageError, match=r"^--resume: the run in run was started with --data glue \(now glue\); "
+    with pytest.raises(UsageError, match=r"^--resume: the run in run was started with --data glue \(now \./glue\); "
                                          r"resume it with the same settings, or start again$"):
         refuse_changed_settings(FinetuneConfig(model="../base/final", data="glue"), started, compared, "run",
                                 "start again", started_in=str(tmp_path))
@@ -657,6 +658,36 @@ def test_a_recorded_local_folder_is_not_read_back_as_a_hub_id(tmp_path, monkeypa
     with pytest.raises(UsageError, match=r"does not exist$"):
         build_config(cls, record)
     assert config_to_dict(cls(**{field: "bert-base-uncased"}, **others))[field] == "bert-base-uncased"  # a hub id
+
+
+@pytest.mark.parametrize(("cls", "field", "others"), [
+    (FinetuneConfig, "train", {}), (FinetuneConfig, "validation", {}), (FinetuneConfig, "data", {"task": "sst2"}),
+    (TokenizerTrainConfig, "inputs", {"out": "tok"}), (CorpusConfig, "inputs", {}), (CorpusImportConfig, "inputs", {})])
+def test_a_recorded_local_data_path_is_not_read_back_as_a_hub_dataset(tmp_path, monkeypatch, cls, field, others):
+    """`--train copies/squad` (a save_to_disk folder) or `tokenizer train corpus/novels` was recorded as spelt,
+    which from another working folder names the hub dataset `copies/squad`: the record given back as --config
+    fetched (or took from the cache) that dataset instead of saying the folder is not there, as the model's does."""
+    from bertctl.data.sources import expand_inputs
+    from bertctl.hub import is_hub_dataset_id
+
+    (tmp_path / "here" / "corpora" / "novels").mkdir(parents=True)
+    (tmp_path / "here" / "corpora" / "novels" / "a.txt").write_text("text\n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    given = ("corpora/novels",) if field == "inputs" else "corpora/novels"
+    record = json.loads(json.dumps(config_to_dict(cls(**{field: given}, **others))))
+    name = record[field][0] if field == "inputs" else record[field]
+    assert name == "./corpora/novels"
+    read_back = getattr(build_config(cls, record), field)
+    assert Path(read_back[0] if field == "inputs" else read_back).resolve() == Path("corpora/novels").resolve()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    if field == "inputs":
+        with pytest.raises(UsageError, match="nothing matched './corpora/novels'"):
+            expand_inputs([name])
+    else:
+        assert not is_hub_dataset_id(name)
+    hub = ("wikitext",) if field == "inputs" else "rajpurkar/squad"
+    assert config_to_dict(cls(**{field: hub}, **others))[field] == (list(hub) if field == "inputs" else hub)
 
 
 @pytest.mark.parametrize(("cls", "given", "taken"), [
