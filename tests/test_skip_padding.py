@@ -75,12 +75,8 @@ def tokens_per_layer(model: torch.nn.Module) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
-@pytest.mark.parametrize("head", list(HEADS))
-def test_skipping_padding_gives_the_same_logits_loss_and_gradients(head, padded, odd_config):
-    model = build(head, no_dropout(odd_config)).train()
-    batch = inputs(head, padded)
-    seen = tokens_per_layer(model)
+def _without_and_with_skipping(model, head: str, batch: dict) -> list[tuple]:
+    """(real tokens' logits, loss, gradients by name) of a training forward and backward, padded then skipping."""
     results = []
     for skip in (False, True):
         model.zero_grad()
@@ -88,7 +84,16 @@ def test_skipping_padding_gives_the_same_logits_loss_and_gradients(head, padded,
         out.loss.backward()
         results.append((real_logits(head, out.logits, batch), out.loss,
                         {name: p.grad.clone() for name, p in model.named_parameters()}))
-    (logits, loss, grads), (logits_skip, loss_skip, grads_skip) = results
+    return results
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+@pytest.mark.parametrize("head", list(HEADS))
+def test_skipping_padding_gives_the_same_logits_loss_and_gradients(head, padded, odd_config):
+    model = build(head, no_dropout(odd_config)).train()
+    batch = inputs(head, padded)
+    seen = tokens_per_layer(model)
+    (logits, loss, grads), (logits_skip, loss_skip, grads_skip) = _without_and_with_skipping(model, head, batch)
     torch.testing.assert_close(logits_skip, logits, rtol=0, atol=1e-6)
     torch.testing.assert_close(loss_skip, loss, rtol=0, atol=1e-6)
     assert grads_skip.keys() == grads.keys()
@@ -111,19 +116,14 @@ def test_the_packed_tokens_come_in_multiples_so_their_shapes_repeat(head, length
     if head == "ner":
         batch["labels"] = torch.where(mask.bool(), batch["labels"], -100)
     seen = tokens_per_layer(model)
-    results = []
-    for skip in (False, True):
-        model.zero_grad()
-        out = model(**batch, skip_padding=skip)
-        out.loss.backward()
-        results.append((real_logits(head, out.logits, batch), out.loss, [p.grad.clone() for p in model.parameters()]))
+    (logits, loss, grads), (logits_skip, loss_skip, grads_skip) = _without_and_with_skipping(model, head, batch)
     total = mask.numel()
     assert seen[1] == packed(sum(lengths), total)
     assert seen[1] % PACK_MULTIPLE == 0 or seen[1] == total
-    torch.testing.assert_close(results[1][0], results[0][0], rtol=0, atol=1e-6)
-    torch.testing.assert_close(results[1][1], results[0][1], rtol=0, atol=1e-6)
-    for grad_skip, grad in zip(results[1][2], results[0][2], strict=True):
-        torch.testing.assert_close(grad_skip, grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(logits_skip, logits, rtol=0, atol=1e-6)
+    torch.testing.assert_close(loss_skip, loss, rtol=0, atol=1e-6)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grads_skip[name], grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_the_padded_positions_hidden_states_are_zero_and_the_default_forward_keeps_them(odd_config):

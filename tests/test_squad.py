@@ -225,6 +225,15 @@ def _google_softmax(scores):
     return [x / total for x in exps]
 
 
+def _run_squad_answers(raw, tokenizer, starts, ends, n_best, max_len, v2):
+    """run_squad.py's predictions, n-best and null odds for `raw` in windows of 16 (stride 3, question 4)."""
+    examples = _google_examples(raw, False, v2)
+    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
+                                 False)
+    return _google_predictions(examples, reference, starts, ends, n_best, max_len, v2, 0.0,
+                               lambda text: basic_tokens(text, tokenizer))
+
+
 def _google_predictions(examples, features, starts, ends, n_best, max_len, v2, threshold, basic):
     def best(logits):
         return [i for i, _ in sorted(enumerate(logits), key=lambda x: x[1], reverse=True)[:n_best]]
@@ -306,7 +315,7 @@ def test_context_words_are_run_squads_and_a_long_word_is_cut_once():
 
 
 @pytest.mark.parametrize(("max_seq_length", "doc_stride", "max_query_length"), [(16, 3, 4), (20, 5, 8), (64, 128, 64)])
-def test_features_and_labels_equal_run_squads(tmp_path, max_seq_length, doc_stride, max_query_length):
+def test_features_and_labels_equal_run_squad_answers(tmp_path, max_seq_length, doc_stride, max_query_length):
     synthetic = [(p["context"], p["qas"]) for p in _synthetic(6, 3)["data"][0]["paragraphs"]]
     raw = _squad([EDGE_CASES, synthetic])
     path = _write(tmp_path / "train.json", raw)
@@ -549,11 +558,7 @@ def test_answers_from_fixed_logits_equal_write_predictions(tmp_path, v2):
     starts[0][3] = starts[0][4] = starts[0][5]  # ties keep the earlier position first
     settings = AnswerSettings(n_best_size=5, max_answer_length=4, null_score_diff_threshold=0.0, with_null=v2)
     ours = answers_from_logits(features, starts, ends, tokenizer, settings)
-    examples = _google_examples(raw, False, v2)
-    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
-                                 False)
-    preds, nbest, odds = _google_predictions(examples, reference, starts, ends, 5, 4, v2, 0.0,
-                                             lambda text: basic_tokens(text, tokenizer))
+    preds, nbest, odds = _run_squad_answers(raw, tokenizer, starts, ends, 5, 4, v2)
     assert ours.predictions == preds
     assert ours.nbest == pytest.approx(nbest)
     assert (ours.null_odds == pytest.approx(odds)) if v2 else ours.null_odds is None
@@ -574,31 +579,27 @@ def test_tied_null_scores_keep_the_first_windows_logits_as_run_squad(tmp_path):
     for feature, (start, end) in enumerate(zip(starts, ends, strict=True)):
         start[0], end[0] = -5 + feature / 2, -5 - feature / 2  # every window's null score is -10
     ours = answers_from_logits(features, starts, ends, tokenizer, AnswerSettings(5, 4, with_null=True))
-    examples = _google_examples(raw, False, True)
-    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
-                                 False)
-    _, nbest, _ = _google_predictions(examples, reference, starts, ends, 5, 4, True, 0.0,
-                                      lambda text: basic_tokens(text, tokenizer))
+    _, nbest, _ = _run_squad_answers(raw, tokenizer, starts, ends, 5, 4, True)
     assert ours.nbest == pytest.approx(nbest)
+
+
+def _one_question_at_zero(context: str, tmp_path: Path):
+    """A question on `context` in windows of 16, and start and end logits of 0 for each window."""
+    raw = _squad([[(context, [{"id": "q", "question": "what colour is it ?", "answers": []}])]])
+    data = read_squad(_write(tmp_path / "d.json", raw), "predict")
+    tokenizer = _tokenizer()
+    features = make_features(tokenizer, data, 16, 3, 4, training=False)
+    return raw, tokenizer, features, *([np.zeros(n, dtype=np.float32) for n in features.lengths] for _ in range(2))
 
 
 def test_a_text_two_spans_give_is_one_n_best_entry_as_in_run_squad(tmp_path):
     """run_squad.py keeps the n-best texts distinct: a word the context holds twice is one entry, its best span's."""
-    raw = _squad([[("red milk red milk", [{"id": "q", "question": "what colour is it ?", "answers": []}])]])
-    data = read_squad(_write(tmp_path / "d.json", raw), "predict")
-    tokenizer = _tokenizer()
-    features = make_features(tokenizer, data, 16, 3, 4, training=False)
-    starts = [np.zeros(n, dtype=np.float32) for n in features.lengths]
-    ends = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    raw, tokenizer, features, starts, ends = _one_question_at_zero("red milk red milk", tmp_path)
     for word, score in ((0, 4.0), (2, 3.0)):  # both "red"
         position = int(features.doc_offset[0]) + word - int(features.doc_start[0])
         starts[0][position] = ends[0][position] = score
     answers = answers_from_logits(features, starts, ends, tokenizer, AnswerSettings(n_best_size=4))
-    examples = _google_examples(raw, False, False)
-    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
-                                 False)
-    _, nbest, _ = _google_predictions(examples, reference, starts, ends, 4, 30, False, 0.0,
-                                      lambda text: basic_tokens(text, tokenizer))
+    _, nbest, _ = _run_squad_answers(raw, tokenizer, starts, ends, 4, 30, False)
     assert answers.nbest == pytest.approx(nbest)
     assert [e["text"] for e in answers.nbest["q"]].count("red") == 1
 
@@ -639,11 +640,7 @@ def test_padding_positions_take_part_in_the_n_best_as_in_run_squad(tmp_path, squ
         logits[n:] += 50.0  # padding outranks every real position
     settings = AnswerSettings(n_best_size=6, max_answer_length=4)
     ours = answers_from_logits(features, starts, ends, tokenizer, settings)
-    examples = _google_examples(raw, False, False)
-    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
-                                 False)
-    preds, nbest, _ = _google_predictions(examples, reference, starts, ends, 6, 4, False, 0.0,
-                                          lambda text: basic_tokens(text, tokenizer))
+    preds, nbest, _ = _run_squad_answers(raw, tokenizer, starts, ends, 6, 4, False)
     assert ours.predictions == preds and ours.nbest == pytest.approx(nbest)
 
 
@@ -665,19 +662,10 @@ def test_a_v2_question_without_windows_predicts_no_answer(tmp_path):
 def test_a_v1_question_without_a_valid_span_gets_run_squads_nonce_answer(tmp_path):
     """No pair of the n-best starts and ends is a span of the context: run_squad.py (and run_qa.py's utils_qa.py)
     answer the literal text "empty", logits 0, probability 1, in both files; docs/predict.md says so."""
-    raw = _squad([[("the man bought red milk", [{"id": "q", "question": "what colour is it ?", "answers": []}])]])
-    data = read_squad(_write(tmp_path / "d.json", raw), "predict")
-    tokenizer = _tokenizer()
-    features = make_features(tokenizer, data, 16, 3, 4, training=False)
-    starts = [np.zeros(n, dtype=np.float32) for n in features.lengths]
-    ends = [np.zeros(n, dtype=np.float32) for n in features.lengths]
+    raw, tokenizer, features, starts, ends = _one_question_at_zero("the man bought red milk", tmp_path)
     starts[0][1] = ends[0][1] = 10.0  # a question piece ranks first: with --n-best-size 1 no span is valid
     answers = answers_from_logits(features, starts, ends, tokenizer, AnswerSettings(n_best_size=1))
-    examples = _google_examples(raw, False, False)
-    reference = _google_features(examples, lambda t: tokenizer.encode(t, add_special_tokens=False).tokens, 16, 3, 4,
-                                 False)
-    preds, nbest, _ = _google_predictions(examples, reference, starts, ends, 1, 30, False, 0.0,
-                                          lambda text: basic_tokens(text, tokenizer))
+    preds, nbest, _ = _run_squad_answers(raw, tokenizer, starts, ends, 1, 30, False)
     assert answers.predictions == preds == {"q": "empty"}
     assert answers.nbest == nbest == {"q": [{"text": "empty", "probability": 1.0, "start_logit": 0.0,
                                              "end_logit": 0.0}]}
