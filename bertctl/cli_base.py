@@ -184,7 +184,7 @@ def _in_loader_worker(exc: Exception) -> tuple[str, str] | None:
     name, _, where = head.removeprefix("Caught ").partition(" ")
     lines = worker_traceback.strip().splitlines()
     own = max((i + 1 for i, line in enumerate(lines) if line in _CHAINED), default=0)
-    error = re.compile(rf"([\w.<>]+\.)?{re.escape(name)}(: |$)")  # the error's first line
+    error = re.compile(rf"([\w.]+\.)?{re.escape(name)}(: |$)")  # the error's first line
     first = next((i for i in range(own, len(lines)) if error.match(lines[i])), len(lines) - 1)
     return " ".join(lines[first:]), where
 

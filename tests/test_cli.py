@@ -621,17 +621,6 @@ def test_a_worker_error_line_the_pattern_does_not_know_is_the_tracebacks_last_li
     assert _in_loader_worker(RuntimeError(message)) == ("w.Bang: x", "in DataLoader worker process 0")
 
 
-def test_a_worker_error_of_a_class_defined_in_a_function_keeps_every_line_of_its_message():
-    """Python prints such a class as `module.f.<locals>.Name`: it kept only its message's last line."""
-    from bertctl.cli_base import _in_loader_worker
-
-    message = ("Caught Boom in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
-               '  File "w.py", line 2, in f\n    raise Boom("--corpus c:\\nrow 7 is damaged")\n'
-               "w.f.<locals>.Boom: --corpus c:\nrow 7 is damaged")
-    assert _in_loader_worker(RuntimeError(message)) == ("w.f.<locals>.Boom: --corpus c: row 7 is damaged",
-                                                        "in DataLoader worker process 0")
-
-
 def test_finetune_glue_takes_its_task_from_the_config_file(tmp_path):
     (tmp_path / "run.yaml").write_text("task: sst2\nout: run\n")
     result = CliRunner().invoke(app, ["finetune", "glue", "--config", str(tmp_path / "run.yaml")])
