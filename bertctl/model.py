@@ -83,7 +83,7 @@ class Packing:
         (N, H) size at every step fragments glibc's heap, and a long CPU run's RSS would keep climbing."""
         flat = attention_mask.flatten().bool()
         real = flat.nonzero().squeeze(1)
-        extra = min(-len(real) % PACK_MULTIPLE, len(flat) - len(real))
+        extra = -len(real) % PACK_MULTIPLE  # as many as the padding has
         index = torch.cat([real, (~flat).nonzero().squeeze(1)[:extra]]) if extra else real
         return cls(index, len(real), *attention_mask.shape)
 

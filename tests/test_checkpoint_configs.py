@@ -16,6 +16,7 @@ from test_checkpoint_files import FP32, assert_transformers_loads_ours, max_diff
 from test_config import HUB_CONFIGS  # noqa: E402
 from test_parity import TOLERANCE, reference_model  # noqa: E402
 
+from bertctl import __version__  # noqa: E402
 from bertctl.checkpoint import load_model, read_checkpoint  # noqa: E402
 from bertctl.cli import app  # noqa: E402
 from bertctl.config import ACTIVATIONS  # noqa: E402
@@ -101,6 +102,9 @@ def test_convert_records_its_source_in_the_folder_it_writes(odd_config, tmp_path
     again = {p.name: p.read_bytes() for p in (tmp_path / "again").iterdir()}
     again["provenance.json"] = again["provenance.json"].replace(b'"out": "again"', b'"out": "conv"')
     assert written == again
+    assert CliRunner().invoke(app, ["convert", "hf", "--out", "again", "--overwrite"]).exit_code == 0
+    replaced = json.loads((tmp_path / "again" / "provenance.json").read_text())
+    assert (replaced["bertctl"], replaced["config"]["overwrite"]) == (__version__, True)
 
 
 def test_convert_keeps_the_nsp_head_of_a_masked_lm_config(odd_config, tmp_path):

@@ -611,6 +611,28 @@ def test_a_chained_error_in_a_loader_worker_is_the_last_one_raised(monkeypatch, 
                                                        "worker process 0; rerun with --debug for the traceback)\n")
 
 
+def test_a_worker_error_at_the_end_of_a_chain_of_three_is_the_last_one_raised():
+    """Each error of the chain but the first follows a line Python prints between them: the error line is the one
+    after the last of those, not after the first."""
+    from torch._utils import ExceptionWrapper
+
+    from bertctl.cli_base import _in_loader_worker
+
+    try:
+        try:
+            try:
+                raise ValueError("row 7 is damaged")
+            except ValueError as exc:
+                raise ValueError("column 2 is short") from exc
+        except ValueError:
+            raise ValueError("the file is short")  # noqa: B904 (the chain is the point)
+    except ValueError:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 0")
+    with pytest.raises(ValueError) as raised:
+        wrapped.reraise()
+    assert _in_loader_worker(raised.value) == ("ValueError: the file is short", "in DataLoader worker process 0")
+
+
 def test_a_worker_error_line_the_pattern_does_not_know_is_the_tracebacks_last_line():
     """No line reads as the first of the error torch names (its class printed otherwise): the traceback's last
     line is the error line still, not the whole traceback."""

@@ -688,6 +688,10 @@ def test_a_recorded_local_data_path_is_not_read_back_as_a_hub_dataset(tmp_path, 
         assert not is_hub_dataset_id(name)
     hub = ("wikitext",) if field == "inputs" else "rajpurkar/squad"
     assert config_to_dict(cls(**{field: hub}, **others))[field] == (list(hub) if field == "inputs" else hub)
+    monkeypatch.chdir(tmp_path / "here")
+    for spelt in ("./corpora/novels", "corpora/novels/"):  # already read as a path: kept as spelt
+        given = (spelt,) if field == "inputs" else spelt
+        assert config_to_dict(cls(**{field: given}, **others))[field] == (list(given) if field == "inputs" else spelt)
 
 
 @pytest.mark.parametrize(("cls", "given", "taken"), [

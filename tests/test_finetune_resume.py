@@ -157,6 +157,25 @@ def test_a_resume_of_a_finished_run_says_it_is_finished(encoder, glue, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def test_a_resume_of_an_existing_out_with_overwrite_or_an_unfinished_run_is_not_said_finished(encoder, glue,
+                                                                                              tmp_path):
+    """Beside an unfinished run, an existing OUT asks for --overwrite (the resume replaces it at the end); with
+    --overwrite a resume of a finished OUT starts again and replaces it."""
+    out, work = tmp_path / "run", tmp_path / ".run.work"
+    args = ["finetune", "glue", "rte", "--model", str(encoder), "--data", str(glue), "--out", str(out),
+            "--epochs", "1", "--max-seq-length", "32", "--resume"]
+    out.mkdir()
+    work.mkdir()
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and refused.stderr.splitlines() == [
+        f"bertctl: error: --out {out} already exists; pass --overwrite to replace it"]
+    work.rmdir()
+    done = CliRunner().invoke(app, [*args, "--overwrite"])
+    assert done.exit_code == 0, done.output
+    assert f"--resume: {out} has no unfinished run; starting from the beginning" in done.stderr
+    assert (out / "model.safetensors").is_file()
+
+
 def test_resume_after_sigterm_mid_epoch_equals_the_uninterrupted_run(encoder, glue, tmp_path, monkeypatch, capsys):
     full = finetune_glue(_config(encoder, glue, tmp_path / "full"))
     assert json.loads((full / "eval_results.json").read_text())["best_epoch"] == 1  # kept from before the stop

@@ -865,6 +865,23 @@ def test_a_resume_without_dropout_keeps_and_records_the_runs(corpus, tmp_path, c
         (whole / "model.safetensors").read_bytes()
 
 
+def test_resumes_without_dropout_record_the_dropout_their_checkpoint_was_saved_with(corpus, tmp_path):
+    """A checkpoint saved before its trainer state kept --dropout: run.json's says. A resume without --dropout
+    saves the run's in its checkpoints, so the resume after it records that dropout too, not null."""
+    from bertctl.pretrain import pretrain
+    from bertctl.training_state import TRAINER_STATE
+
+    run = tmp_path / "run"
+    pretrain(small_run(corpus, run, steps=2, save_every=0, dropout=0.0))
+    state = run / "final" / TRAINER_STATE
+    state.write_text(json.dumps({k: v for k, v in json.loads(state.read_text()).items() if k != "dropout"}))
+    recorded = []
+    for steps in (3, 4):
+        pretrain(small_run(corpus, run, steps=steps, save_every=0, resume=True, dropout=None))
+        recorded.append(json.loads((run / "run.json").read_text())["config"]["dropout"])
+    assert recorded == [0.0, 0.0]
+
+
 def test_a_resume_records_the_runs_own_model_and_names_a_damaged_run_json(corpus, tmp_path, caplog):
     """An --init-from given to a resume (the model is the checkpoint's) was recorded in run.json as the run's,
     and was not read without a word."""

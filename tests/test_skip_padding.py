@@ -15,6 +15,7 @@ from bertctl.model import (
     BertForMultipleChoice,
     BertForSequenceClassification,
     BertForTokenClassification,
+    Packing,
 )
 
 HEADS = {"classify": BertForSequenceClassification, "ner": BertForTokenClassification,
@@ -124,6 +125,17 @@ def test_the_packed_tokens_come_in_multiples_so_their_shapes_repeat(head, length
     torch.testing.assert_close(loss_skip, loss, rtol=0, atol=1e-6)
     for name, grad in grads.items():
         torch.testing.assert_close(grads_skip[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(("real", "rows"), [(57, 64), (64, 64), (65, 78), (77, 78), (1, 16)])
+def test_a_packing_rounds_its_rows_up_to_a_multiple_of_16_with_padding_positions(real, rows):
+    """docs/finetuning.md's 16: the real positions in order, then distinct padding ones, all the batch at most."""
+    mask = (torch.arange(6 * 13) < real).long().flip(0).view(6, 13)
+    packing = Packing.of(mask)
+    flat = mask.flatten().bool()
+    assert (packing.real, packing.index.numel(), PACK_MULTIPLE) == (real, rows, 16)
+    assert packing.index[:real].tolist() == flat.nonzero().squeeze(1).tolist()
+    assert not flat[packing.index[real:]].any() and packing.index.unique().numel() == rows
 
 
 def test_the_padded_positions_hidden_states_are_zero_and_the_default_forward_keeps_them(odd_config):

@@ -249,6 +249,14 @@ def test_a_folder_with_a_data_tokenizer_is_not_called_a_quick_start_run(tmp_path
                                       "quick-start run keeps the one it trained)")
 
 
+def test_a_data_tokenizer_folder_with_no_tokenizer_in_it_is_not_named(tmp_path: Path) -> None:
+    """Only a data/tokenizer that holds a tokenizer is worth giving instead: an empty one is not named."""
+    folder = tmp_path / "project"
+    (folder / "data" / "tokenizer").mkdir(parents=True)
+    with pytest.raises(UsageError, match="no tokenizer.json or vocab.txt; give a tokenizer folder or a vocab.txt$"):
+        load_tokenizer(folder)
+
+
 def test_a_finetune_work_folder_is_not_called_a_run_folder_without_a_checkpoint(tmp_path: Path) -> None:
     """A fine-tuning run works in .OUT.work (run.json, seed-N/ with its run.json, step-N/ or done/ once the seed is
     finished) and saves no final/: pretrain's "no checkpoint yet" was false there."""
