@@ -577,10 +577,11 @@ def test_an_out_locked_by_a_live_process_is_refused_naming_it_and_free_once_it_i
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and list(out.iterdir()) == []
 
 
-HOLD_FORKING = ("import multiprocessing, sys, time\nfrom bertctl.files import output_lock\n"
+# the worker says its pid itself: then it has run the fork hooks (the parent's start() returns before that)
+HOLD_FORKING = ("import multiprocessing, os, sys, time\nfrom bertctl.files import output_lock\n"
+                "def work():\n    print(os.getpid(), flush=True)\n    time.sleep(60)\n"
                 "with output_lock(sys.argv[1]):\n"
-                "    worker = multiprocessing.get_context('fork').Process(target=time.sleep, args=(60,))\n"
-                "    worker.start()\n    print(worker.pid, flush=True)\n    time.sleep(60)\n")
+                "    multiprocessing.get_context('fork').Process(target=work).start()\n    time.sleep(60)\n")
 
 
 def test_an_out_is_free_once_its_holder_is_killed_though_a_forked_worker_lives_on(tmp_path):
