@@ -183,15 +183,22 @@ def _in_loader_worker(exc: Exception) -> tuple[str, str] | None:
         return None
     name, _, where = head.removeprefix("Caught ").partition(" ")
     lines = worker_traceback.strip().splitlines()
-    own = max((i + 1 for i, line in enumerate(lines) if line in _CHAINED), default=0)
+    own = max((i + 1 for i in range(len(lines)) if _links_a_chain(lines, i)), default=0)
     error = re.compile(rf"([\w.]+\.)?{re.escape(name)}(: |$)")  # the error's first line
     first = next((i for i in range(own, len(lines)) if error.match(lines[i])), len(lines) - 1)
     return " ".join(lines[first:]), where
 
 
+def _links_a_chain(lines: list[str], i: int) -> bool:
+    """Whether line i is one Python prints between the errors of a chain, not a line of an error's message that
+    reads so: Python's stands between blank lines, before the traceback of the error raised (which has one)."""
+    return lines[i] in _CHAINED and lines[i - 1:i] == [""] and lines[i + 1:i + 3] == ["", _TRACEBACK]
+
+
 # the lines Python's traceback prints between the errors of a chain (`raise ... from`, or raised in an except)
 _CHAINED = ("The above exception was the direct cause of the following exception:",
             "During handling of the above exception, another exception occurred:")
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 LOST_PEER = ("another process of this run failed; this one stopped with it (that process's own line, or "

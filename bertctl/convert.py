@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
+from typing import Any
 
 from bertctl import __version__
 from bertctl.checkpoint import (
@@ -22,11 +24,13 @@ from bertctl.files import check_new_out, refuse_inputs_inside, user_path, write_
 
 log = logging.getLogger(__name__)
 PROVENANCE = "provenance.json"
+RUN_RECORD = "run.json"  # a bertctl fine-tuning run's settings, which evaluate and predict read
 
 
 def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str:
-    """Keep every head the source has; write safetensors with transformers' names, the tokenizer, and
-    provenance.json: the source as given and its weights_sha256, as the other commands record what made a folder."""
+    """Keep every head the source has; write safetensors with transformers' names, the tokenizer,
+    provenance.json (the source as given and its weights_sha256, as the other commands record what made a
+    folder) and a fine-tuned source's run.json."""
     out = check_new_out(out, overwrite=take_bool("overwrite", overwrite))
     _check_apart(user_path(source, "SOURCE"), out)
     ckpt = read_checkpoint(source)  # the name as given: Path("./x") would read like the hub id x
@@ -49,9 +53,17 @@ def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str
               "config": {"source": recorded_path(source), "out": str(out), "overwrite": overwrite},
               "weights_sha256": ckpt.weights_sha256()}
     save_model(model, out, tokenizer, labels=labels, problem_type=ckpt.problem_type, config_extra=ckpt.kept_config,
-               keep=keep, overwrite=overwrite, extra=lambda folder: write_json_atomic(folder / PROVENANCE, record))
+               keep=keep, overwrite=overwrite, extra=lambda folder: _write_records(folder, record, ckpt.path))
     heads = ", ".join(heads_present(ckpt)) or "encoder only"
     return f"wrote {out} ({saved_architecture(model, keep)}: {heads}; tokenizer: {'yes' if tokenizer else 'none'})"
+
+
+def _write_records(folder: Path, provenance: dict[str, Any], source: Path) -> None:
+    """provenance.json, and the source's run.json as it is: the weights its run trained are the ones written, and
+    evaluate and predict take the run's text columns, lengths and precision from it (its logs stay behind)."""
+    write_json_atomic(folder / PROVENANCE, provenance)
+    if (source / RUN_RECORD).is_file():
+        shutil.copyfile(source / RUN_RECORD, folder / RUN_RECORD)
 
 
 def _check_apart(source: Path, out: Path) -> None:

@@ -349,6 +349,16 @@ def read_window(pending: list[PendingStep], step: int, bad_in_row: int, limit: i
     return results, bad_in_row
 
 
+def _check_takes_found_inf(optimizer: torch.optim.Optimizer) -> None:
+    """Refuse an optimizer whose step does not take `found_inf` (torch's flag for one, as GradScaler reads it):
+    it would fail on the flag (torch's non-fused AdamW, SGD) or step on NaN/inf gradients (RMSprop); skipping on
+    the host instead would make every step wait for the device."""
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        raise ValueError(f"optimizer_step skips a NaN/inf step on the device through the optimizer's `found_inf`: "
+                         f"{type(optimizer).__name__} does not take it; use optim.make_optimizer's, or a fused "
+                         "torch optimizer (fused=True)")
+
+
 def optimizer_step(
     model: nn.Module,
     micro_batches: list[dict[str, Tensor]],
@@ -368,10 +378,11 @@ def optimizer_step(
     batch is split into micro-batches and ranks, which makes 1 and N processes give the same losses.
     A step whose loss or gradient norm is not finite leaves the weights and optimizer state untouched, decided on
     the device: `optimizer` must take torch's `found_inf` input, as GradScaler uses it (`optim.make_optimizer`'s
-    fused AdamW and LAMB; torch's fused SGD). fp16's GradScaler only unscales and adjusts its scale: its own step
-    would look at the gradients alone, and an inf loss can have finite ones (fp16 logits overflowing to -inf at
-    the target).
+    fused AdamW and LAMB; torch's fused SGD; another is refused). fp16's GradScaler only unscales and adjusts its
+    scale: its own step would look at the gradients alone, and an inf loss can have finite ones (fp16 logits
+    overflowing to -inf at the target).
     """
+    _check_takes_found_inf(optimizer)
     units = list(weights(micro_batches[0]))
     counts = torch.stack([sum(weights(b)[name] for b in micro_batches).float().to(env.device) for name in units])
     totals = dict(zip(units, all_reduce_sum(counts, env).clamp(min=1).unbind(), strict=True))

@@ -203,6 +203,21 @@ def test_a_model_without_run_json_uses_its_id2label(pair_run, tmp_path):
         evaluate_classify(run, dev)
 
 
+def test_a_converted_run_keeps_its_run_json_and_scores_as_the_run(pair_run, tmp_path):
+    """`convert` dropped run.json: evaluate and predict on the converted folder wanted --text-columns again and
+    took the default length and batch size, not the run's. The record is carried as it was (its weights are the
+    ones written), so the converted folder scores as the run does."""
+    run, dev = pair_run
+    converted = _cli("convert", run, "--out", tmp_path / "conv")
+    assert converted.exit_code == 0, converted.output
+    assert (tmp_path / "conv" / "run.json").read_bytes() == (run / "run.json").read_bytes()
+    assert not {"metrics.jsonl", "tensorboard", "eval_results.json"} & {p.name for p in (tmp_path / "conv").iterdir()}
+    results = json.loads((run / "eval_results.json").read_text())
+    assert evaluate_classify(tmp_path / "conv", dev) == results["validation"]
+    written = _cli("predict", "classify", "--model", tmp_path / "conv", "--data", dev, "--out", tmp_path / "pred")
+    assert written.exit_code == 0, written.output
+
+
 def test_finetuning_a_head_that_orders_its_labels_otherwise_keeps_its_predictions(pair_run, tmp_path, capfd):
     """The same classifier with id2label {0: yes, 1: no} and its rows swapped, fine-tuned further with a
     negligible learning rate on the data's labels (no, yes), must go on predicting what it predicted."""

@@ -643,6 +643,46 @@ def test_a_worker_error_line_the_pattern_does_not_know_is_the_tracebacks_last_li
     assert _in_loader_worker(RuntimeError(message)) == ("w.Bang: x", "in DataLoader worker process 0")
 
 
+class _CausedInAWorker:
+    """A map-style dataset whose item raises `ValueError(message) from KeyError`, in a DataLoader worker."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> int:
+        try:
+            raise KeyError("bad int")
+        except KeyError as exc:
+            raise ValueError(self.message) from exc
+
+
+@pytest.mark.parametrize(("message", "shown"), [
+    ("row 7 is damaged", "row 7 is damaged"),
+    # a message holding the line Python prints between the errors of a chain is the error's own still
+    ("row 7 is damaged:\nThe above exception was the direct cause of the following exception:\ncolumn 2",
+     "row 7 is damaged: The above exception was the direct cause of the following exception: column 2"),
+    ("row 7 is damaged\n\nThe above exception was the direct cause of the following exception:\n\ncolumn 2",
+     "row 7 is damaged The above exception was the direct cause of the following exception: column 2"),
+])
+def test_an_error_raised_from_another_in_a_real_loader_worker_is_its_whole_message(monkeypatch, tmp_path,
+                                                                                  message, shown):
+    """Only the last text after a chain's separator line was shown: a message holding that line lost its start."""
+    import torch
+
+    import bertctl.info
+
+    def in_a_worker(model):
+        next(iter(torch.utils.data.DataLoader(_CausedInAWorker(message), batch_size=None, num_workers=1)))
+
+    monkeypatch.setattr(bertctl.info, "info", in_a_worker)
+    result = CliRunner().invoke(app, ["info", str(tmp_path)])
+    assert result.exit_code == 1 and result.stderr == (f"bertctl: error: ValueError: {shown} (in DataLoader worker "
+                                                       "process 0; rerun with --debug for the traceback)\n")
+
+
 def test_finetune_glue_takes_its_task_from_the_config_file(tmp_path):
     (tmp_path / "run.yaml").write_text("task: sst2\nout: run\n")
     result = CliRunner().invoke(app, ["finetune", "glue", "--config", str(tmp_path / "run.yaml")])

@@ -87,6 +87,21 @@ def test_a_step_whose_loss_alone_is_not_finite_changes_nothing_under_the_loss_sc
     assert all(float(optimizer.state[p]["step"]) == 1 for p in model.parameters())
 
 
+@pytest.mark.parametrize("kind", [torch.optim.AdamW, torch.optim.RMSprop])
+def test_an_optimizer_without_found_inf_is_refused_before_it_steps_on_a_nan_gradient(kind):
+    """The skip of a NaN/inf step is `found_inf`, which only fused or AMP-aware optimizers take: torch's
+    non-fused AdamW failed on it with "AssertionError: Expected grad_scale and found_inf to be None", and RMSprop
+    ignored it and made every weight NaN."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = kind(model.parameters(), lr=1e-2)
+    weights = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=rf"^optimizer_step skips a NaN/inf step .*: {kind.__name__} does not"):
+        training.optimizer_step(model, [{"x": torch.randn(3, 4), "scale": torch.tensor(math.nan)}], optimizer,
+                                _terms, _weights, training.Distributed(), "fp32")
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
+
+
 def _state_copy(optimizer: torch.optim.Optimizer) -> list[dict[str, torch.Tensor]]:
     return [{key: value.clone() for key, value in optimizer.state[p].items()} for p in optimizer.state]
 
