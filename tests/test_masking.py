@@ -79,8 +79,30 @@ def test_random_tokens_span_the_whole_vocabulary(kind: str) -> None:
     rows, slots = np.nonzero(result.positions >= 0)
     shown = result.input_ids[rows, result.positions[rows, slots]]
     randoms = shown[(shown != MASK) & (shown != result.label_ids[rows, slots])]
-    assert randoms.min() < 5 and randoms.max() >= VOCAB - 3  # special ids too, as in Google's code
+    assert randoms.min() == 0 and randoms.max() == VOCAB - 1  # special ids too, as in Google's randint(0, V - 1)
     assert abs(np.mean(randoms < VOCAB // 2) - 0.5) < 0.03
+
+
+class ScriptedRandom:
+    """An rng whose draws the test picks: `random` gives each of `draws` in turn, `integers` always `high - 1`."""
+
+    def __init__(self, *draws: list[float]) -> None:
+        self.draws = list(draws)
+
+    def random(self, shape: tuple[int, int]) -> np.ndarray:
+        return np.broadcast_to(np.array(self.draws.pop(0)), shape)
+
+    def integers(self, low: int, high: int, shape: tuple[int, int]) -> np.ndarray:
+        return np.full(shape, high - 1)
+
+
+def test_a_chosen_tokens_draw_masks_below_0_8_keeps_below_0_9_and_replaces_above() -> None:
+    """The shares' exact edges: [0, 0.8) [MASK], [0.8, 0.9) kept, [0.9, 1) a random id."""
+    row = np.array([[CLS, 10, 11, 12, 13, 14, 15, 16, SEP]])
+    decisions = [0.0, 0.0, 0.7999, 0.8, 0.85, 0.8999, 0.9, 0.9999, 0.0]
+    result = mask_tokens(row, rng=ScriptedRandom(np.linspace(0, 0.5, 9), decisions),
+                         **{**OPTIONS, "masked_lm_prob": 1.0})
+    assert result.input_ids[0].tolist() == [CLS, MASK, MASK, 12, 13, 14, VOCAB - 1, VOCAB - 1, SEP]
 
 
 def google_words(row: np.ndarray) -> list[list[int]]:
@@ -131,9 +153,10 @@ def test_a_piece_starting_b_joins_a_last_word_across_sep_as_in_google() -> None:
     assert both > 10 and alone == both
     opening = np.array([CLS, 702, 30, SEP, 703, 31, SEP])  # ## at the very start: a word of its own
     assert google_words(opening) == [[1], [2, 4], [5]]
-    for seed in range(50):
-        result = mask_tokens(opening, rng=np.random.default_rng(seed), is_continuation=CONTINUES, **OPTIONS)
-        assert set(result.positions.tolist()) in ({1}, {5})  # budget 1: [30, ##703] (two) never fits
+    picks = [set(mask_tokens(opening, rng=np.random.default_rng(seed), is_continuation=CONTINUES,
+                             **OPTIONS).positions.tolist()) for seed in range(50)]
+    assert {1} in picks and {5} in picks  # the opening piece too: a word Google can pick
+    assert all(p in ({1}, {5}) for p in picks)  # budget 1: [30, ##703] (two) never fits
 
 
 def test_budget_skips_words_that_do_not_fit() -> None:
@@ -183,6 +206,22 @@ def test_labels_helper() -> None:
     assert mlm_labels(np.array([1, 3]), np.array([50, 60]), 5).tolist() == [-100, 50, -100, 60, -100]
     labels = mlm_labels(np.array([[2, -1], [0, 4]]), np.array([[7, -1], [8, 9]]), 5)
     assert labels.tolist() == [[-100, -100, 7, -100, -100], [8, -100, -100, -100, 9]]
+
+
+def test_a_tokenizers_options_never_mask_its_specials_and_mask_its_words_whole() -> None:
+    """masking_options: [CLS], [SEP] and [PAD] are never candidates, and with whole words a word's ## pieces
+    go with it."""
+    from bertctl.data.masking import masking_options
+    from bertctl.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "##c"])
+    ids = np.array([[CLS, 5, 6, 7, SEP, 5, SEP, PAD, PAD]])  # 7 real tokens; words [a] [b ##c] [a]
+    every = mask_tokens(ids, rng=np.random.default_rng(0), **masking_options(tokenizer, 1.0, 20, False))
+    assert every.positions[0][every.positions[0] >= 0].tolist() == [1, 2, 3, 5]
+    options = masking_options(tokenizer, 2 / 7, 20, True)  # budget 2
+    picks = [set(mask_tokens(ids, rng=np.random.default_rng(seed), **options).positions[0].tolist()) - {-1}
+             for seed in range(20)]
+    assert {2, 3} in picks and all(p in ({1, 5}, {2, 3}) for p in picks)
 
 
 def test_continuation_mask() -> None:

@@ -71,6 +71,28 @@ def test_head_matches_transformers(name, odd_config, tmp_path):
 
 
 @pytest.mark.parametrize("name", HEADS)
+def test_a_training_forward_drops_out_where_transformers_does_with_the_same_masks(name, odd_config, tmp_path):
+    """Training mode, dropout 0.1 (and a classifier_dropout of its own): under one seed every dropout
+    (embeddings, attention probabilities, both sublayers' outputs, the classifier's) draws transformers' masks
+    in transformers' order, so the outputs are equal; a dropout moved, dropped or at another rate shows."""
+    classifier = name in ("BertForSequenceClassification", "BertForTokenClassification", "BertForMultipleChoice")
+    reference = reference_model(name, odd_config, **({"classifier_dropout": 0.3} if classifier else {})).train()
+    reference.save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf").train()
+    ids, types, mask = batch(odd_config)
+    if name == "BertForMultipleChoice":
+        ids, types, mask = (t.view(1, 3, -1).expand(2, 3, -1).contiguous() for t in (ids, types, mask))
+    with torch.no_grad():
+        torch.manual_seed(5)
+        expected = outputs(name, reference(input_ids=ids, token_type_ids=types, attention_mask=mask))
+        torch.manual_seed(5)
+        got = outputs(name, ours(ids, types, mask))
+    for e, g in zip(expected, got, strict=True):
+        diff = (g - e).abs().max().item()
+        assert diff <= TOLERANCE, f"{name}: max |diff| {diff:.2e}"
+
+
+@pytest.mark.parametrize("name", HEADS)
 def test_transformers_loads_our_folder_without_missing_or_unexpected_keys(name, odd_config, tmp_path):
     reference = reference_model(name, odd_config)
     reference.save_pretrained(tmp_path / "hf")
@@ -94,10 +116,10 @@ def test_sparse_mlm_loss_equals_dense_loss(odd_config):
     with torch.no_grad():
         sparse = model(ids, types, mask, mlm_labels=labels).mlm_loss
         dense_logits = model(ids, types, mask).logits
-        fixed = model(ids, types, mask, mlm_labels=labels, mlm_predictions=4).mlm_loss  # static shapes
+        fixed = [model(ids, types, mask, mlm_labels=labels, mlm_predictions=p).mlm_loss for p in (3, 4)]  # static
     dense = torch.nn.functional.cross_entropy(dense_logits.view(-1, odd_config.vocab_size), labels.view(-1))
     assert abs(sparse.item() - dense.item()) < 1e-6
-    assert abs(fixed.item() - dense.item()) < 1e-6
+    assert all(abs(f.item() - dense.item()) < 1e-6 for f in fixed)  # 3: as many slots as row 0 has labels
 
 
 def test_every_parameter_free_transformers_activation_is_accepted():
@@ -183,7 +205,8 @@ def test_lamb_steps_a_fused_qkv_model_as_apex_steps_separate_query_key_value(odd
 @pytest.mark.parametrize(("warmup", "total"), [(0, 7), (3, 10), (4, 33), (10, 10)])
 def test_learning_rate_schedules_are_transformers_bit_for_bit(schedule, warmup, total):
     """The lr of the optimizer step after k steps, as transformers' Trainer (and Google's warmup) sets it:
-    the first warmup step runs at 0, the peak is reached at step `warmup`, linear decay ends at 1/(T-w)."""
+    the first warmup step runs at 0, the peak is reached at step `warmup`, linear decay ends at 1/(T-w) and stays
+    at 0 past the total, where the cosine rises again."""
     from bertctl import optim
 
     make = {"linear": transformers.get_linear_schedule_with_warmup,
@@ -192,13 +215,15 @@ def test_learning_rate_schedules_are_transformers_bit_for_bit(schedule, warmup, 
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
     args = (optimizer, warmup) if schedule == "constant" else (optimizer, warmup, total)
     theirs = make(*args).lr_lambdas[0]
-    assert [optim.lr_factor(k, total, warmup, schedule) for k in range(total)] == [theirs(k) for k in range(total)]
+    steps = range(total + 3)
+    assert [optim.lr_factor(k, total, warmup, schedule) for k in steps] == [theirs(k) for k in steps]
 
 
 @pytest.mark.parametrize(("num_labels", "labels"), [
     (1, [3, 0, 5]),  # a regression head with whole-number scores: MSE, as transformers (not a class index)
     (1, [0.5, 4.25, 2.0]),
     (5, [4, 0, 2]),
+    (2, [1, 0, 1]),  # two classes are classes: cross-entropy
 ])
 def test_sequence_classification_loss_matches_transformers(num_labels, labels, odd_config, tmp_path):
     reference = reference_model("BertForSequenceClassification", odd_config, num_labels=num_labels)
@@ -209,6 +234,35 @@ def test_sequence_classification_loss_matches_transformers(num_labels, labels, o
         expected = reference(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=torch.tensor(labels)).loss
         got = ours(ids, types, mask, labels=torch.tensor(labels)).loss
     assert abs(got.item() - expected.item()) <= TOLERANCE * max(1.0, abs(expected.item()))
+
+
+@pytest.mark.parametrize(("name", "nsp"), [("BertForPreTraining", True), ("BertForMaskedLM", False)])
+def test_a_pretraining_models_loss_is_transformers_total_loss(name, nsp, odd_config, tmp_path):
+    """`loss` of a library call with labels: MLM's mean over the masked tokens, plus NSP's with its labels."""
+    reference = reference_model(name, odd_config)
+    reference.save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf").eval()
+    inputs = _pretraining_batch(odd_config, unmasked_rows=(1,))
+    ids, types, mask, labels = (inputs[k] for k in ("input_ids", "token_type_ids", "attention_mask", "mlm_labels"))
+    nsp_label = {"next_sentence_label": inputs["next_sentence_label"]} if nsp else {}
+    with torch.no_grad():
+        expected = reference(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=labels, **nsp_label).loss
+        got = ours(ids, types, mask, mlm_labels=labels, **nsp_label).loss
+    assert abs(got.item() - expected.item()) <= TOLERANCE
+
+
+@pytest.mark.parametrize(("starts", "ends"), [([3, 0, 36], [5, 0, 36]), ([2, 37, 90], [4, 40, 6])])
+def test_question_answering_loss_matches_transformers(starts, ends, odd_config, tmp_path):
+    """The mean of the start and end cross-entropies; positions past the sequence (37 tokens) are ignored."""
+    reference = reference_model("BertForQuestionAnswering", odd_config)
+    reference.save_pretrained(tmp_path / "hf")
+    ours = load_model(tmp_path / "hf").eval()
+    ids, types, mask = batch(odd_config)
+    positions = {"start_positions": torch.tensor(starts), "end_positions": torch.tensor(ends)}
+    with torch.no_grad():
+        expected = reference(input_ids=ids, token_type_ids=types, attention_mask=mask, **positions).loss
+        got = ours(ids, types, mask, **positions).loss
+    assert abs(got.item() - expected.item()) <= TOLERANCE
 
 
 def _pretraining_batch(config, unmasked_rows: tuple[int, ...]) -> dict[str, torch.Tensor]:
@@ -304,3 +358,19 @@ def test_pretrains_clipped_lamb_step_is_apex_fused_lamb_with_its_global_clipping
     stepped = to_transformers_names({n: p.detach() for n, p in ours.named_parameters()})
     assert max((stepped[n] - p).abs().max().item() for n, p in theirs.items()) < 1e-6
     assert stepped["bert.embeddings.token_type_embeddings.weight"].abs().max() > 1e-3
+
+
+def test_fresh_weights_are_initialised_as_transformers_initialises_bert(odd_config):
+    """transformers' BertPreTrainedModel._init_weights: matrices Normal(0, initializer_range), [PAD]'s embedding
+    row 0, biases 0 (the MLM decoder's too), LayerNorm weights 1."""
+    from bertctl.model import BertForPreTraining
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(odd_config.replace(initializer_range=0.3))
+    for name, param in model.named_parameters():
+        if param.ndim == 2 and param.numel() > 1000:  # enough draws for a std within a few percent
+            assert abs(param.std().item() / 0.3 - 1) < 0.1, name
+        elif param.ndim == 1:
+            expected = torch.ones_like(param) if "norm.weight" in name else torch.zeros_like(param)
+            assert torch.equal(param, expected), name
+    assert not model.bert.embeddings.word.weight[odd_config.pad_token_id].any()

@@ -156,6 +156,16 @@ def test_lambs_bias_corrections_are_computed_in_double_precision(steps):
     assert optimizer.state[param]["step"].dtype == torch.float32 and float(optimizer.state[param]["step"]) == t
 
 
+def test_lamb_leaves_a_matrix_whose_update_is_zero_as_it_is():
+    """The trust ratio is 1 where ||update|| is 0, as in apex and TF: a nonzero matrix with a zero gradient and
+    no weight decay stays as it is, not NaN from ||w|| / 0."""
+    param = nn.Parameter(torch.ones(3, 4))
+    optimizer = optim.Lamb([param], lr=0.1, weight_decay=0.0)
+    param.grad = torch.zeros(3, 4)
+    optimizer.step()
+    assert torch.equal(param.detach(), torch.ones(3, 4))
+
+
 @pytest.mark.parametrize("name", ["adamw", "lamb"])
 @pytest.mark.parametrize("scaled", [False, True])
 def test_a_step_never_reads_a_tensor_on_the_host(name, scaled, monkeypatch):
