@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertctl.data.batches import BatchPlan, shuffled_index
+from bertctl.data.batches import BatchPlan, pad_batch, pair_rows, shuffled_index
 from bertctl.data.masking import row_keys
 
 
@@ -60,3 +60,17 @@ def test_eval_batches_over_a_billion_row_split_hold_no_row_table():
     assert len(batches) == 10**12 // 2 // 4
     assert batches[0] == {"rows": [1, 3, 5, 7], "indices": [1, 3, 5, 7]}
     assert batches[len(batches) - 1]["rows"] == [10**12 - 7, 10**12 - 5, 10**12 - 3, 10**12 - 1]
+
+
+def test_pad_batch_keeps_the_segments_and_masks_only_the_padding() -> None:
+    padded = pad_batch([[2, 7, 3, 8, 3], [2, 9, 3]], [[0, 0, 0, 1, 1], [0, 0, 0]], pad_id=0)
+    assert padded["input_ids"].tolist() == [[2, 7, 3, 8, 3], [2, 9, 3, 0, 0]]
+    assert padded["token_type_ids"].tolist() == [[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]
+    assert padded["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert pad_batch([[2, 3]], None, pad_id=0, width=4)["attention_mask"].tolist() == [[1, 1, 0, 0]]
+
+
+def test_pair_rows_give_segment_0_to_cls_a_sep_and_1_to_b_sep() -> None:
+    ids, segments, lengths = pair_rows([np.array([2, 7, 3, 8, 3, 2, 9, 3], np.int32)], [3, 3], [2, 0])
+    assert [row.tolist() for row in ids] == [[2, 7, 3, 8, 3], [2, 9, 3]] and lengths.tolist() == [5, 3]
+    assert [row.tolist() for row in segments] == [[0, 0, 0, 1, 1], [0, 0, 0]]

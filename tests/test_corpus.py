@@ -189,6 +189,20 @@ def test_sop_cuts_a_lone_sentence_between_two_words() -> None:
     assert 0.4 < np.mean(out.labels) < 0.6
 
 
+def test_mlm_pieces_hold_max_seq_length_minus_two_tokens() -> None:
+    """`mlm` has a single [SEP]: a piece holds max_seq_length - 2 tokens (NSP/SOP's - 3 would waste one), across
+    sentence ends; the document's last piece holds the rest."""
+    from bertctl.data.instances import Document, Instances, document_instances
+
+    out = Instances()
+    document_instances(out, [Document(np.arange(10, 20, dtype=np.int32), np.array([0, 3, 10]))], 0, [0],
+                       objective="mlm", max_seq_length=6, short_seq_prob=0.0, cls_id=2, sep_id=3,
+                       rng=np.random.default_rng(0), is_continuation=np.zeros(100, bool))
+    rows = [np.concatenate(out.pieces[out.starts[k]:out.starts[k + 1]]).tolist() for k in range(len(out.lengths))]
+    assert rows == [[2, 10, 11, 12, 13, 3], [2, 14, 15, 16, 17, 3], [2, 18, 19, 3]]
+    assert out.lengths == out.first_segment == [6, 6, 4] and out.labels == [0, 0, 0]
+
+
 @pytest.mark.parametrize("fraction, first", [(0.07, [0, 14, 28, 42, 57, 71, 85, 100]), (0.02, [0, 50, 100])])
 def test_validation_documents_are_spaced_by_the_written_fraction(fraction: float, first: list[int]) -> None:
     """0.07 is 7/100: document 100 is held out, never 99 (a float product once rounded 100 * 0.07 up)."""

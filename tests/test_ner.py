@@ -98,7 +98,7 @@ def _run_ner_align(tokenizer, words: list[list[str]], tags: list[list[str]], lab
     return tokenized["input_ids"], labels
 
 
-@pytest.mark.parametrize("max_seq_length", [64, 7, 4])
+@pytest.mark.parametrize("max_seq_length", [64, 10, 7, 4])  # 10: the first sentence fills it exactly
 def test_labels_on_first_pieces_equal_run_ners(tmp_path, max_seq_length):
     transformers = pytest.importorskip("transformers")
     folder = tmp_path / "tok"

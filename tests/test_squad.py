@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 from bertctl.checkpoint import build_model, load_model, read_checkpoint, save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
-from bertctl.data.squad import make_features, read_squad, split_words
+from bertctl.data.squad import SquadData, SquadExample, doc_spans, make_features, max_context, read_squad, split_words
 from bertctl.errors import UsageError
 from bertctl.finetune_qa import finetune_squad
 from bertctl.model import BertForMaskedLM, BertForQuestionAnswering
-from bertctl.squad import evaluate_squad, predict_squad
+from bertctl.squad import check_lengths, evaluate_squad, predict_squad, squad_task
 from bertctl.squad_answers import AnswerSettings, answers_from_logits, basic_tokens, best_indexes, softmax
 from bertctl.squad_metrics import squad_v1_scores, squad_v2_scores
 from bertctl.tokenizer import BertTokenizer
@@ -344,6 +344,60 @@ def test_features_and_labels_equal_run_squad_answers(tmp_path, max_seq_length, d
     if max_seq_length == 64:
         born = theirs[0]
         assert born["tokens"][born["start"]:born["end"] + 1] == ["19", "##95"]  # narrowed out of "(1995-1943)."
+
+
+def test_windows_never_skip_pieces_when_the_stride_is_longer_than_a_window():
+    """run_squad.py moves on by min(length, doc_stride): a stride past the window's end would leave pieces unseen."""
+    assert doc_spans(10, 4, 6) == [(0, 4), (4, 4), (8, 2)]
+    assert doc_spans(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
+    assert doc_spans(3, 4, 2) == [(0, 3)] and doc_spans(0, 4, 2) == []
+
+
+def test_a_longer_window_wins_a_piece_by_its_hundredth_of_a_point_a_token():
+    """_check_is_max_context adds 0.01 x the window's length: past 100 pieces that outweighs one token of context
+    (windows of 300 pieces: piece 250 is 49 from window 0's end, 50 from window 1's start, and window 0 wins)."""
+    spans = doc_spans(310, 300, 200)
+    assert spans == [(0, 300), (200, 110)]
+    assert [max_context(spans, i, 250) for i in (0, 1)] == [True, False]
+    assert [max_context(spans, i, 260) for i in (0, 1)] == [False, True]
+
+
+def test_an_answer_with_other_white_space_inside_is_found_as_run_squad_finds_it(tmp_path):
+    """run_squad.py compares the answer's whitespace words joined by one space with the context's words."""
+    context = "The leader was John  Smith\nof the city ."
+    qas = [{"id": "two", "question": "what ?", "answers": [{"text": "John  Smith\nof", "answer_start": 15}]}]
+    raw = _squad([[(context, qas)]])
+    data = read_squad(_write(tmp_path / "train.json", raw), "train")
+    (google,) = _google_examples(raw, True, False)
+    assert data.skipped == 0 and (data.examples[0].start_word, data.examples[0].end_word) == (3, 5)
+    assert (google["start"], google["end"]) == (3, 5)
+
+
+def test_only_a_question_longer_than_max_query_length_is_counted_as_cut(tmp_path):
+    qas = [{"id": "q", "question": "what colour is it ?", "answers": [{"text": "red", "answer_start": 0}]}]
+    data = read_squad(_write(tmp_path / "train.json", _squad([[("red milk", qas)]])), "train")
+    assert [make_features(_tokenizer(), data, 16, 4, n, training=True).truncated for n in (6, 5, 4)] == [0, 0, 1]
+
+
+def test_max_seq_length_must_leave_a_context_piece_after_the_longest_question():
+    """At max_query_length + 3 a question of max_query_length pieces leaves no room: windows of 0 pieces never end."""
+    check_lengths(22, 18, 64, "m")
+    with pytest.raises(UsageError, match="must be more than --max-query-length 18"):
+        check_lengths(21, 18, 64, "m")
+    with pytest.raises(UsageError, match="takes at most 64 tokens"):
+        check_lengths(65, 18, 64, "m")
+
+
+def test_v2_metrics_name_only_the_kinds_of_question_the_dev_set_has():
+    """evaluate-v2.0.py prints HasAns_/NoAns_ figures only for the kinds of question the file holds."""
+    def dev(*answers):
+        return SquadData([SquadExample(f"q{i}", "?", 0, a) for i, a in enumerate(answers)], [[]], "2.0", Path("d"))
+
+    assert squad_task("2.0", dev(("a",))).metrics == ("exact", "f1", "HasAns_exact", "HasAns_f1", "best_exact",
+                                                      "best_f1")
+    assert squad_task("2.0", dev((), ("a",))).metrics[2:6] == ("HasAns_exact", "HasAns_f1", "NoAns_exact",
+                                                               "NoAns_f1")
+    assert squad_task("2.0", dev(())).metrics[2:4] == ("NoAns_exact", "NoAns_f1")
 
 
 def test_v2_impossible_questions_are_labelled_cls(tmp_path):
