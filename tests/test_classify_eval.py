@@ -525,3 +525,21 @@ def test_an_empty_label_column_name_is_a_usage_error(encoder, tmp_path, problem)
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == "bertctl: error: --label-column: give the label column's name, not ''"
     assert not (tmp_path / "run").exists()
+
+
+def test_scoring_flags_take_the_shortest_sequence_and_batch_and_refuse_below_them():
+    from bertctl.errors import UsageError
+    from bertctl.evaluate import check_scoring_flags
+
+    assert check_scoring_flags(3, 1) == (3, 1)  # [CLS], one token, [SEP]; one example per forward pass
+    for max_seq_length, batch_size, said in ((2, 1, "--max-seq-length 2: give at least 3"),
+                                             (3, 0, "--batch-size 0: give 1 or more")):
+        with pytest.raises(UsageError, match=said):
+            check_scoring_flags(max_seq_length, batch_size)
+
+
+def test_a_single_text_is_cut_to_max_seq_length_with_its_cls_and_sep():
+    tokenizer = BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d", "e"])
+    features = encode_examples(tokenizer, Examples(["a b c d e", "a b"], None, None, ["0", "1"], "rows"), 5)
+    assert [row.tolist() for row in features.input_ids] == [[2, 5, 6, 7, 3], [2, 5, 6, 3]]
+    assert features.truncated == 1

@@ -73,6 +73,23 @@ def test_a_runs_checkpoints_score_its_validation_rows(corpora, tmp_path, masking
     assert code == 0 and "note" not in err, err
 
 
+def test_the_note_on_the_runs_validation_rows_is_said_only_where_other_rows_were_scored(corpora, tmp_path, caplog):
+    """No note for a run that never validated, for the train split, or for a run whose --eval-samples passed the
+    split's 25 rows (all of them are its validation rows); a note for fewer rows than the run's."""
+    from bertctl.mlm_eval import evaluate_mlm
+    from bertctl.pretrain import pretrain
+
+    corpus = corpora["static"]
+    never = pretrain(small_run(corpus, tmp_path / "never", steps=2, save_every=0, eval_every=3))
+    every = pretrain(small_run(corpus, tmp_path / "every", steps=2, save_every=0, eval_every=2, eval_samples=1000))
+    for model, options in ((never, {"samples": 5}), (every, {}), (every, {"split": "train", "samples": 5})):
+        caplog.clear()
+        evaluate_mlm(model, corpus, device="cpu", **options)
+        assert "note" not in caplog.text, (model, options)
+    evaluate_mlm(every, corpus, device="cpu", samples=5)
+    assert "pass --samples 1000 to score its validation rows" in caplog.text
+
+
 def _transformers_model(folder: Path, tokenizer: Path, architecture: str, positions: int = 64,
                         tied: bool = True) -> Path:
     """A random transformers model; untied, its decoder and the decoder's bias are matrices of their own."""

@@ -70,6 +70,13 @@ def test_fill_matches_transformers_on_every_mask(mlm_folder):
         assert (got - torch.tensor(scores)).abs().max().item() < 1e-4
 
 
+def test_the_filled_text_is_transformers_pipelines_best_sequence(mlm_folder):
+    """Each [MASK] replaced by its top prediction, not another of its top-k."""
+    pipe = transformers.pipeline("fill-mask", model=str(mlm_folder), tokenizer=str(mlm_folder))
+    for result in fill(["my dog is [MASK].", "paris is the [MASK] of france."], mlm_folder, top_k=3):
+        assert result.filled == pipe(result.text, top_k=1)[0]["sequence"]
+
+
 def test_fill_on_an_untied_decoder_matches_transformers(tmp_path):
     """tie_word_embeddings false: the decoder and its bias are the folder's own matrices, not the embeddings."""
     folder = _saved_mlm(tmp_path / "untied", tie_word_embeddings=False)

@@ -81,7 +81,7 @@ def test_loss_falls_and_run_writes_its_files(corpus, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert {"step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "lr", "grad_norm", "tokens_per_second",
             "elapsed"} <= set(rows[0])
-    assert any("val_mlm_loss" in row and "val_nsp_accuracy" in row for row in rows)
+    assert [row["step"] for row in rows if "val_mlm_loss" in row and "val_nsp_accuracy" in row] == [20, 40]
     run_config = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run_config["config"]["steps"] == 40 and run_config["model"]["hidden_size"] == 128
     assert run_config["config"]["compile"] is None and run_config["compile"] is False  # default: on CUDA only
@@ -196,7 +196,8 @@ def test_every_metrics_row_after_a_resume_inside_a_log_window_equals_the_uninter
 
 def test_a_finished_run_resumed_with_more_steps_logs_the_rows_of_one_longer_run(corpus, tmp_path):
     """Its closing row at step 6 is off the --log-every 4 grid: the longer run drops it and logs step 8's row
-    over steps 5-8, as a run that never stopped does (constant lr: the schedule does not depend on --steps)."""
+    over steps 5-8, as a run that never stopped does (constant lr: the schedule does not depend on --steps); one
+    that closed at step 8, on the grid, keeps that row."""
     from bertctl.pretrain import pretrain
 
     flags = {"log_every": 4, "schedule": "constant", "warmup_steps": 0}
@@ -206,10 +207,14 @@ def test_a_finished_run_resumed_with_more_steps_logs_the_rows_of_one_longer_run(
     pretrain(small_run(corpus, tmp_path / "extended", steps=6, resume=True, **flags))  # nothing to do: kept
     assert sorted(_rows(tmp_path / "extended")) == [4, 6]
     pretrain(small_run(corpus, tmp_path / "extended", resume=True, **flags))
-    full, extended = _rows(tmp_path / "full"), _rows(tmp_path / "extended")
-    assert sorted(extended) == sorted(full) == [4, 8, 12]
-    for at, row in full.items():
-        assert max(abs(extended[at][k] - row[k]) for k in row) < 1e-5, (at, extended[at], row)
+    pretrain(small_run(corpus, tmp_path / "on_grid", steps=8, **flags))  # its closing row is a grid row: kept
+    pretrain(small_run(corpus, tmp_path / "on_grid", resume=True, **flags))
+    full = _rows(tmp_path / "full")
+    assert sorted(full) == [4, 8, 12]
+    for extended in (_rows(tmp_path / "extended"), _rows(tmp_path / "on_grid")):
+        assert sorted(extended) == [4, 8, 12]
+        for at, row in full.items():
+            assert max(abs(extended[at][k] - row[k]) for k in row) < 1e-5, (at, extended[at], row)
 
 
 def test_a_step_folder_without_its_trainer_state_is_no_checkpoint_and_is_saved_again(corpus, tmp_path, caplog):
@@ -395,6 +400,26 @@ def test_tokens_per_second_leaves_validation_and_saves_out(corpus, tmp_path, mon
     monkeypatch.setattr(run_metrics.Throughput, "rate", timed_rate)
     module.pretrain(small_run(corpus, tmp_path / "run", steps=6, save_every=0, eval_every=3, eval_samples=8))
     assert len(windows) == 6 and windows[3] < 1.0  # step 4's window began with the 1.5 s validation
+
+
+def test_tokens_per_second_counts_the_tokens_of_the_batches_without_their_padding(corpus, tmp_path, monkeypatch):
+    from bertctl import run_metrics
+    from bertctl.corpus import load_corpus
+    from bertctl.data.batches import BatchPlan, Collator, StepBatches
+    from bertctl.data.masking import masking_options
+    from bertctl.pretrain import pretrain
+    from bertctl.tokenizer_folder import load_tokenizer
+
+    counted, add = [], run_metrics.Throughput.add
+    monkeypatch.setattr(run_metrics.Throughput, "add", lambda self, tokens: counted.append(tokens) or add(self, tokens))
+    pretrain(small_run(corpus, tmp_path / "run", steps=3, save_every=0))
+    tables, manifest = load_corpus(corpus)
+    masking = masking_options(load_tokenizer(corpus / "tokenizer"), manifest["masked_lm_prob"],
+                              manifest["max_predictions_per_seq"], manifest["whole_word_masking"])
+    batches = StepBatches(tables["train"], BatchPlan(len(tables["train"]), 8, 8, 0, 1, 7), Collator(0, masking, 7),
+                          0, 3)
+    padded = [batches[step]["attention_mask"] for step in range(3)]
+    assert counted == [int(mask.sum()) for mask in padded] and not all(bool(mask.all()) for mask in padded)
 
 
 def test_validation_runs_under_the_runs_precision(corpus, tmp_path, monkeypatch):
@@ -1055,6 +1080,9 @@ def test_two_gloo_processes_give_the_losses_of_one(corpus, tmp_path):
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert sorted(a) == sorted(b) == list(range(1, 7))
     assert max(abs(a[s] - b[s]) for s in a) < 1e-4
+    norms = [[row["grad_norm"] for row in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+              if "grad_norm" in row] for run in ("one", "two")]
+    assert norms[1] == pytest.approx(norms[0], rel=1e-4)  # the gradients of the whole batch, not a rank's mean
 
 
 def test_quick_start_runs_end_to_end_and_fill_uses_it(tmp_path):
@@ -1099,6 +1127,35 @@ def test_nan_steps_are_skipped_then_the_run_stops_with_one_line(corpus, tmp_path
     rows = [strict_json(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["skipped_steps"] for row in rows][-2:] == [1, 2]  # the third bad step stopped the run
     assert rows[-1]["loss"] is None and rows[-1]["mlm_loss"] is None  # non-finite figures are null
+
+
+def test_a_resume_goes_on_counting_the_nan_steps_in_a_row_its_checkpoint_ended_with(corpus, tmp_path):
+    """Saved after its first NaN step (step 2), the run resumed from there stops at step 4, as it did unstopped."""
+    from bertctl.pretrain import pretrain
+
+    flags = {"steps": 10, "lr": 1e30, "warmup_steps": 0, "clip": 0, "max_bad_steps": 3, "save_every": 1}
+    with pytest.raises(BertctlError, match="NaN/inf for 3 steps in a row at step 4;"):
+        pretrain(small_run(corpus, tmp_path / "run", **flags))
+    shutil.rmtree(tmp_path / "run" / "step-000003")
+    with pytest.raises(BertctlError, match="NaN/inf for 3 steps in a row at step 4;"):
+        pretrain(small_run(corpus, tmp_path / "run", resume=True, **flags))
+
+
+def test_fp16_loss_scaler_skips_count_as_skipped_steps_and_never_stop_the_run(corpus, tmp_path, monkeypatch):
+    """fp16's GradScaler skips a step whose scaled gradients overflow: metrics rows count it in skipped_steps,
+    and such routine skips never stop the run as NaN/inf steps do (--max-bad-steps 2). On the CPU: fp16 autocast
+    there, and a loss scale at which every scaled gradient overflows."""
+    import torch
+
+    from bertctl import training
+    from bertctl.pretrain import pretrain
+
+    scaler = torch.amp.GradScaler
+    monkeypatch.setattr(training, "resolve_precision", lambda precision, device: "fp16")
+    monkeypatch.setattr(torch.amp, "GradScaler", lambda device: scaler(device, init_scale=2.0**127))
+    pretrain(small_run(corpus, tmp_path / "run", steps=3, save_every=0, max_bad_steps=2))
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["skipped_steps"] for row in rows] == [1, 2, 3]
 
 
 def strict_json(line: str) -> dict:
@@ -1444,7 +1501,8 @@ def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case
     decoder decayed as a matrix of its own and its own bias not), or a
     per-tensor apex-style LAMB, transformers' warmup schedules from step 0 (phase 2: a fresh optimizer), clipping
     at 1.0 and gradient accumulation that weights each micro-batch by its share of the global masked tokens and
-    sequences. metrics.jsonl's loss, grad_norm (before clipping) and lr are the loop's, and so are the weights."""
+    sequences. metrics.jsonl's loss, grad_norm (before clipping), lr, mlm_accuracy and nsp_accuracy are the
+    loop's, and so are the weights."""
     transformers = pytest.importorskip("transformers")
     import torch
     import torch.nn.functional as F
@@ -1505,7 +1563,7 @@ def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case
     for step in range(steps):
         micro_batches = [batches[step * (batch // micro) + i] for i in range(batch // micro)]
         masked = sum(int((b["mlm_labels"] != -100).sum()) for b in micro_batches)
-        loss_sum = 0.0
+        loss_sum, mlm_correct, nsp_correct = 0.0, 0, 0
         for b in micro_batches:
             padded.add(not bool(b["attention_mask"].all()))
             out = theirs(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"],
@@ -1513,16 +1571,19 @@ def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case
                          **({"next_sentence_label": b["next_sentence_label"]} if nsp else {}))
             logits = out.prediction_logits if nsp else out.logits
             mlm = F.cross_entropy(logits.flatten(0, 1), b["mlm_labels"].flatten())
+            mlm_correct += int((logits.argmax(-1) == b["mlm_labels"]).sum())
             loss = mlm * int((b["mlm_labels"] != -100).sum()) / masked
             if nsp:
                 nsp_loss = F.cross_entropy(out.seq_relationship_logits, b["next_sentence_label"])
+                nsp_correct += int((out.seq_relationship_logits.argmax(-1) == b["next_sentence_label"]).sum())
                 loss = loss + nsp_loss * len(b["input_ids"]) / batch
             if micro == batch:
                 assert loss.item() == pytest.approx(out.loss.item(), abs=1e-6)  # transformers' own sum
             loss.backward()
             loss_sum += loss.item()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0))
-        expected.append((loss_sum, grad_norm, optimizer.param_groups[0]["lr"]))
+        expected.append((loss_sum, grad_norm, optimizer.param_groups[0]["lr"], mlm_correct / masked,
+                         nsp_correct / batch))
         if lamb:
             with torch.no_grad():
                 _lamb_step(groups, lamb_state, optimizer.param_groups[0]["lr"])
@@ -1536,6 +1597,9 @@ def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case
     assert [r["loss"] for r in rows] == pytest.approx([e[0] for e in expected], abs=2e-6)
     assert [r["grad_norm"] for r in rows] == pytest.approx([e[1] for e in expected], rel=1e-5)
     assert [r["lr"] for r in rows] == pytest.approx([e[2] for e in expected], abs=1e-12)
+    assert [r["mlm_accuracy"] for r in rows] == pytest.approx([e[3] for e in expected], abs=1e-6)
+    assert [r.get("nsp_accuracy") for r in rows] == ([pytest.approx(e[4], abs=1e-6) for e in expected] if nsp
+                                                      else [None] * steps)
     trained, reference = load_file(final / "model.safetensors"), theirs.state_dict()
     assert trained.keys() <= reference.keys()
     if case == "untied":  # transformers' untied model leaves cls.predictions.bias unused; bertctl writes the one used
@@ -1546,3 +1610,4 @@ def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case
         assert (decoder - init.cls.predictions.decoder.weight).abs().max() > 1e-4  # trained, apart
     for name, weight in trained.items():
         assert torch.allclose(weight, reference[name], atol=1e-6), name
+

@@ -659,3 +659,80 @@ def test_micro_batches_of_unequal_masked_tokens_step_as_one_batch(odd_config):
     torch.testing.assert_close(split, one, rtol=0.0, atol=1e-6)
     for a, b in zip(split_update, one_update, strict=True):
         torch.testing.assert_close(a, b, rtol=0.0, atol=1e-6)
+
+
+def test_a_metrics_row_averages_the_steps_that_updated_and_all_of_them_when_none_did():
+    """A window with a skipped (NaN) step averages the others, so one bad step does not null its row; a window
+    of skipped steps only averages them all (its row says null)."""
+    def step(loss: float, skipped: bool) -> training.StepResult:
+        return training.StepResult(loss, {"mlm": loss / 2, "mlm_correct": 0.25}, 2 * loss, skipped, skipped)
+
+    means = training.window_means([step(1.0, False), step(math.nan, True), step(3.0, False)])
+    assert means == {"loss": 2.0, "grad_norm": 4.0, "mlm": 1.0, "mlm_correct": 0.25}
+    assert all(math.isnan(v) for k, v in training.window_means([step(math.nan, True)] * 2).items()
+               if k != "mlm_correct")
+
+
+def test_only_bad_steps_in_a_row_stop_a_run_and_the_count_goes_on_across_windows():
+    """A finite step resets the count: bad steps spread over a window never stop the run, while the count a
+    window ends with carries into the next (--max-bad-steps 3 here)."""
+    def pending(bad: bool) -> training.PendingStep:
+        figures = [math.nan if bad else 1.0, 1.0, float(not bad), float(bad)]
+        return training.PendingStep(["loss", "grad_norm", "finite", "bad"], torch.tensor(figures))
+
+    results, in_row = training.read_window([pending(b) for b in (True, True, False, True, False, True)], 6, 0, 3,
+                                           "hint")
+    assert [r.skipped for r in results] == [True, True, False, True, False, True] and in_row == 1
+    with pytest.raises(BertctlError, match=r"NaN/inf for 3 steps in a row at step 8; hint$"):
+        training.read_window([pending(True), pending(True), pending(False)], 9, in_row, 3, "hint")
+
+
+def test_a_global_batch_without_a_masked_token_steps_on_its_nsp_loss_alone(odd_config):
+    """A term with no units in the whole step (no masked token for the MLM) adds 0, not 0/0: the step updates
+    the model on its other terms instead of being skipped as NaN."""
+    from bertctl.model import BertForPreTraining
+    from bertctl.pretraining_objective import loss_terms, loss_weights
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(odd_config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    ids = torch.randint(5, odd_config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(1))
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
+             "mlm_labels": torch.full_like(ids, -100), "next_sentence_label": torch.tensor([0, 1])}
+    sgd = torch.optim.SGD(model.parameters(), lr=1.0, fused=True)
+    [result] = training.resolve_steps([training.optimizer_step(model, [batch], sgd, loss_terms, loss_weights,
+                                                               training.Distributed(), "fp32")])
+    assert not result.skipped and result.parts["mlm"] == result.parts["mlm_correct"] == 0.0
+    assert result.loss == result.parts["nsp"] > 0
+
+
+def test_clip_0_turns_clipping_off():
+    """--clip 0: the update is the whole gradient however large its norm (torch's max_norm 0 would zero it)."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    batch = {"x": torch.randn(3, 4) * 10, "scale": torch.tensor(1.0)}
+    _terms(model, batch)["task"][0].backward()
+    gradients = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    before = [p.detach().clone() for p in model.parameters()]
+    sgd = torch.optim.SGD(model.parameters(), lr=1.0, fused=True)  # update = -gradient
+    [result] = training.resolve_steps([training.optimizer_step(model, [batch], sgd, _terms, _weights,
+                                                               training.Distributed(), "fp32", clip=0.0)])
+    assert result.grad_norm == pytest.approx(float(torch.cat([g.flatten() for g in gradients]).norm()), rel=1e-6)
+    assert result.grad_norm > 1
+    for old, new, gradient in zip(before, model.parameters(), gradients, strict=True):
+        torch.testing.assert_close(old - new.detach(), gradient, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("fp16", torch.float16),
+                                                  ("fp32", torch.float32)])
+def test_a_precisions_autocast_computes_in_its_dtype(precision, dtype):
+    x = torch.randn(2, 2)
+    with training.autocast(precision, torch.device("cpu")):
+        assert torch.mm(x, x).dtype == dtype
+
+
+def test_a_saved_steps_flags_come_back_as_they_were():
+    """A checkpoint's log window keeps a loss-scaler skip (skipped, not bad) apart from a NaN step (both)."""
+    steps = [training.StepResult(1.0, {"mlm": 1.0}, 2.0, skipped, bad) for skipped, bad in
+             ((False, False), (True, False), (True, True))]
+    assert [training.StepResult.from_json(s.to_json()) for s in steps] == steps
