@@ -284,9 +284,10 @@ def test_finetune_classify_on_a_csv_pair_and_a_jsonl_regression(encoder, tmp_pat
     lines = [json.dumps({"text": f"{w} {w}", "score": {"cold": 0.5, "warm": 4.5}[w]}) for w in ["cold", "warm"] * 8]
     (tmp_path / "scores.jsonl").write_text("\n".join(lines) + "\n")
     out = finetune_classify(FinetuneConfig(model=encoder, train=tmp_path / "scores.jsonl", text_columns=("text",),
-                                           label_column="score", out=tmp_path / "reg", epochs=1, **FAST))
+                                           label_column="score", out=tmp_path / "reg", epochs=2, **FAST))
     results = json.loads((out / "eval_results.json").read_text())
     assert results["main_metric"] == "spearman" and "validation" not in results  # no validation: last epoch
+    assert (results["best_epoch"], results["best_step"]) == (2, 2)  # 16 rows in batches of 16
     assert json.loads((out / "config.json").read_text())["problem_type"] == "regression"
 
 

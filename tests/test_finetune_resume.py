@@ -458,3 +458,55 @@ def test_the_hash_of_ner_and_choice_features_reads_every_array_as_runs_begun_bef
                                  (choice, ["a c", "b b b b"], ["a c", "b b c b"])):
         ours, before = make(given)
         assert ours == before and make(changed)[0] != ours
+
+
+def test_the_examples_hash_reads_each_arrays_dtype_and_shape_as_runs_begun_before_recorded_it():
+    """The same bytes cut into other rows (all-zero segment ids, rows of 3 and 1 tokens or of 2 and 2), or read as
+    another dtype, are other examples; and the hash of given rows is the one runs begun before recorded."""
+    import hashlib
+
+    from bertctl.finetune_seed import _hash_arrays
+
+    def digest(value) -> str:
+        hashed = hashlib.sha256()
+        _hash_arrays(hashed, value)
+        return hashed.hexdigest()
+
+    assert digest([np.zeros(3, np.int64), np.zeros(1, np.int64)]) != digest([np.zeros(2, np.int64)] * 2)
+    assert digest(np.zeros(4, np.int64)) != digest(np.zeros(4, np.float64))
+    assert digest([np.array([2, 5, 3], np.int64), np.array([2, 3], np.int64)]) == \
+        "68245ae7eac4803d1956ce5748ff505def8fed37b285265307de0b5d2fa95693"
+
+
+def test_a_run_of_bad_steps_is_counted_on_across_a_checkpoint():
+    """--max-bad-steps counts NaN/inf steps in a row; a stop and resume in the middle of such a run does not
+    start the count again."""
+    from bertctl.finetune_seed import Progress
+
+    saved = json.loads(json.dumps(Progress(step=8, bad_in_row=3).record()))
+    assert Progress.from_record(saved, log_every=4).bad_in_row == 3
+
+
+def test_a_kill_after_a_better_epoch_resumes_with_the_best_epoch_its_checkpoint_refers_to(encoder, glue, tmp_path,
+                                                                                           monkeypatch):
+    """The checkpoint after epoch 1 refers to best-001; killed after epoch 2 beat it, before a newer checkpoint,
+    the run resumes from that checkpoint, and when epoch 1 stays the best, done/ is its model."""
+    import bertctl.finetune_classifier
+
+    dev = iter([0.5, 0.6, 0.4])  # epochs 1 and 2, then epoch 2 again after the resume
+    monkeypatch.setattr(bertctl.finetune_classifier, "score", lambda *args, **kwargs: {
+        "validation": {"accuracy": next(dev)}})
+
+    def killed(*args) -> None:  # kill -9 once the last epoch is scored
+        raise _Killed
+
+    settings = {"epochs": 2, "batch_size": 64, "micro_batch_size": None, "save_every": 1}  # a step an epoch
+    with monkeypatch.context() as patched, pytest.raises(_Killed):
+        patched.setattr(finetune, "finish_seed", killed)
+        finetune_glue(_config(encoder, glue, tmp_path / "run", **settings))
+    seed = tmp_path / ".run.work" / "seed-1"
+    assert sorted(p.name for p in seed.iterdir() if p.name.startswith(("step", "best"))) == \
+        ["best-001", "best-002", "step-000001"]
+    resumed = finetune_glue(_config(encoder, glue, tmp_path / "run", resume=True, **settings))
+    results = json.loads((resumed / "eval_results.json").read_text())
+    assert (results["best_epoch"], results["best_step"], results["validation"]) == (1, 1, {"accuracy": 0.5})

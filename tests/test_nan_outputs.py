@@ -106,6 +106,7 @@ def test_a_nan_epoch_is_never_kept_over_a_real_one(encoder, scores, tmp_path, mo
                                            batch_size=8, max_seq_length=16))
     results = strict((out / "eval_results.json").read_text())
     assert results["best_epoch"] == 2 and results["validation"]["spearman"] == 0.25
+    assert results["best_step"] == 4  # epoch 2's last step (2 steps an epoch), not the run's last
 
 
 def test_the_best_seed_is_a_real_one_and_the_spread_over_a_nan_seed_is_nan():
