@@ -258,12 +258,10 @@ def class_names(ckpt: Checkpoint, task: GlueTask | TabularTask, folder: Path | s
     if ckpt.labels or ckpt.origin is None or not getattr(task, "google_label_names", ()):
         return ckpt.labels or []
     names = list(task.google_label_names)  # type: ignore[union-attr]  # a GlueTask: checked above
-    if len(names) == ckpt.num_labels:
-        if say:
-            log.warning("warning: %s is a %s classifier without id2label; its outputs are taken in %s's order for "
-                        "%s (%s)", folder, ckpt.origin, ckpt.classifier_script, task.name, ", ".join(names))
-        return names
-    return []
+    if say:
+        log.warning("warning: %s is a %s classifier without id2label; its outputs are taken in %s's order for "
+                    "%s (%s)", folder, ckpt.origin, ckpt.classifier_script, task.name, ", ".join(names))
+    return names
 
 
 @dataclass
