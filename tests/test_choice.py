@@ -175,6 +175,18 @@ def test_label_and_choice_errors_name_the_line_too(tmp_path):
         read_choice(path, "--data", need_labels=False)
 
 
+def test_fewer_choices_than_the_first_example_are_refused_and_a_nan_row_is_wrong(tmp_path):
+    import numpy as np
+
+    from bertctl.choice import accuracy
+
+    path = tmp_path / "few.jsonl"
+    path.write_text('{"context": "c", "choices": ["a", "b", "c"]}\n{"context": "c", "choices": ["a", "b"]}\n')
+    with pytest.raises(UsageError, match=r"few.jsonl:2: 2 choices where the first example has 3"):
+        read_choice(path, "--data", need_labels=False)
+    assert accuracy(np.array([[np.nan, 1.0], [0.0, 1.0]]), np.array([0, 1])) == 0.5
+
+
 def test_label_errors_of_a_hub_copy_name_the_row(tmp_path):
     """A copy has no lines: its rows are counted from 1, as its other errors name them."""
     import datasets

@@ -174,6 +174,8 @@ def test_lone_carriage_returns_after_a_whole_header_line_say_so(own_glue, task, 
     ("qqp", "train", "QQP/train.tsv", "7\t1\t2\ta\tb\t2", r"QQP/train.tsv:3: label '2' is not one of 0, 1"),
     ("stsb", "dev", "STS-B/dev.tsv", "\t".join(["0"] * 9 + ["high"]),
      r"STS-B/dev.tsv:3: score 'high' is not a finite number"),
+    ("stsb", "dev", "STS-B/dev.tsv", "\t".join(["0"] * 9 + ["inf"]),
+     r"STS-B/dev.tsv:3: score 'inf' is not a finite number"),
 ])
 def test_bad_rows_name_the_file_and_line(own_glue, task, split, file, line, match):
     path = own_glue / file
@@ -182,6 +184,28 @@ def test_bad_rows_name_the_file_and_line(own_glue, task, split, file, line, matc
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(UsageError, match=match):
         read_split(task, split, own_glue)
+
+
+@pytest.mark.parametrize(("short", "refused"), [(1, False), (2, True)])
+def test_up_to_one_percent_of_rows_may_have_the_wrong_field_count(tmp_path, short, refused):
+    """1 short row in 100 is a quirk, skipped with a warning; 2 in 100 are more than 1%: not a GLUE file."""
+    (tmp_path / "RTE").mkdir()
+    rows = [f"{i}\ta {i}\tb {i}\tentailment" for i in range(100 - short)] + ["99\tjust one text"] * short
+    (tmp_path / "RTE" / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n" + "\n".join(rows) + "\n")
+    if refused:
+        with pytest.raises(UsageError, match=r"RTE/dev.tsv:100: expected 4 tab-separated fields, found 2"):
+            read_split("rte", "dev", tmp_path)
+    else:
+        assert len(read_split("rte", "dev", tmp_path)) == 99
+
+
+def test_a_row_missing_only_a_column_bertctl_does_not_read_is_read(tmp_path):
+    """Only a missing field bertctl reads skips a row: one lacking an extra trailing column is an example."""
+    (tmp_path / "RTE").mkdir()
+    rows = [f"{i}\ta {i}\tb {i}\tentailment\tx" for i in range(99)] + ["99\ta 99\tb 99\tnot_entailment"]
+    (tmp_path / "RTE" / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\textra\n" + "\n".join(rows) + "\n")
+    dev = read_split("rte", "dev", tmp_path)
+    assert (len(dev), dev.ids[-1], dev.text_b[-1], dev.labels[-1]) == (100, "99", "b 99", 1)
 
 
 def test_missing_folder_file_or_column_is_a_usage_error(own_glue):

@@ -122,12 +122,21 @@ def test_each_task_reports_its_metrics_with_its_main_one():
         predictions, labels = ([0.5, 2.0, 4.5], [1.0, 2.5, 4.0]) if task.is_regression else ([1, 0, 1], [1, 1, 1])
         scores = compute_task_metrics(name, predictions, labels)
         assert list(scores) == expected[name] and task.main_metric in scores
+    assert {name: task.main_metric for name, task in TASKS.items()} == {  # the BERT paper's Table 1 choice
+        "cola": "matthews_correlation", "sst2": "accuracy", "mrpc": "f1", "stsb": "spearman", "qqp": "f1",
+        "mnli": "accuracy", "qnli": "accuracy", "rte": "accuracy", "wnli": "accuracy", "ax": "matthews_correlation"}
     assert compute_task_metrics("mrpc", [1, 0, 1, 1], [1, 0, 0, 1]) == {"f1": pytest.approx(0.8), "accuracy": 0.75}
     with pytest.raises(UsageError, match="unknown GLUE task"):
         compute_task_metrics("squad", [0], [0])
 
 
 def test_user_tables_are_scored_through_the_same_call():
+    from bertctl.data.tabular import classify_task
+
+    tasks = (classify_task(("a", "b")), classify_task("abc"), classify_task(()))
+    assert [(t.metrics, t.main_metric) for t in tasks] == [
+        (("accuracy", "f1", "matthews_correlation"), "accuracy"), (("accuracy", "matthews_correlation"), "accuracy"),
+        (("pearson", "spearman"), "spearman")]
     task = TabularTask(("neg", "pos"), ("accuracy", "f1", "matthews_correlation"), "accuracy", None, None)
     scores = compute_task_metrics(task, [1, 0, 1, 1], [1, 0, 0, 1])
     assert scores == {"accuracy": 0.75, "f1": pytest.approx(0.8),
