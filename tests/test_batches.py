@@ -74,3 +74,29 @@ def test_pair_rows_give_segment_0_to_cls_a_sep_and_1_to_b_sep() -> None:
     ids, segments, lengths = pair_rows([np.array([2, 7, 3, 8, 3, 2, 9, 3], np.int32)], [3, 3], [2, 0])
     assert [row.tolist() for row in ids] == [[2, 7, 3, 8, 3], [2, 9, 3]] and lengths.tolist() == [5, 3]
     assert [row.tolist() for row in segments] == [[0, 0, 0, 1, 1], [0, 0, 0]]
+
+
+def test_ragged_rows_are_indexed_as_a_list_is() -> None:
+    ids, _, _ = pair_rows([np.array([2, 7, 3, 2, 9, 3], np.int32)], [3, 3], [0, 0])
+    assert ids[-2].tolist() == ids[0].tolist() == [2, 7, 3] and ids[-1].tolist() == [2, 9, 3]
+    for outside in (2, -3):
+        with pytest.raises(IndexError, match=f"row {outside} of 2"):
+            ids[outside]
+
+
+def test_eval_batches_stop_at_the_last_row_of_a_split_shorter_than_the_limit() -> None:
+    """`evaluate mlm` (the first 10,000 rows by default) on a 5-row split scores its 5 rows, each rank its share."""
+    from bertctl.data.batches import EvalBatches
+
+    class Table:
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, rows):
+            return {"rows": rows}
+
+    def collate(rows, epochs, indices):
+        return rows
+
+    assert [b["rows"] for b in EvalBatches(Table(), collate, 4, 10, 0, 1)] == [[0, 1, 2, 3], [4]]
+    assert [b["rows"] for b in EvalBatches(Table(), collate, 4, 10, 1, 2)] == [[1, 3]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import shutil
@@ -20,9 +21,9 @@ from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.batches import train_batches
-from bertctl.data.glue import TASKS, get_task, read_split
+from bertctl.data.glue import TASKS, Examples, get_task, read_split
 from bertctl.errors import UsageError
-from bertctl.evaluate import Features, collate, evaluate_glue, truncate_pair
+from bertctl.evaluate import Features, collate, encode_examples, evaluate_glue, truncate_pair
 from bertctl.finetune import finetune_classify, finetune_glue
 from bertctl.model import BertForMaskedLM
 from bertctl.predict import predict_glue
@@ -314,12 +315,62 @@ def test_epochs_visit_every_example_once_and_length_grouping_cuts_padding():
 
     assert padded(grouped) < 0.7 * padded(plain)
     assert lengths[grouped[0]].max() == lengths.max()  # the longest batch first: out of memory at step 1
+    assert sorted(lengths[grouped[0]]) == sorted(lengths)[-32:]  # a full one: windows sorted longest first
 
 
 def test_pairs_are_truncated_from_the_longer_text_as_bert_does():
     assert truncate_pair([1, 2, 3, 4, 5], [6, 7], 5) == ([1, 2, 3], [6, 7])
     assert truncate_pair([1, 2, 3], [4, 5, 6], 4) == ([1, 2], [4, 5])
     assert truncate_pair([1, 2, 3], None, 2) == ([1, 2], None)
+
+
+def _googles_truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_length: int) -> None:
+    """google-research/bert's run_classifier.py `_truncate_seq_pair`, as written there."""
+    while True:
+        total_length = len(tokens_a) + len(tokens_b)
+        if total_length <= max_length:
+            break
+        if len(tokens_a) > len(tokens_b):
+            tokens_a.pop()
+        else:
+            tokens_b.pop()
+
+
+def test_a_tie_costs_the_second_text_its_token_as_googles_truncate_seq_pair():
+    """Of two texts equally long Google cuts B, so an odd budget leaves the odd token to A (the fast tokenizer's
+    longest_first gives it to B: docs/evaluate.md)."""
+    assert truncate_pair([1, 2, 3], [4, 5, 6], 5) == ([1, 2, 3], [4, 5])
+    for n_a, n_b, room in itertools.product(range(7), range(7), range(13)):
+        a, b = list(range(n_a)), list(range(10, 10 + n_b))
+        google_a, google_b = list(a), list(b)
+        _googles_truncate_seq_pair(google_a, google_b, room)
+        assert truncate_pair(a, b, room) == (google_a, google_b)
+
+
+def test_pairs_are_laid_out_as_googles_convert_single_example():
+    """`[CLS] A [SEP] B [SEP]` cut to max_seq_length by `_truncate_seq_pair`, segment 0 through A's [SEP] and 1
+    through B's (run_classifier.py's segment_ids)."""
+    tokenizer = BertTokenizer.from_vocab(VOCAB)
+    a = ["the cat sat", "the big dog ran on the mat a cat", "cat", "", "the cat sat on"]
+    b = ["a dog", "the cat", "the big dog ran on the small mat", "on", "a dog ran on"]
+    features = encode_examples(tokenizer, Examples(a, b, None, [str(i) for i in range(5)], "rows"), 10, show=False)
+    for i, (text_a, text_b) in enumerate(zip(a, b, strict=True)):
+        tokens_a, tokens_b = (tokenizer.encode(text, add_special_tokens=False).ids for text in (text_a, text_b))
+        _googles_truncate_seq_pair(tokens_a, tokens_b, 10 - 3)
+        ids = [tokenizer.cls_id, *tokens_a, tokenizer.sep_id, *tokens_b, tokenizer.sep_id]
+        assert features.input_ids[i].tolist() == ids
+        assert features.token_type_ids[i].tolist() == [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
+    assert features.lengths.tolist() == [8, 10, 10, 4, 10] and features.truncated == 3
+
+
+def test_a_single_text_is_cut_to_fill_max_seq_length_with_cls_and_sep():
+    """run_classifier.py keeps max_seq_length - 2 tokens of a text alone (- 3 of a pair)."""
+    tokenizer = BertTokenizer.from_vocab(VOCAB)
+    text = "the big dog ran on the mat a cat"
+    features = encode_examples(tokenizer, Examples([text, "cat"], None, None, ["0", "1"], "rows"), 6, show=False)
+    pieces = tokenizer.encode(text, add_special_tokens=False).ids
+    assert features.input_ids[0].tolist() == [tokenizer.cls_id, *pieces[:4], tokenizer.sep_id]
+    assert features.lengths.tolist() == [6, 3] and features.truncated == 1
 
 
 # --- bad input: one line, a non-zero exit, nothing written ----------------------------------------------------
@@ -520,8 +571,6 @@ def test_training_is_a_transformers_loop_step_for_step(encoder, tmp_path, proble
     from bertctl import training_state
     from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint
     from bertctl.checkpoint_names import to_transformers_names
-    from bertctl.data.glue import Examples
-    from bertctl.evaluate import encode_examples
 
     rng = np.random.default_rng(0)
     words = [w for w in VOCAB[8:] if w.isalpha()]

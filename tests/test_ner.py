@@ -136,6 +136,9 @@ def test_reading_conll_and_jsonl(tmp_path):
     assert read.tags == [["B-PER", "I-PER", "O"], ["O"]] and tag_set(read, names) == tuple(names)
     with pytest.raises(UsageError, match="give --label-names"):
         read_ner(tmp_path / "a.jsonl", "--train")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"tokens": ["x", "y"], "ner_tags": [0, 3]}) + "\n")
+    with pytest.raises(UsageError, match=r"b.jsonl:1: ner_tags holds an id outside 0..2 \(--label-names name 3 "):
+        read_ner(tmp_path / "b.jsonl", "--train", label_names=names)  # one past the last: no IndexError
     words = tmp_path / "words.txt"
     words.write_text("EU\nrejects\n\nPeter\n")
     assert read_ner(words, "--data", need_tags=False).tags is None
@@ -497,6 +500,31 @@ def test_a_word_without_pieces_is_not_counted_as_cut(ner_run, tmp_path):
     assert results["sentences"] == 2 and results["sentences_cut"] == 0
     cut = evaluate_ner(ner_run, _conll(tmp_path / "long.txt", [[("john", "B-PER")] * 30]))
     assert cut["sentences_cut"] == 1
+
+
+def test_a_word_without_pieces_is_predicted_o_whatever_the_heads_last_tag(encoder, tmp_path):
+    """It has no prediction (run_ner.py leaves it out); predict writes O, not the tag of id -1."""
+    model = build_model(read_checkpoint(encoder), "BertForTokenClassification", num_labels=3)
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([0.0, 9.0, 0.0]))  # says B-PER everywhere
+    tagger = save_model(model, tmp_path / "tagger", _tokenizer(), labels=["O", "B-PER", "I-PER"])
+    (tmp_path / "words.txt").write_text("john\n\u200b\nwent\n")
+    out = predict_ner(tagger, tmp_path / "words.txt", tmp_path / "p.txt")
+    assert [line.split()[-1] for line in out.read_text().splitlines()] == ["B-PER", "O", "B-PER"]
+
+
+def test_padding_pieces_are_labelled_minus_100_as_in_transformers():
+    """DataCollatorForTokenClassification pads the labels with -100: padding takes no part in the loss."""
+    import numpy as np
+
+    from bertctl.data.ner import NerData
+    from bertctl.ner import collate_tokens
+
+    data = NerData([["john", "went"], ["paris"]], [["B-PER", "O"], ["B-LOC"]], Path("two.txt"))
+    features = make_ner_features(_tokenizer(), data, ("O", "B-PER", "B-LOC"), 16)
+    batch = collate_tokens(features, np.arange(2), 0)
+    assert batch["labels"].tolist() == [[-100, 1, 0, -100], [-100, 2, -100, -100]]
 
 
 def test_predict_says_how_many_sentences_were_cut(ner_run, tmp_path, caplog):

@@ -677,6 +677,37 @@ def test_best_indexes_order_ties_as_run_squad_in_a_window_of_384():
     assert best_indexes(logits, 20) == [i for i, _ in sorted(enumerate(logits), key=lambda x: x[1], reverse=True)[:20]]
 
 
+def test_every_batch_is_padded_to_max_seq_length_as_run_squads_features(tmp_path):
+    """Windows shorter than max_seq_length are padded to it, not to the batch's longest, so the start/end
+    softmax spans the same positions however the windows are batched."""
+    from bertctl.squad import collate_spans
+
+    qas = [{"id": "q", "question": "what colour is it ?", "answers": [{"text": "red", "answer_start": 0}]}]
+    data = read_squad(_write(tmp_path / "train.json", _squad([[("red milk", qas)]])), "train")
+    features = make_features(_tokenizer(), data, 24, 6, 6, training=True)
+    assert features.lengths.tolist() == [10]
+    batch = collate_spans(features, np.arange(1), 0)
+    assert batch["input_ids"].shape == batch["attention_mask"].shape == (1, 24)
+    assert batch["attention_mask"].sum().item() == 10 and batch["input_ids"][0, 10:].eq(0).all()
+
+
+def test_start_logits_are_the_first_output_of_qa_outputs_as_in_transformers(tmp_path):
+    """Start logits are qa_outputs' first column, end logits its second, kept apart end to end (answers of one
+    word, the synthetic sets', score alike either way round)."""
+    from bertctl.squad import span_logits
+
+    qas = [{"id": "q", "question": "what colour is it ?", "answers": []}]
+    data = read_squad(_write(tmp_path / "d.json", _squad([[("red milk", qas)]])), "predict")
+    features = make_features(_tokenizer(), data, 16, 3, 4, training=False)
+    model = BertForQuestionAnswering(BertConfig(vocab_size=len(VOCAB), hidden_size=8, num_hidden_layers=1,
+                                                num_attention_heads=2, intermediate_size=16)).eval()
+    with torch.no_grad():
+        model.qa_outputs.weight.zero_()
+        model.qa_outputs.bias.copy_(torch.tensor([1.0, -1.0]))
+    starts, ends = span_logits(model, features, 0, 4, torch.device("cpu"), "fp32")
+    assert starts[0].tolist() == [1.0] * 16 and ends[0].tolist() == [-1.0] * 16
+
+
 def test_padding_positions_take_part_in_the_n_best_as_in_run_squad(tmp_path, squad_run, squad_files):
     """run_squad.py pads every window to max_seq_length and takes the n-best start/end positions over all of
     them before dropping what is not context: high logits at padding thin a question's candidates. bertctl's
