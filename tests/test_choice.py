@@ -407,6 +407,11 @@ def test_refusals(encoder, choice_run, choice_files, tmp_path):
     ragged.write_text('{"context": "a", "choices": ["b", "c"], "label": 0}\n'
                       '{"context": "a", "choices": ["b", "c", "d"], "label": 0}\n')
     _one_line_failure([*train, str(ragged)], "ragged.jsonl:2: 3 choices where the first example has 2")
+    two = tmp_path / "two.jsonl"  # a validation file of other examples than training's would be scored unasked
+    two.write_text('{"context": "a", "choices": ["b", "c"], "label": 0}\n')
+    four = _swag_csv(tmp_path / "four.csv", _synthetic(2, 1))
+    _one_line_failure([*train, str(four), "--validation", str(two)],
+                      f"--validation {two}: 2 choices per example where --train {four} has 4")
     _one_line_failure(["evaluate", "choice", "--model", str(encoder), "--data", str(choice_files["valid"])],
                       "has no multiple-choice head")
     _one_line_failure(["evaluate", "choice", "--model", str(choice_run), "--data", str(choice_files["test"])],
@@ -432,6 +437,21 @@ def test_predict_refuses_an_out_named_for_another_format(choice_run, choice_file
     assert CliRunner().invoke(app, ["predict", "choice", "--model", str(choice_run), "--data",
                                     str(choice_files["valid"]), "--out", str(written)]).exit_code == 0
     assert written.read_text().startswith("id,prediction,label,prob0,")
+
+
+def test_a_row_flagged_not_real_is_not_counted_right() -> None:
+    """Under torchrun a rank with no share of a batch runs one row flagged not real: answered right, it must not
+    count towards the training accuracy in metrics.jsonl."""
+    from types import SimpleNamespace
+
+    from bertctl.finetune_multiple_choice import _loss_terms
+
+    logits = torch.tensor([[0.0, 1.0]])
+    def model(*args, **kwargs):
+        return SimpleNamespace(logits=logits, loss=torch.tensor(0.5))
+    batch = {"input_ids": None, "token_type_ids": None, "labels": torch.tensor([1])}
+    assert [int(_loss_terms(model, {**batch, "real": torch.tensor([real])})["task"][1]) for real in (True, False)] \
+        == [1, 0]
 
 
 def test_two_gloo_processes_give_the_losses_and_validation_scores_of_one(encoder, choice_files, tmp_path):

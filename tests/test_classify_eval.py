@@ -482,6 +482,23 @@ def test_one_whole_number_spelled_several_ways_is_one_class_in_a_fixed_order(tmp
         "01", "12345678901234567890", "12345678901234567891")
 
 
+def test_a_label_that_could_name_several_given_classes_is_refused_naming_them(tmp_path):
+    """--label-names 1,01 makes two classes of one number: a 1.0 (or a TRUE among True and true) is refused as
+    ambiguous, not taken as the first, while the exact spellings still name their own class."""
+    from bertctl.data.tabular import load_labelled_data
+    from bertctl.errors import UsageError
+
+    exact = tmp_path / "exact.csv"
+    exact.write_text("text,label\na,1\nb,01\n", encoding="utf-8")
+    assert load_labelled_data(exact, None, ["text"], "label", label_names=["1", "01"]).train.labels == [0, 1]
+    for names, spelled in ((["1", "01"], "1.0"), (["True", "true"], "TRUE")):
+        data = tmp_path / "data.csv"
+        data.write_text(f"text,label\na,{names[0]}\nb,{spelled}\n", encoding="utf-8")
+        with pytest.raises(UsageError, match=rf"data.csv:3: label '{spelled}' could be any of the classes "
+                                             rf"{', '.join(names)}; spell it as one of them"):
+            load_labelled_data(data, None, ["text"], "label", label_names=names)
+
+
 def test_a_nan_in_a_numeric_label_column_is_refused_at_its_row_not_made_a_class(tmp_path):
     from bertctl.data.tabular import load_labelled_data
     from bertctl.errors import UsageError

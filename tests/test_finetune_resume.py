@@ -81,6 +81,23 @@ def _flags(settings: dict) -> list[str]:
     return [part for key, value in settings.items() for part in (f"--{key.replace('_', '-')}", str(value))]
 
 
+def test_a_classify_row_flagged_not_real_is_not_counted_right() -> None:
+    """Under torchrun a rank with no share of a batch runs one row flagged not real: answered right, it must not
+    count towards the training accuracy in metrics.jsonl."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from bertctl.finetune_classifier import _loss_terms
+
+    logits = torch.tensor([[0.0, 1.0]])
+    def model(*args, **kwargs):
+        return SimpleNamespace(logits=logits, loss=torch.tensor(0.5))
+    batch = {"input_ids": None, "token_type_ids": None, "labels": torch.tensor([1])}
+    assert [int(_loss_terms(model, {**batch, "real": torch.tensor([real])})["task"][1]) for real in (True, False)] \
+        == [1, 0]
+
+
 def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, glue, tmp_path):
     settings = {**SETTINGS, "epochs": 4}  # seed 6 goes from chance to every dev example right: the scores move
     finetune_glue(FinetuneConfig(model=encoder, data=str(glue), task="mrpc", out=tmp_path / "one", dropout=0.0,

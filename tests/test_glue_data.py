@@ -347,6 +347,13 @@ def test_every_format_gives_the_same_examples(tmp_path):
     assert all(result == expected for result in results.values()) and len(results) == 5, results
 
 
+def test_label_names_fix_the_class_order_and_may_name_a_class_training_lacks(tmp_path):
+    train = tmp_path / "train.csv"
+    train.write_text("text,y\na,pos\nb,neg\n", encoding="utf-8")
+    task = load_labelled_data(train, None, ["text"], "y", label_names=["pos", "neg", "meh"])
+    assert (task.label_names, task.train.labels) == (("pos", "neg", "meh"), [0, 1])
+
+
 def test_a_saved_dataset_dict_is_refused_naming_the_split_folder_to_give(tmp_path):
     split = datasets.Dataset.from_list([{"text": "a", "label": 0}, {"text": "b", "label": 1}])
     datasets.DatasetDict({"train": split, "test": split}).save_to_disk(str(tmp_path / "dict"))
@@ -424,6 +431,17 @@ def test_a_row_of_empty_fields_is_a_row_and_an_empty_line_is_not(tmp_path, kind)
     path.write_text(content, encoding="utf-8")
     examples, id_name = read_examples(path, ["text"])
     assert examples.text_a == texts and examples.ids == [str(i) for i in range(len(texts))] and id_name == "index"
+
+
+@pytest.mark.parametrize(("kind", "content"), [
+    ("csv", "idx,text,id\n0,a,q7\n1,b,q9\n"),
+    ("jsonl", '{"idx": 0, "text": "a", "id": "q7"}\n{"idx": 1, "text": "b", "id": "q9"}\n'),
+])
+def test_a_file_with_both_id_and_idx_columns_is_named_by_its_id_column(tmp_path, kind, content):
+    path = tmp_path / f"both.{kind}"
+    path.write_text(content, encoding="utf-8")
+    examples, id_name = read_examples(path, ["text"])
+    assert (examples.ids, id_name) == (["q7", "q9"], "id")
 
 
 @pytest.mark.parametrize(("kind", "content", "error"), [
@@ -655,7 +673,7 @@ def test_booleans_spelled_as_pandas_writes_them_name_the_boolean_classes(tmp_pat
     flags = tmp_path / "flags.jsonl"
     flags.write_text('{"text": "a", "label": true}\n{"text": "b", "label": false}\n', encoding="utf-8")
     assert read_examples(flags, ["text"], "label", ["False", "True"])[0].labels == [1, 0]
-    with pytest.raises(UsageError, match="label 'True' is not one of false, TRUE, true"):
+    with pytest.raises(UsageError, match="label 'True' could be any of the classes TRUE, true; spell"):
         read_examples(written, ["text"], "label", ["false", "TRUE", "true"])  # two classes would fit: none is taken
 
 

@@ -302,8 +302,11 @@ def _to_examples(table: _Table, label_names: tuple[str, ...], label_column: str)
             if value is None:
                 raise UsageError(f"{table.where(row)}: label {text!r} is not a finite number (regression)")
             labels.append(value)
-        elif (found := index(text)) is not None:
-            labels.append(found)
+        elif len(found := index.classes(text)) == 1:
+            labels.append(found[0])
+        elif found:
+            raise UsageError(f"{table.where(row)}: label {text!r} could be any of the classes "
+                             f"{', '.join(label_names[i] for i in found)}; spell it as one of them")
         else:
             raise UsageError(f"{table.where(row)}: label {text!r} is not one of {', '.join(label_names)}")
     text_b = table.texts[1] if len(table.texts) == 2 else None
@@ -324,15 +327,16 @@ class _ClassIndex:
             if (value := _whole(name)) is not None:
                 self.numbers.setdefault(value, []).append(i)
 
-    def __call__(self, text: str) -> int | None:
+    def classes(self, text: str) -> list[int]:
+        """Every class the label may name: one, none, or several (`1.0` among the given classes 1 and 01), which
+        is refused as ambiguous rather than taken as the first."""
         if text in self.exact:
-            return self.exact[text]
-        same: list[int] = []
+            return [self.exact[text]]
         if text.lower() in ("true", "false"):
-            same = self.folded.get(text.lower(), [])
-        elif (value := _whole(text)) is not None:
-            same = self.numbers.get(value, [])
-        return same[0] if len(same) == 1 else None
+            return self.folded.get(text.lower(), [])
+        if (value := _whole(text)) is not None:
+            return self.numbers.get(value, [])
+        return []
 
 
 def _check_text_columns(text_columns: tuple[str, ...]) -> None:
