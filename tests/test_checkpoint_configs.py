@@ -140,6 +140,13 @@ def test_unsupported_config_is_refused_in_one_line_naming_the_file(change, said,
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_config_of_another_model_type_is_refused(odd_config, tmp_path):
+    """A RoBERTa config.json beside BERT-shaped weights would load as BERT (transformers only warns)."""
+    folder_with_config("BertModel", odd_config, tmp_path / "hf", {"model_type": "roberta"})
+    with pytest.raises(UsageError, match="model_type 'roberta' is not BERT"):
+        read_checkpoint(tmp_path / "hf")
+
+
 def test_a_bad_model_config_flag_file_is_named(tmp_path):
     from bertctl.config import model_config
 
@@ -154,6 +161,23 @@ def test_transformers_default_dtype_is_documented_behaviour(odd_config, tmp_path
         pytest.skip("transformers 4 loads in fp32 by default")
     reference_model("BertModel", odd_config).half().save_pretrained(tmp_path / "hf")
     assert transformers.BertModel.from_pretrained(tmp_path / "hf").dtype == torch.float16
+
+
+def test_an_id2label_of_ten_or_more_classes_is_read_in_numeric_order(odd_config, tmp_path):
+    """"10" sorts before "2" as a string: the order is the outputs' numbers, as transformers reads them."""
+    labels = [f"class{i}" for i in range(12)]
+    reference = reference_model("BertForSequenceClassification", odd_config, num_labels=12,
+                                id2label=dict(enumerate(labels)))
+    reference.save_pretrained(tmp_path / "hf")
+    assert read_checkpoint(tmp_path / "hf").labels == labels == list(reference.config.id2label.values())
+
+
+def test_config_json_wins_over_a_bert_config_json_beside_it(odd_config, tmp_path):
+    """transformers reads config.json only; a stale bert_config.json left beside it (a converted Google or
+    NVIDIA folder) is not read."""
+    reference_model("BertModel", odd_config).save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "bert_config.json").write_text(json.dumps({"hidden_size": 768, "vocab_size": 30522}))
+    assert read_checkpoint(tmp_path / "hf").config.hidden_size == odd_config.hidden_size
 
 
 @pytest.mark.parametrize("id2label", [["a", "b"], {"0": "a", "2": "b"}, {"x": "a", "y": "b"}])

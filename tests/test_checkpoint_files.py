@@ -163,6 +163,16 @@ def test_half_precision_weights_are_loaded_as_fp32(dtype, odd_config, tmp_path):
     assert_transformers_loads_ours("BertForPreTraining", tmp_path / "hf", tmp_path)
 
 
+def test_a_file_of_mixed_precision_reports_each_dtype_it_holds(odd_config, tmp_path):
+    """fp16 weights with fp32 LayerNorms (as mixed-precision recipes keep them): info names both, not the first."""
+    saved("BertModel", odd_config, tmp_path / "hf")
+    state = load_file(tmp_path / "hf" / "model.safetensors")
+    save_file({k: v if "LayerNorm" in k else v.half() for k, v in state.items()}, tmp_path / "hf" / "model.safetensors")
+    ckpt = read_checkpoint(tmp_path / "hf")
+    assert ckpt.stored_dtype == "float16/float32"
+    assert all(t.dtype == torch.float32 for t in ckpt.state.values())
+
+
 def test_safetensors_is_preferred_over_pytorch_bin(odd_config, tmp_path):
     saved("BertForQuestionAnswering", odd_config, tmp_path / "hf")
     state = load_file(tmp_path / "hf" / "model.safetensors")

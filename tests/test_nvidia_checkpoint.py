@@ -348,6 +348,26 @@ def test_a_vocab_size_that_is_not_nvidias_padding_is_still_refused(odd_config, t
         read_checkpoint(folder)
 
 
+def test_a_transformers_folder_with_padded_rows_is_refused(odd_config, tmp_path):
+    """Only NVIDIA's checkpoints are read with their padding: transformers refuses its own folder whose embeddings
+    do not match config.json, and so does bertctl."""
+    reference_model("BertModel", padded(odd_config)).save_pretrained(tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "vocab_size": odd_config.vocab_size}))
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        transformers.BertModel.from_pretrained(tmp_path / "hf")
+    with pytest.raises(UsageError, match=f"config.json says vocab_size {odd_config.vocab_size}, hidden_size"):
+        read_checkpoint(tmp_path / "hf")
+
+
+def test_a_bare_encoders_padded_rows_are_read_as_its_vocabulary(odd_config, tmp_path):
+    """An encoder saved alone has no `bert.` prefix; its padded embeddings are NVIDIA's padding all the same."""
+    reference = reference_model("BertModel", padded(odd_config))
+    ckpt = read_checkpoint(nvidia_folder(tmp_path / "x", reference))
+    assert ckpt.config.vocab_size == PADDED
+    assert max_diff("BertModel", build_model(ckpt).eval(), reference, odd_config) <= 1e-5
+
+
 def test_a_run_swag_checkpoint_is_read_as_multiple_choice_given_its_architecture(odd_config, tmp_path):
     """run_swag.py's one-output `classifier` has the shape of a one-label classifier (a regression) and NVIDIA writes
     no class name: a config.json naming BertForMultipleChoice, as docs/checkpoints.md says, reads it as the choice

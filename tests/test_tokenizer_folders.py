@@ -274,6 +274,13 @@ def test_tokenizer_json_alone_takes_its_casing(vocab: dict[str, list[str]], tmp_
     assert compared > 500 and bad == []
 
 
+def test_an_old_configs_max_len_is_its_model_max_length(tmp_path: Path) -> None:
+    """transformers < 2.9 wrote max_len; transformers still reads it as model_max_length."""
+    folder = write(tmp_path / "old", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"],
+                   tokenizer_config={"do_lower_case": True, "max_len": 128})
+    assert load_tokenizer(folder).options.model_max_length == Slow.from_pretrained(str(folder)).model_max_length == 128
+
+
 def test_options_special_ids_and_saving_round_trip(vocab: dict[str, list[str]], tmp_path: Path) -> None:
     """Custom and added tokens survive bertctl's save; transformers' slow tokenizer reloads the same ids."""
     ours = load_tokenizer(_custom_specials(tmp_path / "custom", vocab))
