@@ -832,3 +832,16 @@ def test_sop_instances_equal_a_port_of_alberts_code_draw_for_draw() -> None:
     is_continuation = np.arange(100) >= 70
     for ours, documents, index, length, short, draws in _drawn_instances("mlm+sop", 1, is_continuation):
         assert ours == _albert_sop_instances(documents, index, length, short, _Uniforms(draws), is_continuation)
+
+
+def test_max_seq_length_may_fill_the_first_declared_position_table(tmp_path) -> None:
+    """The limit is the first of config.json, bert_config.json and tokenizer_config.json that declares one, and a
+    corpus may use every position of it."""
+    from bertctl.corpus import check_length
+
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 64}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512}))
+    check_length(64, tmp_path)
+    with pytest.raises(UsageError, match=r"--max-seq-length 65 is above the 64 positions of .*config.json "
+                                         r"\(max_position_embeddings\)"):
+        check_length(65, tmp_path / "vocab.txt")

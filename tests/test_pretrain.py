@@ -1611,3 +1611,13 @@ def test_pretraining_is_a_transformers_loop_step_for_step(corpus, tmp_path, case
     for name, weight in trained.items():
         assert torch.allclose(weight, reference[name], atol=1e-6), name
 
+
+
+def test_a_corpus_may_fill_every_position_of_the_model() -> None:
+    from bertctl.config import BertConfig
+    from bertctl.corpus_fit import refuse_unfit_corpus
+
+    config = BertConfig(max_position_embeddings=32)
+    refuse_unfit_corpus(config, {"objective": "mlm", "max_seq_length": 32}, "c")
+    with pytest.raises(UsageError, match="corpus c has sequences of 33 tokens but the model takes at most 32"):
+        refuse_unfit_corpus(config, {"objective": "mlm", "max_seq_length": 33}, "c")

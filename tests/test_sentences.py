@@ -60,3 +60,14 @@ def test_runs_of_stops_split_as_before() -> None:
              "Hm.....x. Ok.": ["Hm.....x.", "Ok."]}
     for text, expected in cases.items():
         assert split_sentences(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("The end. ", ["The end."]),  # a stop and white space ending the text
+    ('He paused. "why not?" she asked.', ['He paused. "why not?" she asked.']),  # a quote opening lowercase text
+    ('He wrote "Dr." Then he left.', ['He wrote "Dr."', "Then he left."]),  # a closing quote ends an abbreviation
+    ('He said "Mr. Darcy came." She left.', ['He said "Mr. Darcy came."', "She left."]),  # an opening quote before it
+    ("J. I. Packer wrote it. Then.", ["J. I. Packer wrote it.", "Then."]),  # I. after the text's first initial
+])
+def test_boundaries_at_the_edges_of_quotes_and_texts(text: str, expected: list[str]) -> None:
+    assert split_sentences(text) == expected

@@ -433,3 +433,20 @@ def test_an_input_written_like_a_path_is_never_a_dataset_name(tmp_path: Path, mo
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(UsageError, match=f"^INPUTS: nothing matched {re.escape(repr(spelt))}"):
         expand_inputs([spelt])
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path: Path) -> None:
+    (tmp_path / "bom.txt").write_bytes("\ufeffFirst line.\n\nSecond.\n".encode())
+    (tmp_path / "bom.txt.gz").write_bytes(gzip.compress((tmp_path / "bom.txt").read_bytes()))
+    for name in ("bom.txt", "bom.txt.gz"):
+        assert list(iter_documents([tmp_path / name])) == [(["First line."], 12), (["Second."], 8)]
+        assert list(iter_texts([tmp_path / name])) == ["First line.", "", "Second."]
+
+
+def test_a_character_cut_at_the_end_of_the_checked_start_is_read_not_skipped(tmp_path: Path) -> None:
+    """The check reads 64 KiB: a multi-byte character whose bytes straddle that end is UTF-8 all the same."""
+    text = "a" * ((1 << 16) - 1) + "é\n"
+    (tmp_path / "cut.txt").write_text(text, encoding="utf-8")
+    stats = ReadStats()
+    assert list(iter_texts([tmp_path / "cut.txt"], stats=stats)) == [text[:-1]]
+    assert stats.skipped == [] and stats.files_read == 1

@@ -217,3 +217,40 @@ def test_the_order_of_inputs_and_lines_does_not_change_the_vocabulary(corpus: Pa
         assert run("tokenizer", "train", *(tmp_path / i for i in inputs), "--out", tmp_path / name,
                    "--vocab-size", "700").exit_code == 0
     assert vocab_lines(tmp_path / "ab") == vocab_lines(tmp_path / "ba") == vocab_lines(tmp_path / "r")
+
+
+@pytest.mark.parametrize(("text", "size", "limit", "expected"), [
+    ("b b ab\n", 9, 1000, ["a", "b", "##a", "##b"]),  # the alphabet in code point order, not by count
+    ("abc cab\n", 9, 2, ["a", "b", "##a", "##b"]),  # a tie at --limit-alphabet keeps the lower code points
+    ("a, b.\n", 11, 1000, [",", ".", "a", "b", "##a", "##b"]),  # punctuation always stands alone: no ##,
+])
+def test_a_vocabulary_of_exactly_the_fixed_tokens_is_accepted(tmp_path: Path, text: str, size: int, limit: int,
+                                                              expected: list[str]) -> None:
+    """--vocab-size may equal the specials plus the alphabet and its ##characters (the smallest size the refusal
+    names); spaces and line breaks are never characters of the alphabet, and no [unused] warning comes when none
+    is added."""
+    (tmp_path / "x.txt").write_text(text, encoding="utf-8")
+    result = run("tokenizer", "train", tmp_path / "x.txt", "--out", tmp_path / "tok", "--vocab-size", size,
+                 "--limit-alphabet", limit)
+    assert result.exit_code == 0, result.output
+    assert vocab_lines(tmp_path / "tok") == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *expected]
+    assert "placeholders" not in result.output
+
+
+def test_a_vocabulary_mostly_unused_is_warned_about(tmp_path: Path) -> None:
+    (tmp_path / "tiny.txt").write_text("the cat sat on the mat\nthe dog sat\n", encoding="utf-8")
+    result = run("tokenizer", "train", tmp_path / "tiny.txt", "--out", tmp_path / "tok", "--vocab-size", "200")
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "tok" / "provenance.json").read_text())
+    assert record["alphabet"] == 11 and record["unused"] > 100
+    assert f"so {record['unused']} of the 200 entries are [unused] placeholders" in result.output
+
+
+@pytest.mark.parametrize(("flags", "learned"), [((), ["cd"]), (("--min-frequency", "1"), ["cd", "ab"])])
+def test_only_pairs_seen_min_frequency_times_are_merged(tmp_path: Path, flags: tuple[str, ...],
+                                                        learned: list[str]) -> None:
+    (tmp_path / "x.txt").write_text("ab cd cd\n", encoding="utf-8")
+    result = run("tokenizer", "train", tmp_path / "x.txt", "--out", tmp_path / "tok", "--vocab-size", "20", *flags)
+    assert result.exit_code == 0, result.output
+    tokens = vocab_lines(tmp_path / "tok")
+    assert tokens[13:13 + len(learned) + 1] == [*learned, "[unused0]"]
