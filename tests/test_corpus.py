@@ -212,6 +212,18 @@ def test_validation_documents_are_spaced_by_the_written_fraction(fraction: float
     assert held[:len(first)] == first and len(held) == round(10_000 * fraction)
 
 
+@pytest.mark.parametrize("shard_size_mb", [1.0, 0.002])
+def test_validation_documents_are_numbered_over_all_shards(data, shard_size_mb: float) -> None:
+    """Which documents are held out does not depend on the shard size: each shard's are numbered from the
+    documents of the shards before it (in "ordered", document d holds the words d * 48 .. d * 48 + 47)."""
+    corpus, _ = build(data, f"held{shard_size_mb}", "ordered", objective="mlm", validation_fraction=0.2,
+                      shard_size_mb=shard_size_mb)
+    assert (len(list((data["root"] / f"held{shard_size_mb}" / "train").glob("*.arrow"))) > 3) == (shard_size_mb < 1)
+    held = {(i - FIRST_BASE) // 48 for row in rows(corpus["validation"]) for i in row["input_ids"]
+            if FIRST_BASE <= i < FIRST_BASE + len(BASES)}
+    assert held == {0, 5, 10, 15, 20, 25, 30, 35}
+
+
 @pytest.mark.parametrize("fraction", [0.0, 0.25])
 def test_notnext_text_comes_from_another_document_when_a_shard_holds_one(data, fraction: float) -> None:
     """Shards smaller than a document hold one each: NotNext B still comes from another document of the same
@@ -533,13 +545,16 @@ def test_a_special_token_that_lowercasing_keeps_is_plain_text_too(data) -> None:
     ({"max_seq_length": 1024}, "above the 512 positions"),
     ({"inputs": ("/nonexistent/*.txt",)}, "nothing matched"),
     ({"validation_fraction": 0.99}, "no training instances"),
+    ({"inputs": ("JUNK_FIRST",), "validation_fraction": 0.01}, "no validation instances"),  # only document 0 held
 ])
 def test_bad_input_fails_with_one_line_and_leaves_nothing(data, change, message) -> None:
     empty = data["root"] / "empty.txt"
     empty.write_text("\n\n  \n", encoding="utf-8")
+    junk_first = data["root"] / "junk_first.txt"  # a first document that tokenises to nothing
+    junk_first.write_text("\u200b \x07\n\n" + data["small"].read_text(encoding="utf-8"), encoding="utf-8")
     values = {"inputs": (str(data["small"]),), "tokenizer": data["tok"], "out": data["root"] / "bad",
               "workers": 1, **change}
-    values["inputs"] = tuple(str(empty) if i == "EMPTY" else i for i in values["inputs"])
+    values["inputs"] = tuple({"EMPTY": str(empty), "JUNK_FIRST": str(junk_first)}.get(i, i) for i in values["inputs"])
     with pytest.raises(UsageError, match=message) as error:
         build_corpus(CorpusConfig(**values))
     assert "\n" not in str(error.value)

@@ -742,6 +742,16 @@ def test_a_tokenizer_that_encodes_otherwise_than_the_corpus_is_refused(corpus, t
     assert not (tmp_path / "run").exists()
 
 
+def test_an_init_from_tokenizer_config_without_tokenizer_json_is_compared_on_its_settings(corpus, tmp_path):
+    """tokenizer_config.json alone (beside Google's vocab.txt) says the casing: a cased one is refused."""
+    other = _model_folder(tmp_path / "other", corpus / "tokenizer", do_lower_case=False)
+    (other / "tokenizer.json").unlink()
+    args = ["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--steps", "2",
+            "--num-workers", "0", "--device", "cpu", "--init-from", str(other)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "do_lower_case False vs True" in result.stderr, result.output
+
+
 def test_init_from_trains_with_the_corpus_tokenizer_on_a_model_with_spare_rows(corpus, tmp_path, monkeypatch):
     """--init-from's tokenizer may differ from the corpus's in decoding only; the corpus's is used and saved.
     A model with more embedding rows than tokens (a padded vocabulary) trains, and masking's random
