@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from safetensors import safe_open
 
 transformers = pytest.importorskip("transformers")
 
@@ -97,6 +98,8 @@ def test_transformers_loads_our_folder_without_missing_or_unexpected_keys(name, 
     reference = reference_model(name, odd_config)
     reference.save_pretrained(tmp_path / "hf")
     save_model(load_model(tmp_path / "hf"), tmp_path / "ours")
+    stored = [set(safe_open(str(tmp_path / d / "model.safetensors"), "pt").keys()) for d in ("hf", "ours")]
+    assert stored[1] == stored[0]  # save_pretrained's names: a bare BertModel's without the `bert.` prefix
     reloaded, info = getattr(transformers, name).from_pretrained(tmp_path / "ours", output_loading_info=True)
     assert not info["missing_keys"]
     assert not info["unexpected_keys"] and not info["mismatched_keys"]
