@@ -110,13 +110,14 @@ class Checkpoint:
 
     @property
     def num_labels(self) -> int:
-        """Outputs of the classification head: config.json's labels, else the saved head's rows, else 2."""
+        """Outputs of the classification head: config.json's labels, else the saved head's rows, else its num_labels,
+        else 2 (transformers ignores `_num_labels`, which its 2.x releases wrote beside id2label)."""
         if self.labels:
             return len(self.labels)
         weight = self.state.get("classifier.weight")
         if weight is not None:
             return weight.shape[0]
-        return int(self.raw_config.get("num_labels") or self.raw_config.get("_num_labels") or 2)
+        return int(self.raw_config.get("num_labels") or 2)
 
     def weights_sha256(self) -> str:
         """The weights as read (our names, sorted; dtype, shape and values) as one hash: what run.json records of

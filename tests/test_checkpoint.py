@@ -449,3 +449,62 @@ def test_fresh_heads_are_drawn_as_transformers_draws_them(tmp_path, architecture
     assert ours.fresh_heads
     for name, value in to_transformers_names(ours.state_dict(), bare=False).items():
         assert torch.equal(value, theirs[name]), name
+
+
+def test_an_encoder_file_without_a_pooler_loads_without_one(odd_config, tmp_path):
+    """A BertModel file saved without its pooler (add_pooler=False) loads as such: no pooler drawn at random."""
+    torch.manual_seed(1)
+    transformers.BertModel(transformers.BertConfig(**odd_config.to_dict()), add_pooling_layer=False).save_pretrained(
+        tmp_path / "bare")
+    model = load_model(tmp_path / "bare")
+    assert model.bert.pooler is None and not model.fresh_heads
+
+
+def test_a_tokenizer_with_as_many_tokens_as_embedding_rows_is_the_models(odd_config, tmp_path):
+    """Only more tokens than rows is refused: a vocabulary that fills the matrix exactly is the usual case."""
+    from bertctl.checkpoint import model_tokenizer
+    from bertctl.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "word"])
+    config = odd_config.replace(vocab_size=tokenizer.vocab_size)
+    folder = save_model(BertForPreTraining(config), tmp_path / "ours", tokenizer)
+    assert model_tokenizer(read_checkpoint(folder)).vocab_size == config.vocab_size
+
+
+def test_a_copied_tokenizer_config_that_fits_the_positions_is_copied_as_written(odd_config, tmp_path):
+    """Only a model_max_length past the positions (or none) is rewritten; one that fits keeps the file's bytes."""
+    from bertctl.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "word"])
+    config = odd_config.replace(vocab_size=tokenizer.vocab_size)
+    folder = save_model(BertForPreTraining(config), tmp_path / "ours", tokenizer)
+    saved = json.loads((folder / "tokenizer_config.json").read_text())
+    assert saved["model_max_length"] == config.max_position_embeddings
+    (folder / "tokenizer_config.json").write_text(json.dumps(saved, separators=(",", ":")))
+    copied = save_model(BertForPreTraining(config), tmp_path / "copied", folder)
+    assert (copied / "tokenizer_config.json").read_bytes() == (folder / "tokenizer_config.json").read_bytes()
+
+
+def test_save_models_keep_and_config_extra_never_replace_the_models_own(odd_config, tmp_path):
+    """`keep` adds heads the model lacks and `config_extra` only KEPT_CONFIG_KEYS: neither overrides a weight or
+    a BertConfig field of the model being saved."""
+    torch.manual_seed(0)
+    model = BertForPreTraining(odd_config)
+    word = "bert.embeddings.word.weight"
+    folder = save_model(model, tmp_path / "ours", keep={word: torch.zeros_like(model.state_dict()[word])},
+                        config_extra={"vocab_size": 7, "finetuning_task": "mlm"})
+    saved = load_file(folder / "model.safetensors")["bert.embeddings.word_embeddings.weight"]
+    assert torch.equal(saved, model.state_dict()[word])
+    config = json.loads((folder / "config.json").read_text())
+    assert config["vocab_size"] == odd_config.vocab_size and config["finetuning_task"] == "mlm"
+
+
+def test_info_names_an_encoder_config_as_bertmodel_whatever_heads_its_file_holds(odd_config, tmp_path):
+    """config.json's BertModel over a pre-training file is what transformers' AutoModel loads: not reported as
+    BertForNextSentencePrediction, which has no MLM head."""
+    from bertctl.info import info
+
+    hf_pretraining_folder(odd_config, tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "architectures": ["BertModel"]}))
+    assert info(tmp_path / "hf")["architecture"] == "BertModel"

@@ -65,6 +65,19 @@ def test_classifier_without_labels_in_config_keeps_its_trained_head(odd_config, 
     assert max_diff("BertForSequenceClassification", tmp_path / "hf", odd_config, reference.eval()) <= TOLERANCE
 
 
+def test_a_hand_written_num_labels_is_read_as_transformers_reads_it(odd_config, tmp_path):
+    """A fresh classifier has config.json's num_labels outputs; `_num_labels` (a key transformers 2.x wrote
+    beside id2label) is ignored by transformers and by bertctl, as every key outside BertConfig."""
+    folder_with_config("BertModel", odd_config, tmp_path / "hf", {"model_type": "bert", "_num_labels": 3})
+    auto = transformers.AutoModelForSequenceClassification
+    assert load_model(tmp_path / "hf", "BertForSequenceClassification").num_labels == 2
+    assert auto.from_pretrained(tmp_path / "hf").num_labels == 2
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "num_labels": 4}))
+    assert load_model(tmp_path / "hf", "BertForSequenceClassification").num_labels == 4
+    assert auto.from_pretrained(tmp_path / "hf").num_labels == 4
+
+
 def test_convert_keeps_labels_problem_type_and_task_settings(odd_config, tmp_path):
     values = {**HUB_CONFIGS["ner-4.6.1"], "finetuning_task": "ner", "problem_type": "single_label_classification",
               "classifier_dropout": 0.2, "tokenizer_class": "BertTokenizer"}

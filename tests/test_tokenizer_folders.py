@@ -253,15 +253,18 @@ def test_normalized_added_tokens_match_auto_tokenizer(layout: str, lowercase: bo
     assert [e.ids for e in load_tokenizer(tmp_path / "copy").encode_batch(ADDED_TEXTS)] == expected
 
 
-def test_added_token_without_normalized_key_is_normalized(vocab: dict[str, list[str]], tmp_path: Path) -> None:
-    """A hand-written added_tokens_decoder entry without "normalized" is normalized (not being special), as
-    transformers' AddedToken defaults it."""
-    decoder = {str(len(vocab["uncased"])): {"content": "<ent>"}}
+def test_added_tokens_without_normalized_key_are_normalized_unless_special(vocab: dict[str, list[str]],
+                                                                           tmp_path: Path) -> None:
+    """Hand-written added_tokens_decoder entries without "normalized" are normalized unless special, as
+    transformers' AddedToken defaults it: the special one matches only as written, the other in any case."""
+    size = len(vocab["uncased"])
+    decoder = {str(size): {"content": "<ent>"}, str(size + 1): {"content": "<spc>", "special": True}}
     folder = write(tmp_path, vocab["uncased"], tokenizer_config={"tokenizer_class": "BertTokenizer",
                                                                  "added_tokens_decoder": decoder})
-    text = "The <ENT> and x<Ent>y"
+    text = "The <ENT> and x<Ent>y <spc> <SPC>"
     expected = transformers.AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
-    assert load_tokenizer(folder).encode(text).ids == expected and expected.count(len(vocab["uncased"])) == 2
+    assert load_tokenizer(folder).encode(text).ids == expected
+    assert expected.count(size) == 2 and expected.count(size + 1) == 1
 
 
 def test_tokenizer_json_alone_takes_its_casing(vocab: dict[str, list[str]], tmp_path: Path) -> None:
