@@ -439,21 +439,6 @@ def test_predict_refuses_an_out_named_for_another_format(choice_run, choice_file
     assert written.read_text().startswith("id,prediction,label,prob0,")
 
 
-def test_a_row_flagged_not_real_is_not_counted_right() -> None:
-    """Under torchrun a rank with no share of a batch runs one row flagged not real: answered right, it must not
-    count towards the training accuracy in metrics.jsonl."""
-    from types import SimpleNamespace
-
-    from bertctl.finetune_multiple_choice import _loss_terms
-
-    logits = torch.tensor([[0.0, 1.0]])
-    def model(*args, **kwargs):
-        return SimpleNamespace(logits=logits, loss=torch.tensor(0.5))
-    batch = {"input_ids": None, "token_type_ids": None, "labels": torch.tensor([1])}
-    assert [int(_loss_terms(model, {**batch, "real": torch.tensor([real])})["task"][1]) for real in (True, False)] \
-        == [1, 0]
-
-
 def test_two_gloo_processes_give_the_losses_and_validation_scores_of_one(encoder, choice_files, tmp_path):
     """torchrun: each rank trains on its share of every batch and scores its share of the validation examples."""
     from test_finetune_resume import _dev, _losses, _torchrun

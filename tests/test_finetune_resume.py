@@ -81,15 +81,16 @@ def _flags(settings: dict) -> list[str]:
     return [part for key, value in settings.items() for part in (f"--{key.replace('_', '-')}", str(value))]
 
 
-def test_a_classify_row_flagged_not_real_is_not_counted_right() -> None:
+@pytest.mark.parametrize("recipe", ["finetune_classifier", "finetune_multiple_choice"])
+def test_a_row_flagged_not_real_is_not_counted_right(recipe: str) -> None:
     """Under torchrun a rank with no share of a batch runs one row flagged not real: answered right, it must not
     count towards the training accuracy in metrics.jsonl."""
+    import importlib
     from types import SimpleNamespace
 
     import torch
 
-    from bertctl.finetune_classifier import _loss_terms
-
+    _loss_terms = importlib.import_module(f"bertctl.{recipe}")._loss_terms
     logits = torch.tensor([[0.0, 1.0]])
     def model(*args, **kwargs):
         return SimpleNamespace(logits=logits, loss=torch.tensor(0.5))
