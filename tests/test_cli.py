@@ -673,9 +673,12 @@ def test_an_error_raised_from_another_in_a_real_loader_worker_is_its_whole_messa
     import torch
 
     import bertctl.info
+    from bertctl.stop_signals import loader_batches
 
-    def in_a_worker(model):
-        next(iter(torch.utils.data.DataLoader(_CausedInAWorker(message), batch_size=None, num_workers=1)))
+    def in_a_worker(model):  # as the training loops read their loaders: the worker is shut down as the error leaves
+        with loader_batches(torch.utils.data.DataLoader(_CausedInAWorker(message), batch_size=None,
+                                                        num_workers=1)) as batches:
+            next(batches)
 
     monkeypatch.setattr(bertctl.info, "info", in_a_worker)
     result = CliRunner().invoke(app, ["info", str(tmp_path)])
