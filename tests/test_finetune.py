@@ -27,6 +27,7 @@ from bertctl.evaluate import Features, collate, encode_examples, evaluate_glue, 
 from bertctl.finetune import finetune_classify, finetune_glue
 from bertctl.model import BertForMaskedLM
 from bertctl.predict import predict_glue
+from bertctl.results_summary import PAPER_COLUMNS, glue_table, main_score, summarize
 from bertctl.tokenizer import BertTokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "'", "s", '"',
@@ -253,6 +254,25 @@ def test_ax_is_predicted_with_the_mnli_model_only(all_run, small_glue, tmp_path)
 
 
 # --- seeds, user tables ------------------------------------------------------------------------------------
+
+def test_summaries_by_hand_sample_std_median_first_split_and_the_average_without_wnli():
+    """The runs' tiny sets can give every seed the same score, where a population std or a high median equals
+    the right one; hand-made scores tell them apart."""
+    runs = {seed: {"dev": {"f1": f1, "accuracy": 0.5}} for seed, f1 in ((1, 0.4), (2, 0.9), (3, 0.6), (4, 0.8))}
+    summary = summarize(get_task("mrpc"), runs)
+    stats = summary["summary"]["dev"]["f1"]
+    assert summary["best_seed"] == 2 and stats["median"] == pytest.approx(0.7)  # the mean of the middle two
+    assert stats["std"] == pytest.approx((0.1475 / 3) ** 0.5) and stats["mean"] == pytest.approx(0.675)
+    assert main_score(get_task("mnli"), {"dev_matched": {"accuracy": 0.8}, "dev_mismatched": {"accuracy": 0.7}}) == 0.8
+    scores = dict(zip([header for header, _, _ in PAPER_COLUMNS], [0.1, 0.2, 0.3, 0.4, 0.5, 0.15, 0.7, 0.8, 0.9, 0.0],
+                      strict=True))
+    summaries = {task: {"main_metric": get_task(task).main_metric, "seeds": [42], "runs": {"42": {}}}
+                 for _, task, _ in PAPER_COLUMNS}
+    for header, task, split in PAPER_COLUMNS:
+        summaries[task]["runs"]["42"][split] = {get_task(task).main_metric: scores[header]}
+    columns = glue_table(summaries, {}, "bert")["columns"]
+    assert columns["Average"]["mean"] == pytest.approx(0.45) and columns["RTE"]["mean"] == 0.9  # WNLI's 0.0 left out
+
 
 def test_seeds_give_mean_std_median_and_the_best_seed_is_evaluated(encoder, small_glue, tmp_path):
     out = finetune_glue(FinetuneConfig(model=encoder, data=str(small_glue), task="mrpc", out=tmp_path / "mrpc",

@@ -21,8 +21,8 @@ from bertctl.checkpoint import build_model, read_checkpoint, save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.ner import check_known, make_ner_features, read_ner, tag_set
-from bertctl.errors import UsageError
-from bertctl.finetune_tagging import finetune_ner
+from bertctl.errors import BertctlError, UsageError
+from bertctl.finetune_tagging import _labelled, _loss_terms, finetune_ner
 from bertctl.metrics import entity_scores, entity_spans
 from bertctl.model import BertForMaskedLM, BertForTokenClassification
 from bertctl.ner import evaluate_ner, predict_ner
@@ -139,9 +139,11 @@ def test_reading_conll_and_jsonl(tmp_path):
     (tmp_path / "b.jsonl").write_text(json.dumps({"tokens": ["x", "y"], "ner_tags": [0, 3]}) + "\n")
     with pytest.raises(UsageError, match=r"b.jsonl:1: ner_tags holds an id outside 0..2 \(--label-names name 3 "):
         read_ner(tmp_path / "b.jsonl", "--train", label_names=names)  # one past the last: no IndexError
+    with pytest.raises(UsageError, match=r"has the tags B-PER, I-PER, which --label-names lacks"):
+        tag_set(read, ["O"])  # refused before a tag without an output stops feature making with a KeyError
     words = tmp_path / "words.txt"
-    words.write_text("EU\nrejects\n\nPeter\n")
-    assert read_ner(words, "--data", need_tags=False).tags is None
+    words.write_text("EU\nrejects\n\nPeter\n\x0c\n")  # a form feed is a word: only a blank line ends a sentence
+    assert read_ner(words, "--data", need_tags=False).words == [["EU", "rejects"], ["Peter", "\x0c"]]
 
 
 @pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
@@ -261,6 +263,25 @@ def test_entity_scores_equal_seqeval():
                 pytest.approx(expected[kind])
     assert entity_scores([["B-PER"]], [["O"]])[0] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "accuracy": 0.0}
     assert entity_scores([[]], [[]]) == ({"precision": 0.0, "recall": 0.0, "f1": 0.0, "accuracy": 0.0}, {})  # no words
+    for short in ([["O"]], [["O"], ["B-PER"]]):  # a sentence too few, a tag too few: refused, not a ValueError
+        with pytest.raises(BertctlError, match="one predicted tag per gold tag"):
+            entity_scores([["O"], ["B-PER", "O"]], short)
+
+
+def test_words_without_a_prediction_are_left_out_of_the_scores_as_run_ner_drops_them():
+    """-1 (no piece): the word leaves gold and predictions both; tag id 0 is a prediction like any other."""
+    import numpy as np
+
+    from bertctl.data.ner import NerData
+    from bertctl.ner import ner_scores, scored_tags
+
+    data = NerData([["a", "b", "c"], ["d"]], [["B-PER", "I-PER", "O"], ["B-LOC"]], Path("t.txt"))
+    labels = ["B-PER", "I-PER", "O", "B-LOC"]
+    predictions = [np.array([0, -1, 2]), np.array([0])]
+    assert scored_tags(data, predictions, labels) == ([["B-PER", "O"], ["B-LOC"]], [["B-PER", "O"], ["B-PER"]])
+    overall, types = ner_scores(data, predictions, labels)
+    assert overall == {"precision": 0.5, "recall": 0.5, "f1": 0.5, "accuracy": 2 / 3}
+    assert types["LOC"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "number": 1}
 
 
 # --- the model ------------------------------------------------------------------------------------------
@@ -280,6 +301,13 @@ def test_logits_and_loss_equal_transformers(tmp_path):
     torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=0)
     torch.testing.assert_close(a.loss, b.loss, atol=1e-5, rtol=0)
     assert theirs.config.id2label[1] == "B-PER"
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": mask, "labels": labels,
+             "real": torch.tensor([True, True])}
+    with torch.no_grad():
+        loss, right = _loss_terms(ours, batch)["task"]  # fine-tuning's: a mean over the 6 labelled pieces
+    torch.testing.assert_close(loss, b.loss, atol=1e-5, rtol=0)
+    assert right == (b.logits.argmax(-1) == labels).sum() and _labelled(batch)["task"] == 6
+    assert _labelled({**batch, "real": torch.tensor([True, False])})["task"] == 4  # a row flagged off weighs 0
 
 
 # --- end to end ---------------------------------------------------------------------------------------------
