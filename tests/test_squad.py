@@ -568,6 +568,8 @@ def _official_v2(gold, preds, na_probs):
         cur = best_score = sum(1 for q in has if not has[q])
         best_t = 0.0
         for q in sorted(na_probs, key=lambda k: na_probs[k]):
+            if q not in scores:
+                continue
             cur += scores[q] if has[q] else (-1 if preds[q] else 0)
             if cur > best_score:
                 best_score, best_t = cur, na_probs[q]
@@ -579,8 +581,10 @@ def _official_v2(gold, preds, na_probs):
 
 
 GOLD = {"p": ["The Eiffel Tower!"], "a": ["an apple", "apples"], "u": ["Zürich, Schweiz"], "w": ["  New   York "],
-        "n": [], "m": ["a b c d", "b c"], "z": ["the"]}
-PREDS = {"p": "eiffel tower", "a": "apple", "u": "zürich", "w": "new york city", "n": "", "m": "c d e", "z": ""}
+        "n": [], "m": ["a b c d", "b c"], "z": ["the"], "t": ["5 a.m."], "s": ["Tower of the  Eiffel"],
+        "k": ["The", "Paris"]}
+PREDS = {"p": "eiffel tower", "a": "apple", "u": "zürich", "w": "new york city", "n": "", "m": "c d e", "z": "",
+         "t": "5 am", "s": "tower of eiffel", "k": ""}
 
 
 def test_v1_metrics_equal_the_official_script():
@@ -588,14 +592,25 @@ def test_v1_metrics_equal_the_official_script():
     preds = {**{q: PREDS[q] for q in gold}, "z": "the the"}
     assert squad_v1_scores(gold, preds) == pytest.approx(_official_v1(gold, preds))
     assert squad_v1_scores({"x": ["a"]}, {}) == {"exact_match": 0.0, "f1": 0.0}  # missing prediction scores 0
+    assert squad_v1_scores({"x": ["a"], "y": ["b"]}, {"y": "b"}) == {"exact_match": 50.0, "f1": 50.0}
 
 
-def test_v2_metrics_equal_the_official_script():
-    odds = {"p": -2.0, "a": 0.5, "u": 3.0, "w": -1.0, "n": 1.5, "m": 0.0, "z": 2.5}
-    ours = squad_v2_scores(GOLD, PREDS, odds)
-    assert ours == pytest.approx(_official_v2(GOLD, PREDS, odds))
-    assert {"HasAns_exact", "NoAns_f1", "best_f1_thresh"} <= set(ours)
-    assert squad_v2_scores({"n": []}, {"n": ""}, {"n": 0.0})["exact"] == 100.0  # no answer, predicted none
+V2_CASES = [  # gold, predictions, null odds
+    (GOLD, PREDS, {"p": -2.0, "a": 0.5, "u": 3.0, "w": -1.0, "n": 1.5, "m": 1.0, "z": 2.5, "t": 0.2, "s": -0.5,
+                   "k": 0.7}),  # m at --na-prob-thresh itself: answered
+    ({"n": []}, {"n": ""}, {"n": 0.0}),  # no HasAns_ figures; no better threshold than 0.0
+    ({"x": ["a"], "y": []}, {"x": "a", "y": ""}, {"x": 0.0, "y": 2.0}),  # a tie later keeps the first threshold
+    ({"x": ["a"]}, {"x": "a", "other": "b"}, {"x": 0.0, "other": -1.0}),  # a prediction for no question of gold
+]
+
+
+@pytest.mark.parametrize(("gold", "preds", "odds"), V2_CASES)
+def test_v2_metrics_equal_the_official_script(gold, preds, odds):
+    ours = squad_v2_scores(gold, preds, odds)
+    assert ours == pytest.approx(_official_v2(gold, preds, odds))
+    without_odds = _official_v2(gold, preds, dict.fromkeys(preds, 0.0))  # no --na-prob-file: odds 0, no best_*
+    assert squad_v2_scores(gold, preds) == pytest.approx({k: v for k, v in without_odds.items()
+                                                          if not k.startswith("best")})
 
 
 # --- postprocessing -----------------------------------------------------------------------------------------
@@ -792,6 +807,7 @@ def test_null_odds_equal_to_the_threshold_keep_the_answer(tmp_path):
         settings = AnswerSettings(null_score_diff_threshold=threshold, with_null=True)
         answers = answers_from_logits(features, starts, ends, tokenizer, settings)
         assert answers.predictions == {"q": expected} and answers.null_odds == {"q": 0.0}
+        assert [e["text"] for e in answers.nbest["q"][:2]] == ["red", ""]  # "" ranks by its score, as in run_squad.py
 
 
 def test_final_text_maps_back_to_the_original_characters():
@@ -1190,6 +1206,13 @@ def test_squad_copies_predict_without_answers_and_bad_ones_are_refused_in_one_li
     bad.write_text('{"id": "a", "context": "red", "question": "q", "answers": {"text": ["red"]}}\n'
                    '{"id": "b", "context": "red", "question": "q", "answers": {"text": [], "answer_start": []}}\n')
     with pytest.raises(UsageError, match=r"bad.json: line 1: answers must be \{text: \[strings\], answer_start"):
+        read_squad(bad, "score")
+    for answers in ({"text": ["red"], "answer_start": [0, 4]}, {"text": ["red"], "answer_start": [True]}):
+        bad.write_text(json.dumps({"id": "a", "context": "red", "question": "q", "answers": answers}))
+        with pytest.raises(UsageError, match=r"bad.json: line 1: answers must be .* of one length"):
+            read_squad(bad, "score")
+    bad.write_text('{"id": true, "context": "red", "question": "q", "answers": {"text": [], "answer_start": []}}')
+    with pytest.raises(UsageError, match=r"bad.json: line 1: id is bool; give text or a number"):
         read_squad(bad, "score")
     bad.write_text('{"data": [{"id": "a", "context": 3, "question": "q", "answers": {"text": [], '
                    '"answer_start": []}}]}')
