@@ -166,6 +166,9 @@ def test_a_clone_of_the_hub_repository_gives_the_files_examples(glue, tmp_path):
     (clone / "rte" / "validation-00000-of-00001.parquet").unlink()
     with pytest.raises(UsageError, match=r"rte: no validation-\*.parquet for rte dev \(found splits: test, train\)"):
         read_split("rte", "dev", clone)
+    (clone / "rte" / "validation").mkdir()  # the parquet converter's layout: <config>/<split>/0000.parquet
+    _hub_dataset("rte", "dev", glue).to_parquet(clone / "rte" / "validation" / "0000.parquet")
+    _same(read_split("rte", "dev", clone), read_split("rte", "dev", glue))
 
 
 def test_a_clone_with_label_names_only_in_its_readme_and_in_another_order(glue, tmp_path):

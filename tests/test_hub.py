@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig
+from bertctl.errors import UsageError
 from bertctl.hub import is_hub_dataset_id, is_hub_id, local_folder, path_as_given
 from bertctl.model import BertForMaskedLM
 from bertctl.tokenizer_folder import load_tokenizer
@@ -45,7 +46,12 @@ def offline_cache(tmp_path, monkeypatch):
 
 def test_paths_are_never_taken_for_hub_ids(tmp_path):
     assert is_hub_id("bert-base-uncased") and is_hub_id("google-bert/bert-base-cased")
-    assert not any(is_hub_id(name) for name in ("./runs/x", "/abs/model", "~/m", "runs/mnli/", "a/b/c", str(tmp_path)))
+    assert not any(is_hub_id(name) for name in ("./runs/x", "/abs/model", "~/m", "runs/mnli/", "a/b/c", "-x", "a/.b",
+                                                   str(tmp_path)))
+    for name in ("./nope", "nope/", "~/nope"):  # spelt as a path, missing: never looked up as the hub's `nope`
+        with pytest.raises(UsageError, match=f"^tokenizer {name} does not exist$"):
+            path_as_given(name, "tokenizer")
+    assert path_as_given(" ") is None  # blank, as `--model "$UNSET "`: the caller names its flag
 
 
 def test_a_missing_data_file_is_never_taken_for_a_hub_dataset(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 
 from bertctl.config import TokenizerTrainConfig
 from bertctl.errors import UsageError
-from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
+from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer, encode_rows
 from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 from bertctl.tokenizer_train import train_tokenizer
 
@@ -24,15 +24,15 @@ HARD = [
     "", "   ", "\t\n\r", "Hello, World!", "HeLLo WoRLD lOuD", "naïve café résumé Ångström Øre",
     "e\u0301te\u0301 a\u0300\u0301\u0302 combining", "ΟΔΟΣ ΟΔΌΣ. Σ σ ς ΣΑΣ Σίσυφος ΣΊΣΥΦΟΣ' ΑΣ.",
     "İstanbul ǅemal ǈ ß ẞ ﬁne Ⅻ ① ² Ⓐ ᾼ", "日本語のテキスト 中文字符测试 한국어 텍스트",
-    "\U00020000\U0002a700\U0002b820 ext",
-    "\uf900\ufa0a\U0002f800 compatibility ideographs", "hello...!!!???--- ...", "(a)[b]{c}<d> «e» „f“ ¿g? ¡h!",
+    "\U00020000\U0002a700\U0002b820 ext \U00030000 a\U00031350b",  # plane 3: CJK ext G, unassigned
+    "\uf900\ufa0a\U0002f800 compatibility ideographs a\ufa0eb", "hello...!!!???--- ...", "(a)[b]{c}<d> «e» „f“ ¿g? ¡h!",
     "don't stop--now; it's 5 o'clock.", "\x00\x01\x7f control\x85chars\x0bvt\x0cff\x1cfs",
     "zero\u200bwidth\u200cjoin\u200dner\ufeffbom\u2060wj\u00adshy", "emoji 😀👍🏽 🥰 👨‍👩‍👧 🫨 🩷 end",
     "\ufffd replacement \uffff nonchar \ue000 private \U000f0000", "a" * 101, "b" * 100, "x" * 150 + " short",
     "Ａｂｃ fullwidth ＡＢＣ", "مرحبا بالعالم עברית", "multiple   spaces\u00a0nbsp\u3000ideo\u2009thin",
     "line\u2028sep\u2029para\u0378unassigned\U0001fae8new", "[MASK] is [mask] [CLS]x [SEP][PAD] [UNK]",
     "unicode ™ © ® § ¶ † ‡ • … ‰ ′ ″", "1,234.56 $100 50% #hash @at ^caret `tick` ~tilde |pipe \\back",
-    "http://example.com/a?b=c&d=e#frag", "tab\tsep\ttabs", "\U0001d400\U0001d41a math bold", "ॐ नमस्ते दुनिया",
+    "http://example.com/a?b=c&d=e#frag", "tab\tsep\ttabs\rcr\r\nlf", "\U0001d400\U0001d41a math bold", "ॐ नमस्ते दुनिया",
     "ไทย ภาษา", "Ελληνικά ΚΕΦΑΛΑΙΑ", "Привет МИР ёЁ", "a\u0331\u0332\u0333 b\u0489",
     "Α..Σ Α''Σ ʰΣ ΑΣʰ ΑΣ\u0345 A\U0001171eΣ ΣΑ\u00adΣ",  # final sigma past any case-ignorable run
 ]
@@ -67,9 +67,13 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, Path]:
 
 def mismatches(ours: BertTokenizer, ref, texts: list[str]) -> list[str]:
     bad = [t for t in texts if ours.encode(t).ids != ref(t)["input_ids"]]
-    for a, b in PAIRS:
-        encoding, expected = ours.encode(a, b), ref(a, b, return_token_type_ids=True)
-        if (encoding.ids, encoding.type_ids) != (expected["input_ids"], expected["token_type_ids"]):
+    batch = ours.encode_batch([a for a, _ in PAIRS], [b for _, b in PAIRS])
+    for (a, b), batched in zip(PAIRS, batch, strict=True):
+        single, row = ours.encode(a, b), encode_rows(ours, [a], b)[0]  # row: what `tokenizer encode --pair` prints
+        got = [(single.ids, single.type_ids), (batched.ids, batched.type_ids),
+               (row["input_ids"], row["token_type_ids"])]
+        expected = ref(a, b, return_token_type_ids=True)
+        if any(ids != (expected["input_ids"], expected["token_type_ids"]) for ids in got):
             bad.append(f"{a} | {b}")
     return bad
 
