@@ -282,4 +282,6 @@ def test_info_counts_the_parameters_transformers_counts(name, untied, extra, odd
     reference_model(name, odd_config.replace(tie_word_embeddings=not untied), **extra).save_pretrained(tmp_path / "hf")
     loaded = getattr(transformers, name).from_pretrained(tmp_path / "hf")
     unused = odd_config.vocab_size if untied else 0
-    assert info(tmp_path / "hf")["parameters"] == loaded.num_parameters() - unused
+    summary = info(tmp_path / "hf")
+    assert summary["parameters"] == loaded.num_parameters() - unused
+    assert summary["pooler"] == (loaded.base_model.pooler is not None)  # BertForMaskedLM has none

@@ -159,6 +159,7 @@ def test_unknown_config_keys_are_refused(tmp_path):
     ("run.yml", "steps: 5\n'steps': 6\n", "steps"),
     ("run.json", '{"lr": 0.1, "steps": 5, "lr": 0.2}', "lr"),
     ("run.cfg", '{"seed": 1, "seed": 2}', "seed"),  # neither suffix: read as JSON
+    ("run.json", '{"lr": {"x": 1}, "steps": 5, "steps": 6}', "steps"),  # a nested object's keys come first
 ])
 def test_a_field_set_twice_in_a_config_file_is_refused(tmp_path, name, text, field):
     """YAML and JSON readers keep the last of two equal keys without a word: a forgotten `lr:` further down the
@@ -178,6 +179,7 @@ def test_nested_values_may_repeat_the_keys_of_the_fields(tmp_path):
 @pytest.mark.parametrize(("args", "said"), [
     (["finetune", "classify", "--train", "t.csv", "--model", ""], "--model must be a model folder or a hub id, got ''"),
     (["pretrain", "--corpus", "c", "--init-from", ""], "--init-from must be a model folder or a hub id, got ''"),
+    (["pretrain", "--corpus", "c", "--init-from", " "], "--init-from must be a model folder or a hub id, got ''"),
     (["pretrain", "--corpus", "c", "--tokenizer", ""], "--tokenizer must be a tokenizer or a hub id, got ''"),
     (["corpus", "build", "x.txt", "--tokenizer", ""], "--tokenizer must be a tokenizer or a hub id, got ''"),
     (["evaluate", "classify", "--data", "t.csv", "--model", ""], "--model: no model given; pass a fine-tuned model"),
@@ -231,7 +233,7 @@ def test_the_quick_start_config_is_the_commands_small_run():
     assert PretrainConfig.quickstart() == build_config(PretrainConfig, {**QUICKSTART_PRETRAIN})
     # the warmup is a share of the run: 100 of 2,500 steps, one of a 20-step try (which used to warm up for good)
     assert [PretrainConfig.quickstart(steps=steps).warmup() for steps in (2500, 20)] == [100, 1]
-    assert PretrainConfig.quickstart(warmup_steps=30).warmup() == 30
+    assert (PretrainConfig.quickstart(warmup_steps=30).warmup(), PretrainConfig(warmup_steps=0).warmup()) == (30, 0)
 
 
 @pytest.mark.parametrize(("cls", "text", "message"), [
@@ -308,6 +310,9 @@ def test_list_items_left_empty_are_refused_and_whole_numbers_name_classes(tmp_pa
     path = tmp_path / "run.yaml"
     path.write_text("label_names: [0, 1]\n")
     assert build_config(FinetuneConfig, read_config_file(path)).label_names == ("0", "1")
+    path.write_text("label_names: [yes, no]\n")  # YAML's booleans: not the names "yes" and "no", nor True and False
+    with pytest.raises(UsageError, match=r"^--config: label_names must be a list of strings \(or null\), got \[True"):
+        build_config(FinetuneConfig, read_config_file(path))
 
 
 def test_seeds_in_a_config_file_may_be_written_as_the_flag_takes_them(tmp_path):
@@ -414,8 +419,17 @@ def test_optimizer_settings_torch_would_refuse_or_turn_into_nan_weights_are_refu
 
 @pytest.mark.parametrize("cls", TRAINING_CONFIGS)
 def test_optimizer_settings_at_their_bounds_are_accepted(cls):
-    cfg = cls(adam_beta1=0.0, adam_beta2=0.0, weight_decay=0.0, clip=0.0, lr=1e-9, adam_eps=1e-30)
-    assert cfg.clip == 0.0
+    cfg = cls(adam_beta1=0.0, adam_beta2=0.0, weight_decay=0.0, clip=0.0, lr=1e-9, adam_eps=1e-30,
+              warmup_fraction=1.0)
+    assert (cfg.clip, cfg.warmup_fraction) == (0.0, 1.0)
+
+
+def test_micro_batches_make_up_the_global_batch_exactly():
+    assert PretrainConfig(batch_size=8, micro_batch_size=2).micro_batches(2) == (2, 2)
+    with pytest.raises(UsageError, match=r"^--micro-batch-size 3 does not divide the per-process batch 8$"):
+        PretrainConfig(batch_size=8, micro_batch_size=3).micro_batches(1)
+    with pytest.raises(UsageError, match=r"^--batch-size 8 is not divisible by the 3 processes$"):
+        PretrainConfig(batch_size=8).micro_batches(3)
 
 
 FLOAT_FIELDS = [(cls, f.name) for cls in (BertConfig, CorpusConfig, PretrainConfig, FinetuneConfig)
@@ -441,6 +455,7 @@ def test_corpus_max_seq_length_error_gives_the_range(length):
     ({"max_seq_length": -5}, r"--max-seq-length -5: must be at least 3"),
     ({"micro_batch_size": 0}, r"--micro-batch-size must be at least 1, got 0"),
     ({"micro_batch_size": -8}, r"--micro-batch-size must be at least 1, got -8"),
+    ({"save_every": -1}, r"--save-every must be 0 or more, got -1$"),
 ])
 def test_finetune_lengths_and_micro_batches_below_their_least_name_that_least(values, said):
     """`--max-seq-length 0` said "at least 1" (1 and 2 are refused too), `--micro-batch-size 0` "must divide
@@ -576,6 +591,9 @@ def test_a_resumed_run_may_name_its_folders_otherwise_but_not_change_them(tmp_pa
                                          r"resume it with the same settings, or start again$"):
         refuse_changed_settings(FinetuneConfig(model="../base/final", data="glue"), started, compared, "run",
                                 "start again", started_in=str(tmp_path))
+    del started["data"]  # an older run's record without the setting: not compared
+    refuse_changed_settings(FinetuneConfig(model="../base/final", data="glue"), started, compared, "run", "again",
+                            started_in=str(tmp_path))
 
 
 @pytest.mark.parametrize(("name", "content", "expected"), [
@@ -587,6 +605,12 @@ def test_a_resumed_run_may_name_its_folders_otherwise_but_not_change_them(tmp_pa
 def test_config_files_are_read_whatever_their_suffix_case_or_bom(tmp_path, name, content, expected):
     (tmp_path / name).write_text(content, encoding="utf-8")
     assert read_config_file(tmp_path / name)["steps"] == expected
+
+
+def test_a_yml_file_is_read_as_yaml_even_when_it_holds_json(tmp_path):
+    (tmp_path / "run.yml").write_text("{\n\t\"steps\": 10\n}", encoding="utf-8")
+    with pytest.raises(UsageError, match="run.yml is not valid YAML: "):
+        read_config_file(tmp_path / "run.yml")
 
 
 @pytest.mark.parametrize(("values", "said"), [

@@ -125,7 +125,11 @@ def test_static_corpus_layout_and_statistics(data) -> None:
     assert split["masked_share"] == pytest.approx(masked / split["tokens"], abs=1e-4)
     assert split["mask_share"] == pytest.approx(shown / masked, abs=1e-4)
     assert 0 < split["short_share"] < 0.3 and 0 < split["padding_share"] < 0.5
+    assert split["short_share"] == round(manifest["counts"]["train"]["short_instances"] / len(train), 4)
+    assert split["padding_share"] == round(1 - split["tokens"] / (len(train) * manifest["max_seq_length"]), 4)
     assert len(stats["samples"]) == 2 and "<[MASK]|" in stats["samples"][0]["text"]
+    labels = [("IsNext", "NotNext")[row["next_sentence_label"]] for row in train[:2]]
+    assert [sample["label"] for sample in stats["samples"]] == labels
 
 
 @pytest.mark.parametrize("objective", ["mlm+nsp", "mlm+sop", "mlm"])
@@ -463,6 +467,25 @@ def test_resume_rebuilds_damaged_shards(data, monkeypatch, caplog, workers: int)
     assert files == sorted(p.relative_to(resumed) for p in resumed.rglob("*") if p.is_file())
     for name in files:
         assert (whole / name).read_bytes() == (resumed / name).read_bytes(), name
+
+
+def test_inspect_counts_over_every_batch_even_one_that_starts_inside_its_arrays() -> None:
+    """A memory-mapped split is read batch by batch: the longest instance is the split's, not the last batch's,
+    and a batch sliced out of a larger one (its offsets not starting at 0) shows its own masked tokens."""
+    import pyarrow as pa
+
+    from bertctl.corpus_inspect import _table_stats
+
+    def batch(ids: list, positions: list, originals: list) -> pa.RecordBatch:
+        return pa.record_batch({"input_ids": pa.array(ids), "masked_lm_positions": pa.array(positions),
+                                "masked_lm_ids": pa.array(originals)})
+
+    table = pa.Table.from_batches([batch([[2, 4, 6, 7, 3]], [[1]], [[5]]),  # [MASK] (4) for 5
+                                   batch([[9, 9, 9], [2, 5, 3], [2, 8, 3]], [[1], [1], [1]], [[9], [5], [6]]).slice(1)])
+    manifest = {"special_ids": {"mask": 4}, "max_seq_length": 5, "objective": "mlm", "masking": "static"}
+    assert _table_stats(table, manifest) == {
+        "instances": 3, "tokens": 11, "mean_length": 3.67, "max_length": 5, "padding_share": 0.2667,
+        "masked_share": 0.2727, "mask_share": 0.3333, "random_share": 0.3333, "kept_share": 0.3333}
 
 
 def test_cli_build_and_inspect(data) -> None:

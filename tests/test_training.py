@@ -225,6 +225,8 @@ def test_rng_states_are_kept_per_rank_and_a_new_rank_gets_its_own():
     rank1 = torch.rand(4)
     training_state.set_rng_state(tensors, info, rank=1)
     assert torch.equal(torch.rand(4), rank1) and not torch.equal(rank1, expected)
+    training_state.set_rng_state(tensors, info, rank=2)  # two new ranks must not draw the same dropout masks
+    assert not torch.equal(torch.rand(4), rank1)
 
 
 def test_pythons_and_numpys_generators_come_back_through_the_json_of_a_checkpoint():
@@ -241,6 +243,8 @@ def test_pythons_and_numpys_generators_come_back_through_the_json_of_a_checkpoin
     training_state.seed_everything(12)
     training_state.set_rng_state(tensors, info, rank=0)
     assert (random.random(), np.random.rand(3).tolist(), np.random.normal()) == expected
+    training_state.seed_everything(11)  # and a new run with the same seed draws them too
+    assert (random.random(), np.random.rand(3).tolist(), np.random.normal()) == expected
 
 
 def test_a_gpu_runs_rng_state_resumed_on_the_cpu_opens_no_cuda_context(monkeypatch):
@@ -256,6 +260,42 @@ def test_a_gpu_runs_rng_state_resumed_on_the_cpu_opens_no_cuda_context(monkeypat
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda *args: pytest.fail("CUDA generator restored"))
     training_state.set_rng_state(tensors, info, rank=0)
     assert torch.equal(torch.rand(4), expected)
+
+
+def test_a_checkpoints_training_state_comes_back_whole_for_the_rank_that_reads_it(tmp_path):
+    """Step, optimizer moments, the fp16 loss scale and the reading rank's own generator: a resume that lost the
+    scale would overflow again from init_scale, one that took rank 0's generator would repeat its dropout masks."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = optim.make_optimizer("adamw", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    tensors, info = training_state.rng_state()
+    ranks = {f"rng.torch.rank{r}": torch.manual_seed(r + 5).get_state() for r in (0, 1)}
+    training_state.write_training_state(tmp_path, optimizer, torch.amp.GradScaler("cpu", init_scale=2.0**9),
+                                        {"step": 3}, ({**tensors, **ranks}, info))
+    again = optim.make_optimizer("adamw", model, 1e-2, 0.01, (0.9, 0.999), 1e-6)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1.0)
+    assert training_state.read_training_state(tmp_path, again, scaler, rank=1)["step"] == 3
+    assert scaler.get_scale() == 2.0**9 and torch.equal(torch.get_rng_state(), ranks["rng.torch.rank1"])
+    saved, read = optimizer.state_dict()["state"][0], again.state_dict()["state"][0]
+    assert all(torch.equal(saved[name], read[name]) for name in ("step", "exp_avg", "exp_avg_sq"))
+
+
+def test_a_resume_finds_the_newest_checkpoint_and_keep_prunes_the_oldest(tmp_path):
+    """Step folders in step order (step-000010 after step-000009), final/ as the newest by its recorded step, a
+    step folder without its trainer_state.json no checkpoint (and removed past the newest), --keep K the newest K."""
+    for name, step in (("step-000010", 10), ("step-000002", 2), ("step-000009", 9), ("final", 12)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / training_state.TRAINER_STATE).write_text(json.dumps({"step": step}))
+    (tmp_path / "step-000013").mkdir()  # a save killed before its trainer state was written
+    assert [p.name for p in training_state.complete_checkpoints(tmp_path)] == ["step-000002", "step-000009",
+                                                                              "step-000010"]
+    assert training_state.latest_checkpoint(tmp_path) == tmp_path / "final"
+    training_state.remove_interrupted_saves(tmp_path)
+    training_state.prune_checkpoints(tmp_path, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final", "step-000009", "step-000010"]
+
 
 def test_sparse_word_gradients_give_the_dense_gradient_and_only_where_allowed():
     """Eager one-process pre-training lets the tied embeddings' backward be sparse: the summed gradient is the
@@ -463,6 +503,7 @@ def test_a_stop_signal_reaching_a_loader_worker_before_its_init_fn_leaves_it_run
 def test_metrics_rows_and_saved_steps_write_null_for_non_finite_figures(tmp_path):
     log = run_metrics.MetricsLog(tmp_path)
     log.write({"step": 3, "loss": math.nan, "grad_norm": math.inf, "lr": 1e-4, "skipped_steps": 1})
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1  # on disk at once: a kill -9 keeps it
     log.close()
 
     def refuse(name: str) -> None:
@@ -524,6 +565,20 @@ def test_fp16_overflows_at_a_loss_scale_of_one_count_as_bad_steps():
     assert [r.bad for r in results] == [False, False, True]  # at scales 4, 2, 1
 
 
+def test_tokens_per_second_are_the_windows_own_and_the_clock_goes_on_from_a_resume(monkeypatch):
+    """A window's rate counts its own tokens over its own time, a validation or save inside left out; `elapsed`
+    goes on from what the resumed run had spent."""
+    clock = iter([10.0, 12.0, 13.0, 16.0, 18.0, 20.0])
+    monkeypatch.setattr(run_metrics.time, "perf_counter", lambda: next(clock))
+    throughput = run_metrics.Throughput(elapsed=5.0)
+    throughput.add(100)
+    assert throughput.rate() == 50.0  # 100 tokens in 2 s
+    with throughput.paused():  # 3 s of validation
+        pass
+    throughput.add(30)
+    assert (throughput.rate(), throughput.elapsed()) == (10.0, 15.0)
+
+
 def _trim(run: Path, step: int, drop_closing_row: bool = False) -> float:
     return run_metrics.trim_metrics(run, run_metrics.kept_metrics(run, step, drop_closing_row))
 
@@ -548,7 +603,8 @@ def test_resume_over_a_damaged_metrics_file_is_one_line_naming_it(tmp_path):
     path.write_bytes(b'{"step": 10, "loss": 1.0, "elapsed": 10.0}\n{"step": 20, "lo\xe5ss": 1.0}\n')
     with pytest.raises(BertctlError, match=f"^{path} is damaged .*utf-8.*; restore or delete it$"):
         run_metrics.kept_metrics(tmp_path, 20)
-    rows = ['{"step": 10, "loss": 1.0, "elapsed": 10.0}', '{"step": "2O", "loss": 1.0}', '{"step": 20, "elapsed": "x"}']
+    rows = ['{"step": 10, "loss": 1.0, "elapsed": 10.0}', '{"step": "2O", "loss": 1.0}', '{"step": 20, "elapsed": "x"}',
+            '{"step": true, "loss": 1.0}', '{"loss": 1.0}']
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     assert _trim(tmp_path, 20) == 10.0
     assert path.read_text(encoding="utf-8") == rows[0] + "\n"
