@@ -1,7 +1,10 @@
 """The error types library code raises; only the CLI turns them into one line and an exit code. `say` gives a
 status line the form every line bertctl writes on stderr takes: `bertctl: ...` (errors: `bertctl: error: ...`)."""
 
+import contextlib
+import logging
 import sys
+from collections.abc import Iterator
 
 
 class BertctlError(Exception):
@@ -28,3 +31,16 @@ def say(message: str) -> None:
     from tqdm import tqdm
 
     tqdm.write(f"bertctl: {message}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def warnings_held(logger: str) -> Iterator[None]:
+    """`logger`'s warnings left out inside the block, errors still said: for a file read again, whose warnings its
+    first read gave."""
+    held = logging.getLogger(logger)
+    level = held.level
+    held.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        held.setLevel(level)

@@ -45,7 +45,7 @@ from bertctl.data.glue import (
     task_folders,
 )
 from bertctl.data.tabular import load_labelled_data
-from bertctl.errors import UsageError
+from bertctl.errors import UsageError, warnings_held
 from bertctl.evaluate import encode_examples, predict_command
 from bertctl.files import check_out, out_location, write_json_atomic, write_text_atomic
 from bertctl.finetune_classifier import CLASSIFIER
@@ -255,14 +255,9 @@ def _read_ahead(tasks: list[GlueTask], data: str) -> None:
     (MNLI's and QQP's train sets hold 390k and 360k rows), so that a bad row in the last task's file stops the
     run before the first task trains, with the message the task would give. Warnings about quirks of the files
     are left to the task's own read, so they are said once."""
-    quirks = logging.getLogger("bertctl.data.glue")
-    level = quirks.level
-    quirks.setLevel(logging.ERROR)
-    try:
+    with warnings_held("bertctl.data.glue"):
         for task in tasks:
             _glue_splits(task, data)
-    finally:
-        quirks.setLevel(level)
 
 
 # --- one task, one or several seeds ------------------------------------------------------------------

@@ -19,6 +19,7 @@ from bertctl import stop_signals, training
 from bertctl.checkpoint import build_model
 from bertctl.config import FinetuneConfig
 from bertctl.data.squad import SquadData, make_features, read_squad
+from bertctl.errors import warnings_held
 from bertctl.finetune import Base, launch, refuse_the_other_commands, require, train_and_publish
 from bertctl.finetune_seed import Head, Prepared
 from bertctl.finetune_work import say, say_data
@@ -49,7 +50,8 @@ def finetune_squad(cfg: FinetuneConfig) -> Path | None:
             if cfg.validation is not None else None
         version = "2.0" if "2.0" in (train.version, dev.version if dev else "") else "1.1"
         if version != train.version:  # a v1.1-looking train file of a v2.0 run: read its is_impossible too
-            train = read_squad(cfg.train, "train", "--train", version)
+            with warnings_held("bertctl.data.squad"):  # the first read said them
+                train = read_squad(cfg.train, "train", "--train", version)
         task = squad_task(version, dev)
         skipped = f" ({train.skipped} skipped: answer not found in the context)" if train.skipped else ""
         say_data(f"{task.name}: SQuAD v{version}, {len(train.examples)} training questions{skipped}",

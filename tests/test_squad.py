@@ -382,6 +382,7 @@ def test_only_a_question_longer_than_max_query_length_is_counted_as_cut(tmp_path
 def test_max_seq_length_must_leave_a_context_piece_after_the_longest_question():
     """At max_query_length + 3 a question of max_query_length pieces leaves no room: windows of 0 pieces never end."""
     check_lengths(22, 18, 64, "m")
+    check_lengths(64, 18, 64, "m")  # every position the model has
     with pytest.raises(UsageError, match="must be more than --max-query-length 18"):
         check_lengths(21, 18, 64, "m")
     with pytest.raises(UsageError, match="takes at most 64 tokens"):
@@ -1002,6 +1003,85 @@ def test_v2_run_writes_null_odds_and_v2_scores(encoder, squad_files, tmp_path):
     assert evaluate_squad(out, dev) == {"version": "2.0", **results["validation"]}
 
 
+def _qa_folder(folder: Path, config: dict) -> Path:
+    """A QA model that was never trained, with a hand-written run.json holding `config`."""
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1,
+                                                num_attention_heads=2, intermediate_size=64,
+                                                max_position_embeddings=64))
+    save_model(model, folder, _tokenizer())
+    _write(folder / "run.json", {"task": "squad_v2", "config": config})
+    return folder
+
+
+def test_evaluate_and_predict_take_the_runs_answer_settings_and_the_flags_over_them(tmp_path):
+    """run.json's n_best_size, max_answer_length and null_score_diff_threshold are what a v2.0 file is answered with
+    unless a flag says otherwise, as for the window settings."""
+    from bertctl.squad import answer_settings, open_reader, reader_flags
+
+    folder = _qa_folder(tmp_path / "qa", {"max_seq_length": 24, "doc_stride": 6, "max_query_length": 6,
+                                          "n_best_size": 3, "max_answer_length": 5, "null_score_diff_threshold": 1.5})
+    reader = open_reader(folder, reader_flags(None, None, None, None, None, None, None))
+    assert answer_settings(reader.settings, "2.0") == AnswerSettings(3, 5, 1.5, with_null=True)
+    reader = open_reader(folder, reader_flags(None, None, None, None, 7, 9, -2.0))
+    assert answer_settings(reader.settings, "1.1") == AnswerSettings(7, 9, -2.0, with_null=False)
+
+
+def test_predict_refuses_to_replace_a_v2_runs_null_odds(squad_files, tmp_path):
+    """null_odds.json is one of a v2.0 prediction's files: an old one alone is not overwritten without --overwrite."""
+    folder = _qa_folder(tmp_path / "qa", {"max_seq_length": 24, "doc_stride": 6, "max_query_length": 6})
+    (tmp_path / "pred").mkdir()
+    (tmp_path / "pred" / "null_odds.json").write_text("old\n")
+    with pytest.raises(UsageError, match="already holds null_odds.json; pass --overwrite"):
+        predict_squad(folder, squad_files["dev2"], tmp_path / "pred")
+
+
+@pytest.mark.parametrize(("version", "task"), [("1.1", "squad"), ("2.0", "squad_v2")])
+def test_evaluate_json_names_the_task_as_the_fine_tuning_run(version, task, capsys):
+    from bertctl.squad import print_squad_results
+
+    print_squad_results("dev.json", {"version": version, "f1": 50.0}, as_json=True)
+    assert json.loads(capsys.readouterr().out) == {"task": task, "data": "dev.json", "version": version, "f1": 50.0}
+
+
+def test_a_v1_train_file_with_a_v2_validation_file_is_a_v2_run(encoder, squad_files, tmp_path, monkeypatch, caplog):
+    """The run is v2.0 if either file is: its task and dev metrics say so. The train file is read once, so an
+    answer it skips is warned about once."""
+    import bertctl.finetune_qa as finetune_qa
+
+    raw = _synthetic(6, 1)
+    raw["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["text"] = "zzz"
+    seen = {}
+    monkeypatch.setattr(finetune_qa, "train_and_publish",
+                        lambda cfg, base, task, train, dev, *rest, **kw: seen.update(task=task, train=train))
+    finetune_squad(FinetuneConfig.squad(model=encoder, train=_write(tmp_path / "train.json", raw),
+                                        validation=squad_files["dev2"], out=tmp_path / "o", **FAST))
+    assert seen["task"].name == "squad_v2" and seen["train"].skipped == 1
+    assert seen["task"].metrics == ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1",
+                                    "best_exact", "best_f1")
+    assert sum("could not find answer 'zzz'" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_window_hit_counts_real_rows_only():
+    """A hit is a real row whose start and end both match: a padding row (real False, as a rank with no share of a
+    batch gets) is none even where its labels match, nor is a row whose end alone misses."""
+    from bertctl.finetune_qa import _loss_terms
+
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1,
+                                                num_attention_heads=2, intermediate_size=64,
+                                                max_position_embeddings=64)).eval()
+    ids = torch.tensor([[2, 5, 6, 3, 7, 8, 3]] * 3)
+    batch = {"input_ids": ids, "token_type_ids": torch.tensor([[0] * 4 + [1] * 3] * 3)}
+    with torch.no_grad():
+        out = model(batch["input_ids"], batch["token_type_ids"])
+        starts, ends = out.start_logits.argmax(-1), out.end_logits.argmax(-1)
+        ends[2] = (ends[2] + 1) % 7
+        terms = _loss_terms(model, {**batch, "start_positions": starts, "end_positions": ends,
+                                    "real": torch.tensor([True, False, True])})
+    assert terms["task"][1].item() == 1
+
+
 def test_squad_defaults_and_config_file(tmp_path):
     cfg = FinetuneConfig.squad()
     assert (cfg.lr, cfg.epochs, cfg.max_seq_length, cfg.batch_size, cfg.doc_stride, cfg.max_query_length) == \
@@ -1218,6 +1298,11 @@ def test_squad_copies_predict_without_answers_and_bad_ones_are_refused_in_one_li
                    '"answer_start": []}}]}')
     with pytest.raises(UsageError, match=r"bad.json: data\[0\]: context is int, not text"):
         read_squad(bad, "score")
+    rows = {"id": ["a", "b"], "title": ["t", "t"], "context": ["red", None], "question": ["q", "q"],
+            "answers": [{"text": ["red"], "answer_start": [0]}] * 2}
+    datasets.Dataset.from_dict(rows).to_parquet(str(tmp_path / "bad.parquet"))
+    with pytest.raises(UsageError, match=r"bad.parquet: row 2 has no context"):  # rows count from 1
+        read_squad(tmp_path / "bad.parquet", "score")
     shown = CliRunner().invoke(app, ["evaluate", "squad", "--model", str(squad_run), "--data", str(copies["dict"])])
     assert shown.exit_code == 2 and f"such as {copies['dict'] / 'validation'}" in shown.output, shown.output
     assert "Traceback" not in shown.output
