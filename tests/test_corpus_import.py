@@ -236,7 +236,7 @@ def _damaged(built: dict, kind: str) -> tuple[bytes, str]:
     if kind == "corrupted byte":
         data = bytearray(plain)
         data[first + 30] ^= 0x01  # inside record 2's data
-        return bytes(data), "record 2: the record's data .* does not match its checksum"
+        return bytes(data), rf"record 2: the record's data \(byte {first + 12}\) does not match its checksum"
     if kind == "corrupted length":
         data = bytearray(plain)
         data[first * 2] ^= 0x40  # record 3's length
@@ -246,12 +246,22 @@ def _damaged(built: dict, kind: str) -> tuple[bytes, str]:
     if kind == "truncated gzip":
         return gzip.compress(plain)[:-20], "record [0-9]+: the gzip data is truncated or corrupt"
     if kind == "joined zlib":
-        return zlib.compress(plain) + zlib.compress(plain), "record 7: bytes follow the end of the ZLIB stream"
+        return zlib.compress(plain) + zlib.compress(plain), \
+            rf"record 7: bytes follow the end of the ZLIB stream \(from byte {len(zlib.compress(plain))} of the file\)"
+    if kind == "truncated zlib":
+        return zlib.compress(plain)[:-4], "record 7: the zlib data is truncated or corrupt"  # no end marker
+    if kind == "cut inside the first header":
+        return plain[:7], r"record 1: the file ends inside the record's header \(byte 0\)"
+    if kind == "huge length":
+        length = struct.pack("<Q", 1 << 40)  # its checksum checks out: the length itself is the damage
+        return length + struct.pack("<I", masked_crc(length)) + plain, \
+            "record 1: the record claims 1099511627776 bytes, far more than a pre-training example holds"
     if kind == "odd feature names":
         return tfrecord([example({"input_ids\n\x1b[31m": int64_feature([2, 3])})]), \
             r"record 1: not a pre-training example .*no input_ids, .*its features: 'input_ids\\n\\x1b\[31m'\)"
     if kind == "not a tfrecord":
-        return b"the cat sat on the mat .\n" * 10, "record 1: the record's length .* does not match its checksum"
+        # "He": its first byte's low bits say deflate, as a ZLIB header's do, but the pair is no ZLIB header
+        return b"He sat on the mat .\n" * 10, "record 1: the record's length .* does not match its checksum"
     if kind == "run_classifier":
         classifier = example({"input_ids": int64_feature([2, 9, 3] + [0] * 5),
                               "input_mask": int64_feature([1] * 3 + [0] * 5),
@@ -288,7 +298,8 @@ def _damaged(built: dict, kind: str) -> tuple[bytes, str]:
 @pytest.mark.parametrize("kind", ["corrupted byte", "corrupted length", "truncated", "truncated gzip",
                                   "not a tfrecord", "run_classifier", "other lengths", "float ids",
                                   "position past the tokens", "int64 past 64 bits", "joined zlib",
-                                  "odd feature names"])
+                                  "odd feature names", "truncated zlib", "cut inside the first header",
+                                  "huge length"])
 def test_bad_records_fail_in_one_line_naming_file_and_record_and_write_nothing(built, kind) -> None:
     data, said = _damaged(built, kind)
     bad = built["root"] / f"bad-{kind.replace(' ', '-')}.tfrecord"
@@ -332,6 +343,41 @@ def test_the_first_bad_record_is_named_when_a_later_one_fails_before_its_block_i
         with pytest.raises(UsageError, match="record 2: input id 99999 is outside the vocabulary"):
             imported(built, "earlier", files=[bad])
         assert not (built["root"] / "earlier").exists()
+
+
+def test_a_zlib_stream_ending_at_a_read_chunks_end_is_still_followed_by_nothing() -> None:
+    """Bytes after the stream are refused where they start a read of their own (no unused_data), not lost."""
+    import io
+
+    from bertctl.data.tfrecord import BadRecord, HashedReader, read_records
+
+    data = np.random.default_rng(0).integers(0, 256, 1 << 16, dtype=np.uint8).tobytes()
+    overhead = len(zlib.compress(tfrecord([data[:60_000]]), 0)) - 60_000  # level 0: stored, one block
+    stream = zlib.compress(tfrecord([data[:(1 << 16) - overhead]]), 0)
+    assert len(stream) == 1 << 16
+    records = read_records(HashedReader(io.BytesIO(stream + zlib.compress(tfrecord([b"lost"])))), "zlib")
+    with pytest.raises(BadRecord, match="bytes follow the end of the ZLIB stream \\(from byte 65536 of the file\\)"):
+        list(records)
+
+
+@pytest.mark.parametrize("seq", [65535, 65536])
+def test_max_seq_length_past_65535_is_refused_whatever_the_tokenizer_declares(built, seq) -> None:
+    """The corpus stores positions as uint16 and build stops at 65535: a folder may declare more by hand."""
+    folder = built["root"] / "tok-70000"
+    if not folder.exists():
+        BertTokenizer.from_vocab(VOCAB).save(folder)
+        (folder / "config.json").write_text(json.dumps({"max_position_embeddings": 70_000}))
+    record = built["root"] / f"long-{seq}.tfrecord"
+    record.write_bytes(tfrecord([google_example(built["rows"][0], seq=seq)]))
+    cfg = CorpusImportConfig(inputs=(str(record),), tokenizer=folder, out=built["root"] / f"long-{seq}", workers=1)
+    if seq > 65535:
+        with pytest.raises(UsageError, match=rf"record 1: max_seq_length {seq} is past what a corpus stores \(65535\)"):
+            import_corpus(cfg)
+        assert not cfg.out.exists()
+    else:
+        import_corpus(cfg)
+        corpus, manifest = load_corpus(cfg.out)
+        assert corpus["train"].to_list() == built["rows"][:1] and manifest["max_seq_length"] == seq
 
 
 def test_crc32c_of_many_buffers_at_once() -> None:

@@ -239,6 +239,7 @@ def test_records_are_counted_from_their_framing(built, records) -> None:  # noqa
         assert counted == rows and (first is None) == (rows == 0)
     assert count_records(records[1])[1] == google_example(built["rows"][0])
     for kind, said in [("corrupted length", "^record 3: a damaged header$"),
-                       ("truncated", "^record 6: cut short$"), ("not a tfrecord", "^record 1: a damaged header$")]:
+                       ("truncated", "^record 6: cut short$"), ("not a tfrecord", "^record 1: a damaged header$"),
+                       ("huge length", "^record 1: a damaged header$")]:
         with pytest.raises(BadRecord, match=said):
             count_records(_bad(built, "uncountable.tfrecord", kind))
