@@ -287,12 +287,13 @@ def test_a_copied_tokenizer_configs_model_max_length_is_fitted_where_it_stands(o
 def test_convert_and_info_cli(minilm, tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["convert", str(minilm), "--out", str(tmp_path / "conv")])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 0 and "(BertModel: encoder only; tokenizer: yes)" in result.stdout, result.output
     result = runner.invoke(app, ["info", str(tmp_path / "conv"), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["format"] == "bertctl v1" and summary["architecture"] == "BertModel"
     assert summary["parameters"] == 22_713_216 and summary["tokenizer"]["vocab_size"] == 30522
+    assert summary["tokenizer"]["kind"] == "tokenizer.json" and summary["tokenizer"]["lowercase"] is True
     table = runner.invoke(app, ["info", str(minilm)])
     assert table.exit_code == 0 and "transformers" in table.stdout
     again = runner.invoke(app, ["convert", str(minilm), "--out", str(tmp_path / "conv")])

@@ -125,7 +125,7 @@ def test_convert_keeps_the_nsp_head_of_a_masked_lm_config(odd_config, tmp_path):
     reference = folder_with_config("BertForPreTraining", odd_config, tmp_path / "hf", HUB_CONFIGS["bert-base-uncased"])
     assert load_model(tmp_path / "hf").__class__.__name__ == "BertForMaskedLM"
     result = CliRunner().invoke(app, ["convert", str(tmp_path / "hf"), "--out", str(tmp_path / "conv")])
-    assert result.exit_code == 0 and "BertForPreTraining" in result.stdout, result.output
+    assert result.exit_code == 0 and "(BertForPreTraining: mlm, nsp; tokenizer: none)" in result.stdout, result.output
     assert max_diff("BertForPreTraining", tmp_path / "conv", odd_config, reference) <= TOLERANCE
 
 
@@ -133,6 +133,30 @@ def test_info_reports_half_precision_weights(odd_config, tmp_path):
     reference_model("BertModel", odd_config).half().save_pretrained(tmp_path / "hf")
     result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
     assert result.exit_code == 0 and "float16 (loaded as float32)" in result.stdout
+
+
+_SUMMARY = {"path": "m", "format": "transformers", "architecture": "BertForSequenceClassification", "heads": [],
+            "pooler": True, "parameters": 1_234_567, "vocab_size": 30, "labels": ["neg", "pos"],
+            "problem_type": "single_label_classification", "weights_dtype": "float32", "config": {"hidden_size": 8},
+            "tokenizer": {"kind": "vocab.txt", "vocab_size": 30, "lowercase": True, "sha256": "x"}}
+
+
+@pytest.mark.parametrize(("changes", "rows"), [
+    ({}, {"heads": "none (encoder only)", "pooler": "yes", "tokenizer": "vocab.txt, 30 tokens, uncased",
+          "labels": "neg, pos", "problem type": "single_label_classification"}),
+    ({"heads": ["mlm", "nsp"], "pooler": False, "labels": None, "problem_type": None,
+      "tokenizer": {"kind": "tokenizer.json", "vocab_size": 30, "lowercase": False, "sha256": "x"}},
+     {"heads": "mlm, nsp", "pooler": "no", "tokenizer": "tokenizer.json, 30 tokens, cased"}),
+])
+def test_info_table_shows_each_row_docs_info_names(capsys, changes, rows):
+    """The table `bertctl info` prints: labels and problem type only where there are some, then the config."""
+    from bertctl.info import print_info
+
+    print_info({**_SUMMARY, **changes})
+    shown = dict(tuple(cell.strip() for cell in line.split("\u2502")[1:3])
+                 for line in capsys.readouterr().out.splitlines() if line.startswith("\u2502"))
+    assert shown == {"format": "transformers", "architecture": "BertForSequenceClassification", "pooler": "yes",
+                     "parameters": "1,234,567 (1.2M)", "vocab size": "30", **rows, "hidden_size": "8"}
 
 
 @pytest.mark.parametrize(("change", "said"), [
@@ -248,12 +272,16 @@ def test_convert_never_writes_a_classifier_head_the_weights_lack(odd_config, tmp
     from bertctl.convert import convert
     from bertctl.info import info
 
-    reference_model("BertForSequenceClassification", odd_config, num_labels=3).save_pretrained(tmp_path / "hf")
+    folder_with_config("BertForSequenceClassification", odd_config, tmp_path / "hf",
+                       {**HUB_CONFIGS["bert-base-uncased"], "architectures": ["BertForSequenceClassification"],
+                        "id2label": {"0": "a", "1": "b", "2": "c"}}, num_labels=3)
     state = load_file(tmp_path / "hf" / "model.safetensors")
     encoder = {k: v for k, v in state.items() if not k.startswith("classifier.")}
     save_file(encoder, tmp_path / "hf" / "model.safetensors")
+    assert info(tmp_path / "hf")["labels"] is None  # docs/info.md: the labels of a classifier
     convert(tmp_path / "hf", tmp_path / "conv")
     assert not any(k.startswith("classifier.") for k in load_file(tmp_path / "conv" / "model.safetensors"))
+    assert "id2label" not in json.loads((tmp_path / "conv" / "config.json").read_text())
     assert info(tmp_path / "conv")["heads"] == []
 
 

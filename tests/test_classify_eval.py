@@ -22,7 +22,7 @@ from bertctl.data.glue import Examples
 from bertctl.evaluate import collate, encode_examples, evaluate_classify
 from bertctl.finetune import finetune_classify
 from bertctl.model import BertForMaskedLM
-from bertctl.predict import predict_classify
+from bertctl.predict import predict_classify, predict_glue
 from bertctl.tokenizer import BertTokenizer
 
 WORDS = [w for w in FILLER[:10] if w not in ("'s", '"')]
@@ -317,6 +317,17 @@ def test_predict_glue_all_with_a_single_run_names_the_folders_it_expected(pair_r
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
     assert f"--model {run} is not a `bertctl finetune glue all` run folder" in result.stderr
     assert "(cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli); it has none of them" in result.stderr
+    assert not (tmp_path / "sub").exists()
+
+
+def test_predict_glue_all_names_the_task_folders_its_run_lacks(tmp_path):
+    """A `glue all` run folder missing some tasks names those, not "none of them"."""
+    from bertctl.errors import UsageError
+
+    for task in ("cola", "mnli"):
+        (tmp_path / "run" / task).mkdir(parents=True)
+    with pytest.raises(UsageError, match=r"; it has no sst2, mrpc, stsb, qqp, qnli, rte, wnli\. "):
+        predict_glue("all", tmp_path / "run", tmp_path, tmp_path / "sub")
     assert not (tmp_path / "sub").exists()
 
 

@@ -488,6 +488,30 @@ def test_inspect_counts_over_every_batch_even_one_that_starts_inside_its_arrays(
         "masked_share": 0.2727, "mask_share": 0.3333, "random_share": 0.3333, "kept_share": 0.3333}
 
 
+def test_inspect_shows_a_static_corpus_masks_and_masks_a_dynamic_one_row_i_with_seed_i() -> None:
+    """docs/corpus.md: a static corpus's samples show its stored masks; a dynamic corpus stores none, so `corpus
+    inspect` masks row i with seed i (one seed for every row showed identical rows masked alike)."""
+    import datasets
+
+    from bertctl.corpus_inspect import _samples
+    from bertctl.data.masking import mask_tokens, masking_options
+
+    tokenizer = BertTokenizer.from_vocab(VOCAB[:FIRST_BASE + 30], lowercase=True)
+    ids = [tokenizer.cls_id, *range(FIRST_BASE, FIRST_BASE + 30), tokenizer.sep_id]
+    manifest = {"objective": "mlm", "masked_lm_prob": 0.15, "max_predictions_per_seq": 20, "whole_word_masking": False}
+    samples = _samples(datasets.Dataset.from_dict({"input_ids": [ids] * 3}), manifest, tokenizer, 3)
+    shown = [[i for i, token in enumerate(sample["text"].split()) if token.startswith("<")] for sample in samples]
+    options = masking_options(tokenizer, 0.15, 20, False)
+    assert shown == [mask_tokens(np.asarray(ids), rng=np.random.default_rng(i), **options).positions.tolist()
+                     for i in range(3)]
+    assert len({tuple(positions) for positions in shown}) == 3 and [s["row"] for s in samples] == [0, 1, 2]
+    static = datasets.Dataset.from_dict({"input_ids": [ids], "masked_lm_positions": [[1, 5]],
+                                         "masked_lm_ids": [[FIRST_BASE + 7, FIRST_BASE + 8]]})
+    [sample] = _samples(static, manifest, tokenizer, 1)
+    assert [token for token in sample["text"].split() if token.startswith("<")] == [
+        f"<{BASES[0]}|{BASES[7]}>", f"<{BASES[4]}|{BASES[8]}>"]
+
+
 def test_cli_build_and_inspect(data) -> None:
     runner = CliRunner()
     out = data["root"] / "cli"

@@ -24,10 +24,11 @@ from typer.testing import CliRunner
 
 from bertctl import files, finetune, finetune_work, optim
 from bertctl.cli import app
-from bertctl.config import FinetuneConfig
+from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.data.batches import rank_micro_batches
 from bertctl.errors import BertctlError
 from bertctl.finetune import finetune_glue
+from bertctl.training import Distributed
 
 # 61 examples in batches of 6: ten full batches and one of a single example, which leaves the second of
 # two processes without a row; micro-batches of 2 make a process's 3 examples two passes (2 + 1).
@@ -503,6 +504,48 @@ def test_a_run_of_bad_steps_is_counted_on_across_a_checkpoint():
 
     saved = json.loads(json.dumps(Progress(step=8, bad_in_row=3).record()))
     assert Progress.from_record(saved, log_every=4).bad_in_row == 3
+
+
+@pytest.mark.parametrize("change", [{"save_every": 7}, {"log_every": 3}, {"max_bad_steps": 9}, {"device": "cpu"},
+                                    {"gradient_checkpointing": True}, {"overwrite": True}])
+def test_a_resume_may_change_the_settings_the_docs_name(tmp_path, change):
+    """docs/finetuning.md: --save-every, --log-every, --max-bad-steps, --device, --gradient-checkpointing and
+    --overwrite may change on a resume; others are refused (test_resume_after_sigterm_mid_epoch...)."""
+    settings = {"model": "m", "data": "d", "task": "rte", "out": tmp_path / "run"}
+    (tmp_path / ".run.work").mkdir()
+    (tmp_path / ".run.work" / "run.json").write_text(json.dumps({"config": config_to_dict(FinetuneConfig(**settings))}))
+    cfg = FinetuneConfig(**settings, resume=True, **change)
+    assert finetune_work.check_work(cfg, Distributed()) == (tmp_path / "run", tmp_path / ".run.work")
+
+
+def test_a_resumed_seed_keeps_its_metrics_rows_up_to_its_checkpoint_and_a_new_one_starts_empty(tmp_path):
+    """Rows a killed run logged after its checkpoint are logged again by the resume, so they are dropped."""
+    seed_work = tmp_path / "seed-1"
+    seed_work.mkdir()
+    rows = [{"step": 4, "loss": 0.5, "elapsed": 2.0}, {"step": 5, "loss": 0.4, "elapsed": 3.0}]
+    (seed_work / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert finetune_work.open_seed(seed_work, seed_work / "step-000004", 4, {"seed": 1}) == 2.0
+    assert _rows(seed_work / "metrics.jsonl") == rows[:1]
+    assert finetune_work.open_seed(seed_work, None, 0, {"seed": 1}) == 0.0
+    assert sorted(p.name for p in seed_work.iterdir()) == ["run.json"]
+
+
+def test_a_resume_compares_the_examples_hash_only_where_run_json_records_one(tmp_path):
+    """A seed without run.json, or whose run.json predates features_sha256, is not refused."""
+    finetune_work.refuse_other_examples(tmp_path, "ab", "--data d", "rte")
+    (tmp_path / "run.json").write_text(json.dumps({"seed": 1}))
+    finetune_work.refuse_other_examples(tmp_path, "ab", "--data d", "rte")
+    (tmp_path / "run.json").write_text(json.dumps({"features_sha256": "cd"}))
+    with pytest.raises(finetune.UsageError, match="^--data d: rte's examples are not those the run in "):
+        finetune_work.refuse_other_examples(tmp_path, "ab", "--data d", "rte")
+
+
+def test_one_seed_is_collected_as_the_model_folder_itself(tmp_path):
+    """docs/finetuning.md: one seed's OUT is its model folder; several get seed-N/ folders and results.json."""
+    (tmp_path / "work" / "seed-3" / "done").mkdir(parents=True)
+    (tmp_path / "work" / "seed-3" / "done" / "config.json").write_text("{}")
+    finetune_work.collect({"seeds": [3]}, tmp_path / "work", tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["config.json"]
 
 
 def test_a_kill_after_a_better_epoch_resumes_with_the_best_epoch_its_checkpoint_refers_to(encoder, glue, tmp_path,

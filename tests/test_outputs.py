@@ -159,7 +159,7 @@ def test_predict_glue_keeps_existing_submission_files_unless_overwrite(models, t
     args = _commands(models, sub)["predict glue"]
     assert _cli(*args).exit_code == 0 and (sub / "SST-2.tsv").is_file()
     (sub / "SST-2.tsv").write_text("mine")
-    _refused(_cli(*args), f"--out {sub} already holds SST-2.tsv; pass --overwrite")
+    _refused(_cli(*args), f"--out {sub} already holds SST-2.tsv; pass --overwrite to replace it")
     assert (sub / "SST-2.tsv").read_text() == "mine"
     assert _cli(*args, "--overwrite").exit_code == 0
     assert (sub / "SST-2.tsv").read_text().startswith("index\tprediction\n")
