@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from processes import ranks_said, run_group, torchrun_env
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 from bertctl import __version__
 from bertctl.cli import app
 from bertctl.cli_base import LOST_PEER, lost_peer
-from bertctl.errors import UsageError
+from bertctl.errors import Terminated, UsageError
 
 GROUPS = ["tokenizer", "corpus", "pretrain", "finetune", "evaluate", "predict", "fill", "convert", "info"]
 
@@ -319,7 +320,7 @@ def test_debug_given_after_the_command_says_where_it_goes():
 def test_a_group_without_a_command_shows_its_help():
     for args in ([], ["finetune"]):
         result = CliRunner().invoke(app, args)
-        assert "Usage: " in result.output and "Commands" in result.output and result.exit_code in (0, 2)
+        assert result.output.startswith("Usage: ") and "Commands" in result.output and result.exit_code in (0, 2)
 
 
 def test_fill_without_a_model_points_to_the_quick_start(tmp_path, monkeypatch):
@@ -338,6 +339,8 @@ def test_every_line_on_stderr_starts_with_bertctl_a_warning_too(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith(f"bertctl: warning: {vocab} has 20 tokens with capitals"), result.stderr
     assert len(result.stderr.splitlines()) == 1
+    cased = CliRunner().invoke(app, ["tokenizer", "encode", "--tokenizer", str(vocab), "--cased", "--json", "Word1"])
+    assert json.loads(cased.stdout)["tokens"] == ["[CLS]", "Word1", "[SEP]"] and cased.stderr == ""
 
 
 def test_a_libraries_python_warning_is_a_bertctl_warning_line_too():
@@ -551,6 +554,11 @@ def _caused(error: Exception, cause: Exception) -> Exception:
     (ValueError("row 7 is damaged:\nTraceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad int"),
      1, "ValueError: row 7 is damaged: Traceback (most recent call last): File \"x.py\", line 1 ValueError: bad int "
         "(in DataLoader worker process 0; rerun with --debug for the traceback)"),
+    (ValueError("row 7 is damaged:\nThe above exception was the direct cause of the following exception:\n\n"
+                "Traceback (most recent call last):\nValueError: bad int"), 1,
+     "ValueError: row 7 is damaged: The above exception was the direct cause of the following exception: Traceback "
+     "(most recent call last): ValueError: bad int (in DataLoader worker process 0; rerun with --debug for the "
+     "traceback)"),
     # raised from another error of its type: the error's own line, not its cause's
     (_caused(ValueError("row 7 is damaged"), ValueError("bad int")), 1, "ValueError: row 7 is damaged (in DataLoader "
                                                                          "worker process 0; rerun with --debug for "
@@ -719,7 +727,7 @@ def test_every_finetune_command_passes_its_own_and_the_shared_options_to_its_rec
 
     given = []
     monkeypatch.setattr(importlib.import_module(_RECIPES[task]), f"finetune_{task}", given.append)
-    (tmp_path / "run.yaml").write_text("warmup_fraction: 0.2\n")
+    (tmp_path / "run.yaml").write_text("warmup_fraction: 0.2\nepochs: 4\n")  # the file's epochs beat squad's 2
     data = ["sst2", "--data", "glue"] if task == "glue" else ["--train", "t.csv", "--text-columns", "text"] \
         if task == "classify" else ["--train", "t.json"]
     result = CliRunner().invoke(app, ["finetune", task, *data, "--model", "m", "--out", str(tmp_path / "run"),
@@ -728,8 +736,8 @@ def test_every_finetune_command_passes_its_own_and_the_shared_options_to_its_rec
     assert result.exit_code == 0, result.output
     cfg = given[0]
     assert (cfg.adam_eps, cfg.seeds, cfg.group_by_length, cfg.warmup_fraction) == (1e-7, (1, 2), False, 0.2)
-    assert (cfg.lr, cfg.batch_size, cfg.epochs) == {"squad": (3e-5, 32, 2), "ner": (5e-5, 32, 3),
-                                                    "choice": (5e-5, 16, 3)}.get(task, (2e-5, 32, 3))
+    assert (cfg.lr, cfg.batch_size, cfg.epochs) == {"squad": (3e-5, 32, 4), "ner": (5e-5, 32, 4),
+                                                    "choice": (5e-5, 16, 4)}.get(task, (2e-5, 32, 4))
 
 
 def test_finetune_squad_lists_its_window_options_among_the_shared_ones():
@@ -743,3 +751,205 @@ def test_finetune_squad_lists_its_window_options_among_the_shared_ones():
                        "--precision", "--device", "--log-every", "--save-every", "--max-bad-steps", "--resume",
                        "--overwrite", "--config", "--help"]
     assert "Peak learning rate [3e-5]." in shown.output and "Tokens per window: [CLS]" in shown.output
+
+
+CONFIG_COMMANDS = ["tokenizer train", "corpus build", "corpus import", "pretrain", "finetune glue", "finetune classify",
+                   "finetune squad", "finetune ner", "finetune choice"]
+
+
+def test_the_options_of_commands_built_from_a_config_are_unset_unless_given():
+    """An option's own default would beat the --config file (flags win) and the task's defaults (squad's lr): left
+    None, an option not given falls through to the file, then to the task's and the dataclass's default."""
+    commands = dict(every_command())
+    set_by_default = [(name, p.name, p.default) for name in CONFIG_COMMANDS for p in commands[name].params
+                      if p.name != "help" and p.default is not None]
+    assert set_by_default == []
+
+
+# library function each evaluate/predict/fill/convert/info command calls (module, function, printer or None)
+_CALLS = {
+    "evaluate glue": ("bertctl.evaluate", "evaluate_glue", "print_results"),
+    "evaluate classify": ("bertctl.evaluate", "evaluate_classify", "print_classify_results"),
+    "evaluate squad": ("bertctl.squad", "evaluate_squad", "print_squad_results"),
+    "evaluate mlm": ("bertctl.mlm_eval", "evaluate_mlm", "print_mlm_results"),
+    "evaluate ner": ("bertctl.ner", "evaluate_ner", "print_ner_results"),
+    "evaluate choice": ("bertctl.choice", "evaluate_choice", "print_choice_results"),
+    "predict glue": ("bertctl.predict", "predict_glue", None), "predict classify": ("bertctl.predict",
+                                                                                     "predict_classify", None),
+    "predict squad": ("bertctl.squad", "predict_squad", None), "predict ner": ("bertctl.ner", "predict_ner", None),
+    "predict choice": ("bertctl.choice", "predict_choice", None),
+    "fill": ("bertctl.fill", "iter_fill", "print_fill_results"), "convert": ("bertctl.convert", "convert", None),
+    "info": ("bertctl.info", "info", "print_info"),
+}
+# a value of its own for every option, so a flag handed on as another one's argument shows
+_GIVEN = {"model": "m", "data": "d", "out": "o", "corpus": "c", "split": "s", "batch_size": 3, "max_seq_length": 17,
+          "device": "cuda:7", "precision": "bf16", "doc_stride": 5, "max_query_length": 7, "n_best_size": 9,
+          "max_answer_length": 11, "null_score_diff_threshold": 0.25, "label_names": "B,O", "text_columns": "t1,t2",
+          "label_column": "lab", "samples": 13, "seed": 19, "top_k": 4, "overwrite": True, "truncate": True}
+
+
+@pytest.mark.parametrize("name", list(_CALLS))
+def test_every_option_of_a_scoring_or_model_command_reaches_its_own_argument(monkeypatch, tmp_path, name):
+    """evaluate, predict, fill, convert and info hand their options on by position: two swapped (--doc-stride as
+    max_query_length, --device as precision) or one left at its default would still run, on other settings."""
+    import importlib
+    import inspect
+
+    module_name, function, printer = _CALLS[name]
+    module = importlib.import_module(module_name)
+    real, called, printed = getattr(module, function), {}, {}
+
+    def record(*args, **kwargs):
+        bound = inspect.signature(real).bind(*args, **kwargs).arguments
+        called.update({key: str(value) if isinstance(value, Path) else value for key, value in bound.items()})
+        return [] if name in ("predict glue", "predict squad") else iter(()) if name == "fill" else "done"
+
+    monkeypatch.setattr(module, function, record)
+    if printer:
+        monkeypatch.setattr(module, printer, lambda *args, **kwargs: printed.update(kwargs))
+    command = dict(every_command())[name]
+    args = [*name.split(), *(["sst2"] if name.endswith("glue") else ["x [MASK]"] if name == "fill" else
+                             ["m"] if name in ("convert", "info") else [])]
+    expected = {"task": "sst2"} if name.endswith("glue") else {"texts": ["x [MASK]"]} if name == "fill" else \
+        {"source" if name == "convert" else "model": "m"} if name in ("convert", "info") else {}
+    for param in command.params:
+        if param.param_type_name == "option" and param.name in _GIVEN:
+            value = _GIVEN[param.name]
+            args += [param.opts[0]] if value is True else [param.opts[0], str(value)]
+            expected[param.name] = value
+    if name == "fill":  # texts on the command line first, then those of --file
+        (tmp_path / "texts.txt").write_text("y [MASK]\n")
+        args += ["--target", "a", "-t", "b", "--file", str(tmp_path / "texts.txt")]
+        expected.update(targets=["a", "b"], texts=["x [MASK]", "y [MASK]"])
+    if any(p.name == "as_json" for p in command.params):
+        args.append("--json")
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert {key: called.get(key) for key in expected} == expected
+    assert not any(p.name == "as_json" for p in command.params) or printed.get("as_json") is True
+
+
+def test_debug_before_the_command_shows_the_traceback_above_the_line(monkeypatch, tmp_path):
+    import bertctl.info
+    from bertctl.cli_base import set_debug
+
+    def broken(model):
+        raise ValueError("row 7 is damaged")
+
+    monkeypatch.setattr(bertctl.info, "info", broken)
+    try:
+        result = CliRunner().invoke(app, ["--debug", "info", str(tmp_path)])
+    finally:
+        set_debug(False)
+    assert result.exit_code == 1 and "Traceback (most recent call last):" in result.stderr
+    assert result.stderr.splitlines()[-1] == ("bertctl: error: ValueError: row 7 is damaged (rerun with --debug for "
+                                              "the traceback)")
+
+
+def test_a_process_whose_stderr_is_closed_claims_no_line(monkeypatch, tmp_path):
+    """Without a stderr it cannot say the line: claimed, no rank of the node would."""
+    from bertctl.cli_base import _stderr_private
+
+    def closed(fd):
+        raise OSError(9, "Bad file descriptor")
+
+    monkeypatch.setattr(os, "fstat", closed)
+    assert _stderr_private(tmp_path) is True
+
+
+def test_only_a_pipe_whose_reader_is_gone_is_taken_for_a_reader_gone(monkeypatch):
+    """`| head` closing the pipe is quiet (exit 141); a pipe that still has its reader is some other pipe's error."""
+    from bertctl.cli_base import _reader_gone
+
+    read, write = os.pipe()
+    with os.fdopen(write, "w") as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        assert _reader_gone() is False
+        os.close(read)
+        assert _reader_gone() is True
+
+
+@pytest.mark.parametrize(("stop", "code", "said"), [(KeyboardInterrupt, 130, "interrupted"), (Terminated, 143,
+                                                                                             "terminated")])
+def test_a_stopped_command_is_one_line_with_the_signals_exit_code(monkeypatch, tmp_path, stop, code, said):
+    """Ctrl-C exits 130 and SIGTERM 143 (128 + the signal), as a Unix tool killed by it does."""
+    import bertctl.info
+
+    def stopped(model):
+        raise stop
+
+    monkeypatch.setattr(bertctl.info, "info", stopped)
+    result = CliRunner().invoke(app, ["info", str(tmp_path)])
+    assert result.exit_code == code and result.stderr == f"bertctl: error: {said}\n"
+
+
+@pytest.mark.parametrize(("args", "text", "expected"), [
+    ([], "seed: 3\n", (None, 2500, 2e-3)), ([], "lr: 0.5\n", (None, 2500, 0.5)),  # the quick start, the file's over it
+    (["--corpus", "c"], "seed: 3\n", ("c", 1_000_000, 1e-4)), ([], "corpus: c\n", ("c", 1_000_000, 1e-4)),
+])
+def test_pretrain_runs_the_quick_start_only_when_neither_flag_nor_file_names_a_corpus(monkeypatch, tmp_path, args,
+                                                                                         text, expected):
+    import bertctl.pretrain
+
+    given = []
+    monkeypatch.setattr(bertctl.pretrain, "pretrain", lambda cfg: given.append(cfg) or tmp_path)
+    (tmp_path / "run.yaml").write_text(text)
+    result = CliRunner().invoke(app, ["pretrain", *args, "--config", str(tmp_path / "run.yaml")])
+    assert result.exit_code == 0, result.output
+    corpus, steps, lr = expected
+    assert (given[0].corpus, given[0].steps, given[0].lr) == (corpus and Path(corpus), steps, lr)
+
+
+@pytest.mark.parametrize(("error", "line"), [
+    (PermissionError(13, "Permission denied", "/x/y"), "/x/y: Permission denied (rerun with --debug for the "
+                                                       "traceback)"),
+    (OSError(28, "No space left on device", "/x/y"), "cannot write /x/y: No space left on device; free some disk "
+                                                     "space or choose another path"),
+])
+def test_a_file_system_error_is_one_line_naming_its_file(monkeypatch, tmp_path, error, line):
+    import bertctl.info
+
+    def failing(model):
+        raise error
+
+    monkeypatch.setattr(bertctl.info, "info", failing)
+    result = CliRunner().invoke(app, ["info", str(tmp_path)])
+    assert result.exit_code == 1 and result.stderr == f"bertctl: error: {line}\n"
+
+
+@pytest.mark.parametrize(("command", "module", "function"), [
+    ("tokenizer train", "bertctl.tokenizer_train", "train_tokenizer"),
+    ("corpus build", "bertctl.corpus", "build_corpus"), ("corpus import", "bertctl.corpus_import", "import_corpus"),
+])
+def test_inputs_given_as_arguments_beat_the_config_files_and_none_leave_them(monkeypatch, tmp_path, command, module,
+                                                                           function):
+    import importlib
+
+    given = []
+
+    def stop(cfg):
+        given.append(cfg.inputs)
+        raise UsageError("stopped")
+
+    monkeypatch.setattr(importlib.import_module(module), function, stop)
+    (tmp_path / "run.yaml").write_text("inputs: [a.txt]\n")
+    tokenizer = [] if command == "tokenizer train" else ["-t", str(tmp_path)]
+    for inputs in ([], ["b.txt"]):
+        CliRunner().invoke(app, [*command.split(), *inputs, *tokenizer, "--config", str(tmp_path / "run.yaml"),
+                                 "--out", str(tmp_path / "out")])
+    assert given == [("a.txt",), ("b.txt",)]
+
+
+def test_the_defaults_of_those_commands_options_are_their_functions_own():
+    """`evaluate mlm --split` ([validation]), `evaluate glue --split` (dev), `fill --top-k` (5): an option not given
+    does what the Python function does when not given that argument (docs/python-api.md)."""
+    import importlib
+    import inspect
+
+    commands = dict(every_command())
+    differ = []
+    for name, (module_name, function, _) in _CALLS.items():
+        own = inspect.signature(getattr(importlib.import_module(module_name), function)).parameters
+        differ += [(name, p.name, p.default) for p in commands[name].params if p.name in own
+                   and own[p.name].default is not inspect.Parameter.empty and p.default != own[p.name].default]
+    assert differ == []

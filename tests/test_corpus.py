@@ -523,6 +523,7 @@ def test_cli_build_and_inspect(data) -> None:
     result = runner.invoke(app, ["corpus", "inspect", str(out), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
+    assert "samples" not in report  # the statistics alone
     assert report["objective"] == "mlm+sop" and 0.4 < report["splits"]["train"]["swapped_share"] < 0.6
     assert report["splits"]["train"]["max_length"] <= 48
     text = runner.invoke(app, ["corpus", "inspect", str(out), "--num", "1"]).stdout

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -500,6 +501,39 @@ def test_a_stop_signal_reaching_a_loader_worker_before_its_init_fn_leaves_it_run
     assert gone(worker)
 
 
+def test_workers_an_interrupted_shutdown_leaves_alive_are_killed():
+    """A second Ctrl-C inside torch's own shutdown of the workers: those it left alive get SIGKILL, so none outlives
+    the loop (multiprocessing would wait for them at exit without a timeout)."""
+    killed = []
+
+    class Worker:
+        def __init__(self, alive: bool) -> None:
+            self.alive = alive
+
+        def is_alive(self) -> bool:
+            return self.alive
+
+        def kill(self) -> None:
+            killed.append(self)
+
+    class Batches(Iterator[int]):
+        _workers = [Worker(True), Worker(False)]
+
+        def __next__(self) -> int:
+            raise StopIteration
+
+        def _shutdown_workers(self) -> None:
+            raise KeyboardInterrupt
+
+    class Loader:
+        def __iter__(self) -> Batches:
+            return Batches()
+
+    with pytest.raises(KeyboardInterrupt), stop_signals.loader_batches(Loader()):
+        pass
+    assert killed == Batches._workers[:1]
+
+
 def test_metrics_rows_and_saved_steps_write_null_for_non_finite_figures(tmp_path):
     log = run_metrics.MetricsLog(tmp_path)
     log.write({"step": 3, "loss": math.nan, "grad_norm": math.inf, "lr": 1e-4, "skipped_steps": 1})
@@ -616,6 +650,7 @@ def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):
     rank at once, without its checkpoint). A second signal later than DUPLICATE_SIGNAL_SECONDS still stops it."""
     clock = [100.0]
     monkeypatch.setattr(stop_signals.time, "monotonic", lambda: clock[0])
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     with stop_signals.GracefulStop() as stop:
         os.kill(os.getpid(), signal.SIGTERM)
         clock[0] += 0.01
@@ -623,9 +658,10 @@ def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):
         clock[0] += stop_signals.DUPLICATE_SIGNAL_SECONDS / 2
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.requested
-        clock[0] += stop_signals.DUPLICATE_SIGNAL_SECONDS
+        clock[0] = 100.0 + stop_signals.DUPLICATE_SIGNAL_SECONDS  # as long after the first as that: a second one
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # the run's handlers go with it
 
 
 def test_a_run_in_another_thread_trains_without_signal_handlers():
