@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import struct
 import zlib
 from pathlib import Path
@@ -20,7 +21,7 @@ from bertctl.corpus import build_corpus, load_corpus
 from bertctl.corpus_import import import_corpus
 from bertctl.corpus_inspect import inspect_corpus
 from bertctl.data.instances import is_validation
-from bertctl.errors import UsageError
+from bertctl.errors import BertctlError, UsageError
 from bertctl.tokenizer import BertTokenizer
 
 WORDS = ("the cat dog bird fish sat ran flew swam on under over a mat log tree pond quickly slowly happily "
@@ -109,9 +110,16 @@ def tfrecord(records: list[bytes]) -> bytes:
 def google_example(row: dict, packed: bool = True, reverse: bool = False, seq: int = SEQ,
                    predictions: int = PREDICTIONS) -> bytes:
     """Google's write_instance_to_example_files for one instance (a bertctl corpus row)."""
+    features = google_features(row, packed, seq, predictions)
+    return example(dict(reversed(features.items())) if reverse else features)
+
+
+def google_features(row: dict, packed: bool = True, seq: int = SEQ, predictions: int = PREDICTIONS
+                    ) -> dict[str, bytes]:
+    """The features of google_example, by name."""
     ids, positions = row["input_ids"], row["masked_lm_positions"]
     pad, slots = seq - len(ids), predictions - len(positions)
-    features = {
+    return {
         "input_ids": int64_feature(ids + [0] * pad, packed),
         "input_mask": int64_feature([1] * len(ids) + [0] * pad, packed),
         "segment_ids": int64_feature(row["token_type_ids"] + [0] * pad, packed),
@@ -120,7 +128,6 @@ def google_example(row: dict, packed: bool = True, reverse: bool = False, seq: i
         "masked_lm_weights": float_feature([1.0] * len(positions) + [0.0] * slots, packed),
         "next_sentence_labels": int64_feature([row["next_sentence_label"]], packed),
     }
-    return example(dict(reversed(features.items())) if reverse else features)
 
 
 # --- fixtures -----------------------------------------------------------------------------------------------
@@ -292,13 +299,19 @@ def _damaged(built: dict, kind: str) -> tuple[bytes, str]:
                     "masked_lm_positions": int64_feature([1]), "masked_lm_ids": int64_feature([5]),
                     "masked_lm_weights": float_feature([1.0]), "next_sentence_labels": int64_feature([0])}
         return tfrecord([row, example(features)]), "record 2: not a tf.train.Example"
+    if kind == "packed int64 past 64 bits":
+        ids = built["rows"][0]["input_ids"] + [0] * (SEQ - len(built["rows"][0]["input_ids"]))
+        features = google_features(built["rows"][0])  # the second id as a packed value of 11 bytes: 2**70
+        features["input_ids"] = field(3, field(1, varint(ids[0]) + bytes([0x80] * 10 + [0x01]) +
+                                               b"".join(varint(v) for v in ids[2:])))
+        return tfrecord([google_example(built["rows"][0]), example(features)]), "record 2: not a tf.train.Example"
     raise AssertionError(kind)
 
 
 @pytest.mark.parametrize("kind", ["corrupted byte", "corrupted length", "truncated", "truncated gzip",
                                   "not a tfrecord", "run_classifier", "other lengths", "float ids",
-                                  "position past the tokens", "int64 past 64 bits", "joined zlib",
-                                  "odd feature names", "truncated zlib", "cut inside the first header",
+                                  "position past the tokens", "int64 past 64 bits", "packed int64 past 64 bits",
+                                  "joined zlib", "odd feature names", "truncated zlib", "cut inside the first header",
                                   "huge length"])
 def test_bad_records_fail_in_one_line_naming_file_and_record_and_write_nothing(built, kind) -> None:
     data, said = _damaged(built, kind)
@@ -310,22 +323,115 @@ def test_bad_records_fail_in_one_line_naming_file_and_record_and_write_nothing(b
     assert not (built["root"] / "bad").exists() and not (built["root"] / "bad.partial").exists()
 
 
+@pytest.mark.parametrize(("changed", "said"), [
+    ({"next_sentence_labels": float_feature([0.0])}, "feature next_sentence_labels is a float_list, Google's is a "
+                                                     "int64_list"),
+    ({"segment_ids": int64_feature([0] * (SEQ - 1))},
+     f"features of unequal lengths: input_ids {SEQ}, input_mask {SEQ}, segment_ids {SEQ - 1}"),
+    ({"next_sentence_labels": int64_feature([])}, "next_sentence_labels holds 0 values, not 1"),
+    ({name: int64_feature([]) for name in ("input_ids", "input_mask", "segment_ids")}, "input_ids is empty"),
+])
+def test_a_records_features_are_checked_by_kind_and_length(built, changed, said) -> None:
+    from bertctl.data.pretraining_records import record_items
+    from bertctl.data.tfrecord import BadRecord, parse_example
+
+    features = {**google_features(built["rows"][0]), **changed}
+    with pytest.raises(BadRecord, match=f"^{re.escape(said)}$"):
+        record_items(parse_example(example(features)), None)
+
+
+def _broken(kind: str, columns: list[np.ndarray], r: int, n: int) -> str:
+    """Break record r (of n tokens) of a block's columns as `kind` says; what the check must say."""
+    ids, mask, types, positions, labels, weights, nsp = columns
+    fix = f"outside the vocabulary of vocab ({len(VOCAB)} ids): give the vocabulary the records were made with"
+    if kind == "one token":
+        mask[r] = 0
+        mask[r, 0] = 1
+        return "input_mask is not 1 for each token then 0 for the padding (with at least 2 tokens)"
+    if kind == "id of the vocabulary's size":
+        ids[r, 1] = len(VOCAB)
+        return f"input id {len(VOCAB)} is {fix}"
+    if kind == "segment 2":
+        types[r, 1] = 2
+        return "segment_ids holds a value other than 0 or 1"
+    if kind == "a weight's hole":
+        weights[r] = [1, 0, 1, 0, 0]
+        return "masked_lm_weights is not 1.0 for each prediction then 0.0 for the padding"
+    if kind == "position of the token count":
+        positions[r, 1] = n
+        return f"masked_lm_positions holds {n}, outside the {n} tokens"
+    if kind == "position 0 twice":
+        positions[r, :2] = 0
+        return "masked_lm_positions holds a position twice"
+    if kind == "label of the vocabulary's size":
+        labels[r, 1] = len(VOCAB)
+        return f"masked_lm_ids holds {len(VOCAB)}, {fix}"
+    if kind == "next sentence label 2":
+        nsp[r] = 2
+        return "next_sentence_labels is 2, not 0 (IsNext) or 1 (NotNext)"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["one token", "id of the vocabulary's size", "segment 2", "a weight's hole",
+                                  "position of the token count", "position 0 twice", "label of the vocabulary's size",
+                                  "next sentence label 2"])
+def test_a_blocks_check_names_its_first_bad_record(built, kind) -> None:
+    """Records 12 and 13 of a block from record 10 are bad the same way: record 12 is named, for what it is."""
+    from bertctl.data.pretraining_records import RecordBlock, Shape, record_items
+    from bertctl.data.tfrecord import BadRecord, parse_example
+
+    rows = [r for r in built["rows"] if len(r["masked_lm_positions"]) >= 2][:4]
+    block = RecordBlock(first=9)
+    block.rows = [record_items(parse_example(google_example(r)), None) for r in rows]
+    columns = [c.copy() for c in block.columns(Shape(SEQ, PREDICTIONS, "record 10"))]
+    block.check(columns, len(VOCAB), 2, 3, "vocab")  # unbroken, they pass
+    said = [_broken(kind, columns, r, len(rows[r]["input_ids"])) for r in (2, 3)][0]
+    with pytest.raises(BadRecord, match=f"^record 12: {re.escape(said)}$"):
+        block.check(columns, len(VOCAB), 2, 3, "vocab")
+
+
 def test_records_are_checked_and_decoded_a_block_at_a_time_in_order(built, monkeypatch) -> None:
-    """Blocks of 4 records: the same rows, and a failure names the first bad record, wherever blocks begin."""
+    """Blocks of 4 records: the same rows, read a block at a time, and a failure names the first bad record,
+    wherever blocks begin."""
+    import io
+
+    from bertctl.data.tfrecord import HashedReader, read_records
+
     monkeypatch.setattr("bertctl.corpus_import.BLOCK_ROWS", 4)
     monkeypatch.setattr("bertctl.data.tfrecord.CHECK_BLOCK", 4)
     corpus, _ = load_corpus(imported(built, "small-blocks"))
     assert corpus["train"].to_list() == built["rows"]
     records = [google_example(r) for r in built["rows"][:9]]
+    source = HashedReader(io.BytesIO(tfrecord(records)))
+    stream = read_records(source, None)
+    assert next(stream) == records[0] and source.count == len(tfrecord(records[:4]))  # one block read, not all
     data = bytearray(tfrecord(records))
     data[len(tfrecord(records[:5])) + 40] ^= 0x01  # record 6, in the second block
     not_example = tfrecord([records[0], b"\xff" * 30, *records[2:]])[:-9]  # record 2 bad, and then cut short
-    for contents, said in [(bytes(data), "record 6: the record's data"), (not_example, "record 2: not a tf.train")]:
+    rows = [dict(r) for r in built["rows"][:9]]
+    rows[5]["input_ids"] = [rows[5]["input_ids"][0], 99_999, *rows[5]["input_ids"][2:]]
+    unknown = tfrecord([google_example(r) for r in rows])  # record 6 fails its block's check
+    for contents, said in [(bytes(data), "record 6: the record's data"), (not_example, "record 2: not a tf.train"),
+                           (unknown, "record 6: input id 99999")]:
         bad = built["root"] / "blocks.tfrecord"
         bad.write_bytes(contents)
         with pytest.raises(UsageError, match=said):
             imported(built, "bad-blocks", files=[bad])
         assert not (built["root"] / "bad-blocks").exists()
+
+
+def test_a_file_that_changed_after_it_was_counted_is_refused(built, tmp_path) -> None:
+    """A worker's file is counted first: more records or fewer when it is read mean something wrote to it."""
+    from bertctl.corpus_import import _FileJob, _import_one, _Vocabulary
+
+    cfg = CorpusImportConfig(inputs=(str(built["files"][0]),), tokenizer=built["tok"], out=tmp_path / "out")
+    records = len(built["rows"]) // 2
+    for counted in (records - 1, records + 1):
+        (tmp_path / str(counted)).mkdir()
+        job = _FileJob(0, built["files"][0], 0, None, False, tmp_path / str(counted),
+                       _Vocabulary(len(VOCAB), 2, 3, 4, "vocab"), cfg, counted=counted)
+        with pytest.raises(BertctlError, match="tfrecord-0 changed while it was imported"):
+            _import_one(job, lambda rows, read: None)
 
 
 def test_the_first_bad_record_is_named_when_a_later_one_fails_before_its_block_is_checked(built) -> None:

@@ -164,6 +164,18 @@ def test_a_shard_after_a_user_block_is_found_by_its_signature(built) -> None:  #
     assert corpus["train"].to_list() == built["rows"][:9] and manifest["source"] == "nvidia-hdf5"
 
 
+@pytest.mark.parametrize(("at", "size", "found"), [(0, 8, True), (512, 520, True), (2048, 4096, True),
+                                                  (1536, 2040, False), (8, 600, False)])
+def test_a_file_is_hdf5_by_its_signature_where_the_library_looks(tmp_path, at, size, found) -> None:
+    """At byte 0 or 512 * 2**k (HDF5's user block), to the file's last byte; nowhere else."""
+    from bertctl.data.hdf5 import SIGNATURE, is_hdf5
+
+    data = bytearray(size)
+    data[at:at + len(SIGNATURE)] = SIGNATURE
+    (tmp_path / "file").write_bytes(bytes(data))
+    assert is_hdf5(tmp_path / "file") is found
+
+
 def test_pretraining_on_the_imported_shards_gives_the_built_corpus_losses(built, shards, tmp_path) -> None:  # noqa: F811
     built_losses = pretraining_losses(built["root"] / "built", tmp_path / "built", 3)
     assert len(built_losses) == 3
@@ -207,12 +219,20 @@ def _damaged(built: dict, kind: str) -> tuple[Path, str]:  # noqa: F811
     if kind == "unequal widths":
         features["masked_lm_ids"] = features["masked_lm_ids"][:, :-1]
         return nvidia_shard(path, features), f"unequal widths: masked_lm_positions {PREDICTIONS}, masked_lm_ids"
+    if kind == "no prediction columns":
+        features["masked_lm_positions"] = features["masked_lm_ids"] = np.zeros((6, 0), "int32")
+        return nvidia_shard(path, features), (f"input_ids has {SEQ} columns and masked_lm_positions 0: a shard of "
+                                              "NVIDIA's has at least one of each")
     if kind == "position past the tokens":
         features["masked_lm_positions"][3, 0] = len(rows[3]["input_ids"]) + 1
         return nvidia_shard(path, features), "row 4: masked_lm_positions holds [0-9]+, outside the [0-9]+ tokens"
     if kind == "prediction after the padding":
         short = next(i for i, r in enumerate(rows) if len(r["masked_lm_positions"]) < PREDICTIONS - 1)
         features["masked_lm_positions"][short, -1] = 1
+        return nvidia_shard(path, features), f"row {short + 1}: masked_lm_positions or masked_lm_ids is not 0 after"
+    if kind == "label after the padding":
+        short = next(i for i, r in enumerate(rows) if len(r["masked_lm_positions"]) < PREDICTIONS - 1)
+        features["masked_lm_ids"][short, -1] = 5
         return nvidia_shard(path, features), f"row {short + 1}: masked_lm_positions or masked_lm_ids is not 0 after"
     if kind == "label 2":
         features["next_sentence_labels"][5] = 2
@@ -232,12 +252,16 @@ def _damaged(built: dict, kind: str) -> tuple[Path, str]:  # noqa: F811
     if kind == "other lengths":
         return nvidia_shard(path, nvidia_features(rows, seq=SEQ + 8)), \
             f"max_seq_length {SEQ + 8} .* but .*training_shard_0.hdf5 row 1 has {SEQ} .*phase 1 and phase 2"
+    if kind == "other predictions":
+        return nvidia_shard(path, nvidia_features(rows, predictions=PREDICTIONS + 2)), \
+            f"max_predictions_per_seq {PREDICTIONS + 2}, but .*training_shard_0.hdf5 row 1 has {SEQ} and {PREDICTIONS}"
     raise AssertionError(kind)
 
 
 @pytest.mark.parametrize("kind", ["missing dataset", "float ids", "labels of two columns", "flat ids", "unequal rows",
-                                  "unequal widths", "position past the tokens", "prediction after the padding",
-                                  "label 2", "truncated", "corrupt chunk", "other lengths"])
+                                  "unequal widths", "no prediction columns", "position past the tokens",
+                                  "prediction after the padding", "label after the padding", "label 2", "truncated",
+                                  "corrupt chunk", "other lengths", "other predictions"])
 def test_bad_shards_fail_in_one_line_naming_the_file_and_write_nothing(built, shards, kind) -> None:  # noqa: F811
     bad, said = _damaged(built, kind)
     with pytest.raises(UsageError, match=said) as error:

@@ -230,6 +230,12 @@ def test_a_stop_signal_stops_every_worker_and_leaves_nothing(built, records, tmp
         assert not out.exists() and not out.with_name("out.partial").exists()
 
 
+def test_no_more_workers_than_files() -> None:
+    from bertctl.corpus_import import _worker_count
+
+    assert [_worker_count(4, 2), _worker_count(2, 1), _worker_count(1, 3), _worker_count(0, 1)] == [2, 1, 1, 1]
+
+
 def test_records_are_counted_from_their_framing(built, records) -> None:  # noqa: F811
     from bertctl.data.tfrecord import BadRecord, count_records
 
