@@ -1,5 +1,6 @@
 """The error types library code raises; only the CLI turns them into one line and an exit code. `say` gives a
-status line the form every line bertctl writes on stderr takes: `bertctl: ...` (errors: `bertctl: error: ...`)."""
+status line the form every line bertctl writes on stderr takes: `bertctl: ...` (errors: `bertctl: error: ...`);
+`warnings_held` keeps a file's warnings to its first read."""
 
 import contextlib
 import logging
