@@ -283,8 +283,9 @@ def _stub_hub(monkeypatch, names, labels, columns=("premise", "hypothesis")):
         if name == "broken/glue":
             raise ConnectionError("offline\nmore detail")
         data = {columns[0]: ["p0", "p1", "p2"], columns[1]: ["h0", "h1", "h2"], "label": labels, "idx": [5, 6, 7]}
+        label = datasets.ClassLabel(names=list(names)) if names else datasets.Value("int64")
         features = datasets.Features({columns[0]: datasets.Value("string"), columns[1]: datasets.Value("string"),
-                                      "label": datasets.ClassLabel(names=list(names)), "idx": datasets.Value("int32")})
+                                      "label": label, "idx": datasets.Value("int32")})
         return datasets.Dataset.from_dict(data, features=features)
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
@@ -313,6 +314,12 @@ def test_hub_labels_in_another_order_map_by_name_and_unknown_names_or_a_failed_l
                                          r"\(mnli, train\) from the hub failed \(offline\); go online once .* or "
                                          r"give a local copy$"):
         read_split("mnli", "train", "broken/glue")
+    _stub_hub(monkeypatch, (), [0, 3, 1])  # no ClassLabel: class indices; 3 is one past mnli's; rows count from 1
+    with pytest.raises(UsageError, match=r"\(mnli, train\) row 2: label 3 is not a class index 0..2$"):
+        read_split("mnli", "train", "nyu-mll/glue")
+    _stub_hub(monkeypatch, (), [1, None, 2], columns=("sentence1", "sentence2"))  # a score the copy lacks
+    with pytest.raises(UsageError, match=r"\(stsb, train\) row 2: score '' is not a finite number"):
+        read_split("stsb", "train", "nyu-mll/glue")
 
 
 # --- the user's own tables ---------------------------------------------------------------------------------

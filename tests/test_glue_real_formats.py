@@ -201,6 +201,12 @@ def test_a_saved_dataset_dict_per_task(glue, tmp_path):
     datasets.DatasetDict(splits).save_to_disk(str(saved / "rte"))
     for split in get_task("rte").splits:
         _same(read_split("rte", split, saved), read_split("rte", split, glue))
+    datasets.DatasetDict({"train": splits["train"]}).save_to_disk(str(tmp_path / "part" / "rte"))
+    with pytest.raises(UsageError, match=r"rte: no split validation \(found: train\); rte dev is read from it$"):
+        read_split("rte", "dev", tmp_path / "part")
+    (tmp_path / "part" / "rte" / "dataset_dict.json").write_text("{}")
+    with pytest.raises(UsageError, match=r"rte: cannot read the split names in its dataset_dict.json$"):
+        read_split("rte", "dev", tmp_path / "part")
 
 
 def test_hub_scores_are_the_files_decimals(glue, monkeypatch):

@@ -66,10 +66,29 @@ def test_a_missing_data_file_is_never_taken_for_a_hub_dataset(tmp_path, monkeypa
         "./x/y", "x/y/", "~/x", "/x/y", "squad", "a/b/c"))  # written like a path, or not owner/name
 
 
-def test_a_cached_hub_model_is_read_offline(offline_cache):
+def test_a_cached_hub_model_is_read_offline(offline_cache, monkeypatch):
+    import huggingface_hub
+
     assert local_folder("someone/tiny-bert") == offline_cache
     result = CliRunner().invoke(app, ["fill", "--model", "someone/tiny-bert", "--json", "the [MASK] ran"])
     assert result.exit_code == 0, result.output
+    asked = []
+
+    def snapshot(download):
+        def ask(name, allow_patterns):
+            asked.append(allow_patterns)
+            return download(name, allow_patterns=allow_patterns)
+        return ask
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot(huggingface_hub.snapshot_download))
+    assert local_folder("someone/tiny-bert", weights=False) == offline_cache
+    assert len(asked) == 1 and not any("safetensors" in pattern for pattern in asked[0])  # a tokenizer's files only
+    bin_only = offline_cache.parent / "bin-only"
+    bin_only.mkdir()
+    (bin_only / "pytorch_model.bin").write_bytes(b"")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot(lambda *_, **__: bin_only))
+    assert local_folder("someone/old-bert") == bin_only
+    assert "pytorch_model.bin" in asked[-1] and "model.safetensors" in asked[-2]  # no safetensors: then the .bin
 
 
 def test_an_uncached_hub_id_offline_is_one_line_exit_2(offline_cache):
@@ -83,6 +102,8 @@ def test_an_uncached_hub_id_offline_is_one_line_exit_2(offline_cache):
 def test_datasets_are_told_offline_only_when_the_hub_does_not_resolve_and_only_meanwhile(monkeypatch, resolves):
     import os
     import socket
+    import sys
+    import types
 
     from bertctl.hub import _hub_resolves, offline_when_unreachable
 
@@ -95,10 +116,14 @@ def test_datasets_are_told_offline_only_when_the_hub_does_not_resolve_and_only_m
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(socket, "getaddrinfo", lookup)
     _hub_resolves.cache_clear()  # asked once a process
+    monkeypatch.delitem(sys.modules, "datasets.config", raising=False)
     with offline_when_unreachable():
         assert (os.environ.get("HF_HUB_OFFLINE") == "1") is (not resolves)
         assert hub_constants.HF_HUB_OFFLINE is (not resolves)
+        first_imported_here = types.SimpleNamespace(HF_HUB_OFFLINE=not resolves)  # it read the variable as set
+        monkeypatch.setitem(sys.modules, "datasets.config", first_imported_here)
     assert "HF_HUB_OFFLINE" not in os.environ and hub_constants.HF_HUB_OFFLINE is False
+    assert first_imported_here.HF_HUB_OFFLINE is False
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)  # the process's own setting comes back
     with offline_when_unreachable():
         pass

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
+from bertctl.data.hub_copies import class_names, schema_features
 from bertctl.data.ner import check_known, make_ner_features, read_ner, tag_set
 from bertctl.errors import BertctlError, UsageError
 from bertctl.finetune_tagging import _labelled, _loss_terms, finetune_ner
@@ -681,10 +682,14 @@ def test_a_copys_classlabel_names_are_the_heads_tags_in_their_order(tmp_path):
     assert tag_set(train, ["I-MISC", *CONLL_TAGS[:-1]]) == ("I-MISC", *CONLL_TAGS[:-1])  # --label-names orders it
     text = read_ner(_conll(tmp_path / "t.txt", _synthetic(12, 7)), "--train")
     assert tag_set(text, None) == ("B-LOC", "B-PER", "I-LOC", "I-PER", "O")  # tag strings: sorted, as run_ner.py
+    label = {"_type": "ClassLabel", "names": CONLL_TAGS}
+    for feature in ({"_type": "List", "feature": label}, {"_type": "Sequence", "feature": label}, [label]):
+        assert class_names({"ner_tags": feature}) == {"ner_tags": tuple(CONLL_TAGS)}  # [label]: datasets 2's list
 
 
 def test_ner_copies_of_words_only_and_bad_ones(tmp_path):
     import datasets
+    import pyarrow as pa
 
     copies = _ner_copies(tmp_path / "c", _synthetic(3, 1))
     words = datasets.load_from_disk(str(copies["saved"])).remove_columns("ner_tags")
@@ -709,6 +714,8 @@ def test_ner_copies_of_words_only_and_bad_ones(tmp_path):
     with pytest.raises(UsageError, match=r"unset.parquet row 1: ner_tags holds an id outside 0..1 \(the copy's "
                                          r"ClassLabel names name 2 tags\)"):
         read_ner(tmp_path / "unset.parquet", "--train", label_names=["O", "B-PER", "I-PER"])
+    for raw in (b"not json", b'{"info": {}}', b'{"info": {"features": ["a list"]}}'):  # foreign metadata
+        assert schema_features(pa.schema([], metadata={b"huggingface": raw})) == {}
     (tmp_path / "broken.parquet").write_text("not parquet")
     with pytest.raises(UsageError, match="broken.parquet: cannot read it as parquet"):
         read_ner(tmp_path / "broken.parquet", "--train")

@@ -106,7 +106,7 @@ def _hub_examples(task: GlueTask, entry: SplitFile, columns: dict[str, list], na
                 raise BertctlError(f"{source}: label names {', '.join(names)} are not {task.name}'s "
                                    f"({', '.join(task.hub_label_names)}); cannot map them to its labels")
             order = found
-        labels = [_hub_label(task, value, order, source, row) for row, value in enumerate(columns["label"])]
+        labels = [_hub_label(task, value, order, source, row) for row, value in enumerate(columns["label"], 1)]
     text_b = columns[task.hub_text[1]] if task.is_pair else None
     return Examples(columns[task.hub_text[0]], text_b, labels, [str(i) for i in columns["idx"]], source)
 
