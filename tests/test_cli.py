@@ -869,20 +869,6 @@ def test_only_a_pipe_whose_reader_is_gone_is_taken_for_a_reader_gone(monkeypatch
         assert _reader_gone() is True
 
 
-@pytest.mark.parametrize(("stop", "code", "said"), [(KeyboardInterrupt, 130, "interrupted"), (Terminated, 143,
-                                                                                             "terminated")])
-def test_a_stopped_command_is_one_line_with_the_signals_exit_code(monkeypatch, tmp_path, stop, code, said):
-    """Ctrl-C exits 130 and SIGTERM 143 (128 + the signal), as a Unix tool killed by it does."""
-    import bertctl.info
-
-    def stopped(model):
-        raise stop
-
-    monkeypatch.setattr(bertctl.info, "info", stopped)
-    result = CliRunner().invoke(app, ["info", str(tmp_path)])
-    assert result.exit_code == code and result.stderr == f"bertctl: error: {said}\n"
-
-
 @pytest.mark.parametrize(("args", "text", "expected"), [
     ([], "seed: 3\n", (None, 2500, 2e-3)), ([], "lr: 0.5\n", (None, 2500, 0.5)),  # the quick start, the file's over it
     (["--corpus", "c"], "seed: 3\n", ("c", 1_000_000, 1e-4)), ([], "corpus: c\n", ("c", 1_000_000, 1e-4)),
@@ -900,13 +886,15 @@ def test_pretrain_runs_the_quick_start_only_when_neither_flag_nor_file_names_a_c
     assert (given[0].corpus, given[0].steps, given[0].lr) == (corpus and Path(corpus), steps, lr)
 
 
-@pytest.mark.parametrize(("error", "line"), [
-    (PermissionError(13, "Permission denied", "/x/y"), "/x/y: Permission denied (rerun with --debug for the "
-                                                       "traceback)"),
-    (OSError(28, "No space left on device", "/x/y"), "cannot write /x/y: No space left on device; free some disk "
-                                                     "space or choose another path"),
+@pytest.mark.parametrize(("error", "code", "line"), [
+    (KeyboardInterrupt(), 130, "interrupted"),  # Ctrl-C and SIGTERM: 128 + the signal, as a Unix tool killed by it
+    (Terminated(), 143, "terminated"),
+    (PermissionError(13, "Permission denied", "/x/y"), 1, "/x/y: Permission denied (rerun with --debug for the "
+                                                          "traceback)"),
+    (OSError(28, "No space left on device", "/x/y"), 1, "cannot write /x/y: No space left on device; free some disk "
+                                                        "space or choose another path"),
 ])
-def test_a_file_system_error_is_one_line_naming_its_file(monkeypatch, tmp_path, error, line):
+def test_a_stop_or_a_file_system_error_is_one_line_with_its_exit_code(monkeypatch, tmp_path, error, code, line):
     import bertctl.info
 
     def failing(model):
@@ -914,7 +902,7 @@ def test_a_file_system_error_is_one_line_naming_its_file(monkeypatch, tmp_path, 
 
     monkeypatch.setattr(bertctl.info, "info", failing)
     result = CliRunner().invoke(app, ["info", str(tmp_path)])
-    assert result.exit_code == 1 and result.stderr == f"bertctl: error: {line}\n"
+    assert result.exit_code == code and result.stderr == f"bertctl: error: {line}\n"
 
 
 @pytest.mark.parametrize(("command", "module", "function"), [

@@ -1003,13 +1003,15 @@ def test_v2_run_writes_null_odds_and_v2_scores(encoder, squad_files, tmp_path):
     assert evaluate_squad(out, dev) == {"version": "2.0", **results["validation"]}
 
 
+def _one_layer(**changes) -> BertConfig:
+    return BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64, **changes)
+
+
 def _qa_folder(folder: Path, config: dict) -> Path:
     """A QA model that was never trained, with a hand-written run.json holding `config`."""
     torch.manual_seed(0)
-    model = BertForQuestionAnswering(BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1,
-                                                num_attention_heads=2, intermediate_size=64,
-                                                max_position_embeddings=64))
-    save_model(model, folder, _tokenizer())
+    save_model(BertForQuestionAnswering(_one_layer()), folder, _tokenizer())
     _write(folder / "run.json", {"task": "squad_v2", "config": config})
     return folder
 
@@ -1068,9 +1070,7 @@ def test_a_window_hit_counts_real_rows_only():
     from bertctl.finetune_qa import _loss_terms
 
     torch.manual_seed(0)
-    model = BertForQuestionAnswering(BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1,
-                                                num_attention_heads=2, intermediate_size=64,
-                                                max_position_embeddings=64)).eval()
+    model = BertForQuestionAnswering(_one_layer()).eval()
     ids = torch.tensor([[2, 5, 6, 3, 7, 8, 3]] * 3)
     batch = {"input_ids": ids, "token_type_ids": torch.tensor([[0] * 4 + [1] * 3] * 3)}
     with torch.no_grad():
@@ -1164,9 +1164,8 @@ def test_a_qa_model_with_one_segment_embedding_is_refused_in_one_line(squad_file
     """The context is segment 1: past a one-row token_type embedding it would fail deep in the forward pass."""
     from bertctl.squad import evaluate_squad
 
-    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64, type_vocab_size=1)
-    folder = save_model(BertForQuestionAnswering(config), tmp_path / "one-segment", _tokenizer())
+    folder = save_model(BertForQuestionAnswering(_one_layer(type_vocab_size=1)), tmp_path / "one-segment",
+                        _tokenizer())
     with pytest.raises(UsageError, match="two segments but .* has type_vocab_size 1"):
         evaluate_squad(folder, squad_files["dev"], max_seq_length=24, doc_stride=6, max_query_length=6)
 
