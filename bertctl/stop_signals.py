@@ -13,11 +13,13 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from bertctl.errors import Terminated
+
 DUPLICATE_SIGNAL_SECONDS = 1.0  # a stop signal this soon after the first is the same request, passed on
 
 
 class GracefulStop:
-    """First SIGINT/SIGTERM: finish the step, save, exit. A second one: stop at once.
+    """First SIGINT/SIGTERM: finish the step, save, exit. A second one: stop at once (exit code 130 or 143).
 
     A signal within DUPLICATE_SIGNAL_SECONDS of the first is the same request again, not a second one: SLURM
     (scancel, a time limit) and systemd signal every process of the job, and torchrun's agent, which gets it
@@ -42,7 +44,7 @@ class GracefulStop:
         if not self.requested:
             self.requested, self._first = True, now
         elif now - self._first >= DUPLICATE_SIGNAL_SECONDS:
-            raise KeyboardInterrupt
+            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():

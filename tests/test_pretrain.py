@@ -1056,7 +1056,7 @@ def test_a_second_sigterm_to_the_group_stops_at_once_and_leaves_no_worker(corpus
                                env={**os.environ, "OMP_NUM_THREADS": "1", "STOP_AT": "3", "SIGNALS": "2"},
                                start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = process.communicate(timeout=120)
-    assert process.returncode == 130 and err.strip().endswith("bertctl: error: interrupted"), err[-2000:]
+    assert process.returncode == 143 and err.strip().endswith("bertctl: error: terminated"), err[-2000:]
     assert not [p for p in run.iterdir() if p.name.startswith("step-")] and not (run / "final").exists()
     assert gone(process.pid, group=True)
 

@@ -19,7 +19,7 @@ from processes import gone, ranks_said, run_group, torchrun_env
 from torch import nn
 
 from bertctl import optim, run_metrics, stop_signals, training, training_state
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, Terminated
 
 
 def _terms(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -659,8 +659,11 @@ def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.requested
         clock[0] = 100.0 + stop_signals.DUPLICATE_SIGNAL_SECONDS  # as long after the first as that: a second one
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(Terminated):  # SIGTERM's own exit code, 143
             os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(KeyboardInterrupt) as interrupted:
+            os.kill(os.getpid(), signal.SIGINT)
+        assert not isinstance(interrupted.value, Terminated)
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # the run's handlers go with it
 
 
