@@ -81,7 +81,8 @@ def take_types(cfg: Any) -> None:
         given = value = getattr(cfg, name)
         if name in LOCAL_NAMES and isinstance(value, str):
             if not value.strip():  # read as the working folder, or (init_from) as not given at all
-                raise FieldTypeError(type(cfg).__name__, name, f"must be a {LOCAL_NAMES[name]} or a hub id, got ''")
+                said = f"must be a {LOCAL_NAMES[name]} or a hub id, got {value!r}"
+                raise FieldTypeError(type(cfg).__name__, name, said)
             value = path_as_given(value, LOCAL_NAMES[name])
         if name in DATA_NAMES and isinstance(value, (str, Path)):
             value = _data_name(type(cfg).__name__, name, value)

@@ -285,6 +285,20 @@ def test_convert_never_writes_a_classifier_head_the_weights_lack(odd_config, tmp
     assert info(tmp_path / "conv")["heads"] == []
 
 
+def test_convert_of_a_transformers_classifier_without_id2label_warns_of_nothing(odd_config, tmp_path, caplog):
+    """Only a Google or NVIDIA classifier's unnamed outputs are a script's class order worth a warning; transformers
+    reads an unnamed classifier as LABEL_0, ... itself, and so does the converted folder."""
+    from bertctl.convert import convert
+
+    folder_with_config("BertForSequenceClassification", odd_config, tmp_path / "hf",
+                       {**HUB_CONFIGS["bert-base-uncased"], "architectures": ["BertForSequenceClassification"],
+                        "num_labels": 3}, num_labels=3)
+    convert(tmp_path / "hf", tmp_path / "conv")
+    assert "without id2label" not in caplog.text
+    reloaded = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "conv")
+    assert reloaded.config.id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
+
+
 def test_an_id2label_of_another_size_than_the_head_is_refused(odd_config, tmp_path):
     """transformers refuses the folder; bertctl built the head config.json describes and replaced the trained one
     with a random one in convert, predict and evaluate."""

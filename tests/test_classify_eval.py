@@ -19,7 +19,7 @@ from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.glue import Examples
-from bertctl.evaluate import collate, encode_examples, evaluate_classify
+from bertctl.evaluate import collate, encode_examples, evaluate_classify, to_predictions
 from bertctl.finetune import finetune_classify
 from bertctl.model import BertForMaskedLM
 from bertctl.predict import predict_classify, predict_glue
@@ -571,3 +571,13 @@ def test_a_single_text_is_cut_to_max_seq_length_with_its_cls_and_sep():
     features = encode_examples(tokenizer, Examples(["a b c d e", "a b"], None, None, ["0", "1"], "rows"), 5)
     assert [row.tolist() for row in features.input_ids] == [[2, 5, 6, 7, 3], [2, 5, 6, 3]]
     assert features.truncated == 1
+
+
+def test_a_tie_goes_to_the_models_first_output_whatever_the_task_order():
+    """A model trained elsewhere may hold the task's classes in another order (`label_order`: the model's output
+    for each task class); tied logits are the model's own argmax's, its first output, as run_glue.py predicts."""
+    raw = np.array([[1.0, 1.0, 1.0], [0.0, 5.0, 5.0], [7.0, 0.0, 7.0]], dtype=np.float32)
+    order = [2, 0, 1]  # task class 0 is the model's output 2, class 1 its output 0, class 2 its output 1
+    assert to_predictions(raw[:, order], False, order).tolist() == [1, 2, 1]
+    assert to_predictions(raw, False).tolist() == [0, 1, 0]
+    assert np.isnan(to_predictions(np.array([[np.nan, 1.0, 0.0]]), False, order)).all()

@@ -179,7 +179,7 @@ def test_nested_values_may_repeat_the_keys_of_the_fields(tmp_path):
 @pytest.mark.parametrize(("args", "said"), [
     (["finetune", "classify", "--train", "t.csv", "--model", ""], "--model must be a model folder or a hub id, got ''"),
     (["pretrain", "--corpus", "c", "--init-from", ""], "--init-from must be a model folder or a hub id, got ''"),
-    (["pretrain", "--corpus", "c", "--init-from", " "], "--init-from must be a model folder or a hub id, got ''"),
+    (["pretrain", "--corpus", "c", "--init-from", " "], "--init-from must be a model folder or a hub id, got ' '"),
     (["pretrain", "--corpus", "c", "--tokenizer", ""], "--tokenizer must be a tokenizer or a hub id, got ''"),
     (["corpus", "build", "x.txt", "--tokenizer", ""], "--tokenizer must be a tokenizer or a hub id, got ''"),
     (["evaluate", "classify", "--data", "t.csv", "--model", ""], "--model: no model given; pass a fine-tuned model"),
