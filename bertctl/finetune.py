@@ -166,8 +166,10 @@ def refuse_the_other_commands(cfg: FinetuneConfig, command: str) -> None:
              if command not in commands and getattr(cfg, name) not in (None, (), defaults[name])]
     if given:
         first, *also = dict.fromkeys(c for name in given for c in _ONLY[name])  # in _ONLY's order
-        others = "".join(f" (and `bertctl finetune {c}`)" for c in also)
-        raise UsageError(f"{', '.join(given)}: for `bertctl finetune {first}` only{others}; leave them out here")
+        commands = [f"`bertctl finetune {first}`", *(f"`finetune {c}`" for c in also)]
+        named = commands[0] if not also else f"{', '.join(commands[:-1])} and {commands[-1]}"
+        it = "it" if len(given) == 1 else "them"
+        raise UsageError(f"{', '.join(given)}: for {named} only; leave {it} out here")
 
 
 def _glue_splits(task: GlueTask, data: str) -> tuple[Examples, dict[str, Examples]]:

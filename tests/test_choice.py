@@ -151,6 +151,10 @@ def test_csv_errors_name_the_line_an_editor_shows(tmp_path):
     with pytest.raises(UsageError, match=f"^--train {path}:4: malformed csv: a quoted field opens on this line and "
                                          "the file ends inside it"):
         read_choice(path, "--train")
+    path.write_text("sent1,sent2,ending0,ending1,ending3,ending10,label\n" + "a,b,c,d,e,f,0\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=f"^--train {path} has the column ending3 but no ending2; number the "
+                                         "choices' columns ending0, ending1, ... without a gap$"):
+        read_choice(path, "--train")
 
 
 def test_label_and_choice_errors_name_the_line_too(tmp_path):

@@ -541,10 +541,12 @@ def test_the_classifier_dropout_is_the_models_own_unless_dropout_is_given(tmp_pa
 @pytest.mark.parametrize(("command", "fields", "said"), [
     ("classify", {"task": "sst2"}, "task: for `bertctl finetune glue` only"),
     ("classify", {"data": "glue"}, "data: for `bertctl finetune glue` only"),
-    ("glue", {"task": "sst2", "data": "glue", "train": "t.csv"}, "train: for `bertctl finetune classify` only"),
+    ("glue", {"task": "sst2", "data": "glue", "train": "t.csv"},
+     "train: for `bertctl finetune classify`, `finetune ner`, `finetune squad` and `finetune choice` only; leave it "
+     "out here$"),
     ("glue", {"task": "sst2", "data": "glue", "label_names": "a,b"}, "label_names: for `bertctl finetune classify`"),
-    ("glue", {"task": "sst2", "data": "glue", "label_column": "y", "problem": "regression"},
-     "label_column, problem: for `bertctl finetune classify` only"),  # were dropped: their defaults are not None
+    ("glue", {"task": "sst2", "data": "glue", "label_column": "y", "problem": "regression"},  # were dropped: their
+     "label_column, problem: for `bertctl finetune classify` only; leave them out here$"),  # defaults are not None
 ])
 def test_a_field_of_the_other_command_is_refused_not_ignored(tmp_path, command, fields, said):
     """A --config file written for one command must not have fields the other would silently drop."""

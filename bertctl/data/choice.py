@@ -17,6 +17,7 @@ Features follow transformers' run_swag.py and the paper (Devlin et al. 4.4): eac
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -114,6 +115,12 @@ def _missing_swag(columns: Collection[str], where: str) -> None:
     if missing:
         raise UsageError(f"{where} lacks the column(s) {', '.join(missing)}{full}; give SWAG's columns (sent1, "
                          "sent2, ending0, ending1, ..., label)")
+    read = sum(1 for _ in takewhile(columns.__contains__, (f"ending{i}" for i in count())))
+    stray = sorted((c for c in columns if re.fullmatch(r"ending[0-9]+", c) and int(c[6:]) > read),
+                   key=lambda c: int(c[6:]))
+    if stray:  # a choice would be dropped unseen: SWAG's choices are ending0, ending1, ... one after another
+        raise UsageError(f"{where} has the column {stray[0]} but no ending{read}; number the choices' columns "
+                         "ending0, ending1, ... without a gap")
 
 
 def _swag(row: dict[str, Any], number: int, label: int | None) -> tuple[str, str, list[str], int | None]:
