@@ -21,6 +21,7 @@ from bertctl import __version__
 from bertctl.cli_base import (
     ClosedStdout,
     Group,
+    buffer_raw_stdout,
     command_config,
     command_group,
     path_argument,
@@ -384,6 +385,7 @@ def main() -> None:
                 os.dup2(null, 1)
                 os.close(null)
         sys.stdout = ClosedStdout()
+    buffer_raw_stdout()
     if main_thread and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)
     try:

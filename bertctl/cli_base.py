@@ -122,7 +122,9 @@ class Group(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a failure to write the output's last block is this command's, reported as any
+            return result
         except ClickUsageError as exc:
             raise _usage(exc, ctx) from None
         except BertctlError as exc:
@@ -135,8 +137,7 @@ class Group(TyperGroup):
         except BrokenPipeError as exc:
             if not _reader_gone():
                 raise _failure(exc) from None
-            with contextlib.suppress(OSError, ValueError):  # no more flushes into the closed pipe at exit
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _stdout_to_devnull()
             raise typer.Exit(128 + SIGPIPE) from None  # as a Unix tool killed by SIGPIPE: `yes | head -1`
         except Exception as exc:
             if type(exc).__module__.split(".")[0] in ("click", "typer"):
@@ -158,6 +159,7 @@ def _failure(exc: Exception) -> Exception:
         if isinstance(sys.stdout, ClosedStdout) and exc.errno == errno.EBADF and exc.filename is None:
             return fail("cannot write standard output: it is closed; run without `>&-`, or send it to /dev/null", 1)
         if exc.errno in _WRITE_ERRNOS:
+            _let_stdout_go()
             where = os.fsdecode(exc.filename) if exc.filename is not None else "standard output or an output file"
             return fail(f"cannot write {where}: {write_hint(exc)}", 1)
         if exc.filename is not None:
@@ -228,6 +230,33 @@ class ClosedStdout(io.TextIOBase):
 
     def write(self, text: str) -> int:
         raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+
+def buffer_raw_stdout() -> None:
+    """Under PYTHONUNBUFFERED=1 or `python -u` (Docker images, CI runners) stdout is a raw file, and a short write
+    to it (a file-size limit reached mid-write, a pipe's reader gone) is taken as complete: output cut short, exit
+    0. Through a buffer flushed at each line, as on a terminal, a write completes or fails with one error line."""
+    stream = sys.stdout
+    if not isinstance(getattr(stream, "buffer", None), io.RawIOBase):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        raw = io.FileIO(stream.fileno(), "w", closefd=False)  # the original stays open for sys.__stdout__
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors,
+                                      line_buffering=True)
+
+
+def _let_stdout_go() -> None:
+    """After a write failed: stdout's pending output goes out if it can (the failure may be an output file's);
+    if stdout itself fails, Python's own flush at exit must not fail again ("Exception ignored", exit 120)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        _stdout_to_devnull()
+
+
+def _stdout_to_devnull() -> None:
+    with contextlib.suppress(OSError, ValueError):  # no more flushes into the failed stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _reader_gone() -> bool:

@@ -461,23 +461,35 @@ def test_a_reader_that_goes_away_stops_the_output_quietly(tmp_path):
     assert encode.stderr.read() == b""
 
 
-@pytest.mark.parametrize("stdout", ["closed", "full"])
-def test_output_that_cannot_be_written_is_one_line_not_a_silent_success(tmp_path, stdout):
-    """`bertctl info --json >&-` exited 0 printing nothing; `> /dev/full` gave a bare OSError line."""
+@pytest.mark.parametrize(("stdout", "unbuffered"), [("closed", "1"), ("full", ""), ("full", "1"), ("limited", ""),
+                                                   ("limited", "1")])
+def test_output_that_cannot_be_written_is_one_line_not_a_silent_success(tmp_path, stdout, unbuffered):
+    """`bertctl info --json >&-` exited 0 printing nothing; `> /dev/full` gave a bare OSError line. Buffered (the
+    default), the last block's write failed at Python's exit: "Exception ignored" and exit 120 after our line;
+    under PYTHONUNBUFFERED=1 a write cut short by `ulimit -f` was taken as complete: a cut file, exit 0."""
     from bertctl.tokenizer import BertTokenizer
 
     BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]).save(tmp_path / "tok")
-    command = [sys.executable, "-m", "bertctl", "tokenizer", "encode", "--tokenizer", str(tmp_path / "tok"), "a"]
+    text = " ".join(["a"] * 2000) if stdout == "limited" else "a"  # one write past the limit; all of it at exit
+    command = [sys.executable, "-m", "bertctl", "tokenizer", "encode", "--tokenizer", str(tmp_path / "tok"), text]
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
     if stdout == "closed":
         result = subprocess.run(command, capture_output=False, stderr=subprocess.PIPE, text=True, timeout=120,
-                                preexec_fn=lambda: os.close(1))
+                                preexec_fn=lambda: os.close(1), env=env)
         expected = "cannot write standard output: it is closed"
-    else:
+    elif stdout == "full":
         if not os.path.exists("/dev/full"):
             pytest.skip("no /dev/full")
         with open("/dev/full", "w") as full:
-            result = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+            result = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, env=env)
         expected = "cannot write standard output or an output file: No space left on device; free some disk space"
+    else:
+        import resource
+
+        with open(tmp_path / "out.txt", "w") as out:
+            result = subprocess.run(command, stdout=out, stderr=subprocess.PIPE, text=True, timeout=120, env=env,
+                                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)))
+        expected = "cannot write standard output or an output file: File too large; a file-size limit (ulimit -f)"
     lines = result.stderr.splitlines()
     assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"bertctl: error: {expected}"), lines
 
