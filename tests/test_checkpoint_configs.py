@@ -327,3 +327,21 @@ def test_info_counts_the_parameters_transformers_counts(name, untied, extra, odd
     summary = info(tmp_path / "hf")
     assert summary["parameters"] == loaded.num_parameters() - unused
     assert summary["pooler"] == (loaded.base_model.pooler is not None)  # BertForMaskedLM has none
+
+
+@pytest.mark.parametrize("own_bias", [False, True])
+def test_info_counts_a_decoder_untied_by_its_weights_as_transformers(own_bias, odd_config, tmp_path):
+    """Guards docs/info.md: under `tie_word_embeddings: true` a stored decoder that differs from the embeddings is
+    untied, but transformers still ties its bias to cls.predictions.bias unless the file holds another one."""
+    from bertctl.info import info
+
+    reference_model("BertForMaskedLM", odd_config).save_pretrained(tmp_path / "hf")
+    weights = load_file(tmp_path / "hf" / "model.safetensors")
+    weights["cls.predictions.decoder.weight"] = torch.randn_like(weights["bert.embeddings.word_embeddings.weight"])
+    if own_bias:
+        weights["cls.predictions.decoder.bias"] = torch.randn_like(weights["cls.predictions.bias"])
+    save_file(weights, tmp_path / "hf" / "model.safetensors", metadata={"format": "pt"})
+    loaded = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf")
+    summary = info(tmp_path / "hf")
+    assert summary["config"]["tie_word_embeddings"] is False
+    assert summary["parameters"] == loaded.num_parameters() - (odd_config.vocab_size if own_bias else 0)
