@@ -190,9 +190,9 @@ def _spelt(text: str) -> str:
 
 def encodable_pre_tokenizer(alphabet: Sequence[str]) -> pre_tokenizers.PreTokenizer:
     """`pre_tokenizer()` for training, keeping only the pieces encoding can cut: a word with a character
-    outside `alphabet`, or longer than 100 characters, is one [UNK] when encoded (Google's rule), and the
-    trainer would otherwise drop the odd character and learn pieces of text that never occurs ("aqb" teaching
-    "ab"). One regex, as fast as the plain one."""
+    outside `alphabet`, or longer than 100 characters, is one [UNK] when encoded (transformers' rule; Google's
+    tokenization.py allows 200), and the trainer would otherwise drop the odd character and learn pieces of
+    text that never occurs ("aqb" teaching "ab"). One regex, as fast as the plain one."""
     chars = "".join(f"\\x{{{ord(c):X}}}" for c in alphabet)
     inner = f"[^{_SPLIT}{_CHINESE}{_PUNCT}]"
     word = f"(?<!{inner})[[{chars}]&&{inner}]{{1,{MAX_WORD_CHARS}}}(?!{inner})"
