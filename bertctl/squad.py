@@ -69,8 +69,10 @@ def squad_task(version: str, dev: SquadData | None = None) -> SquadTask:
 
 
 def check_lengths(max_seq_length: int, max_query_length: int, positions: int, folder: Path | str) -> None:
-    if max_seq_length > positions:
-        raise UsageError(f"--max-seq-length {max_seq_length}: {folder} takes at most {positions} tokens")
+    if max_seq_length > positions:  # 384 by default, as run_squad.py's, where most other commands take 128
+        said = " (the SQuAD default)" if max_seq_length == FinetuneConfig.squad().max_seq_length else ""
+        raise UsageError(f"--max-seq-length {max_seq_length}{said}: {folder} takes at most {positions} tokens; "
+                         f"give --max-seq-length {positions} or less")
     if max_seq_length <= max_query_length + 3:
         raise UsageError(f"--max-seq-length {max_seq_length} must be more than --max-query-length "
                          f"{max_query_length} + 3 ([CLS], two [SEP] and at least one context piece)")

@@ -385,8 +385,11 @@ def test_max_seq_length_must_leave_a_context_piece_after_the_longest_question():
     check_lengths(64, 18, 64, "m")  # every position the model has
     with pytest.raises(UsageError, match="must be more than --max-query-length 18"):
         check_lengths(21, 18, 64, "m")
-    with pytest.raises(UsageError, match="takes at most 64 tokens"):
+    with pytest.raises(UsageError, match="^--max-seq-length 65: m takes at most 64 tokens; give --max-seq-length "
+                                         "64 or less$"):
         check_lengths(65, 18, 64, "m")
+    with pytest.raises(UsageError, match=r"^--max-seq-length 384 \(the SQuAD default\): m takes at most 256"):
+        check_lengths(384, 18, 256, "m")
 
 
 def test_v2_metrics_name_only_the_kinds_of_question_the_dev_set_has():
