@@ -159,7 +159,7 @@ def _failure(exc: Exception) -> Exception:
         if isinstance(sys.stdout, ClosedStdout) and exc.errno == errno.EBADF and exc.filename is None:
             return fail("cannot write standard output: it is closed; run without `>&-`, or send it to /dev/null", 1)
         if exc.errno in _WRITE_ERRNOS:
-            _let_stdout_go()
+            _flush_or_drop_stdout()
             where = os.fsdecode(exc.filename) if exc.filename is not None else "standard output or an output file"
             return fail(f"cannot write {where}: {write_hint(exc)}", 1)
         if exc.filename is not None:
@@ -245,7 +245,7 @@ def buffer_raw_stdout() -> None:
                                       line_buffering=True)
 
 
-def _let_stdout_go() -> None:
+def _flush_or_drop_stdout() -> None:
     """After a write failed: stdout's pending output goes out if it can (the failure may be an output file's);
     if stdout itself fails, Python's own flush at exit must not fail again ("Exception ignored", exit 120)."""
     try:
