@@ -42,7 +42,9 @@ def _format(ckpt: Checkpoint) -> str:
     if ckpt.from_nvidia:
         return "nvidia (DeepLearningExamples)"
     bertctl_block = ckpt.raw_config.get("bertctl")
-    return f"bertctl v{bertctl_block['format_version']}" if bertctl_block else "transformers"
+    if not bertctl_block or "transformers_version" in ckpt.raw_config:  # transformers keeps our block as it
+        return "transformers"  # re-saves a folder (its heads then stale), and writes its version, which we don't
+    return f"bertctl v{bertctl_block['format_version']}"
 
 
 def print_info(summary: dict[str, Any], as_json: bool = False) -> None:

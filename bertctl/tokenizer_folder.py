@@ -191,6 +191,17 @@ def _check_casing(tokens: Sequence[str], lowercase: bool, source: Path) -> None:
                     'else {"do_lower_case": true} in %s)', source, source.parent / "tokenizer_config.json")
 
 
+def _warn_unapplied(config: dict[str, Any], where: Path) -> None:
+    """Two settings transformers' tokenizers apply and bertctl does not: cutting a text on the left, and special
+    tokens written in the text read as text (AutoTokenizer applies it, the pure-Python BertTokenizer does not)."""
+    if config.get("truncation_side") == "left":
+        log.warning("warning: %s says truncation_side=left; bertctl cuts a text that is too long at its end, "
+                    "keeping its first tokens, as Google's BERT does (transformers keeps the last ones)", where)
+    if config.get("split_special_tokens") is True:
+        log.warning("warning: %s says split_special_tokens=true; bertctl reads [SEP], [MASK], ... in a text as "
+                    "the special tokens, as transformers' pure-Python BertTokenizer does", where)
+
+
 def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertTokenizer:
     """A tokenizer folder (vocab.txt and/or tokenizer.json), a vocab.txt or a tokenizer.json, read as
     transformers' `BertTokenizer.from_pretrained` reads it: vocab.txt first, every option of
@@ -244,6 +255,7 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
         raise _odd_settings(source.parent, exc) from None
     if options.basic:
         _check_casing(list(vocab), options.lowercase, source)
+    _warn_unapplied(config, source.parent / "tokenizer_config.json")
     try:
         return BertTokenizer.from_vocab(vocab, options=options)
     except UsageError as exc:

@@ -296,6 +296,9 @@ def test_convert_and_info_cli(minilm, tmp_path):
     assert summary["tokenizer"]["kind"] == "tokenizer.json" and summary["tokenizer"]["lowercase"] is True
     table = runner.invoke(app, ["info", str(minilm)])
     assert table.exit_code == 0 and "transformers" in table.stdout
+    transformers.BertModel.from_pretrained(tmp_path / "conv").save_pretrained(tmp_path / "resaved")
+    assert json.loads(runner.invoke(app, ["info", str(tmp_path / "resaved"), "--json"]).stdout)["format"] == \
+        "transformers"  # though its config.json keeps our block
     again = runner.invoke(app, ["convert", str(minilm), "--out", str(tmp_path / "conv")])
     assert again.exit_code == 2 and "--overwrite" in again.stderr
 

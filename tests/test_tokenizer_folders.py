@@ -284,6 +284,20 @@ def test_an_old_configs_max_len_is_its_model_max_length(tmp_path: Path) -> None:
     assert load_tokenizer(folder).options.model_max_length == Slow.from_pretrained(str(folder)).model_max_length == 128
 
 
+def test_settings_bertctl_does_not_apply_are_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A folder asking for left truncation, or for [SEP] in a text to be read as text, is read as the pure-Python
+    BertTokenizer reads [SEP] and as Google's BERT cuts a text: said once, not silently."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]
+    load_tokenizer(write(tmp_path / "plain", tokens, tokenizer_config={"truncation_side": "right",
+                                                                      "split_special_tokens": False}))
+    assert caplog.text == ""
+    folder = write(tmp_path / "odd", tokens, tokenizer_config={"truncation_side": "left", "split_special_tokens": True})
+    assert load_tokenizer(folder).encode("a [SEP] a").ids == [2, 5, 3, 5, 3]
+    assert [r.getMessage().split(";")[0] for r in caplog.records] == [
+        f"warning: {folder / 'tokenizer_config.json'} says truncation_side=left",
+        f"warning: {folder / 'tokenizer_config.json'} says split_special_tokens=true"]
+
+
 def test_options_special_ids_and_saving_round_trip(vocab: dict[str, list[str]], tmp_path: Path) -> None:
     """Custom and added tokens survive bertctl's save; transformers' slow tokenizer reloads the same ids."""
     ours = load_tokenizer(_custom_specials(tmp_path / "custom", vocab))
