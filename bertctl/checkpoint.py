@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -369,6 +370,24 @@ def transformers_architecture(name: str, parts: set[str] | frozenset[str]) -> st
     return "BertForNextSentencePrediction" if name == "BertModel" and "nsp" in parts and "mlm" not in parts else name
 
 
+def _label_names(labels: Any, num_labels: int) -> list[str | int | float]:
+    """save_model's `labels`, one name per output of the head: any iterable but a string (pandas' `unique()` gives
+    a numpy array, whose truth value was a bare ValueError), numpy's scalars as Python's (json refused them after
+    the weights were written)."""
+    if labels is None or isinstance(labels, (list, tuple)) and not labels:
+        return [f"LABEL_{i}" for i in range(num_labels)]
+    try:
+        names = [] if isinstance(labels, (str, bytes)) else [n.item() if isinstance(n, np.generic) else n
+                                                              for n in labels]
+    except TypeError:  # not iterable
+        names = []
+    if (len(names) != num_labels or not all(isinstance(n, (str, int, float)) for n in names)
+            or len(set(names)) != num_labels):
+        raise UsageError(f"labels {reprlib.repr(names or labels)}: give {num_labels} different names, one per "
+                         "output of the head")
+    return names
+
+
 def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: str | None,
                  extra: dict[str, Any] | None = None, keep: dict[str, Tensor] | None = None) -> dict[str, Any]:
     name = saved_architecture(model, keep)
@@ -381,9 +400,7 @@ def _config_json(model: BertTaskModel, labels: list[str] | None, problem_type: s
         data["classifier_dropout"] = None if head_dropout.p == model.config.hidden_dropout_prob else head_dropout.p
     num_labels = getattr(model, "num_labels", None)
     if num_labels is not None:
-        labels = labels or [f"LABEL_{i}" for i in range(num_labels)]
-        if isinstance(labels, str) or len(labels) != num_labels or len(set(labels)) != len(labels):
-            raise UsageError(f"labels {labels!r}: give {num_labels} different names, one per output of the head")
+        labels = _label_names(labels, num_labels)
         data["id2label"] = {str(i): label for i, label in enumerate(labels)}
         data["label2id"] = {label: i for i, label in enumerate(labels)}
     if problem_type:
@@ -419,6 +436,9 @@ def save_model(
 
     model = getattr(model, "module", model)  # unwrap DDP
     model = getattr(model, "_orig_mod", model)  # unwrap torch.compile
+    if not isinstance(model, BertTaskModel):  # None or a transformers model failed deep inside
+        raise UsageError(f"save_model: {type(model).__name__} is not a bertctl BERT model; give one of "
+                         "bertctl.model's (bertctl.load_model gives them)")
     target = check_new_out(folder, overwrite=take_bool("overwrite", overwrite))  # "yes" is no yes
     tokenizer = _checked_tokenizer(tokenizer, model.config.vocab_size)
     with building_folder(target) as tmp:

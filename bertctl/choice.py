@@ -35,7 +35,7 @@ from bertctl.evaluate import (
     scored_batches,
     sum_over_ranks,
 )
-from bertctl.files import json_text, new_file_named, write_text_atomic
+from bertctl.files import json_text, new_file_named, user_path, write_text_atomic
 from bertctl.submission import row_chunks
 
 CHOICE_ARCHITECTURE = "BertForMultipleChoice"
@@ -161,7 +161,7 @@ def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_s
     """Pick a choice for every example of `data` and write `out` (csv; no extension: .csv), once all are scored;
     returns the file: `id`, `prediction` (the choice's number from 0), `label` when the data has one, and
     `prob0`..: each choice's softmax."""
-    if Path(out).suffix.lower() not in ("", ".csv"):  # p.jsonl would hold csv: refused rather than misnamed
+    if user_path(out, "--out").suffix.lower() not in ("", ".csv"):  # p.jsonl would hold csv: refused, not misnamed
         raise UsageError(f"--out {out}: predict choice writes a csv file; name it .csv")
     path = new_file_named(out, ".csv", take_bool("overwrite", overwrite))
     reader = open_choice_reader(model, max_seq_length, batch_size)

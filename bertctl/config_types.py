@@ -139,6 +139,14 @@ def take_bool(name: str, value: Any) -> bool:
     return value
 
 
+def take_config(function: str, cfg: Any, cls: type) -> None:
+    """A command function's config: a dict, None or another command's config failed deep inside with an
+    AttributeError that named a field, not the argument."""
+    if not isinstance(cfg, cls):
+        given = "None" if cfg is None else f"a {type(cfg).__name__}"
+        raise UsageError(f"{function}: give a bertctl.{cls.__name__}, not {given}")
+
+
 def split_list(text: str, cast: Callable[[str], Any] = str) -> tuple[Any, ...]:
     """The items of a comma-separated list as the list flags write it (`--seeds 1,2`, `--text-columns a,b`):
     stripped, each through `cast` (which raises ValueError for a bad one). An empty item between commas (`1,,2`)

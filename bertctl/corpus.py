@@ -30,6 +30,7 @@ from typing import Any
 
 from bertctl import __version__
 from bertctl.config import CorpusConfig, config_to_dict, usable_cores
+from bertctl.config_types import take_config
 from bertctl.data.instances import (
     SPLITS,
     DamagedShard,
@@ -64,6 +65,7 @@ log = logging.getLogger(__name__)
 
 def build_corpus(cfg: CorpusConfig) -> dict[str, Any]:
     """Build the corpus folder `cfg.out` and return its manifest."""
+    take_config("build_corpus", cfg, CorpusConfig)
     out = check_required(cfg, "corpus build", "input (text file, folder, glob, table or dataset)",
                          "a tokenizer folder or vocab.txt (train one with 'bertctl tokenizer train')")
     with output_lock(out):  # OUT and OUT.partial/

@@ -38,6 +38,7 @@ import numpy as np
 
 from bertctl import __version__
 from bertctl.config import CorpusImportConfig, config_to_dict, usable_cores
+from bertctl.config_types import take_config
 from bertctl.corpus import (
     check_length,
     check_required,
@@ -158,6 +159,7 @@ def _input_files(inputs: tuple[str, ...]) -> list[Path]:
 def import_corpus(cfg: CorpusImportConfig) -> dict[str, Any]:
     """Write the corpus folder `cfg.out` from Google's pre-training TFRecords (or NVIDIA's HDF5 shards) and return
     its manifest."""
+    take_config("import_corpus", cfg, CorpusImportConfig)
     out = check_required(cfg, "corpus import", "TFRecord file (tf_examples.tfrecord*) or HDF5 shard (*.hdf5)",
                          "the vocabulary (folder or vocab.txt) the records were made with")
     with output_lock(out):  # OUT and OUT.partial/

@@ -5,6 +5,7 @@ status line the form every line bertctl writes on stderr takes: `bertctl: ...` (
 import contextlib
 import logging
 import sys
+import threading
 from collections.abc import Iterator
 
 
@@ -36,12 +37,18 @@ def say(message: str) -> None:
 
 @contextlib.contextmanager
 def warnings_held(logger: str) -> Iterator[None]:
-    """`logger`'s warnings left out inside the block, errors still said: for a file read again, whose warnings its
-    first read gave."""
+    """The warnings this thread logs on `logger` itself (not on its children) left out inside the block, errors
+    still said: for a file read again, whose warnings its first read gave. A filter of the block's own, not the
+    logger's level: two threads' blocks that overlapped left the level at ERROR for good, and the other threads'
+    warnings were lost meanwhile."""
     held = logging.getLogger(logger)
-    level = held.level
-    held.setLevel(logging.ERROR)
+    thread = threading.get_ident()
+
+    def said(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or threading.get_ident() != thread
+
+    held.addFilter(said)
     try:
         yield
     finally:
-        held.setLevel(level)
+        held.removeFilter(said)

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from bertctl import __version__, optim, run_metrics, stop_signals, training, training_state
 from bertctl.checkpoint import Checkpoint, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig, config_to_dict, warmup_steps
+from bertctl.config_types import take_config
 from bertctl.data.batches import rank_micro_batches, train_batches
 from bertctl.data.glue import (
     TASKS,
@@ -122,7 +123,7 @@ def launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | N
         logger.setLevel(logging.ERROR)
     try:
         precision = training.resolve_precision(cfg.precision, env.device)  # before anything is said or read
-        with training.rank0_output_lock(check_out(cfg.out), env):  # OUT and its work folder
+        with training.gradients_on(), training.rank0_output_lock(check_out(cfg.out), env):  # OUT, its work folder
             out, work = check_work(cfg, env, reads or [])
             if cfg.batch_size < env.world_size:
                 raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")
@@ -145,6 +146,7 @@ def launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | N
 
 
 def require(cfg: FinetuneConfig, *names: str) -> None:
+    take_config("finetune", cfg, FinetuneConfig)
     missing = ["TASK" if n == "task" else f"--{n}" for n in names if getattr(cfg, n) is None]
     if missing:
         raise UsageError(f"give {' and '.join(missing)}")

@@ -7,6 +7,7 @@ Parameter names are our own; bertctl.checkpoint_names maps them to and from tran
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -476,13 +477,37 @@ def shapes_only() -> Iterator[None]:
     """Build modules on the meta device, for their shapes alone: no memory, no random draws, and nn.init.normal_
     a no-op there (on meta tensors it first imports torch._dynamo, ~1 s at a command's start; they hold no values
     anyway)."""
-    normal = nn.init.normal_
-    nn.init.normal_ = lambda tensor, *args, **kwargs: tensor
+    _skip_meta_normal(True)
     try:
         with torch.device("meta"):
             yield
     finally:
-        nn.init.normal_ = normal
+        _skip_meta_normal(False)
+
+
+class _MetaNormal:
+    """nn.init.normal_ is torch's, one for the whole process: while any thread is in `shapes_only` it skips meta
+    tensors and draws every other as torch's does, so a thread that builds a real model meanwhile still draws its
+    weights; the last block to end puts torch's back (each block restoring what it found left it patched for good
+    when two threads' blocks overlapped)."""
+
+    lock = threading.Lock()
+    users = 0
+    original = nn.init.normal_
+
+    @staticmethod
+    def normal_(tensor: Tensor, *args: object, **kwargs: object) -> Tensor:
+        return tensor if tensor.is_meta else _MetaNormal.original(tensor, *args, **kwargs)
+
+
+def _skip_meta_normal(on: bool) -> None:
+    with _MetaNormal.lock:
+        if on and _MetaNormal.users == 0:
+            _MetaNormal.original = nn.init.normal_
+            nn.init.normal_ = _MetaNormal.normal_
+        _MetaNormal.users += 1 if on else -1
+        if not on and _MetaNormal.users == 0:
+            nn.init.normal_ = _MetaNormal.original
 
 
 def architecture_name(model: nn.Module) -> str:

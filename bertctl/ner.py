@@ -36,7 +36,7 @@ from bertctl.evaluate import (
     scored_batches,
     sum_over_ranks,
 )
-from bertctl.files import json_text, new_file_named, write_text_atomic
+from bertctl.files import json_text, new_file_named, user_path, write_text_atomic
 from bertctl.metrics import entity_scores
 from bertctl.submission import row_chunks
 
@@ -207,7 +207,7 @@ def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size
     CoNLL text (the word, its gold tag when the data has one, the predicted tag; a blank line after each
     sentence), or with a .jsonl name one {"tokens", "ner_tags" (gold, when given), "predictions"} object a line.
     A word without a prediction (cut by max_seq_length) is tagged O."""
-    if Path(out).suffix.lower() in _OTHER_FORMATS:  # p.json would hold CoNLL text: refused rather than misnamed
+    if user_path(out, "--out").suffix.lower() in _OTHER_FORMATS:  # p.json would hold CoNLL text: refused, not misnamed
         raise UsageError(f"--out {out}: predict ner writes CoNLL text, or JSON lines with a .jsonl name; name it "
                          ".txt or .jsonl")
     path = new_file_named(out, ".txt", take_bool("overwrite", overwrite))

@@ -30,6 +30,7 @@ from bertctl.config import (
     refuse_changed_settings,
     usable_cores,
 )
+from bertctl.config_types import take_config
 from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import BatchPlan, Collator, StepBatches
 from bertctl.data.masking import masking_options
@@ -46,9 +47,10 @@ logger = logging.getLogger(__name__)
 
 def pretrain(cfg: PretrainConfig) -> Path:
     """Run (or resume) pre-training; returns the final model folder."""
+    take_config("pretrain", cfg, PretrainConfig)
     env = training.setup_distributed(cfg.device)
     try:
-        with training.rank0_output_lock(check_out(cfg.out), env):
+        with training.gradients_on(), training.rank0_output_lock(check_out(cfg.out), env):
             return _train(_prepare(cfg, env))
     finally:
         training.cleanup_distributed(env)

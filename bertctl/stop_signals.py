@@ -47,8 +47,8 @@ class GracefulStop:
             raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        for sig, handler in self._previous.items():  # None: set in C before Python started (an embedding app)
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def leave_stop_signals_to_the_main_process(worker_id: int) -> None:

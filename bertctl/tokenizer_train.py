@@ -27,6 +27,7 @@ import numpy as np
 
 from bertctl import __version__
 from bertctl.config import TokenizerTrainConfig, config_to_dict
+from bertctl.config_types import take_config
 from bertctl.data.sources import ReadStats, Source, expand_inputs, iter_texts
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import building_folder, check_new_out, refuse_inputs_inside, write_json_atomic
@@ -43,6 +44,7 @@ _SEPARATORS = {" ", "\u2028", "\u2029"}  # characters the pre-tokenizer splits o
 
 def train_tokenizer(cfg: TokenizerTrainConfig) -> dict[str, Any]:
     """Train, save into cfg.out, and return the provenance record written next to the vocabulary."""
+    take_config("train_tokenizer", cfg, TokenizerTrainConfig)
     out = check_new_out(cfg.out or "", overwrite=cfg.overwrite)
     sources = expand_inputs(cfg.inputs)
     refuse_inputs_inside(out, sources, read_whole=cfg.inputs)

@@ -53,6 +53,15 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+@contextlib.contextmanager
+def gradients_on() -> Iterator[None]:
+    """Training computes gradients even inside the caller's torch.no_grad() or inference_mode() (a notebook that
+    wraps its cells for scoring), where the first backward pass failed with torch's bare RuntimeError; the
+    caller's mode is back when the block ends."""
+    with torch.inference_mode(False), torch.enable_grad():
+        yield
+
+
 def enable_fast_math(device: torch.device) -> None:
     """TF32 matmuls and convolutions on CUDA; nothing changes on the CPU."""
     if device.type == "cuda":

@@ -21,6 +21,9 @@ def test_commands_are_called_through_their_modules_as_the_cli_calls_them():
 
 
 def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
+    import json
+
+    import numpy as np
     import pytest
     import torch
 
@@ -36,6 +39,10 @@ def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
     calls = [
         (lambda: bertctl.save_model(classifier, tmp_path / "c1", tok, labels=["x", "x"]), "give 2 different names"),
         (lambda: bertctl.save_model(classifier, tmp_path / "c2", tok, labels="xy"), "give 2 different names"),
+        (lambda: bertctl.save_model(classifier, tmp_path / "c5", tok, labels=np.array(["x", "x"])),
+         "^labels \\['x', 'x'\\]: give 2 different names"),  # the array's truth value was a bare ValueError
+        (lambda: bertctl.save_model(classifier, tmp_path / "c6", tok, labels=["x", {}]), "give 2 different names"),
+        (lambda: bertctl.save_model(classifier, tmp_path / "c7", tok, labels=5), "^labels 5: give 2 different"),
         (lambda: bertctl.save_model(classifier, tmp_path / "c3", tmp_path / "nope"), "has no tokenizer.json"),
         (lambda: bertctl.save_model(classifier, tmp_path / "c4", tok, problem_type="x"), "problem_type 'x'"),
         (lambda: bertctl.fill.fill(["a [MASK]"], mlm, batch_size=0), "--batch-size must be at least 1"),
@@ -47,12 +54,26 @@ def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
          "^classifier_dropout must be a number in \\[0, 1\\], got 'x'$"),  # a TypeError in torch
         (lambda: bertctl.BertConfig.from_dict(None), "^model config: give a mapping of config fields, not None$"),
         (lambda: bertctl.load_model(["m"]), "^model: give a folder or a hub id, not \\['m'\\]$"),  # was a TypeError
+        # a dict, None or another command's config was an AttributeError naming one of its fields
+        (lambda: bertctl.pretrain.pretrain({"steps": 2}), "^pretrain: give a bertctl.PretrainConfig, not a dict$"),
+        (lambda: bertctl.finetune_classify(bertctl.PretrainConfig()),
+         "^finetune: give a bertctl.FinetuneConfig, not a PretrainConfig$"),
+        (lambda: bertctl.build_corpus(None), "^build_corpus: give a bertctl.CorpusConfig, not None$"),
+        (lambda: bertctl.import_corpus(bertctl.CorpusConfig()), "^import_corpus: give a bertctl.CorpusImportConfig"),
+        (lambda: bertctl.train_tokenizer(None), "^train_tokenizer: give a bertctl.TokenizerTrainConfig, not None$"),
+        (lambda: bertctl.save_model(None, tmp_path / "c8"), "^save_model: NoneType is not a bertctl BERT model"),
+        (lambda: bertctl.predict_ner(mlm, tmp_path / "p.txt", None), "^--out: give a file or folder name, got None$"),
+        (lambda: bertctl.predict_choice(mlm, tmp_path / "p.csv", None), "^--out: give a file or folder name, got None"),
     ]
     for call, message in calls:
         with pytest.raises(bertctl.UsageError, match=message) as error:
             call()
         assert "\n" not in str(error.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlm"]
+    # pandas' unique() gives a numpy array; numpy's numbers were a TypeError of json once the weights were written
+    for labels, id2label in ((np.array(["b", "a"]), {"0": "b", "1": "a"}), (np.arange(2) + 3, {"0": 3, "1": 4})):
+        saved = bertctl.save_model(classifier, tmp_path / "c", tok, labels=labels, overwrite=True)
+        assert json.loads((saved / "config.json").read_text())["id2label"] == id2label
 
 
 def test_tokenizer_methods_refuse_odd_arguments_in_one_line(tmp_path, monkeypatch):
@@ -125,6 +146,71 @@ def test_fill_leaves_the_callers_torch_generator_where_it_was(tmp_path):
     first = bertctl.fill.fill(["a [MASK]"], mlm, top_k=2)
     assert torch.equal(torch.rand(3), expected)
     assert bertctl.fill.fill(["a [MASK]"], mlm, top_k=2) == first
+
+
+def test_models_built_in_two_threads_at_once_leave_torchs_normal_init_as_it_was():
+    """Loading a model swaps nn.init.normal_ for a no-op while its shapes are built on the meta device; two web app
+    threads loading at once left the no-op in place for good (every later nn.Embedding, and any fresh head, kept
+    uninitialised memory), and a thread building a real model meanwhile drew nothing."""
+    import threading
+
+    import torch
+    from torch import nn
+
+    from bertctl.model import shapes_only
+
+    torchs = nn.init.normal_
+    entered, release = threading.Event(), threading.Event()
+
+    def first_load() -> None:
+        with shapes_only():
+            entered.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=first_load)
+    worker.start()
+    entered.wait(10)
+    drawn = nn.init.normal_(torch.zeros(1000))
+    with shapes_only():  # the second load starts, and the first ends before it
+        release.set()
+        worker.join()
+    left, nn.init.normal_ = nn.init.normal_, torchs  # for the tests after this one, even if it fails
+    assert left is torchs
+    assert 0.8 < float(drawn.std()) < 1.2
+
+
+def test_warnings_held_in_one_thread_hide_its_own_only_however_the_blocks_overlap(caplog):
+    """A file read again (GLUE's read-ahead, SQuAD's v2.0 re-read) held its logger's warnings by its level: two
+    threads' blocks that overlapped left the level at ERROR for good, and other threads' warnings were lost."""
+    import logging
+    import threading
+
+    from bertctl.errors import warnings_held
+
+    log = logging.getLogger("bertctl.data.glue")
+    entered, release = threading.Event(), threading.Event()
+
+    def first_read() -> None:
+        with warnings_held(log.name):
+            entered.set()
+            release.wait(10)
+            log.warning("held")
+
+    worker = threading.Thread(target=first_read)
+    worker.start()
+    entered.wait(10)
+    with caplog.at_level(logging.WARNING):
+        log.warning("said meanwhile")
+        with warnings_held(log.name):  # the second read starts, and the first ends before it
+            release.set()
+            worker.join()
+            log.warning("held too")
+            log.error("an error is said")
+        log.warning("said after")
+    level = log.level
+    log.setLevel(logging.NOTSET)  # for the tests after this one, even if this one fails
+    assert [r.getMessage() for r in caplog.records] == ["said meanwhile", "an error is said", "said after"]
+    assert level == logging.NOTSET and not log.filters
 
 
 def test_functions_named_like_their_modules_stay_functions_once_the_modules_are_imported():

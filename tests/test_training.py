@@ -667,6 +667,22 @@ def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # the run's handlers go with it
 
 
+def test_a_handler_set_outside_python_is_given_back_as_the_default(monkeypatch):
+    """signal.signal gives None for a handler C code set before Python started (a program that embeds
+    Python); handing that back at the end of a run was a TypeError that failed the finished run."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    real = signal.signal
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: real(sig, handler) and None)
+    try:
+        with stop_signals.GracefulStop():
+            pass
+        left = {sig: signal.getsignal(sig) for sig in handlers}
+    finally:
+        for sig, handler in handlers.items():
+            real(sig, handler)
+    assert left == dict.fromkeys(handlers, signal.SIG_DFL)
+
+
 def test_a_run_in_another_thread_trains_without_signal_handlers():
     """Python sets signal handlers in the main thread only: pretrain and every finetune called from another (a web
     app's worker, a notebook's background job) failed before the first step with "ValueError: signal only works
