@@ -123,7 +123,7 @@ def launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | N
         logger.setLevel(logging.ERROR)
     try:
         precision = training.resolve_precision(cfg.precision, env.device)  # before anything is said or read
-        with training.gradients_on(), training.rank0_output_lock(check_out(cfg.out), env):  # OUT, its work folder
+        with training.training_defaults(), training.rank0_output_lock(check_out(cfg.out), env):  # OUT, its work folder
             out, work = check_work(cfg, env, reads or [])
             if cfg.batch_size < env.world_size:
                 raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")

@@ -479,10 +479,26 @@ def shapes_only() -> Iterator[None]:
     anyway)."""
     _skip_meta_normal(True)
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), float32_default():
             yield
     finally:
         _skip_meta_normal(False)
+
+
+@contextmanager
+def float32_default() -> Iterator[None]:
+    """Parameters and new tensors in float32, as transformers loads BERT, under a caller's
+    torch.set_default_dtype(torch.float64) too (the model was float64 then, and trained so while run.json said
+    fp32). The default dtype is the process's: set only where it differs, and set back."""
+    previous = torch.get_default_dtype()
+    if previous == torch.float32:
+        yield
+        return
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 class _MetaNormal:

@@ -50,7 +50,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
     take_config("pretrain", cfg, PretrainConfig)
     env = training.setup_distributed(cfg.device)
     try:
-        with training.gradients_on(), training.rank0_output_lock(check_out(cfg.out), env):
+        with training.training_defaults(), training.rank0_output_lock(check_out(cfg.out), env):
             return _train(_prepare(cfg, env))
     finally:
         training.cleanup_distributed(env)

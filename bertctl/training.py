@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from bertctl.config_types import any_case
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import json_ready, output_lock
+from bertctl.model import float32_default
 
 # --- precision and devices ---------------------------------------------------------------------------
 
@@ -54,11 +55,12 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 
 
 @contextlib.contextmanager
-def gradients_on() -> Iterator[None]:
-    """Training computes gradients even inside the caller's torch.no_grad() or inference_mode() (a notebook that
-    wraps its cells for scoring), where the first backward pass failed with torch's bare RuntimeError; the
-    caller's mode is back when the block ends."""
-    with torch.inference_mode(False), torch.enable_grad():
+def training_defaults() -> Iterator[None]:
+    """Training computes gradients, in float32, whatever the caller set: inside its torch.no_grad() or
+    inference_mode() (a notebook that wraps its cells for scoring) the first backward pass failed with torch's
+    bare RuntimeError, and under its torch.set_default_dtype(torch.float64) the run trained in float64. The
+    caller's settings are back when the block ends."""
+    with torch.inference_mode(False), torch.enable_grad(), float32_default():
         yield
 
 

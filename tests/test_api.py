@@ -146,6 +146,13 @@ def test_fill_leaves_the_callers_torch_generator_where_it_was(tmp_path):
     first = bertctl.fill.fill(["a [MASK]"], mlm, top_k=2)
     assert torch.equal(torch.rand(3), expected)
     assert bertctl.fill.fill(["a [MASK]"], mlm, top_k=2) == first
+    torch.set_default_dtype(torch.float64)  # a notebook's: models load in float32 all the same, as transformers'
+    try:
+        assert bertctl.fill.fill(["a [MASK]"], mlm, top_k=2) == first
+        assert {p.dtype for p in bertctl.load_model(mlm).parameters()} == {torch.float32}
+        assert torch.get_default_dtype() == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
 
 
 def test_models_built_in_two_threads_at_once_leave_torchs_normal_init_as_it_was():

@@ -876,6 +876,25 @@ def test_init_from_a_model_without_the_nsp_head_gives_the_same_bytes_twice(corpu
     assert (finals[0] / "model.safetensors").read_bytes() == (finals[1] / "model.safetensors").read_bytes()
 
 
+def test_a_callers_float64_default_and_no_grad_leave_a_fresh_run_as_it_was(corpus, tmp_path):
+    """A notebook's torch.set_default_dtype(torch.float64) made the fresh model float64 (drawn and trained so, while
+    run.json said fp32); the caller's settings come back when the run ends."""
+    import torch
+
+    from bertctl.pretrain import pretrain
+
+    plain = pretrain(small_run(corpus, tmp_path / "a", steps=2, save_every=0))
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            odd = pretrain(small_run(corpus, tmp_path / "b", steps=2, save_every=0))
+            assert not torch.is_grad_enabled() and torch.get_default_dtype() == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert (plain / "model.safetensors").read_bytes() == (odd / "model.safetensors").read_bytes()
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
 def test_a_resume_without_dropout_keeps_and_records_the_runs(corpus, tmp_path, caplog):
     """The checkpoint's model keeps its dropout: no warning, and run.json says so, so that given back as
     --config it reproduces the run. A killed save's temp folder is removed."""
