@@ -28,6 +28,7 @@ from bertctl.cli_base import (
     path_option,
     set_debug,
     show_warnings,
+    typed_text,
 )
 from bertctl.cli_tasks import evaluate_app, finetune_app, predict_app
 from bertctl.config import PretrainConfig
@@ -118,20 +119,24 @@ def tokenizer_encode(
 
     if not tokenizer.strip():
         raise UsageError("--tokenizer: empty; give a tokenizer or model folder, a vocab.txt or a hub id")
-    all_texts = list(texts or [])
+    all_texts = [typed_text(text) for text in texts or []]
     if not all_texts and not sys.stdin.isatty():
         all_texts = _stdin_lines()
     if not all_texts:
         raise UsageError("tokenizer encode: give TEXT arguments (or lines on stdin)")
     for row in iter_encoded_rows(load_tokenizer(path_as_given(tokenizer, "tokenizer"), lowercase=lowercase),
-                                 all_texts, pair):
+                                 all_texts, None if pair is None else typed_text(pair)):
         typer.echo(json.dumps(row, ensure_ascii=False) if as_json else format_row(row))
 
 
 def _stdin_lines() -> list[str]:
     """stdin's lines without their line ends (CRLF too) or a leading byte-order mark: a file a Windows editor saved
     starts with one, which would be echoed at the head of the first text (`fill --file -` drops it too)."""
-    lines = [line.removesuffix("\n").removesuffix("\r") for line in sys.stdin]
+    from bertctl.files import stdin_text
+
+    lines = [line.removesuffix("\r") for line in stdin_text().split("\n")]
+    if lines[-1] == "":  # the last line's end, or no input at all: no text of its own
+        lines.pop()
     if lines:
         lines[0] = lines[0].removeprefix("\ufeff")
     return lines
@@ -326,7 +331,7 @@ def fill(
     """Predict the tokens behind [MASK]: every mask gets its own top-k from one forward pass."""
     from bertctl.fill import iter_fill, print_fill_results, read_texts
 
-    all_texts = list(texts or [])
+    all_texts = [typed_text(text) for text in texts or []]
     if file is not None:
         all_texts += read_texts(file)
     elif not all_texts and not sys.stdin.isatty():
@@ -337,8 +342,9 @@ def fill(
     if Path(model) == QUICKSTART_MODEL and not QUICKSTART_MODEL.exists():
         raise UsageError(f"fill: no --model given, and the quick start's {model} is not there yet; run "
                          "`bertctl pretrain` first, or pass --model FOLDER (or a hub id such as bert-base-uncased)")
+    wanted = [typed_text(target) for target in targets or []] or None
     results = iter_fill(all_texts, model, top_k=top_k, batch_size=batch_size, truncate=truncate, device=device,
-                        targets=targets or None)  # printed window by window: the results are never all held
+                        targets=wanted)  # printed window by window: the results are never all held
     print_fill_results(results, as_json=as_json)
 
 
@@ -378,13 +384,15 @@ def _refuse_blank_model(model: str, named: str) -> None:
 def main() -> None:
     """Console-script entry point."""
     main_thread = threading.current_thread() is threading.main_thread()  # only there may signal handlers be set
-    if sys.stdout is None:  # started with stdout closed (`>&-`): keep fd 1 from being reused by an output file
-        with contextlib.suppress(OSError):
-            null = os.open(os.devnull, os.O_WRONLY)
-            if null != 1:
-                os.dup2(null, 1)
-                os.close(null)
+    if sys.stdin is None:  # started with stdin closed (`<&-`): no lines to read, as from /dev/null
+        _hold_fd(0, os.O_RDONLY)
+        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 (the process's stdin, open until exit)
+    if sys.stdout is None:  # started with stdout closed (`>&-`)
+        _hold_fd(1, os.O_WRONLY)
         sys.stdout = ClosedStdout()
+    if sys.stderr is None:  # started with stderr closed (`2>&-`): warnings and progress go nowhere, the work is done
+        _hold_fd(2, os.O_WRONLY)
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (the process's stderr, open until exit)
     buffer_raw_stdout()
     if main_thread and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)
@@ -394,6 +402,16 @@ def main() -> None:
         if main_thread:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _exit_at_once)
+
+
+def _hold_fd(fd: int, mode: int) -> None:
+    """A standard fd closed at start taken by /dev/null, so that no file opened later gets its number: an output
+    file opened as fd 2 would take in what libraries write to stderr."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, mode)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
 
 
 def _terminate(signum: int, frame: object) -> None:

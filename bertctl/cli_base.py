@@ -8,6 +8,7 @@ because another one stopped says that instead of its backend's error (`lost_peer
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import hashlib
@@ -52,6 +53,18 @@ def path_option(*names: str, **options: Any) -> Any:
 def path_argument(**options: Any) -> Any:
     """typer.Argument for a Path: an empty value is refused naming the argument (`given_path`)."""
     return typer.Argument(parser=given_path, **options)
+
+
+def typed_text(text: str) -> str:
+    """A text argument as typed: under a C locale without UTF-8 mode (LC_ALL=C PYTHONUTF8=0) Python decodes the
+    command line as ASCII, each byte of a UTF-8 `é` a lone surrogate, and the text was refused as "not valid UTF-8".
+    Such bytes are taken as the UTF-8 they are; a text whose bytes are not UTF-8 stays as it was, to be refused."""
+    if not any("\udc80" <= char <= "\udcff" for char in text):
+        return text
+    try:
+        return os.fsencode(text).decode("utf-8")
+    except (UnicodeError, ValueError):
+        return text
 
 
 def fail(message: str, code: int) -> typer.Exit:
@@ -165,12 +178,26 @@ def _failure(exc: Exception) -> Exception:
         if exc.filename is not None:
             return fail(f"{os.fsdecode(exc.filename)}: {os.strerror(exc.errno)} (rerun with --debug for the "
                         "traceback)", 1)
+    if isinstance(exc, UnicodeEncodeError) and _stdout_lacks(exc):
+        return fail(f"cannot write standard output: its encoding ({sys.stdout.encoding}) has no character "
+                    f"U+{ord(exc.object[exc.start]):04X}; set PYTHONIOENCODING=utf-8 or a UTF-8 locale", 1)
     if lost_peer(exc):
         return fail(LOST_PEER, 1)
     worker = _in_loader_worker(exc)
     if worker:
         return fail(f"{worker[0]} ({worker[1]}; rerun with --debug for the traceback)", 1)
     return fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+
+
+def _stdout_lacks(exc: UnicodeEncodeError) -> bool:
+    """Whether `exc` is standard output's encoding (PYTHONIOENCODING=latin-1, an ASCII locale) meeting a character
+    it has no bytes for, which the codec's own message ("position 11-13: ordinal not in range(256)") never said.
+    Every file bertctl writes is UTF-8, so an error of any other encoding is stdout's."""
+    try:
+        ours, theirs = codecs.lookup(sys.stdout.encoding).name, codecs.lookup(exc.encoding).name
+    except (LookupError, TypeError, AttributeError):
+        return False
+    return ours == theirs != "utf-8"
 
 
 def _in_loader_worker(exc: Exception) -> tuple[str, str] | None:

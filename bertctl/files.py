@@ -20,6 +20,7 @@ import secrets
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -286,6 +287,22 @@ def json_ready(data: Any) -> Any:
     if isinstance(data, (list, tuple)):
         return [json_ready(value) for value in data]
     return None if isinstance(data, float) and not math.isfinite(data) else data
+
+
+def stdin_text() -> str:
+    """All of stdin, decoded as UTF-8 as every input file is, whatever the locale says: a text stream under
+    LC_ALL=C with PYTHONUTF8=0 or PYTHONIOENCODING=ascii refused `é` as "not valid UTF-8", and under a Latin-1
+    one turned it into `Ã©` and encoded that. A stream without bytes (a test's StringIO) is taken as it is."""
+    stream = sys.stdin
+    if not hasattr(stream, "buffer"):
+        return stream.read()
+    data = stream.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"stdin: line {line} is not valid UTF-8 (byte {data[exc.start]:#04x}); convert the text "
+                         "to UTF-8 first") from None
 
 
 def json_text(data: Any, **options: Any) -> str:

@@ -16,7 +16,7 @@ from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint, tr
 from bertctl.config_types import take_bool, take_int
 from bertctl.data.batches import pad_batch
 from bertctl.errors import UsageError
-from bertctl.files import compressed, json_text, user_path
+from bertctl.files import compressed, json_text, stdin_text, user_path
 from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 from bertctl.training import pick_device, to_device
 
@@ -205,7 +205,7 @@ def read_texts(path: Path | str) -> list[str]:
     """One text a line from a file or stdin ('-'); blank lines are skipped. Only \n (or \r\n) ends a line, as
     for `tokenizer encode`: str.splitlines would also cut at U+2028, form feeds and the like inside a text. A
     byte-order mark (Windows editors write one) is dropped, or it would lead the first text and be echoed back."""
-    text = sys.stdin.read() if str(path) == "-" else _file_text(user_path(path, "--file"))
+    text = stdin_text() if str(path) == "-" else _file_text(user_path(path, "--file"))
     lines = (line.removesuffix("\r") for line in text.removeprefix("\ufeff").split("\n"))
     return [line for line in lines if line.strip()]
 

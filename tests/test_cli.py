@@ -394,6 +394,50 @@ def test_text_that_is_not_utf8_is_refused_in_one_line(tmp_path):
     assert CliRunner().invoke(app, ["tokenizer", "encode", "-t", str(tmp_path / "tok"), "café"]).exit_code == 0
 
 
+def test_utf8_text_under_an_ascii_or_latin1_locale_is_read_as_utf8(tmp_path):
+    """Under LC_ALL=C PYTHONUTF8=0 an argument's UTF-8 bytes reach Python as surrogates ("caf\udcc3\udca9") and were
+    refused as not UTF-8; stdin was decoded by the locale, refused there too, or under Latin-1 encoded as `cafÃ©`."""
+    from bertctl.tokenizer import BertTokenizer
+
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "caf", "##e"]).save(tmp_path / "tok")
+    encode = ["tokenizer", "encode", "-t", str(tmp_path / "tok"), "--json"]
+    result = CliRunner().invoke(app, [*encode, "caf\udcc3\udca9", "--pair", "caf\udcc3\udca9"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)
+    assert (row["text"], row["pair"], row["tokens"]) == ("café", "café", ["[CLS]", "caf", "##e", "[SEP]", "caf",
+                                                                          "##e", "[SEP]"])
+    result = CliRunner(charset="latin-1").invoke(app, encode, input="café\n".encode())
+    assert result.exit_code == 0 and json.loads(result.stdout)["text"] == "café", result.output
+    result = CliRunner().invoke(app, encode, input=b"caf\n\xe9\n")
+    assert result.exit_code == 2 and "stdin: line 2 is not valid UTF-8 (byte 0xe9)" in result.stderr, result.output
+    result = CliRunner(charset="latin-1").invoke(app, [*encode, "日本"])  # stdout has no bytes for it
+    assert result.exit_code == 1 and result.stderr.startswith("bertctl: error: cannot write standard output: its "
+                                                              "encoding (latin-1) has no character U+65E5; set")
+
+
+@pytest.mark.parametrize("closed", [0, 2])
+def test_a_command_started_with_stdin_or_stderr_closed_runs_as_with_dev_null(tmp_path, closed):
+    """`<&-` gave "AttributeError: 'NoneType' object has no attribute 'isatty'"; `2>&-` failed the command at its
+    first progress bar or warning (its files left unfinished), which tqdm then wrote to stdout."""
+    from bertctl.tokenizer import BertTokenizer
+
+    BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]).save(tmp_path / "tok")
+    (tmp_path / "in.txt").write_text("a b a.\nb a b.\n\nb b a.\na a b.\n")
+    if closed == 0:
+        args = ["tokenizer", "encode", "-t", str(tmp_path / "tok")]
+    else:
+        args = ["corpus", "build", str(tmp_path / "in.txt"), "-t", str(tmp_path / "tok"), "--out",
+                str(tmp_path / "corpus"), "--workers", "1", "--max-seq-length", "8"]
+    result = subprocess.run([sys.executable, "-m", "bertctl", *args], capture_output=True, text=True, timeout=120,
+                            preexec_fn=lambda: os.close(closed), env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if closed == 0:
+        assert result.returncode == 2 and result.stderr == (
+            "bertctl: error: tokenizer encode: give TEXT arguments (or lines on stdin)\n"), result.stderr
+    else:
+        assert result.returncode == 0 and result.stdout.startswith("wrote "), result.stdout
+        assert (tmp_path / "corpus" / "manifest.json").is_file()
+
+
 MODEL_ARGS = [
     ["fill", "--model", "{}", "a [MASK]"], ["info", "{}"], ["convert", "{}", "--out", "out"],
     ["finetune", "classify", "--model", "{}", "--train", "t.csv", "--out", "run"],
