@@ -145,6 +145,7 @@ def setup_distributed(device: str | None = None) -> Distributed:
     control, owned = None, []
     if world > 1:
         if not dist.is_initialized():
+            _refuse_a_world_without_its_address(world)
             _import_world_defaults()
             dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo", device_id=_device_id(chosen))
             owned.append(dist.group.WORLD)
@@ -152,6 +153,16 @@ def setup_distributed(device: str | None = None) -> Distributed:
         if control is not dist.group.WORLD:
             owned.insert(0, control)
     return Distributed(rank=rank, world_size=world, device=chosen, control=control, owned=tuple(owned))
+
+
+def _refuse_a_world_without_its_address(world: int) -> None:
+    """WORLD_SIZE left set without torchrun (a job script's leftovers) failed in torch's rendezvous with a line that
+    named neither the variable nor the fix."""
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if missing:
+        raise UsageError(f"WORLD_SIZE={world} says this is one of {world} processes, but {' and '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not set: launch with torchrun (which sets them), "
+                         "or unset WORLD_SIZE and RANK to run one process")
 
 
 def _import_world_defaults() -> None:

@@ -19,7 +19,7 @@ from processes import gone, ranks_said, run_group, torchrun_env
 from torch import nn
 
 from bertctl import optim, run_metrics, stop_signals, training, training_state
-from bertctl.errors import BertctlError, Terminated
+from bertctl.errors import BertctlError, Terminated, UsageError
 
 
 def _terms(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -642,6 +642,18 @@ def test_resume_over_a_damaged_metrics_file_is_one_line_naming_it(tmp_path):
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     assert _trim(tmp_path, 20) == 10.0
     assert path.read_text(encoding="utf-8") == rows[0] + "\n"
+
+
+def test_a_world_size_left_set_without_torchrun_is_one_line_naming_it(monkeypatch):
+    """A job script's leftover WORLD_SIZE failed in torch's rendezvous ("environment variable MASTER_ADDR expected")."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with pytest.raises(UsageError, match="^WORLD_SIZE=2 says this is one of 2 processes, but MASTER_ADDR is not set: "
+                                         "launch with torchrun"):
+        training.setup_distributed("cpu")
+    assert not torch.distributed.is_initialized()
 
 
 def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):
