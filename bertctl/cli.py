@@ -7,7 +7,6 @@ exit code. The fine-tuning groups (finetune, evaluate, predict) live in cli_task
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -24,6 +23,7 @@ from bertctl.cli_base import (
     buffer_raw_stdout,
     command_config,
     command_group,
+    devnull_onto,
     path_argument,
     path_option,
     set_debug,
@@ -385,13 +385,13 @@ def main() -> None:
     """Console-script entry point."""
     main_thread = threading.current_thread() is threading.main_thread()  # only there may signal handlers be set
     if sys.stdin is None:  # started with stdin closed (`<&-`): no lines to read, as from /dev/null
-        _hold_fd(0, os.O_RDONLY)
+        devnull_onto(0, os.O_RDONLY)  # an output file opened later must not get its number
         sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 (the process's stdin, open until exit)
     if sys.stdout is None:  # started with stdout closed (`>&-`)
-        _hold_fd(1, os.O_WRONLY)
+        devnull_onto(1, os.O_WRONLY)
         sys.stdout = ClosedStdout()
     if sys.stderr is None:  # started with stderr closed (`2>&-`): warnings and progress go nowhere, the work is done
-        _hold_fd(2, os.O_WRONLY)
+        devnull_onto(2, os.O_WRONLY)
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (the process's stderr, open until exit)
     buffer_raw_stdout()
     if main_thread and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
@@ -402,16 +402,6 @@ def main() -> None:
         if main_thread:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _exit_at_once)
-
-
-def _hold_fd(fd: int, mode: int) -> None:
-    """A standard fd closed at start taken by /dev/null, so that no file opened later gets its number: an output
-    file opened as fd 2 would take in what libraries write to stderr."""
-    with contextlib.suppress(OSError):
-        null = os.open(os.devnull, mode)
-        if null != fd:
-            os.dup2(null, fd)
-            os.close(null)
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -283,7 +283,17 @@ def _flush_or_drop_stdout() -> None:
 
 def _stdout_to_devnull() -> None:
     with contextlib.suppress(OSError, ValueError):  # no more flushes into the failed stdout at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        devnull_onto(sys.stdout.fileno(), os.O_WRONLY)
+
+
+def devnull_onto(fd: int, mode: int) -> None:
+    """/dev/null as file descriptor `fd`: for a standard stream closed at start (so that no file opened later gets
+    its number, and takes in what libraries write there), or one that failed."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, mode)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
 
 
 def _reader_gone() -> bool:
