@@ -45,7 +45,8 @@ from bertctl.config_types import take_bool, take_int
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import building_folder, check_new_out, user_path, write_json_atomic
 from bertctl.hub import local_folder
-from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name, shapes_only
+from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name
+from bertctl.model_building import shapes_only
 from bertctl.run_folder import run_folder_hint
 
 FORMAT_VERSION = 1

@@ -18,7 +18,8 @@ from torch import Tensor
 from bertctl.checkpoint_names import part_of, to_transformers_names
 from bertctl.config import BertConfig
 from bertctl.errors import BertctlError, UsageError
-from bertctl.model import ARCHITECTURES, Bert, shapes_only
+from bertctl.model import ARCHITECTURES, Bert
+from bertctl.model_building import shapes_only
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # transformers'
 _OTHER_KEYS = {"architectures": (list, "a list of class names"), "bertctl": (dict, "a mapping"),

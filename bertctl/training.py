@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from bertctl.config_types import any_case
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import json_ready, output_lock
-from bertctl.model import float32_default
+from bertctl.model_building import float32_default
 
 # --- precision and devices ---------------------------------------------------------------------------
 

@@ -164,7 +164,7 @@ def test_models_built_in_two_threads_at_once_leave_torchs_normal_init_as_it_was(
     import torch
     from torch import nn
 
-    from bertctl.model import shapes_only
+    from bertctl.model_building import shapes_only
 
     torchs = nn.init.normal_
     entered, release = threading.Event(), threading.Event()
