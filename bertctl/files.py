@@ -251,7 +251,8 @@ def write_text_atomic(path: Path | str, text: str | Iterable[str]) -> None:
 
 def write_texts_atomic(texts: dict[Path, str | Iterable[str]]) -> None:
     """Write every file through a temp file beside it, then rename them all: a failed write (a full disk) leaves
-    none of them changed, so a set of outputs is never half old, half new."""
+    none of them changed, so a set of outputs is never half old, half new (only kill -9 in the microseconds between
+    two renames could make one)."""
     written: list[tuple[str, Path]] = []
     try:
         for path, text in texts.items():
