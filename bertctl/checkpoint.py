@@ -140,6 +140,13 @@ class Checkpoint:
         return {k: self.raw_config[k] for k in KEPT_CONFIG_KEYS if self.raw_config.get(k) is not None}
 
 
+def _file_in_model_folder(path: Path) -> str | None:
+    """A model's own file given for its folder (model.safetensors, bert_model.ckpt.index): name the folder."""
+    if path.is_file() and _config_file(path.parent) is not None:
+        return f"it is a file of the model folder {path.parent}: give the folder"
+    return None
+
+
 def read_checkpoint(path: Path | str) -> Checkpoint:
     """Read a bertctl or transformers model folder (config.json + weights), or a hub id's cached snapshot."""
     folder = local_folder(path)
@@ -147,7 +154,8 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
         raise UsageError(f"model folder {path} does not exist")
     config_file = _config_file(folder)
     if config_file is None:
-        hint = run_folder_hint(folder) or "give a folder written by bertctl or transformers' save_pretrained"
+        hint = (run_folder_hint(folder) or _file_in_model_folder(folder)
+                or "give a folder written by bertctl or transformers' save_pretrained")
         raise UsageError(foreign_weights_message(folder) or f"{folder} is not a model folder: no config.json ({hint})")
     try:
         raw = json.loads(config_file.read_text(encoding="utf-8"))

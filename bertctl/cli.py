@@ -336,6 +336,9 @@ def fill(
         all_texts += read_texts(file)
     elif not all_texts and not sys.stdin.isatty():
         all_texts = read_texts(Path("-"))
+    if not all_texts and file is not None:  # told to give a --file F, the user who gave one would be lost
+        raise UsageError(f"--file: {'standard input' if str(file) == '-' else file} holds no text (blank lines are "
+                         "skipped); give one text with [MASK] a line")
     if not all_texts:
         raise UsageError("fill: give a text with [MASK] as an argument, or --file F (one text a line)")
     _refuse_blank_model(model, "--model")

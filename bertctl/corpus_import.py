@@ -335,7 +335,8 @@ def _import_file(job: _FileJob, shards: _Shards, progress: Callable[[int, int], 
         except BadRecord as exc:
             said = str(earlier_problem() or exc)
             where = f"record {number + 1}: " if not said.startswith("record ") else ""
-            raise UsageError(f"corpus import: {path}: {where}{said}; nothing was written") from None
+            raise UsageError(f"corpus import: {path}: {where}{said}{_hdf5_named(path, number)}; nothing was "
+                             "written") from None
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
             said = str(earlier_problem() or f"record {number + 1}: the {compression or 'compressed'} data is "
                                             f"truncated or corrupt ({exc})")
@@ -352,6 +353,14 @@ def _add_rows(shards: _Shards, packed: Packed, first: int, validation_fraction: 
     shards.add("train", take_rows(packed, ~held) if held.any() else packed)
     if held.any():
         shards.add("validation", take_rows(packed, held))
+
+
+def _hdf5_named(path: Path, records: int) -> str:
+    """Why a `.hdf5` file that fails at its first record was read as TFRecords: the kind comes from the signature,
+    not the name, so the TFRecord reader's words alone would puzzle the user of a corrupt or cut shard."""
+    if records or path.suffix.lower() not in {".hdf5", ".h5", ".hdf"}:
+        return ""
+    return " (named like an HDF5 shard, it lacks HDF5's signature, so it was read as a TFRecord file)"
 
 
 # --- NVIDIA's HDF5 shards -----------------------------------------------------------------------------------

@@ -426,6 +426,7 @@ def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None
     ckpt = read_classifier(folder, "classify")
     record = read_run_record(folder)
     saved = record.get("config", {})
+    given = text_columns  # named as the user wrote it: '' rather than the () it splits into
     if isinstance(text_columns, str):  # "premise" or "premise,hypothesis", as --text-columns takes them
         try:
             text_columns = split_list(text_columns)
@@ -435,7 +436,7 @@ def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None
     if text_columns is not None and (not isinstance(text_columns, (list, tuple)) or not text_columns
                                      or not all(isinstance(c, str) for c in text_columns)):
         raise UsageError(f"--text-columns: give one or two column names, comma-separated, not "
-                         f"{reprlib.repr(text_columns)} (or leave it off: the run's)")
+                         f"{reprlib.repr(given)} (or leave it off: the run's)")
     if label_column is not None and (not isinstance(label_column, str) or not label_column.strip()):
         raise UsageError(f"--label-column: give the label column's name, not {label_column!r} (or leave it off: "
                          "the run's)")

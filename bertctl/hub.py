@@ -78,6 +78,7 @@ def path_as_given(name: str | Path | None, what: str = "model folder") -> Path |
     if name is None or not str(name).strip():
         return None
     path = Path(name).expanduser()  # `--model=~/x` and `model: ~/x` in a --config file reach us unexpanded
+    _refuse_checkpoint_prefix(path)
     if written_like_path(str(name)) and not path.exists():
         raise UsageError(f"{what} {name} does not exist")
     return path
@@ -92,6 +93,7 @@ def local_folder(name: str | Path, weights: bool = True) -> Path:
         raise UsageError(f"no {'model' if weights else 'tokenizer'} given: pass a folder or a hub id")
     if not isinstance(name, (str, os.PathLike)):  # a number or a list would be looked up on the hub, or fail there
         raise UsageError(f"{'model' if weights else 'tokenizer'}: give a folder or a hub id, not {name!r}")
+    _refuse_checkpoint_prefix(Path(name).expanduser())
     if not is_hub_id(name):
         return Path(name).expanduser()
     try:
@@ -109,6 +111,14 @@ def local_folder(name: str | Path, weights: bool = True) -> Path:
         what = "model" if weights else "tokenizer"
         raise UsageError(f"{what} {name}: no such folder here, and the hub repository {name} could not be "
                          f"loaded ({reason}); give a local {what} folder, or go online once to cache it") from None
+
+
+def _refuse_checkpoint_prefix(path: Path) -> None:
+    """`x/bert_model.ckpt`, as Google's convert script takes it, names no file (only `.index` and `.data-*` exist),
+    so it read like a hub id, or a missing folder; bertctl reads the folder around it."""
+    if not path.exists() and path.with_name(f"{path.name}.index").is_file():
+        raise UsageError(f"{path} is a TensorFlow checkpoint's prefix, not a folder; give the folder that holds it "
+                         f"and its bert_config.json and vocab.txt: {path.parent}")
 
 
 _OFFLINE_FLAGS = ("huggingface_hub.constants", "datasets.config")  # modules that read HF_HUB_OFFLINE on import

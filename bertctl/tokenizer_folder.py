@@ -275,6 +275,12 @@ def _read_tokenizer_json(path: Path) -> dict[str, Any]:
     """A tokenizer.json, refused unless its model is BERT's WordPiece."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read tokenizer {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or "model" not in data:  # another JSON file (config.json): tokenizers' words
+        raise UsageError(f"{path} is not a tokenizer.json (no \"model\" in it); give a tokenizer folder, its "
+                         "tokenizer.json or its vocab.txt")  # would blame its syntax
+    try:
         Tokenizer.from_str(json.dumps(data))  # the same file must load in tokenizers
     except Exception as exc:  # tokenizers raises a bare Exception for malformed files
         raise UsageError(f"cannot read tokenizer {path}: {str(exc).splitlines()[0]}") from None

@@ -308,6 +308,24 @@ def test_info_on_a_folder_that_is_not_a_model(tmp_path):
     assert result.exit_code == 2 and "no config.json" in result.stderr
 
 
+def test_a_models_file_or_checkpoint_prefix_given_as_the_model_names_its_folder(tmp_path, monkeypatch):
+    """`convert x/bert_model.ckpt` (Google's converter's argument) was looked up on the hub, and `info
+    x/model.safetensors` said only "no config.json"; a text file is not said to belong to a model."""
+    (tmp_path / "tf").mkdir()
+    for name in ("bert_config.json", "bert_model.ckpt.index", "notes.txt"):
+        (tmp_path / "tf" / name).write_text("{}")
+    (tmp_path / "notes.txt").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["convert", "tf/bert_model.ckpt", "--out", "out"])
+    assert result.exit_code == 2 and result.stderr == ("bertctl: error: tf/bert_model.ckpt is a TensorFlow "
+                                                       "checkpoint's prefix, not a folder; give the folder that holds "
+                                                       "it and its bert_config.json and vocab.txt: tf\n")
+    result = CliRunner().invoke(app, ["info", "tf/notes.txt"])
+    assert result.exit_code == 2 and "(it is a file of the model folder tf: give the folder)" in result.stderr
+    result = CliRunner().invoke(app, ["info", "notes.txt"])
+    assert result.exit_code == 2 and "(give a folder written by bertctl" in result.stderr
+
+
 def test_a_run_folder_given_as_a_model_names_the_model_folders_in_it(odd_config, tmp_path):
     """`info runs/pt` (a pretrain run) or `fill -m runs/rte` (seeds) said only "no config.json"."""
     hf_pretraining_folder(odd_config, model := tmp_path / "hf")

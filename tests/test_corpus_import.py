@@ -323,6 +323,15 @@ def test_bad_records_fail_in_one_line_naming_file_and_record_and_write_nothing(b
     assert not (built["root"] / "bad").exists() and not (built["root"] / "bad.partial").exists()
 
 
+@pytest.mark.parametrize(("name", "named"), [("shard.hdf5", True), ("shard.H5", True), ("shard.tfrecord", False)])
+def test_a_file_named_hdf5_without_its_signature_says_why_it_was_read_as_tfrecords(built, name, named) -> None:
+    bad = built["root"] / name
+    bad.write_bytes(b"He sat on the mat .\n" * 10)  # a shard cut at its start, or text renamed: no HDF5 signature
+    with pytest.raises(UsageError, match="record 1: the record's length") as error:
+        imported(built, "bad", files=[bad])
+    assert ("lacks HDF5's signature, so it was read as a TFRecord file" in str(error.value)) == named
+
+
 @pytest.mark.parametrize(("changed", "said"), [
     ({"next_sentence_labels": float_feature([0.0])}, "feature next_sentence_labels is a float_list, Google's is a "
                                                      "int64_list"),

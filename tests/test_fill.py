@@ -139,6 +139,7 @@ def test_fill_refusals(mlm_folder, args, message):
      "line 2 of {path} is not valid UTF-8 (byte 0xe9); convert the file to UTF-8 first"),
     ("texts.txt.gz", gzip.compress(b"the [MASK]\n"), "{path} is compressed; decompress it first"),
     ("folder", None, "{path} is a folder; give a text file, one text a line"),
+    ("blank.txt", b"\n  \r\n", "{path} holds no text (blank lines are skipped); give one text with [MASK] a line"),
 ])
 def test_a_file_fill_cannot_read_is_named_in_one_line(mlm_folder, tmp_path, name, content, message):
     """They showed the codec's own text ("'utf-8' codec can't decode byte 0xff ...") or "[Errno 21] Is a

@@ -212,8 +212,13 @@ def test_missing_folder_file_or_column_is_a_usage_error(own_glue):
     (own_glue / "MNLI" / "dev_mismatched.tsv").unlink()
     with pytest.raises(UsageError, match=r"MNLI/dev_mismatched.tsv: missing; mnli dev_mismatched is read from"):
         read_split("mnli", "dev_mismatched", own_glue)
+    (own_glue / "other").mkdir()
     with pytest.raises(UsageError, match=r"no WNLI/ folder for wnli"):
-        read_split("wnli", "train", own_glue / "CoLA")
+        read_split("wnli", "train", own_glue / "other")
+    with pytest.raises(UsageError, match=r"CoLA holds train.tsv itself, .*; give the GLUE folder that holds WNLI/$"):
+        read_split("wnli", "train", own_glue / "CoLA")  # a task's own folder, run_classifier.py's --data_dir
+    with pytest.raises(UsageError, match=rf"that holds CoLA/ \(--data {re.escape(str(own_glue))}\)$"):
+        read_split("cola", "train", own_glue / "CoLA")
     qnli = own_glue / "QNLI" / "dev.tsv"
     qnli.write_text(qnli.read_text(encoding="utf-8").replace("index\t", "idx\t", 1), encoding="utf-8")
     with pytest.raises(UsageError, match=r"QNLI/dev.tsv:1: the header has no column 'index' \(found: idx,"):

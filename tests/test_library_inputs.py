@@ -93,7 +93,8 @@ def test_a_model_written_like_a_path_that_exists_is_read(models, glue, monkeypat
 
 # --- 2. text_columns as one string ----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("columns", "label", "said"), [(",", None, "--text-columns: give one or two column"),
+@pytest.mark.parametrize(("columns", "label", "said"), [(",", None, "comma-separated, not ','$"),
+                                                      ("", None, "comma-separated, not '' \\(or leave it off"),
                                                       ([], None, "--text-columns: give one or two column"),
                                                       (5, None, "--text-columns: give one or two column"),
                                                       ("premise", "", "--label-column: give the label column")])

@@ -455,6 +455,10 @@ def test_empty_negative_and_overlong_answers_are_skipped_where_run_squad_keeps_o
      "data[0].paragraphs[0].qas[0].answers is missing"),
     ('{"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "a", "question": "q", '
      '"answers": [{"text": "x"}]}]}]}]}', "answers[0].answer_start is missing"),
+    ('{"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "a", "question": "q", '
+     '"answers": [{"text": "x", "answer_start": "0"}]}]}]}]}', "answers[0].answer_start is not a whole number;"),
+    ('{"data": [{"paragraphs": [{"context": "x", "qas": [{"id": [1], "question": "q"}]}]}]}',
+     "qas[0].id is not a string or a whole number;"),
 ])
 def test_bad_files_are_refused_in_one_line(tmp_path, content, message):
     (tmp_path / "bad.json").write_text(content)

@@ -317,6 +317,9 @@ def test_bad_tokenizer_paths_and_vocabularies_are_refused(tmp_path: Path) -> Non
     (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(UsageError, match="cannot read tokenizer .*tokenizer.json"):
         load_tokenizer(tmp_path)
+    (tmp_path / "config.json").write_text('{"model_type": "bert", "hidden_size": 8}', encoding="utf-8")
+    with pytest.raises(UsageError, match=r"config.json is not a tokenizer.json \(no \"model\" in it\); give a "):
+        load_tokenizer(tmp_path / "config.json")  # a model's config.json, not "cannot read ...: expected `,`"
 
 
 def test_words_over_100_characters_are_unknown_and_batches_check_pairs(trained: dict[bool, Path]) -> None:

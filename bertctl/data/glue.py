@@ -336,8 +336,19 @@ def _first_not_utf8(path: Path) -> UsageError:
     return UsageError(f"{path}: not UTF-8 text; convert it to UTF-8 first")
 
 
+def _task_folder_given(task: GlueTask, entry: SplitFile, root: Path) -> UsageError:
+    """run_classifier.py's --data_dir is the task's own folder (GLUE/MRPC); bertctl's --data is the one above it,
+    so a user coming from Google's README gives the former."""
+    parent = root / ".." if root.name in ("", "..") else root.parent
+    fix = f" (--data {parent})" if root.resolve().name == task.folder else ""
+    return UsageError(f"--data {root} holds {entry.file} itself, as a task's own folder does (run_classifier.py's "
+                      f"--data_dir); give the GLUE folder that holds {task.folder}/{fix}")
+
+
 def _task_file(task: GlueTask, entry: SplitFile, root: Path) -> Path:
     folder = root / task.folder
+    if not folder.is_dir() and (root / entry.file).is_file():
+        raise _task_folder_given(task, entry, root)
     if not folder.is_dir():
         raise UsageError(f"--data {root}: no {task.folder}/ folder for {task.name}; expected the official GLUE "
                          f"layout ({task.folder}/{entry.file}), a clone of the hub dataset "

@@ -159,10 +159,13 @@ def _nested(raw: dict[str, Any], path: Path) -> _Parsed:
     return _Parsed(paragraphs, declared, "2.0" if declared == "2.0" or impossible else "1.1")
 
 
+_JSON_KINDS = {str: "a string", int: "a whole number", list: "a list", dict: "an object"}  # said in JSON's terms
+
+
 def _field(record: Any, name: str, kind: type | tuple[type, ...], path: Path, where: str) -> Any:
     if not isinstance(record, dict) or not isinstance(record.get(name), kind) or isinstance(record.get(name), bool):
-        kinds = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        what = "is missing" if not isinstance(record, dict) or name not in record else f"is not a {kinds}"
+        kinds = " or ".join(_JSON_KINDS[k] for k in (kind if isinstance(kind, tuple) else (kind,)))
+        what = "is missing" if not isinstance(record, dict) or name not in record else f"is not {kinds}"
         raise UsageError(f"{path}: {where}.{name} {what}; give a SQuAD v1.1/v2.0 JSON file")
     return record[name]
 
