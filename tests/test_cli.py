@@ -200,7 +200,10 @@ def test_under_torchrun_the_ranks_a_failed_rank_leaves_waiting_point_at_its_erro
                      timeout=120, cwd=tmp_path, env=torchrun_env(tmp_path))
     said = [line for line in done.stderr.splitlines() if line.startswith("bertctl: error: ")]
     assert done.returncode != 0 and said[0] == "bertctl: error: rank 0 alone fails here", ranks_said(done.stderr)
-    assert said[1:] in ([], [f"bertctl: error: {LOST_PEER}"]), ranks_said(done.stderr)
+    # a waiting rank says it lost its peer, or, when torchrun's agent stops it first (SIGTERM, on a loaded machine),
+    # that it was terminated: never gloo's words, and each line once per node
+    stopped = {f"bertctl: error: {LOST_PEER}", "bertctl: error: terminated"}
+    assert set(said[1:]) <= stopped and len(said[1:]) == len(set(said[1:])), ranks_said(done.stderr)
     assert "by peer" not in done.stderr and "gloo" not in done.stderr, ranks_said(done.stderr)
 
 
