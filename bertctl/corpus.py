@@ -82,7 +82,7 @@ def _build(cfg: CorpusConfig, out: Path) -> dict[str, Any]:
     check_length(cfg.max_seq_length, Path(cfg.tokenizer))
     inputs = _input_records(sources)
     params = {k: v for k, v in config_to_dict(cfg).items() if k not in _EXECUTION_ONLY}
-    settings_held, inputs_held = _path_free(params, inputs)  # `../x.txt` and `/abs/x.txt` are one build
+    settings_held, inputs_held = path_free(params, inputs)  # `../x.txt` and `/abs/x.txt` are one build
     encoding = encoding_settings(tokenizer)  # sha256 is the vocabulary's; casing and the like count too
     key = settings_digest({"params": settings_held, "tokenizer_sha256": tokenizer.sha256(),
                            "tokenizer_settings": encoding, "inputs": inputs_held, "bertctl": __version__})
@@ -439,14 +439,14 @@ def same_instances(manifest: dict[str, Any], other: dict[str, Any]) -> bool:
 def instances_fingerprint(manifest: dict[str, Any]) -> str:
     """sha256 of what a manifest says of its instances: the paths the corpus was built from and into don't
     count (the inputs' sha256 and the tokenizer's fingerprint do), so a corpus rebuilt elsewhere still matches."""
-    config, inputs = _path_free(manifest.get("config", {}), manifest.get("inputs", []))
+    config, inputs = path_free(manifest.get("config", {}), manifest.get("inputs", []))
     contents = {**manifest, "config": config, "inputs": inputs, "skipped": len(manifest.get("skipped", []))}
     return hashlib.sha256(json.dumps(contents, sort_keys=True).encode()).hexdigest()
 
 
-def _path_free(config: dict[str, Any], inputs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A build's settings and input records without the paths they were given by (the files' sha256 and the
-    tokenizer's fingerprint say what they hold)."""
+def path_free(config: dict[str, Any], inputs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A build's (or an import's) settings and input records without the paths they were given by (the files'
+    sha256 and the tokenizer's fingerprint say what they hold)."""
     return ({key: value for key, value in config.items() if key not in ("inputs", "tokenizer")},
             [{key: value for key, value in source.items() if key != "path"} for source in inputs])
 

@@ -43,6 +43,7 @@ from bertctl.corpus import (
     check_length,
     check_required,
     open_partial,
+    path_free,
     publish_corpus,
     remove_partial,
     settings_digest,
@@ -205,12 +206,20 @@ def _import(cfg: CorpusImportConfig, out: Path) -> dict[str, Any]:
         inputs = [{"path": str(path), **result.stored, "records": result.rows}
                   for path, result in zip(files, results, strict=True)]
         schema = corpus_schema(tokenizer.vocab_size, sentence_labels=True, static=True)
-        manifest = publish_corpus(partial, out, tokenizer, schema, stats, key, counts, settings,
-                                  {"inputs": inputs, "skipped": [], "config": params})
+        manifest = publish_corpus(partial, out, tokenizer, schema, stats, _content_key(params, tokenizer, inputs),
+                                  counts, settings, {"inputs": inputs, "skipped": [], "config": params})
     except BaseException:  # nothing to resume: an import is one pass
         remove_partial(partial)
         raise
     return manifest
+
+
+def _content_key(params: dict[str, Any], tokenizer: Any, inputs: list[dict[str, Any]]) -> str:
+    """The key of the Arrow files' fingerprints (state.json): the settings, the vocabulary and the inputs' sha256,
+    never the paths they were given by, so the same import from another working folder writes the same bytes."""
+    settings, contents = path_free(params, inputs)
+    return settings_digest({"import": settings, "tokenizer_sha256": tokenizer.sha256(), "inputs": contents,
+                            "bertctl": __version__})
 
 
 def _worker_count(workers: int, files: int) -> int:

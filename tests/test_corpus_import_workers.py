@@ -86,6 +86,22 @@ def test_two_workers_write_the_folder_one_writes_byte_for_byte(built, kind, requ
     assert sum(counted) == len(built["rows"]) and counted[0] == (0 if kind == "tfrecord" else len(built["rows"]) // 3)
 
 
+def test_the_same_import_from_another_working_folder_writes_the_same_bytes(built, records, tmp_path,  # noqa: F811
+                                                                          monkeypatch) -> None:
+    """The same command (relative paths) in two working folders holding the same files: every file the same,
+    state.json's fingerprints too (they once hashed the inputs' absolute paths)."""
+    trees = []
+    for name in ("x", "y"):
+        folder = tmp_path / name / "in"
+        folder.mkdir(parents=True)
+        for path in records[1:3]:
+            (folder / path.name).write_bytes(path.read_bytes())
+        monkeypatch.chdir(tmp_path / name)
+        import_corpus(CorpusImportConfig(inputs=("in",), tokenizer=built["tok"], out=Path("out"), workers=1))
+        trees.append(tree(tmp_path / name / "out"))
+    assert trees[0] == trees[1]
+
+
 def _bad(built: dict, name: str, kind: str) -> Path:  # noqa: F811
     data, _ = _damaged(built, kind)
     path = built["root"] / name
