@@ -59,7 +59,9 @@ def _align_classifier(model: nn.Module, ckpt: Checkpoint, task: Any, name: str, 
     return True
 
 
-def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
+def classification_loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
+    """The model's own loss (cross-entropy over classes or choices, or regression's MSE) and the real rows
+    answered right: a rank's padding row, flagged not real, never counts."""
     out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), labels=batch["labels"],
                 skip_padding=True)
     labels = batch["labels"]
@@ -74,4 +76,4 @@ def _score(model: nn.Module, prep: Prepared, batch_size: int, device: torch.devi
     return score(prep.task, model, prep.dev, prep.tokenizer.pad_id, batch_size, device, precision, env=env)
 
 
-CLASSIFIER = Head(_model, collate, _loss_terms, _score)  # a sequence classifier (or regressor) on [CLS]
+CLASSIFIER = Head(_model, collate, classification_loss_terms, _score)  # a sequence classifier (or regressor) on [CLS]

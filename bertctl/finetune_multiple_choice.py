@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torch import Tensor, nn
+from torch import nn
 
 from bertctl import stop_signals, training
 from bertctl.checkpoint import build_model
@@ -21,6 +21,7 @@ from bertctl.config import FinetuneConfig
 from bertctl.data.choice import ChoiceData, make_choice_features, read_choice
 from bertctl.errors import UsageError
 from bertctl.finetune import Base, launch, refuse_the_other_commands, require, train_and_publish
+from bertctl.finetune_classifier import classification_loss_terms
 from bertctl.finetune_seed import Head, Prepared, head_dropout
 from bertctl.finetune_work import say, say_data
 
@@ -58,7 +59,7 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: ChoiceTask, train: ChoiceDat
     for split, f in {"train": train_features, **dev_features}.items():
         if f.truncated and env.is_main:
             say(f"choice {split}: {f.truncated} of {len(f)} examples had a choice cut to {cfg.max_seq_length} tokens")
-    head = Head(_model, collate_choices, _loss_terms, score_dev, classifies=False)
+    head = Head(_model, collate_choices, classification_loss_terms, score_dev, classifies=False)
     return Prepared(task, base.ckpt, base.tokenizer, train_features, dev_features, base.precision, head)
 
 
@@ -70,11 +71,3 @@ def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
         pooler = "; the pooler is new too" if "pooler" in fresh else ""
         say(f"choice: fine-tuning {cfg.model} with {what}{pooler}")
     return model
-
-
-def _loss_terms(model: nn.Module, batch: dict[str, Tensor]) -> dict[str, tuple[Tensor, Tensor]]:
-    """Cross-entropy over each example's choices (the model's own loss) and the examples answered right."""
-    out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), labels=batch["labels"],
-                skip_padding=True)
-    correct = ((out.logits.argmax(-1) == batch["labels"]) & batch["real"]).sum()
-    return {"task": (out.loss, correct)}

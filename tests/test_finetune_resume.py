@@ -91,12 +91,12 @@ def test_a_row_flagged_not_real_is_not_counted_right(recipe: str) -> None:
 
     import torch
 
-    _loss_terms = importlib.import_module(f"bertctl.{recipe}")._loss_terms
+    loss_terms = importlib.import_module(f"bertctl.{recipe}").classification_loss_terms
     logits = torch.tensor([[0.0, 1.0]])
     def model(*args, **kwargs):
         return SimpleNamespace(logits=logits, loss=torch.tensor(0.5))
     batch = {"input_ids": None, "token_type_ids": None, "labels": torch.tensor([1])}
-    assert [int(_loss_terms(model, {**batch, "real": torch.tensor([real])})["task"][1]) for real in (True, False)] \
+    assert [int(loss_terms(model, {**batch, "real": torch.tensor([real])})["task"][1]) for real in (True, False)] \
         == [1, 0]
 
 

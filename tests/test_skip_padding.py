@@ -214,10 +214,10 @@ def _runs(head: str):
     from bertctl import choice, evaluate, finetune_classifier, finetune_multiple_choice, finetune_tagging, ner
 
     if head == "classify":
-        return finetune_classifier._loss_terms, evaluate.collate, evaluate.predict_logits
+        return finetune_classifier.classification_loss_terms, evaluate.collate, evaluate.predict_logits
     if head == "ner":
         return finetune_tagging._loss_terms, ner.collate_tokens, ner.word_predictions
-    return finetune_multiple_choice._loss_terms, choice.collate_choices, choice.choice_logits
+    return finetune_multiple_choice.classification_loss_terms, choice.collate_choices, choice.choice_logits
 
 
 @pytest.mark.parametrize("head", list(HEADS))
