@@ -48,7 +48,7 @@ from bertctl.errors import BertctlError, UsageError, say
 from bertctl.files import (
     check_new_out,
     file_sha256,
-    make_folder,
+    folder_undone_on_failure,
     output_lock,
     refuse_inputs_inside,
     replace_folder,
@@ -292,10 +292,10 @@ def open_partial(out: Path, key: str) -> Path:
         log.warning("warning: %s holds an interrupted build of other inputs, tokenizer or settings; starting over",
                     partial)
         remove_partial(partial)
-    make_folder(partial / "shards")
-    for leftover in (partial / "shards").glob("*.tmp"):
-        leftover.unlink()
-    write_json_atomic(partial / "build.json", {"key": key})
+    with folder_undone_on_failure(partial / "shards"):  # no build.json (a full disk): no folder a rerun would warn of
+        for leftover in (partial / "shards").glob("*.tmp"):
+            leftover.unlink()
+        write_json_atomic(partial / "build.json", {"key": key})
     return partial
 
 
@@ -358,7 +358,8 @@ def publish_corpus(partial: Path, out: Path, tokenizer: Any, schema: Any, stats:
                    ) -> dict[str, Any]:
     """Write the finished shards' DatasetDict, the tokenizer and the manifest (what every corpus records, with
     how it was made in `settings` and what from in `sources`), rename the corpus into place (replacing an old
-    one only now), drop the partial folder, and return the manifest."""
+    one only now) with the partial folder moved aside in the same step, then removed (a kill never leaves it
+    beside the complete corpus: `replace_folder`), and return the manifest."""
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "bertctl_version": __version__, **settings,
         "tokenizer_sha256": tokenizer.sha256(), "tokenizer_settings": encoding_settings(tokenizer),
@@ -370,8 +371,7 @@ def publish_corpus(partial: Path, out: Path, tokenizer: Any, schema: Any, stats:
     assemble_corpus(partial, schema, stats, manifest["splits"], key)
     tokenizer.save(partial / "corpus" / "tokenizer")
     write_json_atomic(partial / "corpus" / "manifest.json", manifest)
-    replace_folder(partial / "corpus", out)
-    remove_partial(partial)
+    replace_folder(partial / "corpus", out, retire=partial)
     return manifest
 
 

@@ -102,14 +102,53 @@ def write_hint(exc: OSError) -> str:
 
 
 class WriteFailed(BertctlError):
-    """Writing an output failed (disk full, a size limit, no permission): one line naming the output."""
+    """Writing an output failed (disk full, a size limit, no permission): one line naming the output, and `part`,
+    the file or folder of it (or of its work folder) that failed, where that is not the output itself."""
 
-    def __init__(self, target: Path | str, exc: OSError) -> None:
-        super().__init__(f"cannot write {target}: {write_hint(exc)}")
-        self.target, self.os_error = target, exc
+    def __init__(self, target: Path | str, exc: OSError, part: Path | str | None = None) -> None:
+        where = f" (writing {part})" if part is not None else ""
+        super().__init__(f"cannot write {target}: {write_hint(exc)}{where}")
+        self.target, self.os_error, self.part = target, exc, part
 
     def __reduce__(self) -> tuple[Any, ...]:  # from a worker process: its arguments, not its message
-        return (type(self), (self.target, OSError(self.os_error.errno, self.os_error.strerror)))
+        return (type(self), (self.target, OSError(self.os_error.errno, self.os_error.strerror), self.part))
+
+
+# errnos only a write gives: a plain OSError with one of them, naming a file of OUT's, is a failure to write OUT
+_WRITE_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+@contextmanager
+def failures_named_by(out: Path | str) -> Iterator[None]:
+    """A write that fails anywhere in OUT's keeping (inside OUT, in its work folder `OUT.partial/` or
+    `.OUT.work/`) is said as the output the user named, `cannot write OUT: REASON; ... (writing PART)`: the
+    internal path alone (`OUT.partial/shards/...`, `.OUT.work/seed-42/step-000005`) named no flag the user gave."""
+    try:
+        yield
+    except Exception as exc:
+        part = _failed_part(exc)
+        if part is None or not _in_keeping_of(part, out) or out_location(part) == out_location(out):
+            raise
+        raise WriteFailed(out, os_error(exc), part) from None
+
+
+def _failed_part(exc: Exception) -> Path | str | None:
+    """The path a failed write names: a WriteFailed's own, or the file of a plain OSError only writes give."""
+    if isinstance(exc, WriteFailed):
+        return exc.part if exc.part is not None else exc.target
+    if isinstance(exc, OSError) and exc.errno in _WRITE_ONLY and exc.filename:
+        return os.fsdecode(exc.filename)
+    return None
+
+
+def _in_keeping_of(path: Path | str, out: Path | str) -> bool:
+    """Whether `path` is OUT or inside it, or is or lies inside a name bertctl keeps beside it for OUT (its work
+    folder `OUT.partial/` or `.OUT.work/`, temp and moved-aside names `.OUT.tmp-*`, `.OUT.old-*`)."""
+    at, home = out_location(path), out_location(out)
+    if not at.is_relative_to(home.parent) or at == home.parent:
+        return False
+    first = at.relative_to(home.parent).parts[0]
+    return first == home.name or first.startswith((f"{home.name}.", f".{home.name}."))
 
 
 def _named(path: Path) -> Path:
@@ -241,6 +280,24 @@ def make_folder(folder: Path | str, flag: str = "--out") -> Path:
         reason = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror
         raise UsageError(f"{flag}: cannot create the folder {folder}: {reason}; choose another path") from None
     return folder
+
+
+@contextmanager
+def folder_undone_on_failure(folder: Path | str, flag: str = "--out") -> Iterator[Path]:
+    """`make_folder` undone when the block fails: a command that cannot start (its first record cannot be
+    written, the disk already full) leaves no empty folder behind, and a folder that was there stays as it was."""
+    folder = Path(folder)
+    made = [path for path in (folder, *folder.parents) if not path.exists()]
+    make_folder(folder, flag)
+    try:
+        yield folder
+    except BaseException:
+        if made and made[0] == folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        for path in made[1:]:
+            with suppress(OSError):  # one another process has written in since stays
+                path.rmdir()
+        raise
 
 
 def write_text_atomic(path: Path | str, text: str | Iterable[str]) -> None:
@@ -413,39 +470,37 @@ def replace_folder(tmp: Path | str, target: Path | str, retire: Path | None = No
     """Rename the finished tmp folder onto target; an existing target is moved aside first, removed after.
 
     Everything inside gets the usual permissions first: mkdtemp makes 0700 folders, and some writers
-    (safetensors, mkstemp) make 0600 files. The two renames are one step: SIGINT/SIGTERM wait until both are
-    done, and when the second fails the old target is put back, so target is never missing. `retire`: a folder
-    of no more use once target is in place (the work folder it was built from), moved aside in that same step and
-    removed after as the old target is: a kill leaves it under a name of a dead writer of target, which the next
-    writer of target removes, never under its own name beside a complete target.
+    (safetensors, mkstemp) make 0600 files. The renames are one step: SIGINT/SIGTERM wait until all are done,
+    and when one fails everything is put back, so target is never missing. `retire`: the work folder target was
+    built in (`tmp` may be inside it), of no more use once target is in place: moved aside first, under a hidden
+    name of a writer of target, and removed after as the old target is. So a kill -9 at any moment never leaves it
+    under its own name beside a complete target (the next run would take it for an unfinished one); what a kill
+    leaves is a dead writer's, which the next writer of target removes (killed between the renames, before
+    target was in place, the run's finished work goes with it: the next run starts over).
     """
     tmp, target = Path(tmp), Path(target)
     remove_stale_temps(target)
     mask = _umask()
-    old = retired = None
+    old = None
+    retired = _aside(target) if retire is not None and os.path.lexists(retire) else None
+    moved = retired / tmp.relative_to(retire) if retired is not None and tmp.is_relative_to(retire) else tmp
     try:
         for folder, _, names in os.walk(tmp):
             os.chmod(folder, 0o777 & ~mask)
             for name in names:
                 os.chmod(os.path.join(folder, name), 0o666 & ~mask)
-        with _signals_held():  # a signal held here is raised as the block ends, and the old one still goes
-            if target.exists() or target.is_symlink():
-                old = _aside(target)
+        with _signals_held():  # a signal held here is raised as the block ends, and what was moved aside still goes
             try:
-                if old is not None:
-                    os.replace(target, old)
-                os.replace(tmp, target)
-            except BaseException:  # also a KeyboardInterrupt whose signal came before the handlers were swapped
-                if old is not None and os.path.lexists(old) and not os.path.lexists(target):
-                    os.replace(old, target)
-                    old = None
-                raise
-            if retire is not None:
-                retired = _aside(target)
-                try:
+                if retired is not None:
                     os.replace(retire, retired)
-                except OSError:  # target is in place all the same: not a failed write; removed where it is
-                    retired = retire
+                if target.exists() or target.is_symlink():
+                    old = _aside(target)
+                    os.replace(target, old)
+                os.replace(moved, target)
+            except BaseException:  # also a KeyboardInterrupt whose signal came before the handlers were swapped
+                if os.path.lexists(moved) or os.path.lexists(tmp):  # target is not in place: all back as it was
+                    old, retired = _put_back(old, target), _put_back(retired, retire)
+                raise
     except OSError as exc:
         raise WriteFailed(target, exc) from None
     finally:
@@ -454,6 +509,15 @@ def replace_folder(tmp: Path | str, target: Path | str, retire: Path | None = No
                 shutil.rmtree(aside, ignore_errors=True)
             elif aside is not None:
                 aside.unlink(missing_ok=True)
+
+
+def _put_back(aside: Path | None, home: Path | None) -> Path | None:
+    """Rename what a failed replace moved aside back home (when it went and home is free); returns what is still
+    aside, to be removed."""
+    if aside is not None and home is not None and os.path.lexists(aside) and not os.path.lexists(home):
+        os.replace(aside, home)
+        return None
+    return aside
 
 
 def _aside(target: Path) -> Path:
@@ -524,14 +588,16 @@ def output_lock(out: Path | str, flag: str = "--out") -> Iterator[None]:
     mixing their files. An advisory flock, so the OS releases it when the process dies (kill -9 leaves no stale
     lock; its forked children drop their copy, `_drop_inherited_locks`). Under torchrun rank 0 alone takes it
     (training.rank0_output_lock). Where the OS or the file system has no flock, the block runs unlocked. Folders
-    made for the lock file go again if the block left them empty (a refused command writes nothing)."""
+    made for the lock file go again if the block left them empty (a refused command writes nothing). A write that
+    fails in the block is said as OUT's (`failures_named_by`): the commands that lock OUT keep work folders for it."""
     path = lock_file(out)
     made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
     fd = _take_lock(path, out, flag) if fcntl is not None else None
     if fd is not None:
         _HELD_LOCKS.add(fd)
     try:
-        yield
+        with failures_named_by(out):
+            yield
     finally:
         if fd is not None:
             with suppress(OSError):  # removed while still locked: one that opened it meanwhile locks again

@@ -105,8 +105,9 @@ def discard_unless_resumable(work: Path) -> None:
 
 
 def publish(work: Path, out: Path, fill: Callable[[Path], None]) -> None:
-    """Assemble OUT in a temporary folder beside it, rename it into place, and the work folder aside in the same
-    step, then remove it: a kill never leaves it beside the complete OUT as an unfinished run (building_folder)."""
+    """Assemble OUT in a temporary folder beside it and rename it into place, the work folder moved aside just
+    before in the same step, then removed: a kill never leaves it beside the complete OUT as an unfinished run
+    (building_folder)."""
     with building_folder(out, retire=work) as staging:
         fill(staging)
 

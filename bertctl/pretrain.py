@@ -35,7 +35,14 @@ from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_s
 from bertctl.data.batches import BatchPlan, Collator, StepBatches
 from bertctl.data.masking import masking_options
 from bertctl.errors import BertctlError, UsageError, say
-from bertctl.files import check_out, make_folder, out_location, read_json_object, user_path, write_json_atomic
+from bertctl.files import (
+    check_out,
+    folder_undone_on_failure,
+    out_location,
+    read_json_object,
+    user_path,
+    write_json_atomic,
+)
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel
 from bertctl.pretraining_objective import evaluate_pretraining, loss_terms, loss_weights
@@ -204,10 +211,10 @@ def _start_run_folder(cfg: PretrainConfig, run: Path, record: dict[str, Any], re
     step = record["from_step"]
     extended = resume_from is not None and resume_from.name == "final" and step % cfg.log_every != 0
     kept = run_metrics.kept_metrics(run, step, drop_closing_row=extended and cfg.steps > step)
-    make_folder(run)
-    training_state.remove_interrupted_saves(run)
-    write_json_atomic(run / "run.json", record)
-    return run_metrics.trim_metrics(run, kept)
+    with folder_undone_on_failure(run):  # a RUN made here goes again if run.json cannot be written (a full disk)
+        training_state.remove_interrupted_saves(run)
+        write_json_atomic(run / "run.json", record)
+        return run_metrics.trim_metrics(run, kept)
 
 
 def _train(r: _Run) -> Path:

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from bertctl.config import CorpusConfig
 from bertctl.corpus import build_corpus, load_corpus
 from bertctl.corpus_inspect import inspect_corpus
 from bertctl.errors import UsageError
+from bertctl.files import remove_stale_temps
 from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer
 
 _LETTERS = itertools.product("abcdefghijklmnoprstuvw", repeat=4)
@@ -548,6 +550,52 @@ def test_a_corpus_another_bertctl_builds_is_refused_untouched_and_free_once_it_e
     assert list(tmp_path.iterdir()) == []
     assert CliRunner().invoke(app, args).exit_code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
+class _Killed(BaseException):
+    """kill -9 at a chosen moment: no cleanup after it."""
+
+
+def test_a_kill_after_out_is_in_place_leaves_no_partial_folder_only_what_the_next_build_removes(
+        data, tmp_path, monkeypatch) -> None:
+    """Killed after the corpus was renamed into place, before OUT.partial/ was removed: it stayed beside the complete
+    corpus, and a plain rerun (refused: OUT exists) neither removed it nor said so. It goes aside in the rename's
+    step, under a hidden name of OUT's writer, which the next writer of OUT removes."""
+    out = tmp_path / "corpus"
+    cfg = CorpusConfig(inputs=(str(data["ordered"]),), tokenizer=data["tok"], out=out, max_seq_length=48, workers=1)
+    removing = shutil.rmtree
+
+    def killed(path, *args, **kwargs) -> None:
+        if out.exists():
+            raise _Killed
+        removing(path, *args, **kwargs)
+
+    with monkeypatch.context() as patched, pytest.raises(_Killed):
+        patched.setattr(shutil, "rmtree", killed)
+        build_corpus(cfg)
+    assert load_corpus(out)[1]["counts"]["train"]["instances"] > 0
+    [left] = [p for p in tmp_path.iterdir() if p.name != "corpus"]
+    assert left.name.startswith(f".corpus.old-{os.getpid()}-")
+    left.rename(tmp_path / left.name.replace(f"-{os.getpid()}-", "-999999999-"))  # its writer gone, as after a kill
+    remove_stale_temps(out)  # as the next build of OUT does
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
+def test_a_build_that_cannot_record_its_partial_folder_names_out_and_leaves_none(data, tmp_path, monkeypatch) -> None:
+    """The disk already full at the start: build.json failed, naming `OUT.partial/build.json` alone, and an empty
+    OUT.partial/shards/ stayed, which the rerun then called "an interrupted build of other inputs"."""
+    from bertctl import corpus as recipe
+    from bertctl.files import WriteFailed
+
+    out = tmp_path / "corpus"
+
+    def full_disk(path, value) -> None:
+        raise WriteFailed(path, OSError(28, "No space left on device"))
+
+    monkeypatch.setattr(recipe, "write_json_atomic", full_disk)
+    with pytest.raises(WriteFailed, match=rf"^cannot write {out}: No space .*\(writing {out}.partial/build.json\)$"):
+        build(data, str(out), "ordered")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_one_sentence_documents_and_tables(data) -> None:

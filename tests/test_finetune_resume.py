@@ -3,6 +3,7 @@ resumed after SIGTERM equals the uninterrupted one, and finished seeds are not t
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -246,6 +247,23 @@ def test_a_resumed_multi_seed_run_does_not_train_finished_seeds_again(encoder, g
     for seed in (1, 2, 3):
         a, b = (_losses(run / f"seed-{seed}" / "metrics.jsonl") for run in (full, resumed))
         assert sorted(a) == sorted(b) and max(abs(a[s] - b[s]) for s in a) < 1e-5
+
+
+def test_a_checkpoint_that_cannot_be_written_names_the_out_given(encoder, glue, tmp_path, monkeypatch):
+    """A full disk while saving a checkpoint said `cannot write .OUT.work/seed-1/step-000001`, a hidden folder the
+    user never named; the output given comes first. Nothing was saved, so nothing is left."""
+    from bertctl import training_state
+
+    def full_disk(*args, **kwargs) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(training_state, "write_training_state", full_disk)
+    with pytest.raises(BertctlError) as error:
+        finetune_glue(_config(encoder, glue, out, epochs=1, save_every=1))
+    assert str(error.value) == (f"cannot write {out}: No space left on device; free some disk space or choose another "
+                                f"path (writing {tmp_path / '.run.work' / 'seed-1' / 'step-000001'})")
+    assert list(tmp_path.iterdir()) == []
 
 
 class _Killed(BaseException):

@@ -421,6 +421,74 @@ def test_the_old_folder_comes_back_when_the_new_one_cannot_take_its_place(tmp_pa
     assert (target / "x").read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["final"]
 
 
+def _publish_killed(out: Path, work: Path, inside: bool, renames: int) -> None:
+    """In a child process: build OUT (inside its work folder, as corpus build does, or beside it, as finetune
+    does) and publish it, killed with SIGKILL after `renames` of the publish's renames (as what went aside goes,
+    once all are done)."""
+    from bertctl import files
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            real, done = os.replace, []
+
+            def replace(src, dst):
+                if len(done) == renames:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                done.append(src)
+                real(src, dst)
+
+            tmp = work / "corpus" if inside else files.temp_folder_beside(out)
+            tmp.mkdir(exist_ok=True)
+            (tmp / "x").write_text("new")
+            os.replace = replace
+            files.shutil.rmtree = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+            files.replace_folder(tmp, out, retire=work)
+        finally:
+            os._exit(1)
+    os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_a_kill_at_any_moment_of_a_publish_never_leaves_the_work_folder_beside_the_complete_out(tmp_path, inside):
+    """kill -9 after OUT was renamed into place, before its work folder (corpus build's OUT.partial/, finetune's
+    .OUT.work/) was moved aside, left it beside the complete OUT: a rerun neither removed it nor said so. It goes
+    aside first now, under a hidden name of OUT's writer, which the next writer of OUT removes."""
+    from bertctl.files import remove_stale_temps
+
+    left = {}
+    for renames in range(3):  # the work folder aside, OUT in place
+        out, work = tmp_path / str(renames) / "out", tmp_path / str(renames) / "out.partial"
+        (work / "shards").mkdir(parents=True)
+        _publish_killed(out, work, inside, renames)
+        assert not (out.exists() and work.exists()), renames
+        remove_stale_temps(out)  # as the next writer of OUT does
+        left[renames] = sorted(p.name for p in out.parent.iterdir())
+    assert left == {0: ["out.partial"], 1: [], 2: ["out"]}
+    assert (tmp_path / "2" / "out" / "x").read_text() == "new"
+
+
+def test_the_work_folder_comes_back_when_out_cannot_take_its_place(tmp_path, monkeypatch):
+    """Moved aside first, the work folder (and OUT built inside it) returns when the rename of OUT fails: the
+    same command resumes from it."""
+    from bertctl import files
+
+    out, work = tmp_path / "out", tmp_path / "out.partial"
+    (work / "corpus").mkdir(parents=True)
+    (work / "corpus" / "x").write_text("new")
+    real = os.replace
+
+    def out_fails(src, dst):
+        if Path(dst) == out:
+            raise OSError(5, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", out_fails)
+    with pytest.raises(files.WriteFailed, match=f"^cannot write {out}: Input/output error"):
+        files.replace_folder(work / "corpus", out, retire=work)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.partial"] and (work / "corpus" / "x").read_text() == "new"
+
+
 def test_an_out_that_can_never_be_written_is_refused_before_any_work(tmp_path, monkeypatch):
     (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
     (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
@@ -460,10 +528,31 @@ def test_a_write_failure_in_a_worker_process_reaches_the_command_whole():
 
     again = pickle.loads(pickle.dumps(WriteFailed("/x/y.json", OSError(28, "No space left on device"))))
     assert isinstance(again, WriteFailed) and str(again).startswith("cannot write /x/y.json: No space left on device")
+    again = pickle.loads(pickle.dumps(WriteFailed("/x/y", OSError(28, "No space left on device"), "/x/y.partial/z")))
+    assert str(again).startswith("cannot write /x/y: No space") and str(again).endswith("(writing /x/y.partial/z)")
 
 
-def test_a_corpus_shard_that_cannot_be_written_is_named(tmp_path):
-    """A full disk or size limit while writing a shard said "cannot write standard output or an output file"."""
+def test_only_a_write_in_outs_keeping_is_said_as_outs(tmp_path):
+    """Inside OUT, its work folders beside it: OUT's; a file read elsewhere (an input) keeps its own line."""
+    from bertctl.files import WriteFailed, failures_named_by
+
+    out, full = tmp_path / "out", OSError(28, "No space left on device")
+    for part in (out / "step-000001", tmp_path / "out.partial" / "x", tmp_path / ".out.work" / "seed-1"):
+        with pytest.raises(WriteFailed, match=rf"^cannot write {out}: No space .*\(writing {part}\)$"), \
+                failures_named_by(out):
+            raise WriteFailed(part, full)
+    with pytest.raises(WriteFailed, match=rf"^cannot write {out}: No space .*\(writing {out}/metrics.jsonl\)$"), \
+            failures_named_by(out):
+        raise OSError(28, "No space left on device", str(out / "metrics.jsonl"))
+    for elsewhere in (WriteFailed(tmp_path / "outer", full), PermissionError(13, "Permission denied", str(out / "x"))):
+        with pytest.raises(type(elsewhere)) as error, failures_named_by(out):
+            raise elsewhere
+        assert error.value is elsewhere
+
+
+def test_a_corpus_shard_that_cannot_be_written_names_the_corpus_and_the_shard(tmp_path):
+    """A full disk or size limit while writing a shard said "cannot write standard output or an output file", then
+    named the shard alone (`cannot write c.partial/shards/...`), a path the user never gave: OUT comes first."""
     import random
     import subprocess
     import sys
@@ -478,8 +567,11 @@ def test_a_corpus_shard_that_cannot_be_written_is_named(tmp_path):
                              "--max-seq-length", "32", "--workers", "1"],
                             capture_output=True, text=True, preexec_fn=_limited(64 * 1024), timeout=300)
     said = result.stderr.strip().splitlines()[-1]  # after the progress bar
-    assert result.returncode == 1 and said.startswith("bertctl: error: cannot write "), result.stderr
-    assert "train-000000.arrow: File too large" in said and "Traceback" not in result.stderr
+    corpus = tmp_path / "corpus"
+    assert result.returncode == 1 and said == (
+        f"bertctl: error: cannot write {corpus}: File too large; a file-size limit (ulimit -f) stopped it; raise the "
+        f"limit or choose another path (writing {corpus}.partial/shards/train-000000.arrow)"), result.stderr
+    assert "Traceback" not in result.stderr
     assert not (tmp_path / "corpus").exists()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -483,6 +484,45 @@ def test_a_run_that_failed_before_its_first_step_starts_again_either_way(corpus,
         (run / name).write_bytes(data)
     pretrain(small_run(corpus, run, steps=2, resume=True))
     assert sorted(losses(run)) == [1, 2] and f"no complete checkpoint in {run} yet" in capsys.readouterr().err
+
+
+def _full_disk(*args, **kwargs) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_checkpoint_that_cannot_be_written_names_the_run_folder_given(corpus, tmp_path, monkeypatch):
+    """A full disk while saving a checkpoint said `cannot write RUN/step-000001`; the output given comes first."""
+    from bertctl import training_state
+    from bertctl.pretrain import pretrain
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(training_state, "write_training_state", _full_disk)
+    with pytest.raises(BertctlError) as error:
+        pretrain(small_run(corpus, run, steps=2, save_every=1))
+    assert str(error.value) == (f"cannot write {run}: No space left on device; free some disk space or choose another "
+                                f"path (writing {run / 'step-000001'})")
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_run_that_cannot_write_its_run_json_leaves_nothing_new(corpus, tmp_path, monkeypatch, existed):
+    """The disk already full at the start: run.json failed and the run folder (and the folders above it) stayed
+    behind, empty. A folder that was there stays as it was."""
+    from bertctl import pretrain as recipe
+    from bertctl.files import WriteFailed
+
+    run = tmp_path / "runs" / "run"
+    if existed:
+        run.mkdir(parents=True)
+
+    def full_disk(path, data) -> None:
+        raise WriteFailed(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+    monkeypatch.setattr(recipe, "write_json_atomic", full_disk)
+    said = rf"^cannot write {run}: No space left on device; .* \(writing {run}/run.json\)$"
+    with pytest.raises(BertctlError, match=said):
+        recipe.pretrain(small_run(corpus, run, steps=2))
+    left = [p.relative_to(tmp_path) for p in tmp_path.rglob("*")]
+    assert left == ([Path("runs"), Path("runs/run")] if existed else [])
 
 
 def test_a_resume_that_failed_before_its_first_step_is_not_the_runs_record(corpus, tmp_path, monkeypatch, caplog):
