@@ -42,8 +42,8 @@ from bertctl.checkpoint_names import (
 from bertctl.checkpoint_weights import foreign_weights_message, read_weights
 from bertctl.config import BertConfig
 from bertctl.config_types import take_bool, take_int
-from bertctl.errors import BertctlError, UsageError
-from bertctl.files import building_folder, check_new_out, user_path, write_json_atomic
+from bertctl.errors import UsageError
+from bertctl.files import building_folder, check_new_out, refuse_empty, user_path, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name
 from bertctl.model_building import shapes_only
@@ -157,6 +157,7 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
         hint = (run_folder_hint(folder) or _file_in_model_folder(folder)
                 or "give a folder written by bertctl or transformers' save_pretrained")
         raise UsageError(foreign_weights_message(folder) or f"{folder} is not a model folder: no config.json ({hint})")
+    refuse_empty(config_file)
     try:
         raw = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -179,7 +180,7 @@ def read_checkpoint(path: Path | str) -> Checkpoint:
     config = _decoder_tying(config, decoder_differs, DECODER_BIAS in weights, state)
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise BertctlError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
+        raise UsageError(f"{folder}: unexpected parameters {shown} (not a BERT checkpoint bertctl knows)")
     check_encoder(config_file, weights_file, set(weights), config, raw, state)
     check_heads(weights_file, set(weights), config, state)
     parts = frozenset(p for p in map(part_of, state) if p is not None)
@@ -336,7 +337,7 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weig
                              "draw it at random); give the folder its decoder, or set tie_word_embeddings true if "
                              "the decoder is the word embeddings")
         elif source is None:
-            raise BertctlError(f"{ckpt.path}: missing parameter {to_transformers_name(key)} for {name}")
+            raise UsageError(f"{ckpt.path}: missing parameter {to_transformers_name(key)} for {name}")
         else:  # an encoder weight: read_checkpoint checked its shape against the config; an integer one (the
             # TensorFlow reader takes them) is cast as load_state_dict's copy would, since share_weights assigns it
             state[key] = source.to(target.dtype)
@@ -539,6 +540,6 @@ def model_tokenizer(ckpt: Checkpoint, required: bool = True) -> Any:
                          "model was trained with into it")
     tokenizer = load_tokenizer(ckpt.path)
     if tokenizer.vocab_size > ckpt.config.vocab_size:
-        raise BertctlError(f"{ckpt.path}: the tokenizer has {tokenizer.vocab_size} tokens but the model has only "
+        raise UsageError(f"{ckpt.path}: the tokenizer has {tokenizer.vocab_size} tokens but the model has only "
                            f"{ckpt.config.vocab_size} embedding rows; use the tokenizer the model was trained with")
     return tokenizer

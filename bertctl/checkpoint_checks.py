@@ -17,7 +17,7 @@ from torch import Tensor
 
 from bertctl.checkpoint_names import part_of, to_transformers_names
 from bertctl.config import BertConfig
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import UsageError
 from bertctl.model import ARCHITECTURES, Bert
 from bertctl.model_building import shapes_only
 
@@ -58,7 +58,7 @@ def check_encoder(config_file: Path, weights_file: Path, in_file: set[str], conf
                if name not in in_file]  # of Q, K and V, only the absent ones
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise BertctlError(f"{weights_file}: missing encoder parameter{'s' * (len(missing) > 1)} {shown} (is the "
+        raise UsageError(f"{weights_file}: missing encoder parameter{'s' * (len(missing) > 1)} {shown} (is the "
                            "file complete? re-download or re-save it)")
     for key, target in expected.items():  # embeddings first: a wrong hidden_size is blamed there
         found = state[f"bert.{key}"]
@@ -90,7 +90,7 @@ def check_heads(weights_file: Path, in_file: set[str], config: BertConfig, state
         if part_of(key) is None or target is None or found.shape == target.shape:
             continue
         name = next(iter(to_transformers_names({key: found}, bare=bare)))
-        raise BertctlError(f"{weights_file}: {name} has shape {tuple(found.shape)} but the model its config.json "
+        raise UsageError(f"{weights_file}: {name} has shape {tuple(found.shape)} but the model its config.json "
                            f"describes needs {tuple(target.shape)} (is the file complete? re-download or re-save it)")
 
 

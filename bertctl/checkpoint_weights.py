@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from bertctl import nvidia_checkpoint, tf_checkpoint
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import UsageError
+from bertctl.files import refuse_empty
 
 # transformers' order of preference when a folder holds several (hub repos often have both formats)
 WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -54,16 +55,17 @@ def _shard_names(index: Path) -> list[str]:
     one line naming it, not a TypeError from sorting what it holds. A shard is a file beside the index, as
     save_pretrained writes it: a name with a folder in it (`../other.safetensors`, an absolute path) would read
     weights from outside the model folder, so it is refused."""
+    refuse_empty(index)
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise BertctlError(f"cannot read the shard index {index}: {exc}") from None
+        raise UsageError(f"cannot read the shard index {index}: {exc}") from None
     if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
-        raise BertctlError(f"cannot read the shard index {index}: weight_map must map each parameter to the name of "
+        raise UsageError(f"cannot read the shard index {index}: weight_map must map each parameter to the name of "
                            "its shard file (is the file complete? re-download or re-save it)")
     outside = next((name for name in weight_map.values() if name in ("", ".", "..") or Path(name).name != name), None)
     if outside is not None:
-        raise BertctlError(f"cannot read the shard index {index}: weight_map names {outside!r}, not a file in its "
+        raise UsageError(f"cannot read the shard index {index}: weight_map names {outside!r}, not a file in its "
                            "folder (shards are files beside the index; re-download or re-save it)")
     return sorted(set(weight_map.values()))
 
@@ -87,6 +89,7 @@ def foreign_weights_message(folder: Path) -> str | None:
 
 
 def _read_weights_file(path: Path) -> dict[str, Tensor]:
+    refuse_empty(path)
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -98,5 +101,5 @@ def _read_weights_file(path: Path) -> dict[str, Tensor]:
         if "WeightsUnpickler error:" in str(exc):  # not torch's advice to load it unsafely (weights_only=False)
             found = str(exc).split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0]
             reason = f"not a plain tensor file ({found}); bertctl never unpickles objects"
-        raise BertctlError(f"cannot read weights {path}: {reason} (is the file complete? re-download or "
+        raise UsageError(f"cannot read weights {path}: {reason} (is the file complete? re-download or "
                            "re-save it)") from None

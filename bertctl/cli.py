@@ -302,7 +302,7 @@ def pretrain(
     file_values = read_config_file(config) if config else {}
     if flags["corpus"] is None and file_values.get("corpus") is None:
         file_values = layered(PretrainConfig, QUICKSTART_PRETRAIN, file_values)
-    where = run_pretrain(build_config(PretrainConfig, file_values, **flags))
+    where = run_pretrain(build_config(PretrainConfig, file_values, config_file=config, **flags))
     if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 alone, as it alone says the `saved` line
         typer.echo(f"try: bertctl fill --model {where} \"the [MASK] was very happy.\"")
 

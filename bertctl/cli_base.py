@@ -372,6 +372,19 @@ def shared_options(template: Callable[..., None]) -> Callable[[Command], Command
     return decorate
 
 
+# a results table's width off a terminal: what it holds sets its width, never COLUMNS (cells cut with "…")
+_UNCUT_WIDTH = 1_000_000
+
+
+def table_console() -> Any:
+    """rich's Console for a results table (`fill`, `info`): on a terminal rich fits the table to its width; on a
+    file or pipe (`> out.txt`) no width limit, so no cell is cut however narrow the COLUMNS the shell exported."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=_UNCUT_WIDTH)
+
+
 def command_config(cls: type, flags: dict[str, Any], defaults: dict[str, Any] | None = None) -> Any:
     """A command's config dataclass from its flags (a command's `locals()`, its `**shared` options spread) over
     its `--config` file over `defaults` (a task's own, where they differ from the dataclass's); INPUTS arguments
@@ -383,5 +396,6 @@ def command_config(cls: type, flags: dict[str, Any], defaults: dict[str, Any] | 
     config = flags.pop("config")
     if "inputs" in flags:
         flags["inputs"] = tuple(flags["inputs"]) if flags["inputs"] else None
-    return build_config(cls, {**(defaults or {}), **(read_config_file(config) if config else {})}, **flags)
+    return build_config(cls, {**(defaults or {}), **(read_config_file(config) if config else {})}, config_file=config,
+                        **flags)
 

@@ -6,11 +6,12 @@ Torch-free like bertctl.config, which builds on it; `build_config` is how every 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bertctl.config_types import field_types, fields_named, flag_name
+from bertctl.config_types import FileNumber, field_types, fields_named, flag_name
 from bertctl.errors import UsageError
 
 
@@ -24,13 +25,15 @@ def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
         raise UsageError(f"{flag}: {path} is not UTF-8 text; give a YAML or JSON file") from None
     suffix = Path(path).suffix.lower()
     as_yaml = suffix in (".yaml", ".yml") or (suffix != ".json" and not _is_json(text))  # other names: either
+    as_written = flag == "--config"  # a command's fields, which its flags also give; not a config.json's
     try:
         if as_yaml:
             import yaml
 
-            values = yaml.safe_load(text)
+            values = yaml.load(text, Loader=_loader_as_written()) if as_written else yaml.safe_load(text)
         else:
-            values = json.loads(text)
+            values = json.loads(text, parse_float=lambda number: FileNumber(float(number), number)) \
+                if as_written else json.loads(text)
     except Exception as exc:  # yaml and json raise different types; both mean a malformed file
         raise UsageError(f"{flag}: {path} is not valid {'YAML' if as_yaml else 'JSON'}: "
                          f"{str(exc).splitlines()[0]}") from None
@@ -39,6 +42,21 @@ def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
     if (name := _repeated_field(text, as_yaml)) is not None:
         raise UsageError(f"{flag}: {path} sets {name} twice; keep one of them")
     return values
+
+
+@functools.cache
+def _loader_as_written() -> type:
+    """YAML's safe loader, with each float kept as written (FileNumber), as the JSON reader keeps them."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def as_written(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> FileNumber:
+        return FileNumber(loader.construct_yaml_float(node), node.value)
+
+    Loader.add_constructor("tag:yaml.org,2002:float", as_written)
+    return Loader
 
 
 def _repeated_field(text: str, as_yaml: bool) -> str | None:
@@ -68,14 +86,16 @@ def _is_json(text: str) -> bool:
 T = TypeVar("T")
 
 
-def build_config(cls: type[T], file_values: dict[str, Any] | None = None, **flags: Any) -> T:
+def build_config(cls: type[T], file_values: dict[str, Any] | None = None, *, config_file: Path | str | None = None,
+                 **flags: Any) -> T:
     """Defaults <- config file <- flags (flags left as None fall through). Unknown keys are refused here; a
-    wrong type by the config itself, named as the user gave it (the flag, or the file's key)."""
-    refuse_unknown(cls, file_values or {}, "--config")
+    wrong type by the config itself, named as the user gave it (the flag, or the file, `config_file`, and key)."""
+    source = f"--config {config_file}" if config_file is not None else "--config"
+    refuse_unknown(cls, file_values or {}, source)
     values = dict(file_values or {})
     refuse_unknown(cls, flags, "build_config")
     given = {k: v for k, v in flags.items() if v is not None}
-    with fields_named(lambda name: flag_name(name) if name in given else f"--config: {name}"):
+    with fields_named(lambda name: flag_name(name) if name in given else f"{source}: {name}"):
         return cls(**layered(cls, values, given))
 
 

@@ -15,6 +15,7 @@ import numbers
 import os
 import re
 import reprlib
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -40,6 +41,22 @@ _OWN_RANGE = {"seed", "seeds"}  # checked by their configs, whose message gives 
 # Fields naming one of a fixed set (`--precision BF16`, `--device CUDA`): taken in any case, as GLUE task names are,
 # and kept in lower case, so run.json records one spelling.
 _ANY_CASE = {"precision", "device", "schedule", "optimizer", "objective", "masking", "problem"}
+
+
+class FileNumber(float):
+    """A number with a point or an exponent as a `--config` file wrote it, its text kept: a whole-number field
+    takes `8.0` from a file, as its flag takes `--steps 8.0`, and refuses `1e3` (and YAML's `1.0e+3`), as
+    `--steps 1e3` is refused; the number read alone could not tell them apart."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> FileNumber:
+        number = super().__new__(cls, value)
+        number.text = text
+        return number
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 class FieldTypeError(UsageError):
@@ -134,9 +151,16 @@ def take_finite(name: str, value: Any) -> float:
 
 def take_bool(name: str, value: Any) -> bool:
     """A yes/no argument of a plain function: "no" or 0 would read as true (or be ignored) without this."""
-    if not isinstance(value, bool):
+    if not is_bool(value):
         raise UsageError(f"{name} must be true or false, got {_shown(value)}")
-    return value
+    return bool(value)
+
+
+def is_bool(value: Any) -> bool:
+    """True or False, numpy's too (`np.bool_`, as numpy's ints and floats are taken for numbers); not 0 or 1,
+    nor a text. numpy is only looked up if already imported: a value cannot be numpy's otherwise."""
+    numpy = sys.modules.get("numpy")
+    return isinstance(value, bool) or (numpy is not None and isinstance(value, numpy.bool_))
 
 
 def take_config(function: str, cfg: Any, cls: type) -> None:
@@ -203,20 +227,20 @@ def _coerce(hint: Any, value: Any, commas: bool = False) -> Any:
     if origin is tuple:  # a lone value is a list of one (a lone string must not become its characters)
         (kind,) = set(typing.get_args(hint)) - {Ellipsis}
         if commas and isinstance(value, str):
-            return split_list(value, kind)
+            return split_list(value, _whole_text if kind is int else kind)
         items = value if isinstance(value, (list, tuple)) else (value,)
         if kind is str:  # `label_names: [0, 1]`: YAML reads the class names as numbers
             items = [str(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else i for i in items]
         return tuple(_coerce(kind, item) for item in items)
     number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
-    if (hint is bool and isinstance(value, bool)) or (hint is str and isinstance(value, str)):
+    if hint is bool and is_bool(value):
+        return bool(value)
+    if hint is str and isinstance(value, str):
         return value
     if hint is str and isinstance(value, Path):  # a folder or file named by a str field (--data, --model-config)
         return str(value)
-    if hint is int and number and (isinstance(value, numbers.Integral) or float(value).is_integer()):
+    if hint is int and number and (isinstance(value, numbers.Integral) or _whole(value)):
         return int(value)
-    if hint is int and isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value) and float(value).is_integer():
-        return int(float(value))  # `steps: 1e6`, which PyYAML reads as text and JSON as the number 1000000.0
     if hint is float and (number or (isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value))):
         return float(value)
     if hint is Path and isinstance(value, (str, Path)) and str(value):  # "" would be the working folder
@@ -224,4 +248,19 @@ def _coerce(hint: Any, value: Any, commas: bool = False) -> Any:
     raise ValueError
 
 
+def _whole(value: numbers.Real) -> bool:
+    """A float that is a whole number; from a `--config` file, also written as its flag takes one (`8.0`)."""
+    if isinstance(value, FileNumber) and not _FLAG_WHOLE.fullmatch(value.text.strip()):
+        return False
+    return float(value).is_integer()
+
+
+def _whole_text(text: str) -> int:
+    """An item of a list flag of whole numbers (`--seeds 1,2.0`), taken as a lone int flag takes one."""
+    if not _FLAG_WHOLE.fullmatch(text.strip()):
+        raise ValueError(text)
+    return int(text.strip().partition(".")[0])
+
+
+_FLAG_WHOLE = re.compile(r"[-+]?\d+(\.0+)?")  # what an int flag takes (`--steps 8.0`); not `1e3`, `8.` or `8.5`
 _YAML_TEXT_FLOAT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")  # `lr: 1e-4`, a number PyYAML reads as text

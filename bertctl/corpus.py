@@ -50,6 +50,7 @@ from bertctl.files import (
     file_sha256,
     folder_undone_on_failure,
     output_lock,
+    refuse_empty,
     refuse_inputs_inside,
     replace_folder,
     user_path,
@@ -400,13 +401,14 @@ def load_corpus(path: Path | str) -> tuple[Any, dict[str, Any]]:
     try:
         dataset = datasets.load_from_disk(str(path))
     except Exception as exc:  # datasets raises FileNotFoundError, ValueError... for damaged folders
-        raise BertctlError(f"cannot read corpus {path}: {str(exc).splitlines()[0]}; a shard or split folder is "
+        raise UsageError(f"cannot read corpus {path}: {str(exc).splitlines()[0]}; a shard or split folder is "
                            "damaged or missing: build the corpus again (corpus build or corpus import, with "
                            "--overwrite)") from None
     return dataset, manifest
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
+    refuse_empty(path / "manifest.json", "restore it or build the corpus again")
     try:
         manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -469,7 +471,7 @@ def corpus_tokenizer(path: Path | str, manifest: dict[str, Any] | None = None) -
     tokenizer = load_tokenizer(folder)
     expected = str(manifest.get("tokenizer_sha256"))
     if tokenizer.sha256() != expected:
-        raise BertctlError(f"{folder} is not the tokenizer corpus {path} was built with (sha256 "
+        raise UsageError(f"{folder} is not the tokenizer corpus {path} was built with (sha256 "
                            f"{tokenizer.sha256()[:12]} vs manifest.json's {expected[:12]}); copy that tokenizer "
                            "back there or build the corpus again (--num 0 shows the statistics without it)")
     return tokenizer

@@ -298,7 +298,7 @@ def _import_file(job: _FileJob, shards: _Shards, progress: Callable[[int, int], 
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
-        raise BertctlError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     with handle:
         compression = compression_of(handle.read(12))
         handle.seek(0)
@@ -351,7 +351,7 @@ def _import_file(job: _FileJob, shards: _Shards, progress: Callable[[int, int], 
                                             f"truncated or corrupt ({exc})")
             raise UsageError(f"corpus import: {path}: {said}; nothing was written") from None
         except OSError as exc:
-            raise BertctlError(f"cannot read {path}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     return number, shape, {"bytes": source.count, "sha256": source.digest.hexdigest(), "compression": compression}
 
 
@@ -382,7 +382,7 @@ def _are_hdf5(files: list[Path]) -> bool:
         try:
             kinds.append(is_hdf5(path))
         except OSError as exc:
-            raise BertctlError(f"cannot read {path}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     if any(kinds) and not all(kinds):
         shard, record = files[kinds.index(True)], files[kinds.index(False)]
         raise UsageError(f"corpus import: INPUTS mix HDF5 shards ({shard}) and TFRecord files ({record}); import "
@@ -400,7 +400,7 @@ def _import_hdf5(job: _FileJob, shards: _Shards, progress: Callable[[int, int], 
     try:
         size, digest = path.stat().st_size, file_sha256(path)
     except OSError as exc:
-        raise BertctlError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         with ShardReader(path) as shard:
             layout = shard.layout()

@@ -16,7 +16,8 @@ class BertctlError(Exception):
 
 
 class UsageError(BertctlError):
-    """A mistake in how bertctl was called: a bad flag value, a missing or wrong input (exit code 2)."""
+    """A mistake in how bertctl was called: a bad flag value, a missing or wrong input, an input file that is
+    broken (empty, truncated, malformed: config.json, weights, run.json, a corpus, a table) (exit code 2)."""
 
     exit_code = 2
 

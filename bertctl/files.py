@@ -372,20 +372,28 @@ def write_json_atomic(path: Path | str, data: Any) -> None:
     write_text_atomic(path, json_text(data, indent=2) + "\n")
 
 
+def refuse_empty(path: Path, remedy: str = "re-download or re-save it") -> None:
+    """An empty (0-byte) input file is one line saying so, not its parser's words for no bytes (`EOFError`,
+    `header too small`, `Expecting value: line 1 column 1`), which do not tell a copy cut short."""
+    with suppress(OSError):
+        if path.is_file() and path.stat().st_size == 0:
+            raise UsageError(f"{path} is empty (0 bytes: a download or copy cut short?); {remedy}")
+
+
 def read_json_object(path: Path | str, needs: Iterable[str] = ()) -> dict[str, Any]:
     """A record bertctl wrote (run.json, trainer_state.json, manifest.json, ...): a damaged or hand-edited one
     is one line naming the file, not a JSONDecodeError or a KeyError from deep inside a resume."""
     path = Path(path)
     if path.exists() and not path.is_file():
-        raise BertctlError(f"{path} is damaged (not a file); restore or delete it")
+        raise UsageError(f"{path} is damaged (not a file); restore or delete it")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BertctlError(f"{path} is damaged (not JSON: {str(exc).splitlines()[0]}); restore or delete it") from exc
+        raise UsageError(f"{path} is damaged (not JSON: {str(exc).splitlines()[0]}); restore or delete it") from exc
     missing = [key for key in needs if key not in data] if isinstance(data, dict) else []
     if not isinstance(data, dict) or missing:
         what = f"has no {', '.join(missing)}" if missing else f"holds a {type(data).__name__}, not a JSON object"
-        raise BertctlError(f"{path} is damaged ({what}); restore or delete it")
+        raise UsageError(f"{path} is damaged ({what}); restore or delete it")
     return data
 
 

@@ -238,11 +238,12 @@ def print_fill_results(results: Iterable[FillResult], as_json: bool = False) -> 
             data = {"text": result.text, "predictions": [[asdict(p) for p in mask] for mask in result.predictions]}
             sys.stdout.write(json_text(data, ensure_ascii=False) + "\n")
         return
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text  # tokens like [unused0] are text, not rich markup
 
-    console = Console()
+    from bertctl.cli_base import table_console
+
+    console = table_console()
     for result in results:
         table = Table(title=Text(result.filled), title_justify="left", show_edge=False)
         table.add_column("mask", justify="right")

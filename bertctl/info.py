@@ -51,9 +51,10 @@ def print_info(summary: dict[str, Any], as_json: bool = False) -> None:
     if as_json:
         print(json.dumps(summary))
         return
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text  # paths and labels like "q[/b]" are text, not rich markup
+
+    from bertctl.cli_base import table_console
 
     table = Table(title=Text(summary["path"]), show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -78,4 +79,4 @@ def print_info(summary: dict[str, Any], as_json: bool = False) -> None:
     rows.update({k: str(v) for k, v in summary["config"].items()})
     for key, value in rows.items():
         table.add_row(key, Text(value))
-    Console().print(table)
+    table_console().print(table)

@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import UsageError
+from bertctl.files import refuse_empty
 
 # NVIDIA's LinearActivation modules -> transformers' Linear names (bias and activation fused, same weights)
 _FUSED = re.compile(r"^((?:bert\.)?encoder\.layer\.\d+\.intermediate|(?:bert\.)?pooler|cls\.predictions\.transform)"
@@ -83,20 +84,20 @@ def read_weights(path: Path) -> dict[str, Tensor]:
 def transformers_weights(loaded: Any, path: Path) -> dict[str, Tensor]:
     """The `model` entry (or the bare state dict) of a loaded NVIDIA checkpoint under transformers' names."""
     if not isinstance(loaded, dict):
-        raise BertctlError(f"{path}: not a BERT checkpoint (it holds a {type(loaded).__name__}, not a state dict)")
+        raise UsageError(f"{path}: not a BERT checkpoint (it holds a {type(loaded).__name__}, not a state dict)")
     if "model" not in loaded and not any(isinstance(v, Tensor) for v in loaded.values()):
         entries = ", ".join(map(str, list(loaded)[:5]))
-        raise BertctlError(f"{path}: no model weights in it (no `model` entry and no tensors; it holds {entries}); "
+        raise UsageError(f"{path}: no model weights in it (no `model` entry and no tensors; it holds {entries}); "
                            "give the checkpoint run_pretraining, run_squad or run_glue saved")
     state = loaded.get("model", loaded)
     if not isinstance(state, dict):
-        raise BertctlError(f"{path}: its `model` entry holds a {_kind(state)}, not a state dict (not a BERT "
+        raise UsageError(f"{path}: its `model` entry holds a {_kind(state)}, not a state dict (not a BERT "
                            "checkpoint bertctl knows)")
     objects = [f"{k} ({_kind(v)})" for k, v in state.items() if not isinstance(v, Tensor)]
     if objects:
         where = "its `model` entry" if state is not loaded else "it"
         shown = ", ".join(map(str, objects[:3])) + (f" and {len(objects) - 3} more" if len(objects) > 3 else "")
-        raise BertctlError(f"{path}: {where} holds pickled objects, not tensors: {shown}; bertctl reads tensors "
+        raise UsageError(f"{path}: {where} holds pickled objects, not tensors: {shown}; bertctl reads tensors "
                            "only (save the model's state_dict())")
     return {_transformers_name(str(k)): v for k, v in state.items()}
 
@@ -121,6 +122,7 @@ def padded_vocab_size(vocab_size: int, rows: int) -> bool:
 def _load(path: Path) -> Any:
     """torch.load with weights_only, each global it would refuse bound to `_Skipped`; a legacy (pre-zip) file cannot
     be scanned and is read as it is."""
+    refuse_empty(path)
     try:
         zipped = zipfile.is_zipfile(path)
         scan = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)  # torch >= 2.5
@@ -131,7 +133,7 @@ def _load(path: Path) -> Any:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
     except (OSError, RuntimeError, ValueError, EOFError, AttributeError, ImportError, TypeError,
             pickle.UnpicklingError) as exc:
-        raise BertctlError(f"cannot read weights {path}: {_reason(exc)}") from None
+        raise UsageError(f"cannot read weights {path}: {_reason(exc)}") from None
 
 
 def _stand_in(full_name: str) -> type:

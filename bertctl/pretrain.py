@@ -34,7 +34,7 @@ from bertctl.config_types import take_config
 from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import BatchPlan, Collator, StepBatches
 from bertctl.data.masking import masking_options
-from bertctl.errors import BertctlError, UsageError, say
+from bertctl.errors import UsageError, say
 from bertctl.files import (
     check_out,
     folder_undone_on_failure,
@@ -339,7 +339,7 @@ def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[s
     below the checkpoint. Returns run.json's record, whose corpus manifest the caller compares once it is read."""
     started = read_json_object(run / "run.json") if (run / "run.json").exists() else {}
     if not isinstance(started.get("config", {}), dict):
-        raise BertctlError(f"{run / 'run.json'} is damaged (its config is not a JSON object); restore or delete it")
+        raise UsageError(f"{run / 'run.json'} is damaged (its config is not a JSON object); restore or delete it")
     refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, "start a new run with another --out")
     recorded = started.get("config", {})
     if cfg.corpus is None and started.get("quickstart") is False:  # else the quick start would build its data

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bertctl.errors import BertctlError
+from bertctl.errors import UsageError
 from bertctl.files import WriteFailed, json_ready, json_text, write_text_atomic
 from bertctl.training import Distributed
 
@@ -72,7 +72,7 @@ def kept_metrics(run: Path, step: int, drop_closing_row: bool = False) -> tuple[
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:  # a flipped bit: say which file, as a damaged run.json does
-        raise BertctlError(f"{path} is damaged ({exc}); restore or delete it") from None
+        raise UsageError(f"{path} is damaged ({exc}); restore or delete it") from None
     rows = [(line, row) for line in text.splitlines() if (row := _json_row(line)) is not None and row["step"] <= step]
     elapsed = max((row["elapsed"] for _, row in rows if "elapsed" in row), default=0.0)
     if drop_closing_row:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import UsageError
 from bertctl.tf_format import crc32c, int_field, masked_crc, message_fields, varint
 
 _MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, which TensorFlow's tables keep
@@ -111,7 +111,7 @@ def _named_checkpoint(state: Path) -> str | None:
     try:
         text = state.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise BertctlError(f"cannot read {state}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read {state}: {exc.strerror or exc}") from None
     match = re.search(r'^\s*model_checkpoint_path\s*:\s*"((?:[^"\\]|\\.)*)"', text, re.MULTILINE)
     if match is None:
         return None
@@ -153,9 +153,9 @@ def read_weights(prefix: Path) -> dict[str, Tensor]:
             wanted[target] = (name, entry)
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise BertctlError(f"{index}: unexpected variables {shown} (not a BERT checkpoint bertctl knows)")
+        raise UsageError(f"{index}: unexpected variables {shown} (not a BERT checkpoint bertctl knows)")
     if not wanted:
-        raise BertctlError(f"{index}: no BERT variables (bert/..., cls/...) in this TensorFlow checkpoint; bertctl "
+        raise UsageError(f"{index}: no BERT variables (bert/..., cls/...) in this TensorFlow checkpoint; bertctl "
                            "reads the checkpoints of google-research/bert (a TF2/Keras object checkpoint is not one)")
     files: dict[int, BinaryIO] = {}
     try:
@@ -185,11 +185,11 @@ def _transformers_name(name: str) -> str | None:
 def _tensor(prefix: Path, shards: int, files: dict[int, BinaryIO], name: str, entry: _Entry) -> Tensor:
     """One variable's bytes, checked against their CRC32C, as a torch tensor ([in, out] kernels transposed)."""
     if entry.sliced:
-        raise BertctlError(f"{prefix}.index: {name} is a partitioned variable (saved in slices), which bertctl does "
+        raise UsageError(f"{prefix}.index: {name} is a partitioned variable (saved in slices), which bertctl does "
                            "not read; save the checkpoint unpartitioned")
     if entry.dtype not in _DTYPES:
         kind = _DTYPE_NAMES.get(entry.dtype, f"DataType {entry.dtype}")
-        raise BertctlError(f"{prefix}.index: {name} holds {kind} values; bertctl reads float32, float16, bfloat16 "
+        raise UsageError(f"{prefix}.index: {name} holds {kind} values; bertctl reads float32, float16, bfloat16 "
                            "and integer weights")
     dtype = _DTYPES[entry.dtype]
     itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
@@ -201,7 +201,7 @@ def _tensor(prefix: Path, shards: int, files: dict[int, BinaryIO], name: str, en
         try:
             files[entry.shard] = path.open("rb")
         except OSError as exc:
-            raise BertctlError(f"cannot read weights {path}: {exc.strerror or exc} (every .data-* file of the "
+            raise UsageError(f"cannot read weights {path}: {exc.strerror or exc} (every .data-* file of the "
                                "checkpoint must be beside its .index)") from None
     handle = files[entry.shard]
     if entry.offset + entry.size > os.fstat(handle.fileno()).st_size:
@@ -220,8 +220,8 @@ def _tensor(prefix: Path, shards: int, files: dict[int, BinaryIO], name: str, en
     return values
 
 
-def _damaged(path: Path, reason: str) -> BertctlError:
-    return BertctlError(f"cannot read weights {path}: {reason} (is the file complete? re-download it)")
+def _damaged(path: Path, reason: str) -> UsageError:
+    return UsageError(f"cannot read weights {path}: {reason} (is the file complete? re-download it)")
 
 
 # --------------------------------------------------------------------------------------------- the .index table
@@ -232,7 +232,7 @@ def _read_index(path: Path) -> tuple[dict[str, _Entry], int]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise BertctlError(f"cannot read weights {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read weights {path}: {exc.strerror or exc}") from None
     pairs = iter(_table_entries(path, data))
     first = next(pairs, None)
     if first is None or first[0] != _HEADER_KEY:
@@ -252,7 +252,7 @@ def _table_entries(path: Path, data: bytes) -> Iterator[tuple[bytes, bytes]]:
     """Every (key, value) of a LevelDB-style table, in order: the footer gives the index block, whose values are
     the handles of the data blocks."""
     if len(data) < _FOOTER or struct.unpack_from("<Q", data, len(data) - 8)[0] != _MAGIC:
-        raise BertctlError(f"cannot read weights {path}: not a TensorFlow checkpoint index (no table magic number "
+        raise UsageError(f"cannot read weights {path}: not a TensorFlow checkpoint index (no table magic number "
                            "at its end; is the file complete? re-download it)")
     footer = data[len(data) - _FOOTER:]
     try:
@@ -282,7 +282,7 @@ def _block(path: Path, data: bytes, handle: tuple[int, int]) -> bytes:
         raise _damaged(path, f"the block at byte {offset} does not match its checksum")
     kind = contents[-1]
     if kind == 1:
-        raise BertctlError(f"cannot read weights {path}: its blocks are snappy-compressed (TensorFlow 1.1 wrote "
+        raise UsageError(f"cannot read weights {path}: its blocks are snappy-compressed (TensorFlow 1.1 wrote "
                            "such files), which bertctl does not read; re-save the checkpoint with a newer TensorFlow")
     if kind != 0:
         raise _damaged(path, f"the block at byte {offset} has an unknown compression type {kind}")
@@ -321,10 +321,10 @@ def _header_shards(path: Path, value: bytes) -> int:
     except _BROKEN:
         raise _damaged(path, "its bundle header cannot be parsed") from None
     if endianness != 0:
-        raise BertctlError(f"cannot read weights {path}: the checkpoint was written big-endian, which bertctl "
+        raise UsageError(f"cannot read weights {path}: the checkpoint was written big-endian, which bertctl "
                            "does not read")
     if min_consumer > _BUNDLE_VERSION:
-        raise BertctlError(f"cannot read weights {path}: written in tensor bundle format {min_consumer}, newer "
+        raise UsageError(f"cannot read weights {path}: written in tensor bundle format {min_consumer}, newer "
                            f"than the version {_BUNDLE_VERSION} bertctl reads")
     if shards < 1:
         raise _damaged(path, f"its header says {shards} data shards")

@@ -29,7 +29,7 @@ from tokenizers import (
     processors,
 )
 
-from bertctl.config_types import take_bool
+from bertctl.config_types import is_bool, take_bool
 from bertctl.errors import BertctlError, UsageError
 from bertctl.files import make_folder, user_path, write_text_atomic
 from bertctl.tokenizer_pipeline import (
@@ -334,9 +334,9 @@ def _vocab_mapping(vocab: Any) -> dict[str, int]:
 
 
 def _bool_or_none(name: str, value: Any) -> bool | None:
-    if value is not None and not isinstance(value, bool):
+    if value is not None and not is_bool(value):
         raise UsageError(f"{name} must be true, false or None, got {reprlib.repr(value)}")
-    return value
+    return None if value is None else bool(value)
 
 
 def _token_id(value: Any) -> int:

@@ -16,7 +16,9 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from bertctl.config_types import is_bool
 from bertctl.errors import UsageError
+from bertctl.files import refuse_empty
 from bertctl.run_folder import run_folder_hint
 from bertctl.tokenizer import CONTINUATION, ROLES, SPECIAL_TOKENS, Added, BertTokenizer, TokenizerOptions
 
@@ -74,6 +76,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     """A JSON object file, {} when it does not exist."""
     if not path.is_file():
         return {}
+    refuse_empty(path)
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -213,8 +216,9 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     """
     from bertctl.hub import local_folder
 
-    if lowercase is not None and not isinstance(lowercase, bool):  # "no" would read as true
+    if lowercase is not None and not is_bool(lowercase):  # "no" would read as true
         raise UsageError(f"lowercase must be true, false or None, got {reprlib.repr(lowercase)}")
+    lowercase = None if lowercase is None else bool(lowercase)
     given, path = path, local_folder(path, weights=False)
     if path.is_dir():
         json_path, vocab_path = path / "tokenizer.json", path / "vocab.txt"
@@ -273,6 +277,7 @@ def _odd_settings(folder: Path, exc: Exception) -> UsageError:
 
 def _read_tokenizer_json(path: Path) -> dict[str, Any]:
     """A tokenizer.json, refused unless its model is BERT's WordPiece."""
+    refuse_empty(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

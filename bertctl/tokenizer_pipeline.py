@@ -76,7 +76,9 @@ def never_split_normalizer(vocab: dict[str, int], options: TokenizerOptions,
     its last character)."""
     casing = _casing(options.lowercase, options.strip_accents)
     cased = normalizers.Sequence(casing).normalize_str
-    words = _never_split_words(options)
+    # A lone character casing leaves alone gets WordPiece's id anyway (itself or [UNK]); a marker in its place would
+    # glue a punctuation mark or CJK ideograph to its neighbours ("^^" one [UNK], where transformers gives two).
+    words = [word for word in _never_split_words(options) if len(word) > 1 or cased(word) != word]
     changed = [word for word in words if cased(word) != word]
     lacking_before = [word for word in changed if word not in vocab]
     lacking_after = [word for word in words if word not in vocab and word not in changed]

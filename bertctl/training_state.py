@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from bertctl.errors import BertctlError
+from bertctl.errors import UsageError
 from bertctl.files import read_json_object, remove_stale_temps, remove_stale_temps_of
 from bertctl.training import Distributed
 
@@ -150,11 +150,11 @@ def read_training_state(folder: Path, optimizer: torch.optim.Optimizer, scaler: 
         tensors = load_file(str(folder / TRAINING_STATE))
         record = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
     except Exception as exc:
-        raise BertctlError(f"cannot resume from {folder}: {str(exc).splitlines()[0]}") from None
+        raise UsageError(f"cannot resume from {folder}: {str(exc).splitlines()[0]}") from None
     try:
         load_optimizer_state(optimizer, tensors, record["optimizer"])  # torch moves the moments to their parameters
     except ValueError as exc:  # its parameter groups are not this optimizer's (another bertctl version's LAMB)
-        raise BertctlError(f"cannot resume from {folder}: its optimizer state does not fit this optimizer "
+        raise UsageError(f"cannot resume from {folder}: its optimizer state does not fit this optimizer "
                            f"({str(exc).splitlines()[0]}); start a new run with another --out") from None
     set_rng_state(tensors, record["rng"], rank)
     if scaler is not None and record.get("grad_scaler"):
@@ -179,7 +179,7 @@ def _has_trainer_state(folder: Path) -> bool:
     as a damaged trainer_state.json is: skipped, a resume went on from an older checkpoint, or from step 0."""
     state = folder / TRAINER_STATE
     if state.exists() and not state.is_file():
-        raise BertctlError(f"{state} is damaged (not a file); restore or delete it")
+        raise UsageError(f"{state} is damaged (not a file); restore or delete it")
     return state.exists()
 
 

@@ -121,7 +121,7 @@ def test_info_refuses_a_missing_encoder_parameter_naming_file_and_name(odd_confi
     state = load_file(path)
     save_file({k: t for k, t in state.items() if k not in dropped}, path, metadata={"format": "pt"})
     result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert result.stderr.strip() == f"bertctl: error: {path}: missing encoder {named}is the file complete? " \
         "re-download or re-save it)"
 
@@ -427,7 +427,7 @@ def test_a_head_of_another_shape_than_config_json_gives_is_refused_not_replaced_
     state[name] = torch.zeros(shape(odd_config))
     save_file(state, path, metadata={"format": "pt"})
     result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert result.stderr.strip() == (f"bertctl: error: {path}: {name} has shape {shape(odd_config)} but the model its "
                                      f"config.json describes needs {needs(odd_config)} (is the file complete? "
                                      "re-download or re-save it)")

@@ -130,7 +130,7 @@ def test_a_shard_index_whose_weight_map_is_not_names_of_files_is_one_line(weight
     else:
         data["weight_map"] = weight_map
     index.write_text(json.dumps(data))
-    with pytest.raises(BertctlError, match=f"^cannot read the shard index {index}: weight_map must map"):
+    with pytest.raises(UsageError, match=f"^cannot read the shard index {index}: weight_map must map"):
         read_checkpoint(tmp_path / "hf")
 
 
@@ -278,12 +278,36 @@ def test_google_tensorflow_release_cut_short_is_one_line(tmp_path):
     for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.meta",
                  "vocab.txt"):
         (folder / name).write_bytes(b"")
-    with pytest.raises(BertctlError, match=r"bert_model\.ckpt\.index: not a TensorFlow checkpoint index") as error:
-        read_checkpoint(folder)
-    assert "\n" not in str(error.value) and not isinstance(error.value, UsageError)
+    with pytest.raises(UsageError, match=r"bert_model\.ckpt\.index: not a TensorFlow checkpoint index") as error:
+        read_checkpoint(folder)  # a broken input file, as a broken config.json is: exit 2
+    assert "\n" not in str(error.value)
     (folder / "bert_config.json").unlink()
     with pytest.raises(UsageError, match=r"TensorFlow checkpoint \(bert_model\.ckpt\) but no bert_config\.json"):
         read_checkpoint(folder)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "pytorch_model.bin", "config.json"])
+def test_an_empty_file_in_a_model_folder_is_one_line_naming_it(name, odd_config, tmp_path):
+    """0 bytes, a download or copy cut short, said `EOFError` (pytorch_model.bin), `header too small` or
+    `Expecting value` (exit 1 for the weights); now what it is and what to do, exit 2 as for any broken input."""
+    saved("BertModel", odd_config, tmp_path)
+    if name == "pytorch_model.bin":
+        rewrite_as_bin(tmp_path)
+    (tmp_path / name).write_bytes(b"")
+    with pytest.raises(UsageError) as error:
+        read_checkpoint(tmp_path)
+    assert str(error.value) == (f"{tmp_path / name} is empty (0 bytes: a download or copy cut short?); "
+                                "re-download or re-save it")
+
+
+def test_a_truncated_pytorch_model_bin_is_a_usage_error_saying_so(odd_config, tmp_path):
+    saved("BertModel", odd_config, tmp_path)
+    rewrite_as_bin(tmp_path, legacy_format=True)
+    data = (tmp_path / "pytorch_model.bin").read_bytes()
+    (tmp_path / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
+    complete = r"\(is the file complete\? re-download or re-save it\)$"
+    with pytest.raises(UsageError, match=rf"pytorch_model\.bin: unexpected EOF, .* {complete}"):
+        read_checkpoint(tmp_path)
 
 
 def test_tf_h5_only_folder_says_how_to_convert(odd_config, tmp_path):

@@ -281,18 +281,22 @@ def test_yaml_exponents_without_a_dot_are_numbers(tmp_path):
     assert (cfg.lr, cfg.adam_eps) == (1e-4, 1.5e-8)
 
 
-def test_yaml_exponents_for_whole_number_fields_are_the_numbers_json_gives(tmp_path):
-    """`steps: 1e6` was refused ("must be a whole number, got '1e6'") although `"steps": 1e6` in JSON works."""
-    path = tmp_path / "run.yaml"
-    path.write_text("steps: 1e6\nwarmup_steps: 1E+4\nbatch_size: 2.56e2\n")
-    cfg = build_config(PretrainConfig, read_config_file(path))
-    assert (cfg.steps, cfg.warmup_steps, cfg.batch_size) == (1_000_000, 10_000, 256)
-    assert type(cfg.steps) is int
-    for text, said in (("steps: 1.5e0\n", "steps must be a whole number, got '1.5e0'"),
-                       ("steps: 1e30\n", "steps must be below 2^32")):
-        path.write_text(text)
-        with pytest.raises(UsageError, match=f"^--config: {re.escape(said)}"):
-            build_config(PretrainConfig, read_config_file(path))
+@pytest.mark.parametrize(("name", "text", "said"), [
+    ("run.yaml", "steps: 1e6\n", "steps must be a whole number, got '1e6'"),  # PyYAML: text
+    ("run.yaml", "warmup_steps: 1.0E+4\n", "warmup_steps must be a whole number (or null), got 1.0E+4"),
+    ("run.json", '{"batch_size": 2.56e2}', "batch_size must be a whole number, got 2.56e2"),  # JSON: 256.0
+    ("run.json", '{"steps": 1e30}', "steps must be a whole number, got 1e30"),
+])
+def test_whole_number_fields_in_a_config_file_refuse_exponents_as_their_flags_do(tmp_path, name, text, said):
+    """`--steps 1e3` is refused, but `steps: 1e3` in a --config file ran 1000 steps: a flag's config field takes
+    from a file what the flag takes, a whole number (`8`, or `8.0` as `--steps 8.0`)."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(UsageError, match=f"^--config: {re.escape(said)}$"):
+        build_config(PretrainConfig, read_config_file(tmp_path / name))
+    (tmp_path / name).write_text('{"steps": 1000.0, "warmup_steps": 10, "lr": 1e-3}')
+    cfg = build_config(PretrainConfig, read_config_file(tmp_path / name))
+    assert (cfg.steps, cfg.warmup_steps, cfg.lr) == (1000, 10, 1e-3) and type(cfg.steps) is int
+    assert type(cfg.lr) is float  # a float field keeps no trace of the file's text
 
 
 def test_a_lone_string_for_a_list_field_is_one_item_not_its_characters(tmp_path):
@@ -319,9 +323,12 @@ def test_seeds_in_a_config_file_may_be_written_as_the_flag_takes_them(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text('seeds: "1,2, 3"\n')
     assert build_config(FinetuneConfig, read_config_file(path)).seeds == (1, 2, 3)
-    path.write_text('seeds: "1,x"\n')
-    with pytest.raises(UsageError, match=r"^--config: seeds must be a list of whole numbers, got '1,x'$"):
-        build_config(FinetuneConfig, read_config_file(path))
+    path.write_text('seeds: "1,2.0"\n')  # each item as `--seed 2.0` takes it; not `1e0`, which `--seed` refuses
+    assert build_config(FinetuneConfig, read_config_file(path)).seeds == (1, 2)
+    for text in ("1,x", "1,1e0"):
+        path.write_text(f'seeds: "{text}"\n')
+        with pytest.raises(UsageError, match=f"^--config: seeds must be a list of whole numbers, got '{text}'$"):
+            build_config(FinetuneConfig, read_config_file(path))
 
 
 def test_flags_of_the_wrong_type_name_the_flag():
@@ -465,17 +472,27 @@ def test_finetune_lengths_and_micro_batches_below_their_least_name_that_least(va
 
 
 @pytest.mark.parametrize(("args", "text", "message"), [
-    (["pretrain"], "steps: two\n", "--config: steps must be a whole number, got 'two'"),
+    (["pretrain"], "steps: two\n", "--config FILE: steps must be a whole number, got 'two'"),
     (["pretrain"], "adam_beta1: 1.5\n", "--adam-beta1 must be in [0, 1), got 1.5"),
     (["pretrain", "--lr", "nan"], "steps: 2\n", "--lr must be a finite number above 0, got nan"),
-    (["corpus", "build"], 'lowercase: "no"\n', "--config: lowercase must be true or false (or null), got 'no'"),
+    (["corpus", "build"], 'lowercase: "no"\n', "--config FILE: lowercase must be true or false (or null), got 'no'"),
+    # what the flag refuses (`--steps 1e3`, `--compile 1`), the file refuses, naming itself and the field
+    (["pretrain"], "steps: 1e3\n", "--config FILE: steps must be a whole number, got '1e3'"),
+    (["pretrain"], "steps: 1.0e+3\n", "--config FILE: steps must be a whole number, got 1.0e+3"),
+    (["pretrain"], "compile: 1\n", "--config FILE: compile must be true or false (or null), got 1"),
+    (["corpus", "build"], "max_seq_length: 1.28e+2\n",
+     "--config FILE: max_seq_length must be a whole number, got 1.28e+2"),
+    (["tokenizer", "train"], "vocab_size: 3e2\n", "--config FILE: vocab_size must be a whole number, got '3e2'"),
+    (["finetune", "glue", "rte"], "seeds: [1.0e+0]\n",
+     "--config FILE: seeds must be a list of whole numbers, got [1.0e+0]"),
 ])
 def test_bad_config_values_reach_the_user_as_one_line_and_exit_2(tmp_path, args, text, message):
     from bertctl.cli import app
 
     (tmp_path / "bad.yaml").write_text(text)
     result = CliRunner().invoke(app, [*args, "--config", str(tmp_path / "bad.yaml")])
-    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [f"bertctl: error: {message}"], result.output
+    said = f"bertctl: error: {message.replace('FILE', str(tmp_path / 'bad.yaml'))}"
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [said], result.output
 
 
 @pytest.mark.parametrize(("cls", "values", "message"), [

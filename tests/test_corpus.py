@@ -695,7 +695,7 @@ def test_inspect_refuses_a_corpus_tokenizer_copy_that_is_not_the_one_it_was_buil
     lines = vocab.read_text(encoding="utf-8").splitlines(keepends=True)
     vocab.write_text("".join(lines[: len(lines) // 3]), encoding="utf-8")
     result = CliRunner().invoke(app, ["corpus", "inspect", str(out)])
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
     assert result.stderr.startswith(f"bertctl: error: {out / 'tokenizer'} is not the tokenizer corpus {out} was "
                                     "built with (sha256 ")
     assert CliRunner().invoke(app, ["corpus", "inspect", str(out), "--num", "0"]).exit_code == 0
@@ -732,7 +732,7 @@ def test_a_damaged_corpus_says_which_and_what_to_do_in_one_line(data, damage) ->
     else:
         shutil.rmtree(out / "train")
     result = CliRunner().invoke(app, ["corpus", "inspect", str(out)])
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
     assert result.stderr.startswith(f"bertctl: error: cannot read corpus {out}: ")
     assert result.stderr.endswith("damaged or missing: build the corpus again (corpus build or corpus import, with "
                                   "--overwrite)\n")

@@ -101,9 +101,10 @@ def test_fill_cli_json_lines(mlm_folder):
 def test_fill_cli_reads_file_and_prints_tables(mlm_folder, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("hello [MASK]\n\nthe [MASK] is red\n")
-    result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), "--file", str(texts)])
+    result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), "--file", str(texts)],
+                                env={"COLUMNS": "20"})  # a narrow terminal's, exported, with stdout not a terminal
     assert result.exit_code == 0, result.output
-    assert "probability" in result.stdout and result.stdout.count("rank") == 2
+    assert "probability" in result.stdout and result.stdout.count("rank") == 2 and "…" not in result.stdout
 
 
 def test_fill_file_drops_a_byte_order_mark(padded_folder, tmp_path):
@@ -207,7 +208,7 @@ def test_a_tokenizer_larger_than_the_embedding_matrix_is_refused(padded_folder, 
     shutil.copytree(padded_folder, folder)
     BertTokenizer.from_vocab([*PADDED_VOCAB, *(f"w{i}" for i in range(PADDING_ROWS + 1))]).save(folder)
     result = CliRunner().invoke(app, ["fill", "--model", str(folder), "a [MASK]"])
-    assert result.exit_code == 1 and f"has {len(PADDED_VOCAB) + PADDING_ROWS + 1} tokens but the model has only " \
+    assert result.exit_code == 2 and f"has {len(PADDED_VOCAB) + PADDING_ROWS + 1} tokens but the model has only " \
         f"{len(PADDED_VOCAB) + PADDING_ROWS} embedding rows" in result.stderr
 
 
@@ -237,8 +238,34 @@ def test_fill_refuses_truncated_weights(mlm_folder, tmp_path):
     data = (broken / "model.safetensors").read_bytes()
     (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
     result = CliRunner().invoke(app, ["fill", "--model", str(broken), "a [MASK]"])
-    assert result.exit_code == 1 and "cannot read weights" in result.stderr
+    assert result.exit_code == 2 and "cannot read weights" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_tables_on_a_file_or_pipe_are_not_cut_to_a_narrow_columns(capsys, monkeypatch):
+    """With COLUMNS=20 exported (a narrow terminal's), `fill ... > out.txt` and `info` cut their cells to fit it
+    ("su…"); off a terminal a table is as wide as what it holds, and on one rich still fits it to the terminal."""
+    from bertctl.fill import FillResult, Prediction, print_fill_results
+    from bertctl.info import print_info
+
+    monkeypatch.setenv("COLUMNS", "20")
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+    token = "supercalifragilistic"
+    result = FillResult("the [MASK] sang", [[Prediction(token, 1, 0.123456)]], f"the {token} sang")
+    print_fill_results([result])
+    shown = capsys.readouterr().out
+    assert f"{token} │      0.1235" in shown and f"the {token} sang" in shown and "…" not in shown
+    summary = {"path": "/data/models/bert-base-uncased-finetuned", "format": "bertctl", "architecture":
+               "BertForSequenceClassification", "heads": ["classifier"], "pooler": True, "parameters": 10,
+               "vocab_size": 5, "labels": ["negative", "positive"], "problem_type": None, "weights_dtype": "float32",
+               "config": {"hidden_act": "gelu"}, "tokenizer": None}
+    print_info(summary)
+    shown = capsys.readouterr().out
+    assert "BertForSequenceClassification" in shown and "negative, positive" in shown and "…" not in shown
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # a terminal: rich's fitting, as before
+    print_fill_results([result])
+    assert "…" in capsys.readouterr().out
 
 
 def test_tables_show_brackets_as_text_not_markup(capsys):
@@ -266,7 +293,7 @@ def test_a_pickle_with_objects_is_refused_without_torchs_unsafe_advice(mlm_folde
     (broken / "model.safetensors").unlink()
     (broken / "pytorch_model.bin").write_bytes(pickle.dumps({"w": Path("x")}, protocol=2))
     result = CliRunner().invoke(app, ["fill", "--model", str(broken), "a [MASK]"])
-    assert result.exit_code == 1 and "not a plain tensor file" in result.stderr
+    assert result.exit_code == 2 and "not a plain tensor file" in result.stderr
     assert "weights_only" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 

@@ -491,7 +491,7 @@ def test_a_model_with_fewer_embedding_rows_than_its_tokenizer_has_tokens_is_refu
     BertTokenizer.from_vocab(VOCAB).save(model)  # another tokenizer copied in: its last ids would be out of range
     result = _cli("finetune", "glue", "rte", "--model", model, "--data", small_glue, "--out", tmp_path / "out",
                   "--max-seq-length", "32")
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert f"the tokenizer has {len(VOCAB)} tokens but the model has" in result.stderr
     assert f"{len(VOCAB) - 3} embedding rows" in result.stderr
     assert not (tmp_path / "out").exists()

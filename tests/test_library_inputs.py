@@ -12,9 +12,9 @@ import torch
 from glue_fixtures import write_glue_data
 
 from bertctl.checkpoint import load_model, save_model
-from bertctl.config import BertConfig, CorpusConfig, FinetuneConfig
+from bertctl.config import BertConfig, CorpusConfig, FinetuneConfig, PretrainConfig
 from bertctl.config_files import build_config, read_config_file
-from bertctl.config_types import split_list, take_int
+from bertctl.config_types import split_list, take_bool, take_finite, take_int
 from bertctl.corpus import build_corpus
 from bertctl.corpus_inspect import inspect_corpus
 from bertctl.errors import UsageError
@@ -185,6 +185,23 @@ def test_take_int_is_the_config_fields_rule():
     assert type(take_int("--n", 8.0)) is int
     for value in ("8", 8.5, None, True, float("nan")):
         _one_line_error(lambda value=value: take_int("--n", value), "^--n must be a whole number, got ")
+
+
+def test_numpy_scalars_are_taken_as_the_python_values_they_hold():
+    """`take_bool` refused `np.bool_` (a mask's `.any()`, a column's value) while numpy's ints and floats were taken;
+    each kind now takes numpy's own, as the Python type, and an int argument still refuses a fraction."""
+    import numpy as np
+
+    assert [take_bool("--b", np.True_), take_bool("--b", np.bool_(False))] == [True, False]
+    assert type(take_bool("--b", np.True_)) is bool
+    assert [take_int("--n", np.int64(8)), take_int("--n", np.uint8(3)), take_int("--n", np.float32(8.0))] == [8, 3, 8]
+    assert take_finite("--x", np.float16(0.5)) == 0.5 and type(take_finite("--x", np.float32(0.5))) is float
+    cfg = PretrainConfig(steps=np.int32(4), lr=np.float32(0.5), compile=np.True_, dropout=np.float64(0.0))
+    assert (cfg.steps, cfg.lr, cfg.compile, cfg.dropout) == (4, 0.5, True, 0.0) and type(cfg.compile) is bool
+    for value in (np.float64(1.5), np.True_):
+        _one_line_error(lambda value=value: take_int("--n", value), "^--n must be a whole number, got ")
+    for value in (np.int64(1), np.float64(0.0), "True"):
+        _one_line_error(lambda value=value: take_bool("--b", value), "^--b must be true or false, got ")
 
 
 # --- 5. ~ in the GLUE data folder -----------------------------------------------------------------------

@@ -286,7 +286,7 @@ def test_a_pickled_object_inside_the_model_entry_is_one_line(odd_config, tmp_pat
     torch.save(state, folder / "ckpt_300.pt")
     RAN.clear()
     result = cli("info", folder)
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
     assert "its `model` entry holds pickled objects, not tensors: bert.extra (a pickled " in result.stderr
     assert RAN == []
 
@@ -301,11 +301,11 @@ def test_objects_in_a_legacy_file_or_from_blocked_modules_are_refused_unrun(odd_
                _use_new_zipfile_serialization=False)
     RAN.clear()
     result = cli("info", folder)
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
     assert "it holds a pickled object bertctl does not run" in result.stderr and "weights_only=False" in result.stderr
     torch.save({"model": state, "hook": Blocked()}, folder / "ckpt_300.pt")
     result = cli("info", folder)
-    assert result.exit_code == 1 and "is blocked" in result.stderr, result.output
+    assert result.exit_code == 2 and "is blocked" in result.stderr, result.output
     assert RAN == []
 
 

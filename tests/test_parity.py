@@ -120,9 +120,11 @@ def test_sparse_mlm_loss_equals_dense_loss(odd_config):
         sparse = model(ids, types, mask, mlm_labels=labels).mlm_loss
         dense_logits = model(ids, types, mask).logits
         fixed = [model(ids, types, mask, mlm_labels=labels, mlm_predictions=p).mlm_loss for p in (3, 4)]  # static
+        nothing_masked = model(ids, types, mask, mlm_labels=torch.full_like(ids, -100)).mlm_loss
     dense = torch.nn.functional.cross_entropy(dense_logits.view(-1, odd_config.vocab_size), labels.view(-1))
     assert abs(sparse.item() - dense.item()) < 1e-6
     assert all(abs(f.item() - dense.item()) < 1e-6 for f in fixed)  # 3: as many slots as row 0 has labels
+    assert nothing_masked.item() == 0.0  # transformers' is NaN (python-api.md says so)
 
 
 def test_every_parameter_free_transformers_activation_is_accepted():

@@ -244,7 +244,7 @@ def test_a_trainer_state_that_is_a_folder_is_refused_as_a_damaged_one(corpus, tm
     (run / damaged / "trainer_state.json").mkdir(parents=True)
     result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(run), "--resume",
                                       "--model-config", "tiny", "--device", "cpu"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert result.stderr == (f"bertctl: error: {run / damaged / 'trainer_state.json'} is damaged (not a file); "
                              "restore or delete it\n")
     assert sorted(p.name for p in run.iterdir()) == sorted({"step-000002", damaged})
@@ -260,7 +260,7 @@ def test_a_run_json_that_is_a_folder_is_refused_as_a_damaged_one(corpus, tmp_pat
     (run / "run.json").mkdir()
     result = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--out", str(run), "--resume",
                                       "--steps", "3", "--model-config", "tiny", "--device", "cpu"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert result.stderr == f"bertctl: error: {run / 'run.json'} is damaged (not a file); restore or delete it\n"
 
 

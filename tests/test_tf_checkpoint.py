@@ -343,7 +343,7 @@ def test_damaged_files_are_one_line_naming_the_file(odd_config, tmp_path, damage
     folder = google_folder(tmp_path / "g", reference_model("BertForPreTraining", odd_config))
     damage(folder)
     result = info(folder)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert result.stderr.startswith("bertctl: error: cannot read weights ") and result.stderr.count("\n") == 1
     assert named in result.stderr, result.stderr
 
@@ -357,7 +357,7 @@ def test_a_shape_whose_size_overflows_int64_is_a_damaged_entry(odd_config, tmp_p
     header = field(1, 2) + field(3, field(1, 1))
     (folder / "bert_model.ckpt.index").write_bytes(table([(b"", header), (b"bert/pooler/dense/bias", entry)]))
     result = info(folder)
-    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
     assert "bert_model.ckpt.index: the entry of bert/pooler/dense/bias is inconsistent" in result.stderr
 
 

@@ -317,6 +317,14 @@ def test_bad_tokenizer_paths_and_vocabularies_are_refused(tmp_path: Path) -> Non
     (tmp_path / "tokenizer.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(UsageError, match="cannot read tokenizer .*tokenizer.json"):
         load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_bytes(b"")  # cut short: not "Expecting value: line 1 column 1"
+    with pytest.raises(UsageError, match=r"tokenizer.json is empty \(0 bytes: a download or copy cut short\?\)"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "tokenizer_config.json").write_bytes(b"")
+    with pytest.raises(UsageError, match=r"tokenizer_config.json is empty \(0 bytes"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer_config.json").unlink()
     (tmp_path / "config.json").write_text('{"model_type": "bert", "hidden_size": 8}', encoding="utf-8")
     with pytest.raises(UsageError, match=r"config.json is not a tokenizer.json \(no \"model\" in it\); give a "):
         load_tokenizer(tmp_path / "config.json")  # a model's config.json, not "cannot read ...: expected `,`"

@@ -30,6 +30,7 @@ EXTRA = [
     "The [MASK] of Pemberley; 日本[MASK]語 and ΟΔΟΣ <new>.",
     "(C++) C++中 中C++ C++. Hello! hello! HELLO! naïve NAÏVE zzqx ZZQX ΣΑΣ σας c++\u2028C++ x\tC++\nc++ C+\x00+",
     "zzqx, (zzqx)-ZZQX. σας-日zzqx C++c++ naïve's",
+    "‽‽) ‽ 丁丁 C++丁 x丁‽",  # never_split marks and ideographs the vocabulary lacks, side by side
 ]
 TEXTS = HARD + EXTRA
 ALL_PAIRS = [*PAIRS, (EXTRA[0], EXTRA[1]), ("[MASK] is here", "<new> and [SEP]")]
@@ -145,9 +146,9 @@ FOLDERS: dict[str, Callable[[Path, dict[str, list[str]]], Path]] = {
     "never-split-words": lambda f, v: write(f, [*v["uncased"], "[foo]", "C++"], tokenizer_config={
         "never_split": ["[foo]", "C++"]}),
     "never-split-unknown": lambda f, v: write(f, v["uncased"], tokenizer_config={  # not in the vocabulary
-        "never_split": ["C++", "Hello!", "[FOO]", "naïve", "c++", "zzqx", "ΣΑΣ"]}),
+        "never_split": ["C++", "Hello!", "[FOO]", "naïve", "c++", "zzqx", "ΣΑΣ", "‽", "丁"]}),
     "cased-never-split-unknown": lambda f, v: write(f, v["cased"], tokenizer_config={
-        "do_lower_case": False, "never_split": ["C++", "Hello!", "naïve", "hello!", "zzqx", "ΣΑΣ"]}),
+        "do_lower_case": False, "never_split": ["C++", "Hello!", "naïve", "hello!", "zzqx", "ΣΑΣ", "‽", "丁"]}),
     "sentinel-max-length": lambda f, v: write(f, v["uncased"], tokenizer_config={
         "do_lower_case": True, "model_max_length": 1000000000000000019884624838656,
         "clean_up_tokenization_spaces": False}),

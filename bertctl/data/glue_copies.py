@@ -13,7 +13,7 @@ from pathlib import Path
 from bertctl.data import hub_copies
 from bertctl.data.glue import Examples, GlueTask, SplitFile, match_labels, parse_label
 from bertctl.data.hub_copies import HubSplit, class_names, first_line, saved_splits, schema_features
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import UsageError
 
 
 def read_hub(task: GlueTask, entry: SplitFile, name: str) -> Examples:
@@ -90,7 +90,7 @@ def _hub_columns(task: GlueTask, entry: SplitFile, found: Sequence[str], source:
     wanted = [*task.hub_text, "idx"] + (["label"] if entry.label is not None else [])
     missing = [c for c in wanted if c not in found]
     if missing:
-        raise BertctlError(f"{source}: no column(s) {', '.join(missing)} (found: {', '.join(found)})")
+        raise UsageError(f"{source}: no column(s) {', '.join(missing)} (found: {', '.join(found)})")
     return wanted
 
 
@@ -103,7 +103,7 @@ def _hub_examples(task: GlueTask, entry: SplitFile, columns: dict[str, list], na
         if names and not task.is_regression:
             found = match_labels(task, names)
             if found is None:
-                raise BertctlError(f"{source}: label names {', '.join(names)} are not {task.name}'s "
+                raise UsageError(f"{source}: label names {', '.join(names)} are not {task.name}'s "
                                    f"({', '.join(task.hub_label_names)}); cannot map them to its labels")
             order = found
         labels = [_hub_label(task, value, order, source, row) for row, value in enumerate(columns["label"], 1)]
