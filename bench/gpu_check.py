@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import bertctl.corpus
-import bertctl.data.instances
+import bertctl.data.shards
 from bertctl.config import CorpusConfig, FinetuneConfig, PretrainConfig, TokenizerTrainConfig
 from bertctl.corpus import build_corpus
-from bertctl.data.instances import Packed, ShardBuilder, ShardJob, ShardSettings
+from bertctl.data.instances import Packed
 from bertctl.data.masking import continuation_mask
+from bertctl.data.shards import ShardBuilder, ShardJob, ShardSettings
 from bertctl.data.sources import expand_inputs, iter_documents
 from bertctl.fill import fill
 from bertctl.finetune import finetune_classify
@@ -295,12 +296,12 @@ def _stand_in_corpus(cfg: CorpusConfig) -> str:
         return {}
 
     documents = [lines for lines, _ in iter_documents(expand_inputs(list(cfg.inputs)))]
-    written_by = bertctl.data.instances.write_shard
-    bertctl.data.instances.write_shard = keep  # the builder's one Arrow write: the only pyarrow it needs
+    written_by = bertctl.data.shards.write_shard
+    bertctl.data.shards.write_shard = keep  # the builder's one Arrow write: the only pyarrow it needs
     try:
         counts = ShardBuilder(settings).build(ShardJob(0, 0, documents, 0, 0))  # one shard, as the real build's
     finally:
-        bertctl.data.instances.write_shard = written_by
+        bertctl.data.shards.write_shard = written_by
     manifest = {"stand_in": True, "tokenizer_sha256": tokenizer.sha256(), "counts": counts,
                 **{name: getattr(cfg, name) for name in _MANIFEST_SETTINGS}}
     splits = {split: _PackedSplit(rows, cfg.objective) for split, rows in packed.items()}

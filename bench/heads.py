@@ -219,12 +219,9 @@ def bertctl_trainer(head: str, folder: Path, batch: dict[str, torch.Tensor], ski
     elif head == "ner":
         from bertctl.finetune_tagging import _labelled as weights
         from bertctl.finetune_tagging import _loss_terms as loss_terms
-    elif head == "classify":
+    else:  # classify and choice: the classifier's loss terms
         from bertctl.finetune import _weights as weights
-        from bertctl.finetune_classifier import _loss_terms as loss_terms
-    else:
-        from bertctl.finetune import _weights as weights
-        from bertctl.finetune_multiple_choice import _loss_terms as loss_terms
+        from bertctl.finetune_classifier import classification_loss_terms as loss_terms
     model = load_bertctl(head, folder, skip_padding).train()
     optimizer = make_optimizer("adamw", model, 3e-5, 0.01, (0.9, 0.999), 1e-6)
     env = training.Distributed()

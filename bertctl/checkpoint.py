@@ -298,26 +298,8 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weig
     if name not in ARCHITECTURES:
         raise UsageError(f"unknown architecture {name!r}: choose one of {', '.join(ARCHITECTURES)}")
     cls = ARCHITECTURES[name]
-    if name == "BertModel":
-        head_kwargs.setdefault("add_pooler", "pooler" in ckpt.parts)
-    params = inspect.signature(cls.__init__).parameters
-    unknown = sorted(set(head_kwargs) - set(params))
-    if unknown:
-        raise UsageError(f"{name} takes no {', '.join(unknown)} (its options: "
-                         f"{', '.join(p for p in params if p not in ('self', 'cfg')) or 'none'})")
-    if "add_pooler" in head_kwargs:  # "no" would read as true
-        head_kwargs["add_pooler"] = take_bool("add_pooler", head_kwargs["add_pooler"])
-    if head_kwargs.get("classifier_dropout") is not None:  # a str fails deep in torch
-        head_kwargs["classifier_dropout"] = _dropout_rate(head_kwargs["classifier_dropout"])
-    if "num_labels" in head_kwargs:  # a str or 0 would build a broken head, or fail deep in torch
-        head_kwargs["num_labels"] = take_int("num_labels", head_kwargs["num_labels"], minimum=1)
-    elif "num_labels" in params:
-        head_kwargs["num_labels"] = ckpt.num_labels
-    folder_dropout = ckpt.raw_config.get("classifier_dropout")
-    if "classifier_dropout" in params and folder_dropout is not None and "classifier_dropout" not in head_kwargs:
-        head_kwargs["classifier_dropout"] = _dropout_rate(folder_dropout, ckpt.config_file)
     with shapes_only():  # weights the checkpoint replaces are never drawn
-        model = cls(ckpt.config, **head_kwargs)
+        model = cls(ckpt.config, **_head_options(ckpt, name, head_kwargs))
     expected = model.state_dict()
     fresh: set[str] = set()
     fresh_keys: set[str] = set()
@@ -351,6 +333,30 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weig
     return model
 
 
+def _head_options(ckpt: Checkpoint, name: str, head_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`build_model`'s keyword arguments for architecture `name`, checked and typed (a str or 0 would build a
+    broken head or fail deep in torch), with the folder's pooler, num_labels and classifier_dropout where the
+    caller gives none."""
+    head_kwargs = dict(head_kwargs)
+    if name == "BertModel":
+        head_kwargs.setdefault("add_pooler", "pooler" in ckpt.parts)
+    params = inspect.signature(ARCHITECTURES[name].__init__).parameters
+    unknown = sorted(set(head_kwargs) - set(params))
+    if unknown:
+        raise UsageError(f"{name} takes no {', '.join(unknown)} (its options: "
+                         f"{', '.join(p for p in params if p not in ('self', 'cfg')) or 'none'})")
+    if "add_pooler" in head_kwargs:  # "no" would read as true
+        head_kwargs["add_pooler"] = take_bool("add_pooler", head_kwargs["add_pooler"])
+    if head_kwargs.get("classifier_dropout") is not None:  # a str fails deep in torch
+        head_kwargs["classifier_dropout"] = _dropout_rate(head_kwargs["classifier_dropout"])
+    if "num_labels" in head_kwargs:
+        head_kwargs["num_labels"] = take_int("num_labels", head_kwargs["num_labels"], minimum=1)
+    elif "num_labels" in params:
+        head_kwargs["num_labels"] = ckpt.num_labels
+    folder_dropout = ckpt.raw_config.get("classifier_dropout")
+    if "classifier_dropout" in params and folder_dropout is not None and "classifier_dropout" not in head_kwargs:
+        head_kwargs["classifier_dropout"] = _dropout_rate(folder_dropout, ckpt.config_file)
+    return head_kwargs
 
 
 def _dropout_rate(value: Any, config_file: Path | None = None) -> float:
@@ -382,8 +388,8 @@ def transformers_architecture(name: str, parts: set[str] | frozenset[str]) -> st
 
 def _label_names(labels: Any, num_labels: int) -> list[str | int | float]:
     """save_model's `labels`, one name per output of the head: any iterable but a string (pandas' `unique()` gives
-    a numpy array, whose truth value was a bare ValueError), numpy's scalars as Python's (json refused them after
-    the weights were written)."""
+    a numpy array, whose truth value is a bare ValueError), numpy's scalars as Python's (json refuses them, and
+    only once the weights are written)."""
     if labels is None or isinstance(labels, (list, tuple)) and not labels:
         return [f"LABEL_{i}" for i in range(num_labels)]
     try:

@@ -176,8 +176,8 @@ def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_s
 
 class _Ids:
     """The examples' ids as one string and where each ends. A list's id objects lie among the texts' in Python's
-    small-object arenas, which go back to the system only once all they hold is freed: while the ids were held,
-    so was the texts' memory (~0.8 KB an example of 4 short choices)."""
+    small-object arenas, which go back to the system only once all they hold is freed: while the ids are held,
+    so is the texts' memory (~0.8 KB an example of 4 short choices)."""
 
     def __init__(self, ids: list[str]) -> None:
         self.text = "".join(ids)

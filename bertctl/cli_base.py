@@ -57,7 +57,7 @@ def path_argument(**options: Any) -> Any:
 
 def typed_text(text: str) -> str:
     """A text argument as typed: under a C locale without UTF-8 mode (LC_ALL=C PYTHONUTF8=0) Python decodes the
-    command line as ASCII, each byte of a UTF-8 `é` a lone surrogate, and the text was refused as "not valid UTF-8".
+    command line as ASCII, each byte of a UTF-8 `é` a lone surrogate, which would refuse the text as "not valid UTF-8".
     Such bytes are taken as the UTF-8 they are; a text whose bytes are not UTF-8 stays as it was, to be refused."""
     if not any("\udc80" <= char <= "\udcff" for char in text):
         return text
@@ -339,8 +339,8 @@ def show_warnings() -> None:
 
 def _python_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                     file: Any = None, line: str | None = None) -> None:
-    """`warnings.showwarning` for the CLI: a library's warning (torch's DataLoader on more workers than cores) came
-    out as its file, line number and source line, lines that do not start with `bertctl: `; now one line."""
+    """`warnings.showwarning` for the CLI: a library's warning (torch's DataLoader on more workers than cores) as
+    one `bertctl: warning: ...` line, not Python's file, line number and source line, which lack `bertctl: `."""
     logging.getLogger("bertctl").warning("warning: %s", " ".join(str(message).split()))
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from bertctl import __version__
 from bertctl.config import CorpusConfig, config_to_dict, usable_cores
 from bertctl.config_types import take_config
-from bertctl.data.instances import (
+from bertctl.data.shards import (
     SPLITS,
     DamagedShard,
     ShardBuilder,
@@ -49,13 +49,13 @@ from bertctl.files import (
     check_new_out,
     file_sha256,
     folder_undone_on_failure,
-    output_lock,
     refuse_empty,
     refuse_inputs_inside,
     replace_folder,
     user_path,
     write_json_atomic,
 )
+from bertctl.output_locks import output_lock
 
 FORMAT = "bertctl-corpus"
 FORMAT_VERSION = 1

@@ -49,16 +49,9 @@ from bertctl.corpus import (
     settings_digest,
 )
 from bertctl.data.hdf5 import BadShard, ShardReader, is_hdf5, predictions_used, require_h5py
-from bertctl.data.instances import (
-    SPLITS,
-    Packed,
-    corpus_schema,
-    is_validation,
-    packed_stats,
-    shard_file,
-    write_shard,
-)
+from bertctl.data.instances import Packed
 from bertctl.data.pretraining_records import RecordBlock, Shape, concat_packed, record_items, take_rows
+from bertctl.data.shards import SPLITS, corpus_schema, is_validation, packed_stats, shard_file, write_shard
 from bertctl.data.tfrecord import (
     BadRecord,
     HashedReader,
@@ -69,7 +62,8 @@ from bertctl.data.tfrecord import (
 )
 from bertctl.errors import BertctlError, UsageError
 from bertctl.file_pool import run_files
-from bertctl.files import file_sha256, output_lock, refuse_inputs_inside
+from bertctl.files import file_sha256, refuse_inputs_inside
+from bertctl.output_locks import output_lock
 
 __all__ = ["import_corpus"]
 

@@ -40,8 +40,8 @@ def say(message: str) -> None:
 def warnings_held(logger: str) -> Iterator[None]:
     """The warnings this thread logs on `logger` itself (not on its children) left out inside the block, errors
     still said: for a file read again, whose warnings its first read gave. A filter of the block's own, not the
-    logger's level: two threads' blocks that overlapped left the level at ERROR for good, and the other threads'
-    warnings were lost meanwhile."""
+    logger's level: two threads' blocks that overlap could leave the level at ERROR for good, and
+    lose the other threads' warnings meanwhile."""
     held = logging.getLogger(logger)
     thread = threading.get_ident()
 

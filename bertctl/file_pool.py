@@ -15,7 +15,7 @@ import signal
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
-from bertctl.data.instances import init_worker
+from bertctl.data.shards import init_worker
 from bertctl.errors import BertctlError, UsageError
 
 __all__ = ["FileJob", "Report", "run_files"]

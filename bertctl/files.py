@@ -30,11 +30,6 @@ from typing import Any
 
 from bertctl.errors import BertctlError, UsageError
 
-try:
-    import fcntl
-except ImportError:  # Windows: no flock; runs there go unlocked
-    fcntl = None  # type: ignore[assignment]
-
 
 def _umask() -> int:
     mask = os.umask(0o022)
@@ -164,30 +159,30 @@ def out_location(path: Path | str) -> Path:
     return path.parent.resolve() / path.name
 
 
-def check_out(path: Path | str, flag: str = "--out", folder: bool = True) -> Path:
+def check_out(path: Path | str, folder: bool = True) -> Path:
     """Refuse an output that can never be written, before any work: one below a file, a file where a folder
     goes, a folder where a file goes. Whether it may already exist is the command's call (--overwrite,
     --resume). Returns the path to write, `~` expanded, and resolved when its last part is no name (`.`, `..`),
     which temp names beside it and the final rename need."""
     try:
-        path = _named(user_path(path, flag))
+        path = _named(user_path(path, "--out"))
         path.resolve()  # a link loop raises here, not deep inside the command
         blocker = file_above(path)
         if blocker is not None:
-            raise UsageError(f"{flag} {path}: its parent {blocker} is a file, not a folder; choose another path")
+            raise UsageError(f"--out {path}: its parent {blocker} is a file, not a folder; choose another path")
         if folder and path.exists() and not path.is_dir():
-            raise UsageError(f"{flag} {path} is a file, not a folder; choose another path")
+            raise UsageError(f"--out {path} is a file, not a folder; choose another path")
         if not folder and path.is_dir():
-            raise UsageError(f"{flag} {path} is a folder, not a file; give a file name")
-        _check_writable(path, flag)
+            raise UsageError(f"--out {path} is a folder, not a file; give a file name")
+        _check_writable(path)
     except RuntimeError:  # Python < 3.13: a link loop
-        raise UsageError(f"{flag} {path}: {write_hint(OSError(errno.ELOOP, ''))}") from None
+        raise UsageError(f"--out {path}: {write_hint(OSError(errno.ELOOP, ''))}") from None
     except OSError as exc:
-        raise UsageError(f"{flag} {path}: {write_hint(exc)}") from None
+        raise UsageError(f"--out {path}: {write_hint(exc)}") from None
     return path
 
 
-def _check_writable(path: Path, flag: str) -> None:
+def _check_writable(path: Path) -> None:
     """A new OUT is made in its nearest existing folder, with temp names longer than its own beside it: refuse
     a folder the user may not write in (read-only, another's) and a name the file system cannot hold with
     those temp names, before any work, rather than when the work is done."""
@@ -199,15 +194,15 @@ def _check_writable(path: Path, flag: str) -> None:
     room = os.pathconf(where, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
     *above, last = (len(os.fsencode(part)) for part in path.relative_to(where).parts)
     if above and max(above) > room:  # folders made above OUT need room for their own names only
-        raise UsageError(f"{flag} {path}: a folder name of {max(above)} bytes is longer than this file system allows "
+        raise UsageError(f"--out {path}: a folder name of {max(above)} bytes is longer than this file system allows "
                          f"({room}); choose a shorter name")
     if last + NAME_ROOM > room:
-        raise UsageError(f"{flag} {path}: a name of {last} bytes leaves no room for the temporary names "
+        raise UsageError(f"--out {path}: a name of {last} bytes leaves no room for the temporary names "
                          f"beside it (this file system allows {room}); choose a shorter name")
     try:  # the file system's own answer (permissions, ACLs, read-only mounts), not a guess from mode bits
         os.rmdir(tempfile.mkdtemp(prefix=".bertctl-probe-", dir=where))
     except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot create it in {where}: {write_hint(exc)}") from None
+        raise UsageError(f"--out {path}: cannot create it in {where}: {write_hint(exc)}") from None
 
 
 def named_with_suffix(path: Path | str, suffix: str) -> Path:
@@ -224,21 +219,21 @@ def new_file_named(out: Path | str, suffix: str, overwrite: bool) -> Path:
     return check_new_out(named_with_suffix(out, suffix), overwrite=overwrite, folder=False)
 
 
-def check_new_out(path: Path | str, flag: str = "--out", overwrite: bool = False, folder: bool = True) -> Path:
+def check_new_out(path: Path | str, overwrite: bool = False, folder: bool = True) -> Path:
     """`check_out`, and an existing output is refused unless --overwrite (every command replaces only
     what the user said it may), and never the working folder or one holding it, which a command cannot
     move aside while it runs in it."""
-    given, path = path, check_out(path, flag, folder)
+    given, path = path, check_out(path, folder)
     here, target = Path.cwd().resolve(), out_location(path)
     if here.is_relative_to(target):
         where = "is the working folder" if here == target else f"holds the working folder {here}"
-        raise UsageError(f"{flag} {given} {where}, which a command cannot replace; give a new folder's name")
+        raise UsageError(f"--out {given} {where}, which a command cannot replace; give a new folder's name")
     if path.exists() and not overwrite:
-        raise UsageError(f"{flag} {path} already exists; pass --overwrite to replace it")
+        raise UsageError(f"--out {path} already exists; pass --overwrite to replace it")
     return path
 
 
-def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], flag: str = "--out",
+def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None],
                          read_whole: Iterable[Path | str] = ()) -> None:
     """An input that is OUT or inside it would be deleted when --overwrite replaces OUT; names that are no path
     here (a hub id, a dataset name) are not inputs on this disk. OUT inside an input folder that is `read_whole`
@@ -250,13 +245,13 @@ def refuse_inputs_inside(out: Path | str, inputs: Iterable[Path | str | None], f
         item_at = given.resolve()
         if item_at.is_relative_to(out_at):
             where = "is" if item_at == out_at else "holds"
-            raise UsageError(f"{flag} {out} {where} the input {item}, which replacing it would delete; "
+            raise UsageError(f"--out {out} {where} the input {item}, which replacing it would delete; "
                              "choose a path outside it")
     for item in read_whole:
         folder = user_path(item)
         if (folder.is_dir() and out_at.is_relative_to(folder.resolve())
                 and not any(part.startswith(".") for part in out_at.relative_to(folder.resolve()).parts)):
-            raise UsageError(f"{flag} {out} is inside the input folder {item}, whose files are all read, so the "
+            raise UsageError(f"--out {out} is inside the input folder {item}, whose files are all read, so the "
                              "next run would read this output as input; choose a path outside it")
 
 
@@ -269,8 +264,8 @@ def file_sha256(path: Path | str) -> str:
     return digest.hexdigest()
 
 
-def make_folder(folder: Path | str, flag: str = "--out") -> Path:
-    """mkdir -p with a one-line error naming the flag that gave the path and the file in the way, not
+def make_folder(folder: Path | str) -> Path:
+    """mkdir -p with a one-line error naming --out (every output's flag) and the file in the way, not
     `[Errno 17] File exists`."""
     folder = Path(folder)
     try:
@@ -278,17 +273,17 @@ def make_folder(folder: Path | str, flag: str = "--out") -> Path:
     except OSError as exc:
         blocker = folder if folder.exists() else file_above(folder)
         reason = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror
-        raise UsageError(f"{flag}: cannot create the folder {folder}: {reason}; choose another path") from None
+        raise UsageError(f"--out: cannot create the folder {folder}: {reason}; choose another path") from None
     return folder
 
 
 @contextmanager
-def folder_undone_on_failure(folder: Path | str, flag: str = "--out") -> Iterator[Path]:
+def folder_undone_on_failure(folder: Path | str) -> Iterator[Path]:
     """`make_folder` undone when the block fails: a command that cannot start (its first record cannot be
     written, the disk already full) leaves no empty folder behind, and a folder that was there stays as it was."""
     folder = Path(folder)
     made = [path for path in (folder, *folder.parents) if not path.exists()]
-    make_folder(folder, flag)
+    make_folder(folder)
     try:
         yield folder
     except BaseException:
@@ -579,88 +574,3 @@ def _written_in(exc: OSError, tmp: Path) -> bool:
     if exc.filename is None:
         return True
     return any(Path(os.fsdecode(name)).is_relative_to(tmp) for name in (exc.filename, exc.filename2) if name)
-
-
-def lock_file(out: Path | str) -> Path:
-    """The lock file of OUT: hidden beside it, so that it is never part of OUT (a published folder, a run's
-    checkpoint listing), and an --overwrite or a final rename onto OUT leaves it alone. `runs/x` and `./runs/x`
-    name the same one."""
-    at = out_location(out)
-    return at.with_name(f".{at.name}.lock")
-
-
-@contextmanager
-def output_lock(out: Path | str, flag: str = "--out") -> Iterator[None]:
-    """OUT for this process alone while the block runs: a second bertctl writing the same OUT (a job submitted
-    twice) is refused before it reads or writes anything, rather than pruning the first one's checkpoints and
-    mixing their files. An advisory flock, so the OS releases it when the process dies (kill -9 leaves no stale
-    lock; its forked children drop their copy, `_drop_inherited_locks`). Under torchrun rank 0 alone takes it
-    (training.rank0_output_lock). Where the OS or the file system has no flock, the block runs unlocked. Folders
-    made for the lock file go again if the block left them empty (a refused command writes nothing). A write that
-    fails in the block is said as OUT's (`failures_named_by`): the commands that lock OUT keep work folders for it."""
-    path = lock_file(out)
-    made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
-    fd = _take_lock(path, out, flag) if fcntl is not None else None
-    if fd is not None:
-        _HELD_LOCKS.add(fd)
-    try:
-        with failures_named_by(out):
-            yield
-    finally:
-        if fd is not None:
-            with suppress(OSError):  # removed while still locked: one that opened it meanwhile locks again
-                os.unlink(path)
-            _HELD_LOCKS.discard(fd)
-            os.close(fd)
-            for folder in made:
-                with suppress(OSError):
-                    folder.rmdir()
-
-
-_HELD_LOCKS: set[int] = set()  # the descriptors of this process's output_lock blocks
-
-
-def _drop_inherited_locks() -> None:
-    """In a forked child (pretrain's loader workers): close the lock descriptors it inherited. A flock belongs to
-    the open file, which the child's copy kept open: after a kill -9 of the run OUT stayed locked until its
-    workers noticed and exited (seconds), and a --resume started at once was refused naming the dead process.
-    Children that exec (subprocess, spawn) inherit no descriptor of ours."""
-    for fd in _HELD_LOCKS:
-        with suppress(OSError):
-            os.close(fd)
-    _HELD_LOCKS.clear()
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which has neither fork nor flock
-    os.register_at_fork(after_in_child=_drop_inherited_locks)
-
-
-def _take_lock(path: Path, out: Path | str, flag: str) -> int | None:
-    """The locked lock file's descriptor, with this process's id and machine written in it for the refusal of
-    the next one; None where it cannot be locked at all (a read-only folder, a file system without locks)."""
-    make_folder(path.parent, flag)
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
-            os.close(fd)
-            who = f" (pid {holder[0]} on {holder[1]})" if len(holder) == 2 else ""
-            raise BertctlError(f"{out} is in use by another bertctl{who}; wait for it to finish or choose another "
-                               f"{flag}") from None
-        except OSError:
-            os.close(fd)
-            return None
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except OSError:
-            same = False
-        if same:  # not the file of a holder that removed it as it let go
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
-            return fd
-        os.close(fd)

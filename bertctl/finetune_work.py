@@ -93,7 +93,7 @@ def open_work(cfg: FinetuneConfig, work: Path, env: training.Distributed) -> Non
     """Create the work folder (replacing a stale one) and record the settings a resume must repeat."""
     if env.is_main and not (cfg.resume and (work / "run.json").is_file()):
         shutil.rmtree(work, ignore_errors=True)
-        make_folder(work, "--out")  # one line for an --out that cannot be made (`/proc/x`), not an OSError
+        make_folder(work)  # one line for an --out that cannot be made (`/proc/x`), not an OSError
         write_json_atomic(work / "run.json", {"config": config_to_dict(cfg), "cwd": os.getcwd()})
     training.barrier(env)
 

@@ -34,7 +34,7 @@ def _pair(predictions: Sequence, labels: Sequence, dtype: type) -> tuple[np.ndar
 
 def _nan_propagates(metric: Callable[..., float]) -> Callable[..., float]:
     """NaN when any prediction or label is NaN: ranking would place the NaNs somewhere and score them (all-NaN
-    predictions had a Spearman of 1.0). A class id is NaN where its logits were (`evaluate.to_predictions`)."""
+    predictions would get a Spearman of 1.0). A class id is NaN where its logits were (`evaluate.to_predictions`)."""
 
     @functools.wraps(metric)
     def checked(predictions: Sequence, labels: Sequence, *args: int, **kwargs: int) -> float:

@@ -28,8 +28,8 @@ def shapes_only() -> Iterator[None]:
 @contextmanager
 def float32_default() -> Iterator[None]:
     """Parameters and new tensors in float32, as transformers loads BERT, under a caller's
-    torch.set_default_dtype(torch.float64) too (the model was float64 then, and trained so while run.json said
-    fp32). The default dtype is the process's: set only where it differs, and set back."""
+    torch.set_default_dtype(torch.float64) too (else the model would be float64, and train so while run.json
+    says fp32). The default dtype is the process's: set only where it differs, and set back."""
     previous = torch.get_default_dtype()
     if previous == torch.float32:
         yield

@@ -25,8 +25,9 @@ from torch import Tensor, nn
 
 from bertctl.config_types import any_case
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import json_ready, output_lock
+from bertctl.files import json_ready
 from bertctl.model_building import float32_default
+from bertctl.output_locks import output_lock
 
 # --- precision and devices ---------------------------------------------------------------------------
 
@@ -239,7 +240,7 @@ def refuse_unshared_out(out: Path | str, resumes_from: bytes, finds: str, env: D
 
 @contextlib.contextmanager
 def rank0_output_lock(out: Path, env: Distributed) -> Iterator[None]:
-    """files.output_lock for a run: rank 0, which alone writes OUT, holds it, and its refusal (another bertctl
+    """output_locks.output_lock for a run: rank 0, which alone writes OUT, holds it, and its refusal (another bertctl
     holds OUT) is every rank's before any of them goes on, so all exit with the one line. Refused on rank 0
     alone, it left the others waiting in their next collective, which then failed with a second error line
     (gloo's "Connection closed by peer")."""
@@ -269,8 +270,8 @@ def cleanup_distributed(env: Distributed) -> None:
     """Close the groups setup_distributed opened (the default one last); a group the caller had stays open.
 
     A gloo group's destructor joins its worker threads while holding the GIL, and a worker that has just finished a
-    collective needs the GIL to free it (its saved thread state holds Python objects): the process hung for good
-    when the two met (seen at the DDP wrapper's collection after the group was closed). So the wrapper, left to
+    collective needs the GIL to free it (its saved thread state holds Python objects): the process hangs for good
+    when the two meet (seen at the DDP wrapper's collection after the group was closed). So the wrapper, left to
     the garbage collector, goes while its group is still registered, and the workers get a moment without the GIL
     to let their finished work go before the groups are closed."""
     if env.owned:

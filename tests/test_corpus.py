@@ -212,7 +212,7 @@ def test_mlm_pieces_hold_max_seq_length_minus_two_tokens() -> None:
 @pytest.mark.parametrize("fraction, first", [(0.07, [0, 14, 28, 42, 57, 71, 85, 100]), (0.02, [0, 50, 100])])
 def test_validation_documents_are_spaced_by_the_written_fraction(fraction: float, first: list[int]) -> None:
     """0.07 is 7/100: document 100 is held out, never 99 (a float product once rounded 100 * 0.07 up)."""
-    from bertctl.data.instances import is_validation
+    from bertctl.data.shards import is_validation
 
     held = [d for d in range(10_000) if is_validation(d, fraction)]
     assert held[:len(first)] == first and len(held) == round(10_000 * fraction)
@@ -234,7 +234,7 @@ def test_validation_documents_are_numbered_over_all_shards(data, shard_size_mb: 
 def test_notnext_text_comes_from_another_document_when_a_shard_holds_one(data, fraction: float) -> None:
     """Shards smaller than a document hold one each: NotNext B still comes from another document of the same
     split (the nearest ones; the split's first document takes those after it), with any worker count."""
-    from bertctl.data.instances import is_validation
+    from bertctl.data.shards import is_validation
 
     document = lambda token: (token - FIRST_BASE) // 48  # noqa: E731 - 48 words per generated document
     folders = []
@@ -282,7 +282,7 @@ def test_a_document_without_tokens_beside_a_lone_one_does_not_make_it_its_own_no
 
 
 def test_neighbours_are_the_nearest_documents_and_a_bounded_sample() -> None:
-    from bertctl.data.instances import (
+    from bertctl.data.shards import (
         MIN_SAMPLE_CHARS,
         NEIGHBOURS,
         RUN_CHARS,
@@ -372,9 +372,9 @@ def test_whole_word_masking_keeps_words_whole(data) -> None:
 def _interrupt_after(monkeypatch, shards: int) -> tuple:
     """Make the build stop (as Ctrl-C would) once `shards` shards are built; returns the real build function and
     the list of shard indices built."""
-    from bertctl.data import instances
+    from bertctl.data.shards import ShardBuilder
 
-    real_build, calls = instances.ShardBuilder.build, []
+    real_build, calls = ShardBuilder.build, []
 
     def interrupted(self, job):
         if len(calls) == shards:
@@ -382,12 +382,12 @@ def _interrupt_after(monkeypatch, shards: int) -> tuple:
         calls.append(job.index)
         return real_build(self, job)
 
-    monkeypatch.setattr(instances.ShardBuilder, "build", interrupted)
+    monkeypatch.setattr(ShardBuilder, "build", interrupted)
     return real_build, calls
 
 
 def test_resume_reuses_finished_shards(data, monkeypatch) -> None:
-    from bertctl.data import instances
+    from bertctl.data.shards import ShardBuilder
 
     reference, _ = build(data, "uninterrupted", "small", shard_size_mb=0.02)
     real_build, calls = _interrupt_after(monkeypatch, 2)
@@ -395,7 +395,7 @@ def test_resume_reuses_finished_shards(data, monkeypatch) -> None:
         build(data, "resumed", "small", shard_size_mb=0.02)
     assert not (data["root"] / "resumed").exists() and (data["root"] / "resumed.partial").is_dir()
     calls.clear()
-    monkeypatch.setattr(instances.ShardBuilder, "build", lambda self, job: calls.append(job.index) or
+    monkeypatch.setattr(ShardBuilder, "build", lambda self, job: calls.append(job.index) or
                         real_build(self, job))
     resumed, _ = build(data, "resumed", "small", shard_size_mb=0.02)
     assert calls and min(calls) == 2  # shards 0 and 1 came from the partial folder
@@ -406,13 +406,13 @@ def test_resume_takes_the_same_files_named_another_way_and_says_when_it_starts_o
                                                                                      tmp_path, capsys) -> None:
     """`../x.txt` and `/abs/x.txt` are one input: the build key held the paths as typed, so a rerun so spelt
     threw the finished shards away without a word. The resume says so on stderr (it was said on stdout)."""
-    from bertctl.data import instances
+    from bertctl.data.shards import ShardBuilder
 
     real_build, calls = _interrupt_after(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         build(data, "respelt", "small", shard_size_mb=0.02)
     calls.clear()
-    monkeypatch.setattr(instances.ShardBuilder, "build", lambda self, job: calls.append(job.index) or
+    monkeypatch.setattr(ShardBuilder, "build", lambda self, job: calls.append(job.index) or
                         real_build(self, job))
     monkeypatch.chdir(tmp_path)
     relative = os.path.relpath(data["small"], tmp_path)
@@ -426,7 +426,7 @@ def test_resume_takes_the_same_files_named_another_way_and_says_when_it_starts_o
     _interrupt_after(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt):
         build(data, "retokenized", "small", shard_size_mb=0.02)
-    monkeypatch.setattr(instances.ShardBuilder, "build", real_build)
+    monkeypatch.setattr(ShardBuilder, "build", real_build)
     build_corpus(CorpusConfig(inputs=(str(data["small"]),), tokenizer=cased, out=data["root"] / "retokenized",
                               max_seq_length=64, workers=1, shard_size_mb=0.02))
     assert "retokenized.partial holds an interrupted build of other inputs, tokenizer or settings" in caplog.text
@@ -440,7 +440,7 @@ def test_resume_takes_the_same_files_named_another_way_and_says_when_it_starts_o
 def test_resume_rebuilds_damaged_shards(data, monkeypatch, caplog, workers: int) -> None:
     """A shard file damaged after it was recorded as finished (cut short, a byte changed, its record
     spoiled) is rebuilt with a warning, never reused: the corpus is still byte for byte the uninterrupted one."""
-    from bertctl.data import instances
+    from bertctl.data.shards import ShardBuilder
 
     build(data, f"whole-{workers}", "small", shard_size_mb=0.01, validation_fraction=0.2)
     real_build, calls = _interrupt_after(monkeypatch, 4)
@@ -454,7 +454,7 @@ def test_resume_rebuilds_damaged_shards(data, monkeypatch, caplog, workers: int)
     (shards / "train-000001.arrow").write_bytes(spoiled)
     (shards / "000002.json").write_text("{", encoding="utf-8")
     calls.clear()
-    monkeypatch.setattr(instances.ShardBuilder, "build", lambda self, job: calls.append(job.index) or
+    monkeypatch.setattr(ShardBuilder, "build", lambda self, job: calls.append(job.index) or
                         real_build(self, job))
     build(data, f"damaged-{workers}", "small", shard_size_mb=0.01, validation_fraction=0.2, workers=workers)
     warnings = [r.getMessage() for r in caplog.records if "rebuilding it" in r.getMessage()]
@@ -537,7 +537,7 @@ def test_cli_build_and_inspect(data) -> None:
 
 def test_a_corpus_another_bertctl_builds_is_refused_untouched_and_free_once_it_ends(data, tmp_path) -> None:
     """Two builds of one OUT would share OUT.partial/: one removed the other's shards as it published."""
-    from bertctl.files import output_lock
+    from bertctl.output_locks import output_lock
 
     out = tmp_path / "corpus"
     args = ["corpus", "build", str(data["small"]), "--tokenizer", str(data["tok"]), "--out", str(out),
@@ -771,7 +771,7 @@ def test_shard_schema_is_the_one_datasets_writes():
     start); it must equal, metadata included, what datasets.Features gives for the same columns."""
     from datasets import Features, List, Value
 
-    from bertctl.data.instances import arrow_schema
+    from bertctl.data.shards import arrow_schema
 
     ours = arrow_schema({"input_ids": ["uint16"], "token_type_ids": ["int8"], "next_sentence_label": "int8",
                          "masked_lm_positions": ["uint16"], "masked_lm_ids": ["int32"]})
@@ -802,7 +802,7 @@ def test_a_shard_of_one_large_document_holds_a_few_bytes_a_token(data, tmp_path)
     index arrays the size of the shard (~40 bytes a token): a 150 MB file peaked at 2.2 GB, now 0.9 GB."""
     import tracemalloc
 
-    from bertctl.data.instances import ShardBuilder, ShardJob, shard_settings
+    from bertctl.data.shards import ShardBuilder, ShardJob, shard_settings
     from bertctl.tokenizer_folder import load_tokenizer
 
     lines = [line for line in _prose(np.random.default_rng(1), documents=300).splitlines() if line]

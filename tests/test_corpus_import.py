@@ -20,7 +20,7 @@ from bertctl.config import CorpusConfig, CorpusImportConfig, PretrainConfig
 from bertctl.corpus import build_corpus, load_corpus
 from bertctl.corpus_import import import_corpus
 from bertctl.corpus_inspect import inspect_corpus
-from bertctl.data.instances import is_validation
+from bertctl.data.shards import is_validation
 from bertctl.errors import BertctlError, UsageError
 from bertctl.tokenizer import BertTokenizer
 

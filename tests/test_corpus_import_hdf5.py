@@ -29,7 +29,7 @@ from bertctl.config import CorpusImportConfig  # noqa: E402
 from bertctl.corpus import load_corpus  # noqa: E402
 from bertctl.corpus_import import import_corpus  # noqa: E402
 from bertctl.corpus_inspect import inspect_corpus  # noqa: E402
-from bertctl.data.instances import is_validation  # noqa: E402
+from bertctl.data.shards import is_validation  # noqa: E402
 from bertctl.errors import BertctlError, UsageError  # noqa: E402
 from bertctl.tokenizer import BertTokenizer  # noqa: E402
 

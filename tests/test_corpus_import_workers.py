@@ -23,7 +23,7 @@ from bertctl.cli import app
 from bertctl.config import CorpusImportConfig
 from bertctl.corpus import load_corpus
 from bertctl.corpus_import import import_corpus
-from bertctl.data.instances import is_validation
+from bertctl.data.shards import is_validation
 from bertctl.errors import UsageError
 
 

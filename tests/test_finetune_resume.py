@@ -23,7 +23,7 @@ from processes import ranks_said, run_group, torchrun_env
 from test_finetune import _encoder
 from typer.testing import CliRunner
 
-from bertctl import files, finetune, finetune_work, optim
+from bertctl import files, finetune, finetune_work, optim, output_locks
 from bertctl.cli import app
 from bertctl.config import FinetuneConfig, config_to_dict
 from bertctl.data.batches import rank_micro_batches
@@ -151,7 +151,7 @@ def test_an_out_another_bertctl_fine_tunes_into_is_refused_untouched_and_free_on
     """A job submitted twice with --resume or --overwrite would delete the first one's work folder under it."""
     args = ["finetune", "glue", "rte", "--model", str(encoder), "--data", str(glue), "--out", str(tmp_path / "run"),
             "--epochs", "1", "--max-seq-length", "32", "--resume"]
-    with files.output_lock(tmp_path / "run"):
+    with output_locks.output_lock(tmp_path / "run"):
         refused = CliRunner().invoke(app, args)
     assert refused.exit_code == 1 and refused.stderr.splitlines() == [
         f"bertctl: error: {tmp_path / 'run'} is in use by another bertctl (pid {os.getpid()} on "

@@ -21,8 +21,9 @@ from bertctl.checkpoint import save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig
 from bertctl.errors import BertctlError, UsageError
-from bertctl.files import check_new_out, check_out, make_folder, output_lock, write_text_atomic
+from bertctl.files import check_new_out, check_out, make_folder, write_text_atomic
 from bertctl.model import BertForMaskedLM, BertForSequenceClassification
+from bertctl.output_locks import output_lock
 from bertctl.tokenizer import BertTokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "day", "was", "good", "bad"]
@@ -106,8 +107,8 @@ def test_a_file_where_a_folder_goes_is_refused_even_with_overwrite(models, tmp_p
 def test_the_checkers_before_any_work(tmp_path):
     (tmp_path / "file").write_text("")
     (tmp_path / "dir").mkdir()
-    with pytest.raises(UsageError, match="^--corpus-out .*deep/er: its parent .*file is a file, not a folder;"):
-        check_out(tmp_path / "file" / "deep" / "er", "--corpus-out")
+    with pytest.raises(UsageError, match="^--out .*deep/er: its parent .*file is a file, not a folder;"):
+        check_out(tmp_path / "file" / "deep" / "er")
     with pytest.raises(UsageError, match="is a folder, not a file"):
         check_out(tmp_path / "dir", folder=False)
     with pytest.raises(UsageError, match="already exists; pass --overwrite"):
@@ -122,12 +123,10 @@ def test_writes_below_a_file_fail_in_one_line_not_errno(tmp_path):
     (tmp_path / "file").write_text("")
     for write in (lambda: make_folder(tmp_path / "file" / "x"), lambda: make_folder(tmp_path / "file"),
                   lambda: write_text_atomic(tmp_path / "file" / "x" / "y.json", "{}")):
-        blocked = f"^--out: cannot create the folder .*: {tmp_path / 'file'} is a file"  # --out: the default flag
+        blocked = f"^--out: cannot create the folder .*: {tmp_path / 'file'} is a file"
         with pytest.raises(UsageError, match=blocked) as info:
             write()
         assert "Errno" not in str(info.value)
-    with pytest.raises(UsageError, match="^--corpus-out: cannot create the folder"):  # the flag, as check_out has it
-        make_folder(tmp_path / "file" / "x", "--corpus-out")
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
 
 
@@ -646,7 +645,7 @@ def test_a_long_out_name_is_still_refused(tmp_path: Path) -> None:
         check_out(tmp_path / ("a" * 240))
 
 
-HOLD = ("import sys, time\nfrom bertctl.files import output_lock\nwith output_lock(sys.argv[1]):\n"
+HOLD = ("import sys, time\nfrom bertctl.output_locks import output_lock\nwith output_lock(sys.argv[1]):\n"
         "    print(flush=True)\n    time.sleep(60)\n")
 
 
@@ -670,7 +669,7 @@ def test_an_out_locked_by_a_live_process_is_refused_naming_it_and_free_once_it_i
 
 
 # the worker says its pid itself: then it has run the fork hooks (the parent's start() returns before that)
-HOLD_FORKING = ("import multiprocessing, os, sys, time\nfrom bertctl.files import output_lock\n"
+HOLD_FORKING = ("import multiprocessing, os, sys, time\nfrom bertctl.output_locks import output_lock\n"
                 "def work():\n    print(os.getpid(), flush=True)\n    time.sleep(60)\n"
                 "with output_lock(sys.argv[1]):\n"
                 "    multiprocessing.get_context('fork').Process(target=work).start()\n    time.sleep(60)\n")

@@ -275,7 +275,7 @@ def test_second_run_without_resume_is_refused(corpus, tmp_path):
 
 def test_a_run_folder_another_bertctl_writes_is_refused_untouched_and_free_once_it_ends(corpus, tmp_path):
     """A job submitted twice: the second would prune the first one's checkpoints and rewrite its metrics.jsonl."""
-    from bertctl.files import output_lock
+    from bertctl.output_locks import output_lock
 
     run = tmp_path / "run"
     args = _cli(corpus, run, "--steps", "2", "--batch-size", "8", "--resume")
@@ -1430,7 +1430,7 @@ def test_ranks_finding_other_checkpoints_in_their_out_are_refused(corpus, tmp_pa
 def test_a_run_folder_another_bertctl_writes_refuses_every_torchrun_rank_in_one_line(corpus, tmp_path):
     """Rank 0 alone takes the lock: refused there alone, it exited while rank 1 waited for it in the next
     collective, which failed with gloo's "Connection closed by peer", a second error line under the refusal."""
-    from bertctl.files import output_lock
+    from bertctl.output_locks import output_lock
 
     run = tmp_path / "run"
     with output_lock(run):

@@ -101,9 +101,10 @@ class RowRandom:
         return low + (self._bits(shape) % np.uint64(high - low)).astype(np.int64)
 
 
-def continuation_mask(vocab: list[str], prefix: str = "##") -> np.ndarray:
-    """`(V,)` bool, True for WordPiece pieces that continue a word; computed once per vocabulary."""
-    return np.fromiter((token.startswith(prefix) for token in vocab), dtype=bool, count=len(vocab))
+def continuation_mask(vocab: list[str]) -> np.ndarray:
+    """`(V,)` bool, True for WordPiece pieces that continue a word (`##`: every bertctl vocabulary's prefix,
+    tokenizer.CONTINUATION); computed once per vocabulary."""
+    return np.fromiter((token.startswith("##") for token in vocab), dtype=bool, count=len(vocab))
 
 
 def masking_options(tokenizer: Any, masked_lm_prob: float, max_predictions_per_seq: int,

@@ -78,43 +78,43 @@ class ReadStats:
 
 # --- which sources ---------------------------------------------------------------------------------
 
-def expand_inputs(inputs: Sequence[str | Path], flag: str = "INPUTS") -> list[Source]:
+def expand_inputs(inputs: Sequence[str | Path]) -> list[Source]:
     """Files, folders (recursively, sorted), glob patterns and dataset names -> a list without repeats.
 
     A name that is no local path, has no glob characters and looks like `owner/name[:config[:split]]` without a
-    file suffix is kept as a `datasets` name (str). Raises UsageError naming `flag` when an input matches
+    file suffix is kept as a `datasets` name (str). Raises UsageError naming INPUTS when an input matches
     nothing, is a folder without files, is a pipe, '-' or a device (they cannot be read twice), or when nothing
     is left at all; hidden files (.name) in folders, and pipes and devices in folders or glob matches, are left
     out.
     """
     found: list[Source] = []
     for item in inputs:
-        matched = _expand_one(str(item), flag)
+        matched = _expand_one(str(item))
         if not matched:
-            raise UsageError(f"{flag}: nothing matched {str(item)!r} (no such file, folder or glob match)")
+            raise UsageError(f"INPUTS: nothing matched {str(item)!r} (no such file, folder or glob match)")
         found.extend(matched)
     unique = list(dict.fromkeys(found))
     if not unique:
-        raise UsageError(f"{flag}: no input given; name text files, folders, globs or a dataset")
+        raise UsageError("INPUTS: no input given; name text files, folders, globs or a dataset")
     return unique
 
 
-def _expand_one(item: str, flag: str) -> list[Source]:
+def _expand_one(item: str) -> list[Source]:
     if item == "-":
-        raise UsageError(f"{flag}: '-' (standard input) cannot be an input: {_READ_TWICE}")
+        raise UsageError(f"INPUTS: '-' (standard input) cannot be an input: {_READ_TWICE}")
     if not item.strip():  # Path("") is the working folder: everything in it, read by accident
-        raise UsageError(f"{flag}: an empty name; give a file, folder, glob or dataset (use . for this folder)")
+        raise UsageError("INPUTS: an empty name; give a file, folder, glob or dataset (use . for this folder)")
     path = Path(item).expanduser()
     if path.is_file():
         return [path]
     if path.is_dir():
         files = _files_under(path)
         if not files:
-            raise UsageError(f"{flag}: the folder {item} holds no files (hidden ones, pipes and devices are left "
+            raise UsageError(f"INPUTS: the folder {item} holds no files (hidden ones, pipes and devices are left "
                              "out); put the text files in it, or name them")
         return files
     if path.exists():
-        raise _not_regular(path, flag)
+        raise _not_regular(path)
     if glob.has_magic(item):
         hits = sorted(glob.glob(str(path), recursive=True))
         return [f for hit in hits for f in ([Path(hit)] if Path(hit).is_file() else _files_under(Path(hit)))]
@@ -122,11 +122,11 @@ def _expand_one(item: str, flag: str) -> list[Source]:
     return [item] if _DATASET_NAME.match(item) and not file_like else []
 
 
-def _not_regular(path: Path, flag: str) -> UsageError:
+def _not_regular(path: Path) -> UsageError:
     """A pipe (`<(cmd)`, a FIFO) or a device named as an input: one clear line, not 'nothing matched'."""
     mode = path.stat().st_mode
     kind = next((kind for test, kind in _NOT_REGULAR if test(mode)), "not a file or folder")
-    return UsageError(f"{flag}: {path} is {kind}, not a regular file: {_READ_TWICE}")
+    return UsageError(f"INPUTS: {path} is {kind}, not a regular file: {_READ_TWICE}")
 
 
 def _files_under(folder: Path) -> list[Path]:
@@ -218,14 +218,6 @@ def _reading(path: Path) -> Iterator[tuple[IO[bytes], TextIO]]:
 
 # --- streaming ------------------------------------------------------------------------------------
 
-def iter_lines(paths: Iterable[Path], stats: ReadStats | None = None) -> Iterator[str]:
-    """Every line (without its newline) of every text file, in order; unreadable files are skipped."""
-    stats = stats if stats is not None else ReadStats()
-    for path in paths:
-        yield from _guarded(path, _file_lines, stats)
-    _require_some(stats)
-
-
 def _file_lines(path: Path, stats: ReadStats) -> Iterator[str]:
     start = stats.bytes_read
     with _reading(path) as (raw, text):
@@ -310,7 +302,7 @@ def iter_records(source: Source, text_column: str = "text", stats: ReadStats | N
         yield from _dataset_rows(source, text_column, stats)
         return
     if not is_table(source):
-        raise UsageError(f"{source} is not a table ({', '.join(TABLES)}); read it with iter_lines")
+        raise UsageError(f"{source} is not a table ({', '.join(TABLES)}); read it with iter_texts")
     kind = [s.lower() for s in source.suffixes if s.lower() not in COMPRESSIONS][-1]
     reader = {".jsonl": _jsonl_rows, ".json": _json_rows, ".csv": _csv_rows, ".parquet": _parquet_rows}
     yield from reader[kind](source, text_column, stats)
