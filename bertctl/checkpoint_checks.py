@@ -91,7 +91,16 @@ def check_heads(weights_file: Path, in_file: set[str], config: BertConfig, state
             continue
         name = next(iter(to_transformers_names({key: found}, bare=bare)))
         raise UsageError(f"{weights_file}: {name} has shape {tuple(found.shape)} but the model its config.json "
-                           f"describes needs {tuple(target.shape)} (is the file complete? re-download or re-save it)")
+                         f"describes needs {tuple(target.shape)} ({_shape_remedy(key, found)})")
+
+
+def _shape_remedy(key: str, found: Tensor) -> str:
+    """A question-answering head of other than 2 outputs is whole but no SQuAD model (transformers' own cannot run
+    it: its start/end split needs 2); any other shape that disagrees is most often a file cut short."""
+    if key.startswith("qa_outputs.") and found.ndim and found.shape[0] != 2:
+        return (f"a question-answering head gives 2 outputs, a start and an end score; this one gives "
+                f"{found.shape[0]}: not a SQuAD model, fine-tune one with `bertctl finetune squad`")
+    return "is the file complete? re-download or re-save it"
 
 
 def _check_layer_count(config_file: Path, config: BertConfig, raw: dict[str, Any],

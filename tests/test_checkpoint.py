@@ -435,6 +435,22 @@ def test_a_head_of_another_shape_than_config_json_gives_is_refused_not_replaced_
         load_model(tmp_path / "hf", "BertForPreTraining")
 
 
+def test_a_question_answering_head_of_three_outputs_is_named_no_squad_model(odd_config, tmp_path):
+    """transformers saves BertForQuestionAnswering with num_labels=3 but cannot run it (its start/end split needs
+    2): a whole file, so the line says what the head is, not that the file may be cut short."""
+    hf_pretraining_folder(odd_config, tmp_path / "hf")
+    path = tmp_path / "hf" / "model.safetensors"
+    state = load_file(path)
+    state.update({"qa_outputs.weight": torch.zeros(3, odd_config.hidden_size), "qa_outputs.bias": torch.zeros(3)})
+    save_file(state, path, metadata={"format": "pt"})
+    result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (f"bertctl: error: {path}: qa_outputs.bias has shape (3,) but the model its "
+                                     "config.json describes needs (2,) (a question-answering head gives 2 outputs, "
+                                     "a start and an end score; this one gives 3: not a SQuAD model, fine-tune one "
+                                     "with `bertctl finetune squad`)")
+
+
 def test_a_classifier_may_have_another_number_of_outputs_but_not_another_width(odd_config, tmp_path):
     """Another number of labels makes a fresh classifier (fine-tuning a model on another task); another input
     width is a broken file, not a fresh head."""

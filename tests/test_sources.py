@@ -236,10 +236,10 @@ def test_a_problem_past_the_first_64_kib_refuses_the_file_instead_of_skipping_ha
     (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
     path, message = _late_problems(tmp_path)[kind]
     sources = [tmp_path / "a.txt", path]
-    for read in (lambda: iter_texts(sources), lambda: iter_documents(sources)):
+    for read in (iter_texts, iter_documents):
         stats = ReadStats()
         with caplog.at_level(logging.WARNING), pytest.raises(UsageError) as caught:
-            for _ in read():
+            for _ in read(sources, stats=stats):
                 pass
         assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
         assert not stats.skipped and "warning: skipped" not in caplog.text
