@@ -13,6 +13,8 @@ from types import ModuleType
 import pytest
 import torch
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 

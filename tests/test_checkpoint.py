@@ -18,6 +18,8 @@ from bertctl.cli import app  # noqa: E402
 from bertctl.errors import UsageError  # noqa: E402
 from bertctl.model import BertForPreTraining  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def hf_pretraining_folder(odd_config, folder):
     torch.manual_seed(0)

@@ -22,6 +22,8 @@ from bertctl.cli import app  # noqa: E402
 from bertctl.config import ACTIVATIONS  # noqa: E402
 from bertctl.errors import UsageError  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 SHAPE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
               "max_position_embeddings", "type_vocab_size")
 

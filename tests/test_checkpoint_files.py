@@ -24,6 +24,8 @@ from bertctl.convert import convert  # noqa: E402
 from bertctl.errors import BertctlError, UsageError  # noqa: E402
 from bertctl.info import info  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # transformers 5 renamed from_pretrained's torch_dtype to dtype (and defaults to "auto": the file's dtype)
 FP32 = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": torch.float32}
 

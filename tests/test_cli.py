@@ -18,6 +18,8 @@ from bertctl.cli import app
 from bertctl.cli_base import LOST_PEER, lost_peer
 from bertctl.errors import Terminated, UsageError
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 GROUPS = ["tokenizer", "corpus", "pretrain", "finetune", "evaluate", "predict", "fill", "convert", "info"]
 
 

@@ -24,6 +24,8 @@ from bertctl.data.shards import is_validation
 from bertctl.errors import BertctlError, UsageError
 from bertctl.tokenizer import BertTokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 WORDS = ("the cat dog bird fish sat ran flew swam on under over a mat log tree pond quickly slowly happily "
          "red blue green big small old young and then later").split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *WORDS]

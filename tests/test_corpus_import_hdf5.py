@@ -95,6 +95,8 @@ def padded_row(row: dict) -> dict[str, np.ndarray]:
 
 from test_corpus_import import built  # noqa: E402, F401 - the corpus bertctl built and its rows as TFRecords
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 @pytest.fixture(scope="module")
 def shards(built) -> list[Path]:  # noqa: F811

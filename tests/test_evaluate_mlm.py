@@ -16,6 +16,8 @@ from bertctl.cli import app
 from bertctl.config import CorpusConfig
 from bertctl.tokenizer import BertTokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def _corpus(root: Path, name: str, **settings) -> Path:
     from bertctl.corpus import build_corpus
@@ -41,7 +43,7 @@ def _cli(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("masking", ["dynamic", "static"])
-def test_a_runs_checkpoints_score_its_validation_rows(corpora, tmp_path, masking, one_thread):
+def test_a_runs_checkpoints_score_its_validation_rows(corpora, tmp_path, masking):
     """Same checkpoint, corpus, rows and seed: the figures pretrain logged at that step, whatever the batch size."""
     from bertctl.mlm_eval import evaluate_mlm
     from bertctl.pretrain import pretrain
@@ -114,8 +116,7 @@ def _transformers_model(folder: Path, tokenizer: Path, architecture: str, positi
 
 @pytest.mark.parametrize(("architecture", "tied"), [("BertForPreTraining", True), ("BertForMaskedLM", True),
                                                      ("BertForPreTraining", False), ("BertForMaskedLM", False)])
-def test_figures_equal_transformers_on_the_same_masked_rows(corpora, tmp_path, architecture, tied, one_thread,
-                                                            caplog):
+def test_figures_equal_transformers_on_the_same_masked_rows(corpora, tmp_path, architecture, tied, caplog):
     """transformers' model from the same folder, fed each row alone (no padding) with pretrain's masks for it:
     its loss over all masked tokens, accuracies and NSP accuracy, with the decoder tied to the embeddings or not
     (tie_word_embeddings false). A model without an NSP head has no NSP figure, and a note says so."""

@@ -16,6 +16,8 @@ transformers = pytest.importorskip("transformers")
 from bertctl.cli import app  # noqa: E402
 from bertctl.fill import fill  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TEXTS = ["my dog is [MASK].", "the [MASK] sat on the [MASK] and [MASK] loudly", "[MASK]"]
 
 

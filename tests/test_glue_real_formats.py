@@ -17,6 +17,8 @@ from bertctl.evaluate import evaluate_glue
 from bertctl.predict import predict_glue
 from bertctl.tokenizer import BertTokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # nyu-mll/glue as the `datasets` GLUE builder made it: per config, the text columns and the ClassLabel names
 # (written out here, not taken from bertctl's registry, so a wrong registry entry fails)
 HUB = {

@@ -584,7 +584,7 @@ def test_encoded_sentences_and_their_tags_are_held_end_to_end_not_as_an_array_ea
 
     from bertctl.ner import word_predictions
 
-    sentences = _synthetic(20000, 5)
+    sentences = _synthetic(10000, 5)
     data = read_ner(_conll(tmp_path / "big.txt", sentences), "--data")
     labels = ["B-LOC", "B-PER", "I-LOC", "I-PER", "O"]
     torch.manual_seed(0)

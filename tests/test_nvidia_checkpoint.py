@@ -25,6 +25,8 @@ from bertctl.checkpoint import build_model, load_model, read_checkpoint  # noqa:
 from bertctl.cli import app  # noqa: E402
 from bertctl.errors import BertctlError, UsageError  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(92)]  # odd_config's 97 tokens
 assert len(VOCAB) == 97
 PADDED = 104  # run_pretraining/run_squad/run_glue: 97 rounded up to a multiple of 8

@@ -11,6 +11,8 @@ transformers = pytest.importorskip("transformers")
 from bertctl.checkpoint import load_model, save_model  # noqa: E402
 from bertctl.config import ACTIVATIONS  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 HEADS = ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
          "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"]
 TOLERANCE = 1e-5

@@ -27,6 +27,8 @@ from bertctl.config_files import layered
 from bertctl.errors import BertctlError, UsageError
 from bertctl.tokenizer import BertTokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 WORDS = ("the cat dog bird fish sat ran flew swam on under over a mat log tree pond quickly slowly happily "
          "red blue green big small old young and then later").split()
 
@@ -89,13 +91,19 @@ def test_loss_falls_and_run_writes_its_files(corpus, tmp_path):
 
 
 def test_run_json_records_the_cpu_threads_that_round_the_sums(corpus, tmp_path):
-    """Another thread count gives other checkpoint bytes from the same command, so run.json says it."""
+    """Another thread count gives other checkpoint bytes from the same command, so run.json says it (2 threads,
+    not the module's one: a run.json that always said 1 would pass)."""
     import torch
 
     from bertctl.pretrain import pretrain
 
-    pretrain(small_run(corpus, tmp_path / "run", steps=3, save_every=0))
-    assert json.loads((tmp_path / "run" / "run.json").read_text())["threads"] == torch.get_num_threads()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        pretrain(small_run(corpus, tmp_path / "run", steps=3, save_every=0))
+    finally:
+        torch.set_num_threads(threads)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["threads"] == 2
 
 
 def test_resume_mid_epoch_reproduces_the_uninterrupted_run(corpus, tmp_path):

@@ -18,6 +18,8 @@ from bertctl.model import (
     Packing,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 HEADS = {"classify": BertForSequenceClassification, "ner": BertForTokenClassification,
          "choice": BertForMultipleChoice}
 HF_NAMES = {"classify": "BertForSequenceClassification", "ner": "BertForTokenClassification",

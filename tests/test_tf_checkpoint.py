@@ -27,6 +27,8 @@ from bertctl.errors import BertctlError, UsageError  # noqa: E402
 from bertctl.tf_checkpoint import checkpoint_prefix  # noqa: E402
 from bertctl.tf_format import crc32c  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(92)]  # odd_config's 97 rows
 
 # ------------------------------------------------------------------------------------------------ the writer

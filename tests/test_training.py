@@ -21,6 +21,8 @@ from torch import nn
 from bertctl import optim, run_metrics, stop_signals, training, training_state
 from bertctl.errors import BertctlError, Terminated, UsageError
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def _terms(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     loss = model(batch["x"]).pow(2).mean() * batch["scale"]
