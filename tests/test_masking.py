@@ -36,6 +36,10 @@ def test_number_to_predict_follows_google() -> None:
     short = np.array([[CLS, 7, SEP, PAD], [CLS, 7, 8, SEP]], dtype=np.uint16)  # 3 * 0.15 rounds to 0, 4 * 0.15 to 1
     few = mask_tokens(short, rng=np.random.default_rng(1), **OPTIONS)
     assert ((few.positions >= 0).sum(axis=1) == [1, 1]).all()  # Google's max(1, ...): a short row still predicts one
+    capped = {**OPTIONS, "masked_lm_prob": 1.0, "max_predictions_per_seq": 3}  # 5 candidates, at most 3 taken
+    row = np.array([CLS, 7, 8, 9, 10, 11, SEP], dtype=np.uint16)
+    assert len(mask_tokens(row, rng=np.random.default_rng(1), **capped).positions) == 3
+    assert (mask_tokens(row[None], rng=np.random.default_rng(1), **capped).positions >= 0).sum() == 3
 
 
 def test_specials_never_masked_and_labels_are_the_originals() -> None:
@@ -245,5 +249,8 @@ def test_a_rows_stream_ignores_its_neighbours_and_the_padding() -> None:
     assert abs(draws.random((4000, 128)).mean() - 0.5) < 0.002
     counts = np.bincount(draws.integers(0, 10, (4000, 128)).ravel(), minlength=10)
     assert counts.min() > 0.97 * counts.mean() and counts.max() < 1.03 * counts.mean()
+    first, second = RowRandom(keys).random((64, 512)), RowRandom(keys)
+    second.random((64, 512))  # one call's counters never reach the next's: the two draws share no value
+    assert not np.intersect1d(first, second.random((64, 512))).size
     with pytest.raises(ValueError, match="row keys"):
         draws.random((3, 4))

@@ -10,6 +10,7 @@ import json
 import lzma
 import random
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from bertctl.errors import BertctlError, UsageError
 from bertctl.finetune_tagging import _labelled, _loss_terms, finetune_ner
 from bertctl.metrics import entity_scores, entity_spans
 from bertctl.model import BertForMaskedLM, BertForTokenClassification
-from bertctl.ner import evaluate_ner, predict_ner
+from bertctl.ner import evaluate_ner, open_ner_reader, predict_ner, read_ner_model
 from bertctl.tokenizer import BertTokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -381,6 +382,23 @@ def test_evaluate_reproduces_eval_results_and_predict_writes_conll(ner_run, ner_
     again = CliRunner().invoke(app, ["predict", "ner", "--model", str(ner_run), "--data", str(words), "--out",
                                      str(tmp_path / "p.jsonl")])
     assert again.exit_code != 0 and "--overwrite" in again.output
+    with pytest.raises(UsageError, match="is the input file"):  # --overwrite would have replaced the data
+        predict_ner(ner_run, words, words, overwrite=True)
+
+
+def test_integer_tags_are_named_by_the_flag_else_the_runs_names_else_the_models(ner_run, tmp_path):
+    """The run's label_names name its data's integer tags, which need not be the head's order (id2label)."""
+    run = tmp_path / "run"
+    shutil.copytree(ner_run, run)
+    record = json.loads((run / "run.json").read_text())
+    heads = tuple(read_checkpoint(run).labels)
+    record["config"]["label_names"] = list(reversed(heads))
+    (run / "run.json").write_text(json.dumps(record))
+    assert open_ner_reader(run, None, None, None).label_names == heads[::-1]
+    assert open_ner_reader(run, None, None, "O,B-PER").label_names == ("O", "B-PER")
+    del record["config"]["label_names"]
+    (run / "run.json").write_text(json.dumps(record))
+    assert open_ner_reader(run, None, None, None).label_names == heads
 
 
 @pytest.mark.parametrize("name", ["p.json", "p.csv", "p.tsv", "p.parquet"])
@@ -446,6 +464,10 @@ def test_refusals(encoder, ner_run, ner_files, tmp_path):
                       "has the tags B-ORG, which the model")
     _one_line_failure(["evaluate", "ner", "--model", str(encoder), "--data", str(ner_files["valid"])],
                       "no token-classification head")
+    sentences = build_model(read_checkpoint(encoder), "BertForSequenceClassification", num_labels=3)
+    glue = save_model(sentences, tmp_path / "glue", _tokenizer(), labels=["O", "B-PER", "I-PER"])
+    with pytest.raises(UsageError, match="no token-classification head"):  # its `classifier` is a sentence head
+        read_ner_model(glue)
     _one_line_failure([*train, str(ner_files["train"]), "--validation", str(unknown)], "has the tags B-ORG")
     with pytest.raises(UsageError, match="label_names: for `bertctl finetune classify`"):
         from bertctl.finetune_qa import finetune_squad
@@ -460,12 +482,17 @@ def test_refusals(encoder, ner_run, ner_files, tmp_path):
 def test_a_word_with_a_space_goes_to_jsonl_not_to_a_conll_line(ner_run, tmp_path):
     """jsonl tokens may hold spaces ("New York"), which would split into extra CoNLL columns."""
     data = tmp_path / "spaced.jsonl"
-    data.write_text(json.dumps({"tokens": ["peter", "saw", "new york"]}) + "\n")
+    data.write_text(json.dumps({"tokens": ["peter", "saw", "new york", "zürich"]}) + "\n")
     _one_line_failure(["predict", "ner", "--model", str(ner_run), "--data", str(data), "--out",
                        str(tmp_path / "p.txt")], "sentence 1 has the word 'new york', which a CoNLL line cannot hold")
     assert not (tmp_path / "p.txt").exists()
+    edged = tmp_path / "edged.jsonl"  # white space at a word's edge only: the CoNLL line would lose it too
+    edged.write_text(json.dumps({"tokens": ["peter", "york\u00a0"]}) + "\n")
+    with pytest.raises(UsageError, match=r"the word 'york\\xa0', which a CoNLL line cannot hold"):
+        predict_ner(ner_run, edged, tmp_path / "p.txt")
     out = predict_ner(ner_run, data, tmp_path / "p.jsonl")
-    assert json.loads(out.read_text())["tokens"] == ["peter", "saw", "new york"]
+    text = out.read_text(encoding="utf-8")  # UTF-8, not \u escapes, as the other predict commands write
+    assert json.loads(text)["tokens"] == ["peter", "saw", "new york", "zürich"] and "zürich" in text
 
 
 def test_line_separators_inside_a_word_do_not_split_the_line(tmp_path):
@@ -540,7 +567,7 @@ def test_a_word_without_pieces_is_predicted_o_whatever_the_heads_last_tag(encode
     tagger = save_model(model, tmp_path / "tagger", _tokenizer(), labels=["O", "B-PER", "I-PER"])
     (tmp_path / "words.txt").write_text("john\n\u200b\nwent\n")
     out = predict_ner(tagger, tmp_path / "words.txt", tmp_path / "p.txt")
-    assert [line.split()[-1] for line in out.read_text().splitlines()] == ["B-PER", "O", "B-PER"]
+    assert out.read_text().splitlines() == ["john B-PER", "\u200b O", "went B-PER"]  # no gold column: word, guess
 
 
 def test_padding_pieces_are_labelled_minus_100_as_in_transformers():
