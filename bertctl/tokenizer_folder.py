@@ -207,8 +207,8 @@ def _warn_unapplied(config: dict[str, Any], where: Path) -> None:
 
 def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertTokenizer:
     """A tokenizer folder (vocab.txt and/or tokenizer.json), a vocab.txt or a tokenizer.json, read as
-    transformers' `BertTokenizer.from_pretrained` reads it: vocab.txt first, every option of
-    tokenizer_config.json, special and added tokens; a tokenizer.json alone gives its vocabulary and casing.
+    transformers' `BertTokenizer.from_pretrained` reads it: tokenizer.json's vocabulary first (see _vocabulary),
+    every option of tokenizer_config.json, special and added tokens.
 
     `lowercase` (the --lowercase/--cased flag) decides where the folder does not: it overrides a bare
     vocab.txt's config with a warning, and is ignored (with a warning) when the folder has a tokenizer.json.
@@ -231,16 +231,13 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     else:
         raise UsageError(f"tokenizer {given} does not exist; give a tokenizer folder or a vocab.txt")  # as spelt
     tokenizer_json = _read_tokenizer_json(json_path) if json_path and json_path.is_file() else None
-    if vocab_path is not None and vocab_path.is_file():
-        source, tokens, fallback = vocab_path, read_vocab_file(vocab_path), {}
-        vocab = {t: i for i, t in enumerate(tokens)}
-    else:
-        assert tokenizer_json is not None and json_path is not None
-        source, vocab, fallback = json_path, tokenizer_json["model"]["vocab"], _casing_of(tokenizer_json)
+    folder = path if path.is_dir() else path.parent
     try:
-        config, added = _folder_settings(source.parent, tokenizer_json)
+        config, added = _folder_settings(folder, tokenizer_json)
     except _ODD_SETTING as exc:
-        raise _odd_settings(source.parent, exc) from None
+        raise _odd_settings(folder, exc) from None
+    vocab_path = vocab_path if vocab_path is not None and vocab_path.is_file() else None
+    source, vocab, fallback = _vocabulary(vocab_path, json_path, tokenizer_json, config)
     file_lower = config.get("do_lower_case", fallback.get("do_lower_case"))
     if lowercase is not None and file_lower is not None and bool(file_lower) != lowercase:
         where = source.parent / "tokenizer_config.json" if "do_lower_case" in config else source
@@ -264,6 +261,38 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
         return BertTokenizer.from_vocab(vocab, options=options)
     except UsageError as exc:
         raise UsageError(f"tokenizer {source}: {exc}") from None
+
+
+def _vocabulary(vocab_path: Path | None, json_path: Path | None, tokenizer_json: dict[str, Any] | None,
+                config: dict[str, Any]) -> tuple[Path, dict[str, int], dict[str, Any]]:
+    """The file the vocabulary comes from, the vocabulary, and the casing for keys the config lacks.
+
+    tokenizer.json's vocabulary wins over a vocab.txt beside it, as AutoTokenizer, BertTokenizer and
+    BertTokenizerFast read it; only the pure-Python BertTokenizerLegacy (a folder naming it) reads vocab.txt.
+    The tokenizer.json's normalizer gives the casing unless the config names a BERT class, whose defaults
+    (lowercase) then apply as those classes rebuild the normalizer from the config, or a vocab.txt is there
+    (BertTokenizer's defaults too; AutoTokenizer takes the normalizer where no config.json names the model)."""
+    legacy = config.get("tokenizer_class") == "BertTokenizerLegacy"
+    if vocab_path is not None and (tokenizer_json is None or legacy):
+        return vocab_path, {t: i for i, t in enumerate(read_vocab_file(vocab_path))}, {}
+    assert tokenizer_json is not None and json_path is not None
+    vocab = tokenizer_json["model"]["vocab"]
+    if vocab_path is not None:
+        _warn_stale_vocab(vocab_path, vocab)
+    bert_defaults = vocab_path is not None or config.get("tokenizer_class") in ("BertTokenizer", "BertTokenizerFast")
+    return json_path, vocab, {} if bert_defaults else _casing_of(tokenizer_json)
+
+
+def _warn_stale_vocab(vocab_path: Path, vocab: dict[str, int]) -> None:
+    """A vocab.txt that lists other tokens than the tokenizer.json beside it: Google's code and the pure-Python
+    tokenizer would read other ids from the same folder than transformers' AutoTokenizer and bertctl."""
+    try:
+        same = read_vocab_file(vocab_path) == sorted(vocab, key=vocab.__getitem__)
+    except UsageError:  # repeated tokens, not UTF-8: transformers does not read it either
+        same = False
+    if not same:
+        log.warning("warning: %s lists other tokens than the tokenizer.json beside it; using tokenizer.json's "
+                    "vocabulary, as transformers' AutoTokenizer does", vocab_path)
 
 
 _ODD_SETTING = (TypeError, ValueError, AttributeError, KeyError)  # a hand-edited file: a list for a dict, ...

@@ -269,13 +269,41 @@ def test_added_tokens_without_normalized_key_are_normalized_unless_special(vocab
 
 
 def test_tokenizer_json_alone_takes_its_casing(vocab: dict[str, list[str]], tmp_path: Path) -> None:
-    """No tokenizer_config.json: the tokenizer.json's BertNormalizer flags decide (cased here)."""
+    """No tokenizer_config.json: the tokenizer.json's BertNormalizer flags decide (cased here). A config naming
+    BertTokenizer(Fast) without do_lower_case gives that class's default instead, lowercasing, as AutoTokenizer
+    and both classes' from_pretrained (transformers 4's fast one too) rebuild the normalizer from it."""
     folder = _fast_v5(tmp_path, vocab)
     (folder / "tokenizer_config.json").unlink()
     ours = load_tokenizer(folder)
     assert ours.lowercase is False
     compared, bad = differences(folder, slow_reference(folder, tmp_path))
     assert compared > 500 and bad == []
+    write(folder, None, tokenizer_config={"tokenizer_class": "BertTokenizerFast"})
+    auto = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ours, texts = load_tokenizer(folder), [*ADDED_TEXTS, "Hello <new> <NEW> <New>x foobar Foo CAFÉ Naïve"]
+    assert ours.lowercase is True and auto.backend_tokenizer.normalizer.lowercase is True
+    assert [e.ids for e in ours.encode_batch(texts)] == [auto(text)["input_ids"] for text in texts]
+
+
+@pytest.mark.parametrize("tokenizer_class", ["BertTokenizer", "BertTokenizerLegacy"])
+def test_a_stale_vocab_txt_beside_tokenizer_json_is_read_as_auto_tokenizer_reads_it(
+        tokenizer_class: str, vocab: dict[str, list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """tokenizer.json's vocabulary wins over a vocab.txt beside it that lists other tokens (one renamed, one
+    missing), as AutoTokenizer, BertTokenizer and BertTokenizerFast read it; a folder naming the pure-Python
+    BertTokenizerLegacy, which AutoTokenizer then loads, reads vocab.txt. A differing vocab.txt is warned about."""
+    folder = write(tmp_path, vocab["uncased"], tokenizer_config={"tokenizer_class": tokenizer_class})
+    data = json.loads(transformers.BertTokenizer(str(folder / "vocab.txt")).backend_tokenizer.to_str())
+    data["model"]["vocab"]["zzqword"] = data["model"]["vocab"].pop("[unused0]")
+    data["model"]["vocab"]["qqxword"] = len(vocab["uncased"])
+    (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    auto, text = transformers.AutoTokenizer.from_pretrained(str(folder)), "ZZQWORD qqxword [unused0] zzqwords"
+    ours, fast = load_tokenizer(folder), tokenizer_class == "BertTokenizer"
+    assert ours.encode(text).ids == auto(text)["input_ids"] and ours.vocab_size == len(auto)
+    assert (auto(text)["input_ids"][1] == 1) is fast  # zzqword in [unused0]'s slot
+    assert ("lists other tokens" in caplog.text) is fast
+    if fast:  # the pure-Python tokenizer, given tokenizer.json's vocabulary, on the hard texts
+        (folder / "vocab.txt").unlink()
+    assert differences(folder, slow_reference(folder, tmp_path / "reference"))[1] == []
 
 
 def test_an_old_configs_max_len_is_its_model_max_length(tmp_path: Path) -> None:
