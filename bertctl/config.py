@@ -10,15 +10,13 @@ import dataclasses
 import math
 import os
 import reprlib
-from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from bertctl.config_files import layered, read_config_file, refuse_unknown
-from bertctl.config_types import DATA_NAMES, LOCAL_NAMES, any_case, field_types, fields_named, flag_name, take_types
+from bertctl.config_types import any_case, field_types, fields_named, flag_name, take_types
 from bertctl.errors import UsageError
-from bertctl.hub import written_like_path
 
 # Every parameter-free name of transformers' ACT2FN (5.24), computed exactly as transformers does
 # (bertctl.model._ACTIVATIONS); the ones with trained parameters (prelu, xielu) are refused.
@@ -202,73 +200,6 @@ def _check_optimizer(cfg: PretrainConfig | FinetuneConfig) -> None:
 def warmup_steps(fraction: float, steps: int) -> int:
     """A warmup fraction in steps, rounded up as transformers' Trainer does (its float product too)."""
     return math.ceil(fraction * steps)
-
-
-def refuse_changed_settings(cfg: Any, saved: dict[str, Any], compared: Collection[str], run: Path | str,
-                            restart: str, started_in: str | None = None) -> None:
-    """A resumed run must train as the interrupted one did, or its checkpoints mean nothing: the `compared`
-    fields of `cfg` must equal the run's saved config (its run.json)."""
-    said = changed_settings(cfg, saved, compared, started_in)
-    if said:
-        raise UsageError(f"--resume: the run in {run} was started with {said}; resume it with the same "
-                         f"settings, or {restart}")
-
-
-def changed_settings(cfg: Any, saved: dict[str, Any], compared: Collection[str], started_in: str | None = None
-                     ) -> str:
-    """The `compared` fields of `cfg` that differ from a run's saved config, as `--lr 0.001 (now 0.0001), ...`
-    ("" when none). A folder named otherwise is the same folder (`./x`, `x/`, `/abs/x`, or a relative name
-    given from `started_in`, where the run started); a setting the record lacks (an older run's) is not
-    compared."""
-    now = config_to_dict(cfg)
-
-    def same(name: str) -> bool:
-        old, new = saved[name], now[name]
-        if not (isinstance(old, str) and isinstance(new, str)):
-            return old == new
-        before = Path(old).expanduser()
-        if started_in is not None and not before.is_absolute():
-            before = Path(started_in) / before
-        if before.exists():  # a folder or file here: the same one, however named
-            return before.resolve() == Path(new).expanduser().resolve()
-        return old == new  # a hub id, a choice, or a path no longer there
-
-    def shown(value: Any) -> Any:
-        return "not given" if value is None else value
-
-    changed = [name for name in compared if name in saved and not same(name)]
-    return ", ".join(f"{flag_name(k)} {shown(saved[k])} (now {shown(now[k])})" for k in changed)
-
-
-def config_to_dict(obj: Any) -> dict[str, Any]:
-    """A JSON-ready view of a (nested) config dataclass. A local path in a field that may name a hub id or
-    dataset (`model`, `init_from`, `tokenizer`; `train`, `validation`, `data`, `inputs`) keeps a `./` when its
-    name reads like one (`runs/final`, `tok`, `corpus/novels`): a Path has lost the `./` given, a data name may
-    never have had one, and the record read back from another working folder would otherwise fetch (or take
-    from the cache) the hub repository of that name instead of saying the path is not there."""
-    def plain(value: Any, name: str = "") -> Any:
-        if name in _RECORDED_PATHS and isinstance(value, (str, Path)):
-            return recorded_path(value)
-        if isinstance(value, Path):
-            return str(value)
-        if isinstance(value, (list, tuple)):
-            return [plain(v, name) for v in value]  # `inputs`: each one a path or a dataset
-        if isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        return value
-
-    return {k: plain(v, k) for k, v in dataclasses.asdict(obj).items()}
-
-
-_RECORDED_PATHS = {*LOCAL_NAMES, *DATA_NAMES, "inputs"}  # fields whose local paths config_to_dict marks as paths
-
-
-def recorded_path(value: str | Path) -> str:
-    """A path, hub id or dataset name as records keep it: a relative path that exists here but whose spelling does
-    not say it is one (`corpus/novels`) with a `./`, so that it is never read back as a hub name."""
-    if Path(value).exists() and not Path(value).is_absolute() and not written_like_path(str(value)):
-        return f"./{value}"
-    return str(value)
 
 
 CORPUS_OBJECTIVES = ("mlm+nsp", "mlm", "mlm+sop")
@@ -568,6 +499,9 @@ class FinetuneConfig:
 SQUAD_DEFAULTS: dict[str, Any] = {"lr": 3e-5, "epochs": 2, "max_seq_length": 384}
 # transformers' run_ner.py (TrainingArguments' learning rate; 3 epochs, 128 tokens and batch 32 as FinetuneConfig's)
 NER_DEFAULTS: dict[str, Any] = {"lr": 5e-5}
+# transformers' run_swag.py README (lr 5e-5, 3 epochs, batch 16 examples: the paper's SWAG batch too); 128 tokens
+# as FinetuneConfig's and run_swag_no_trainer.py's (run_swag.py's own default is the tokenizer's 512)
+CHOICE_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "batch_size": 16}
 
 
 @dataclass(frozen=True)
@@ -595,6 +529,3 @@ class TokenizerTrainConfig:
                 raise UsageError(f"{flag_name(name)} must be at least {low}, got {getattr(self, name)}")
         if self.vocab_size > MAX_VOCAB_SIZE:
             raise UsageError(f"--vocab-size {self.vocab_size}: give at most {MAX_VOCAB_SIZE:,}")
-# transformers' run_swag.py README (lr 5e-5, 3 epochs, batch 16 examples: the paper's SWAG batch too); 128 tokens
-# as FinetuneConfig's and run_swag_no_trainer.py's (run_swag.py's own default is the tokenizer's 512)
-CHOICE_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "batch_size": 16}

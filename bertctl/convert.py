@@ -17,7 +17,7 @@ from bertctl.checkpoint import (
     save_model,
     saved_architecture,
 )
-from bertctl.config import recorded_path
+from bertctl.config_records import recorded_path
 from bertctl.config_types import take_bool
 from bertctl.errors import UsageError
 from bertctl.files import check_new_out, refuse_inputs_inside, user_path, write_json_atomic

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import __version__
-from bertctl.config import CorpusConfig, config_to_dict, usable_cores
+from bertctl.config import CorpusConfig, usable_cores
+from bertctl.config_records import config_to_dict
 from bertctl.config_types import take_config
 from bertctl.data.shards import (
     SPLITS,

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from bertctl import __version__
-from bertctl.config import CorpusImportConfig, config_to_dict, usable_cores
+from bertctl.config import CorpusImportConfig, usable_cores
+from bertctl.config_records import config_to_dict
 from bertctl.config_types import take_config
 from bertctl.corpus import (
     check_length,
@@ -284,11 +285,21 @@ def _import_one(job: _FileJob, progress: Callable[[int, int], None]) -> _FileRes
     return _FileResult(rows, shape, stored, shards.stats)
 
 
+@dataclasses.dataclass
+class _FileRead:
+    """How far the reading of one TFRecord file has got: its shape (once a first record set it), the records read,
+    and the block of them not yet checked and stored."""
+
+    shape: Shape | None
+    number: int = 0
+    block: RecordBlock = dataclasses.field(default_factory=RecordBlock)
+
+
 def _import_file(job: _FileJob, shards: _Shards, progress: Callable[[int, int], Any]
                  ) -> tuple[int, Shape | None, dict[str, Any]]:
     """Every record of one TFRecord file into the shards; returns (records, shape, what the manifest says of the
     file as stored)."""
-    path, shape, seen, cfg, vocab = job.path, job.shape, job.first_row, job.cfg, job.vocabulary
+    path = job.path
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
@@ -297,56 +308,74 @@ def _import_file(job: _FileJob, shards: _Shards, progress: Callable[[int, int], 
         compression = compression_of(handle.read(12))
         handle.seek(0)
         source = HashedReader(handle)
-        block, number = RecordBlock(), 0
-
-        def finish() -> None:
-            columns = block.columns(shape)  # type: ignore[arg-type] # set by the first record
-            block.check(columns, vocab.vocab_size, vocab.cls_id, vocab.sep_id, vocab.name)
-            _add_rows(shards, block.packed(columns), seen + block.first, cfg.validation_fraction)
-            progress(number, source.count)
-
-        def earlier_problem() -> BadRecord | None:
-            """A bad record among those read before the one that failed (their block was not checked yet): the
-            first bad record is the one to name."""
-            if not block.rows or shape is None:
-                return None
-            try:
-                block.check(block.columns(shape), vocab.vocab_size, vocab.cls_id, vocab.sep_id, vocab.name)
-            except BadRecord as problem:
-                return problem
-            return None
-
+        read = _FileRead(job.shape)
         try:
-            for data in read_records(source, compression):
-                try:
-                    features = parse_example(data)
-                except (IndexError, ValueError, struct.error):
-                    raise BadRecord("not a tf.train.Example (Google's pre-training records are)") from None
-                items = record_items(features, shape)
-                if shape is None:
-                    shape = Shape(features["input_ids"][2], features["masked_lm_positions"][2],
-                                   f"{path} record {number + 1}")
-                    _check_shape(shape, cfg)
-                block.rows.append(items)
-                number += 1
-                if len(block.rows) == job.block_rows:
-                    finish()
-                    block = RecordBlock()
-                    block.first = number
-            if block.rows:
-                finish()
+            _read_blocks(job, read, read_records(source, compression),
+                         lambda: _store_block(job, read, shards, progress, source))
         except BadRecord as exc:
-            said = str(earlier_problem() or exc)
-            where = f"record {number + 1}: " if not said.startswith("record ") else ""
-            raise UsageError(f"corpus import: {path}: {where}{said}{_hdf5_named(path, number)}; nothing was "
+            said = str(_earlier_problem(job, read) or exc)
+            where = f"record {read.number + 1}: " if not said.startswith("record ") else ""
+            raise UsageError(f"corpus import: {path}: {where}{said}{_hdf5_named(path, read.number)}; nothing was "
                              "written") from None
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            said = str(earlier_problem() or f"record {number + 1}: the {compression or 'compressed'} data is "
-                                            f"truncated or corrupt ({exc})")
+            said = str(_earlier_problem(job, read) or f"record {read.number + 1}: the {compression or 'compressed'} "
+                                                      f"data is truncated or corrupt ({exc})")
             raise UsageError(f"corpus import: {path}: {said}; nothing was written") from None
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return number, shape, {"bytes": source.count, "sha256": source.digest.hexdigest(), "compression": compression}
+    return read.number, read.shape, {"bytes": source.count, "sha256": source.digest.hexdigest(),
+                                     "compression": compression}
+
+
+def _read_blocks(job: _FileJob, read: _FileRead, records: Iterator[bytes], store: Callable[[], None]) -> None:
+    """The records a block at a time: each full block (and the last one) is stored before the next is read."""
+    for data in records:
+        read.block.rows.append(_record_items(job, read, data))
+        read.number += 1
+        if len(read.block.rows) == job.block_rows:
+            store()
+            read.block = RecordBlock()
+            read.block.first = read.number
+    if read.block.rows:
+        store()
+
+
+def _record_items(job: _FileJob, read: _FileRead, data: bytes) -> list[list[int | bytes]]:
+    """One record's feature items; the file's first record sets the shape (when no earlier file did), checked
+    against the tokenizer."""
+    try:
+        features = parse_example(data)
+    except (IndexError, ValueError, struct.error):
+        raise BadRecord("not a tf.train.Example (Google's pre-training records are)") from None
+    items = record_items(features, read.shape)
+    if read.shape is None:
+        read.shape = Shape(features["input_ids"][2], features["masked_lm_positions"][2],
+                           f"{job.path} record {read.number + 1}")
+        _check_shape(read.shape, job.cfg)
+    return items
+
+
+def _store_block(job: _FileJob, read: _FileRead, shards: _Shards, progress: Callable[[int, int], Any],
+                 source: HashedReader) -> None:
+    """A block checked whole (numpy, not record by record) and added to the shards; the bar moves on."""
+    vocab, block = job.vocabulary, read.block
+    columns = block.columns(read.shape)  # type: ignore[arg-type] # set by the first record
+    block.check(columns, vocab.vocab_size, vocab.cls_id, vocab.sep_id, vocab.name)
+    _add_rows(shards, block.packed(columns), job.first_row + block.first, job.cfg.validation_fraction)
+    progress(read.number, source.count)
+
+
+def _earlier_problem(job: _FileJob, read: _FileRead) -> BadRecord | None:
+    """A bad record among those read before the one that failed (their block was not checked yet): the first bad
+    record is the one to name."""
+    vocab = job.vocabulary
+    if not read.block.rows or read.shape is None:
+        return None
+    try:
+        read.block.check(read.block.columns(read.shape), vocab.vocab_size, vocab.cls_id, vocab.sep_id, vocab.name)
+    except BadRecord as problem:
+        return problem
+    return None
 
 
 def _add_rows(shards: _Shards, packed: Packed, first: int, validation_fraction: float) -> None:

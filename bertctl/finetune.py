@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,9 +29,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertctl import __version__, optim, run_metrics, stop_signals, training, training_state
+from bertctl import optim, run_metrics, stop_signals, training
 from bertctl.checkpoint import Checkpoint, model_tokenizer, read_checkpoint
-from bertctl.config import FinetuneConfig, config_to_dict, warmup_steps
+from bertctl.config import FinetuneConfig
 from bertctl.config_types import take_config
 from bertctl.data.batches import rank_micro_batches, train_batches
 from bertctl.data.glue import (
@@ -50,16 +49,22 @@ from bertctl.errors import UsageError, warnings_held
 from bertctl.evaluate import encode_examples, predict_command
 from bertctl.files import check_out, out_location, write_json_atomic, write_text_atomic
 from bertctl.finetune_classifier import CLASSIFIER
-from bertctl.finetune_seed import Prepared, Progress, finish_seed, keep_if_best, save_checkpoint
+from bertctl.finetune_seed import (
+    Prepared,
+    Progress,
+    SeedSetup,
+    finish_seed,
+    keep_if_best,
+    save_checkpoint,
+    start_seed,
+)
 from bertctl.finetune_work import (
     check_work,
     collect,
     discard_unless_resumable,
     finished_results,
-    open_seed,
     open_work,
     publish,
-    refuse_other_examples,
     say,
     seed_folder,
 )
@@ -323,47 +328,23 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
 
 
 @dataclass
-class _Seed:
-    """One seed set up to train: its model and optimizer (a resumed seed's restored) and its schedule."""
+class _Loop:
+    """What one seed's steps work with, besides the seed set up (`SeedSetup`): its metrics log, clock and bar, the
+    steps whose figures are still on the device, and the best epoch the newest checkpoint refers to."""
 
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    scaler: Any  # fp16's GradScaler, else None
-    per_epoch: int  # optimizer steps per epoch
-    total: int  # optimizer steps in all epochs
-    warmup: int
-    progress: Progress
-    carried: float  # seconds a resumed seed had already trained
-
-
-def _start_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, work: Path,
-                env: training.Distributed, announce: bool) -> _Seed:
-    """The seed's model (its head drawn from `seed`), optimizer and schedule, from its newest checkpoint in
-    `work` when there is one, and its run.json written."""
-    training_state.seed_everything(seed)
-    model = prep.head.build(cfg, prep, announce).to(env.device)
-    model.set_gradient_checkpointing(cfg.gradient_checkpointing)
-    if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
-        training_state.seed_everything(seed + env.rank)
-    training.enable_fast_math(env.device)
-    optimizer = optim.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
-                                     (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
-    scaler = torch.amp.GradScaler(env.device.type) if prep.precision == "fp16" else None
-    per_epoch = math.ceil(len(prep.train) / cfg.batch_size)
-    total = per_epoch * cfg.epochs
-    warmup = warmup_steps(cfg.warmup_fraction, total)
-    checkpoint = training_state.latest_checkpoint(work) if work.is_dir() else None
-    progress = Progress()
-    if checkpoint is not None:
-        refuse_other_examples(work, features, _data_flags(cfg), prep.task.name)
-        model.load_state_dict(read_checkpoint(checkpoint).state)
-        saved = training_state.read_training_state(checkpoint, optimizer, scaler, env.rank)
-        progress = Progress.from_record(saved, cfg.log_every)
-    carried = 0.0
-    if env.is_main:
-        carried = open_seed(work, checkpoint, progress.step,
-                            _run_record(cfg, prep, features, model, seed, prep.precision, env, total, warmup))
-    return _Seed(model, optimizer, scaler, per_epoch, total, warmup, progress, carried)
+    cfg: FinetuneConfig
+    prep: Prepared
+    env: training.Distributed
+    stop: stop_signals.GracefulStop
+    seed: int
+    work: Path
+    started: SeedSetup
+    train_model: nn.Module  # the model as the steps run it (DDP-wrapped across ranks)
+    log: run_metrics.MetricsLog
+    speed: run_metrics.Throughput
+    bar: Any
+    anchored: int  # the best epoch the newest checkpoint refers to: its folder is kept
+    pending: list[training.PendingStep] = dataclasses.field(default_factory=list)
 
 
 def _train_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, work: Path,
@@ -372,67 +353,93 @@ def _train_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, w
     model folder; returns its eval_results. `features`: the sha256 of the encoded examples."""
     if training.any_rank(stop.requested, env):
         raise _Stopped(f"stopped before {prep.task.name} seed {seed}")
-    task, device, pad_id, precision = prep.task, env.device, prep.tokenizer.pad_id, prep.precision
-    micro = cfg.micro_batch(env.world_size)
-    started = _start_seed(cfg, prep, features, seed, work, env, announce)
-    model, optimizer, scaler, progress = started.model, started.optimizer, started.scaler, started.progress
-    per_epoch, total, warmup = started.per_epoch, started.total, started.warmup
-    train_model = training.wrap_ddp(model, env)
-    log = run_metrics.MetricsLog(work, enabled=env.is_main, resumed_at=progress.step)
-    speed = run_metrics.Throughput(started.carried)
-    bar = training.progress_bar(total, progress.step, f"{task.name} seed {seed}", env.is_main)
-    pending: list[training.PendingStep] = []  # steps whose figures are still on the device
-    anchored = progress.best["epoch"]  # the best epoch the newest checkpoint refers to (its folder is kept)
+    started = start_seed(cfg, prep, features, seed, work, env, announce)
+    progress = started.progress
+    loop = _Loop(cfg, prep, env, stop, seed, work, started, training.wrap_ddp(started.model, env),
+                 run_metrics.MetricsLog(work, enabled=env.is_main, resumed_at=progress.step),
+                 run_metrics.Throughput(started.carried),
+                 training.progress_bar(started.total, progress.step, f"{prep.task.name} seed {seed}", env.is_main),
+                 anchored=progress.best["epoch"])
     try:
-        for epoch in range(progress.step // per_epoch + 1, cfg.epochs + 1):
-            batches = train_batches(prep.train.lengths, cfg.batch_size, seed, epoch, cfg.group_by_length)
-            for rows in batches[progress.step - (epoch - 1) * per_epoch:]:
-                micro_batches = [training.to_device(_collate_share(prep, share, rows, pad_id), device)
-                                 for share in rank_micro_batches(rows, micro, env.rank, env.world_size)]
-                lr = cfg.lr * optim.lr_factor(progress.step, total, warmup, cfg.schedule)
-                optim.set_lr(optimizer, lr)
-                train_model.train()
-                pending.append(training.optimizer_step(train_model, micro_batches, optimizer, prep.head.loss_terms,
-                                                       prep.head.weights or _weights, env, precision, scaler, cfg.clip))
-                progress.step += 1
-                # on the host (no device sync); an example of several sequences (choices) counts them all
-                speed.add(int(getattr(prep.train, "tokens", prep.train.lengths)[rows].sum()))
-                bar.update(1)
-                stopping = training.any_rank(stop.requested, env)
-                saving = progress.step % per_epoch != 0 and (stopping or _save_due(cfg, progress.step))
-                log_due = progress.step % cfg.log_every == 0 or progress.step == total
-                if not (log_due or saving):
-                    continue
-                _read_steps(pending, progress, cfg.max_bad_steps)
-                if log_due:
-                    row = _train_row(progress.step, progress.step / per_epoch, progress.window, lr, speed,
-                                     task.is_regression)
-                    log.write(row)
-                    progress.window = []
-                    bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}")
-                if saving:
-                    with speed.paused():
-                        anchored = save_checkpoint(model, prep, optimizer, scaler, progress, work, env)
-                    if stopping:
-                        raise _Stopped(f"stopped at step {progress.step} of {total} ({task.name} seed {seed})")
-            with speed.paused():
-                if prep.dev:
-                    scores = prep.head.score(model, prep, cfg.eval_batch_size, device, precision, env)
-                    log.write({"step": progress.step, "epoch": float(epoch), **_flat(scores)})  # as training rows
-                    if env.is_main:
-                        say(f"{task.name} seed {seed} epoch {epoch}: {_show(_flat(scores))}")
-                    keep_if_best(model, prep, epoch, scores, progress, work, env, anchored)
-            stopping = training.any_rank(stop.requested, env)  # an epoch's last step saves after its evaluation
-            if progress.step < total and (stopping or _save_due(cfg, progress.step)):
-                _read_steps(pending, progress, cfg.max_bad_steps)
-                with speed.paused():
-                    anchored = save_checkpoint(model, prep, optimizer, scaler, progress, work, env)
-                if stopping:
-                    raise _Stopped(f"stopped after epoch {epoch} of {cfg.epochs} ({task.name} seed {seed})")
+        for epoch in range(progress.step // started.per_epoch + 1, cfg.epochs + 1):
+            _train_epoch(loop, epoch)
+            _end_epoch(loop, epoch)
     finally:
-        bar.close()
-        log.close()
-    return finish_seed(cfg, model, prep, progress, seed, work, env)
+        loop.bar.close()
+        loop.log.close()
+    return finish_seed(cfg, started.model, prep, progress, seed, work, env)
+
+
+def _train_epoch(loop: _Loop, epoch: int) -> None:
+    """The epoch's steps from where the seed stands, logging and saving on the way; a stop request saves a
+    checkpoint after the current step (an epoch's last step saves after its evaluation, `_end_epoch`)."""
+    cfg, progress, per_epoch = loop.cfg, loop.started.progress, loop.started.per_epoch
+    batches = train_batches(loop.prep.train.lengths, cfg.batch_size, loop.seed, epoch, cfg.group_by_length)
+    for rows in batches[progress.step - (epoch - 1) * per_epoch:]:
+        lr = _step(loop, rows)
+        stopping = training.any_rank(loop.stop.requested, loop.env)
+        saving = progress.step % per_epoch != 0 and (stopping or _save_due(cfg, progress.step))
+        log_due = progress.step % cfg.log_every == 0 or progress.step == loop.started.total
+        if not (log_due or saving):
+            continue
+        _read_steps(loop.pending, progress, cfg.max_bad_steps)
+        if log_due:
+            row = _train_row(progress.step, progress.step / per_epoch, progress.window, lr, loop.speed,
+                             loop.prep.task.is_regression)
+            loop.log.write(row)
+            progress.window = []
+            loop.bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}")
+        if saving:
+            _save_seed(loop)
+            if stopping:
+                raise _Stopped(f"stopped at step {progress.step} of {loop.started.total} ({loop.prep.task.name} "
+                               f"seed {loop.seed})")
+
+
+def _step(loop: _Loop, rows: np.ndarray) -> float:
+    """One optimizer step over the batch `rows` (this rank's share), queued unread; returns its learning rate."""
+    cfg, prep, env, started = loop.cfg, loop.prep, loop.env, loop.started
+    progress = started.progress
+    micro_batches = [training.to_device(_collate_share(prep, share, rows, prep.tokenizer.pad_id), env.device)
+                     for share in rank_micro_batches(rows, cfg.micro_batch(env.world_size), env.rank, env.world_size)]
+    lr = cfg.lr * optim.lr_factor(progress.step, started.total, started.warmup, cfg.schedule)
+    optim.set_lr(started.optimizer, lr)
+    loop.train_model.train()
+    loop.pending.append(training.optimizer_step(loop.train_model, micro_batches, started.optimizer,
+                                                prep.head.loss_terms, prep.head.weights or _weights, env,
+                                                prep.precision, started.scaler, cfg.clip))
+    progress.step += 1
+    # on the host (no device sync); an example of several sequences (choices) counts them all
+    loop.speed.add(int(getattr(prep.train, "tokens", prep.train.lengths)[rows].sum()))
+    loop.bar.update(1)
+    return lr
+
+
+def _end_epoch(loop: _Loop, epoch: int) -> None:
+    """The epoch scored on the validation data (its model kept when best), then a checkpoint when one is due
+    or a stop was asked for."""
+    cfg, prep, env, progress = loop.cfg, loop.prep, loop.env, loop.started.progress
+    with loop.speed.paused():
+        if prep.dev:
+            scores = prep.head.score(loop.started.model, prep, cfg.eval_batch_size, env.device, prep.precision, env)
+            loop.log.write({"step": progress.step, "epoch": float(epoch), **_flat(scores)})  # as training rows
+            if env.is_main:
+                say(f"{prep.task.name} seed {loop.seed} epoch {epoch}: {_show(_flat(scores))}")
+            keep_if_best(loop.started.model, prep, epoch, scores, progress, loop.work, env, loop.anchored)
+    stopping = training.any_rank(loop.stop.requested, env)  # an epoch's last step saves after its evaluation
+    if progress.step < loop.started.total and (stopping or _save_due(cfg, progress.step)):
+        _read_steps(loop.pending, progress, cfg.max_bad_steps)
+        _save_seed(loop)
+        if stopping:
+            raise _Stopped(f"stopped after epoch {epoch} of {cfg.epochs} ({prep.task.name} seed {loop.seed})")
+
+
+def _save_seed(loop: _Loop) -> None:
+    """A resumable checkpoint of the seed, off the throughput clock."""
+    started = loop.started
+    with loop.speed.paused():
+        loop.anchored = save_checkpoint(started.model, loop.prep, started.optimizer, started.scaler,
+                                        started.progress, loop.work, loop.env)
 
 
 def _save_due(cfg: FinetuneConfig, step: int) -> bool:
@@ -459,28 +466,7 @@ def _weights(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     return {"task": batch["real"].sum()}
 
 
-# --- run records and progress ------------------------------------------------------------------------
-
-def _data_flags(cfg: FinetuneConfig) -> str:
-    """The flags the task's examples come from, as an error names them."""
-    if cfg.data is not None:
-        return f"--data {cfg.data}"
-    return f"--train {cfg.train}" + (f" / --validation {cfg.validation}" if cfg.validation is not None else "")
-
-
-def _run_record(cfg: FinetuneConfig, prep: Prepared, features: str, model: nn.Module, seed: int, precision: str,
-                env: training.Distributed, total: int, warmup: int) -> dict[str, Any]:
-    return {"config": config_to_dict(cfg), "seed": seed, "task": prep.task.name,
-            "labels": list(prep.task.label_names), "metrics": list(prep.task.metrics),
-            "main_metric": prep.task.main_metric, "model": model.config.to_dict(),
-            "fresh_heads": list(model.fresh_heads), "train_examples": len(prep.train),
-            "dev_examples": {split: len(f) for split, f in prep.dev.items()},
-            "truncated": {"train": prep.train.truncated, **{s: f.truncated for s, f in prep.dev.items()}},
-            "features_sha256": features, "weights_sha256": prep.ckpt.weights_sha256(),
-            "steps": total, "warmup_steps": warmup, "device": env.device.type, "threads": torch.get_num_threads(),
-            "world_size": env.world_size,
-            "precision": precision, "bertctl_version": __version__}
-
+# --- metrics rows and the scores said ----------------------------------------------------------------
 
 def _train_row(step: int, epoch: float, window: list[training.StepResult], lr: float,
                speed: run_metrics.Throughput, regression: bool) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""One seed of a fine-tuning task: what it shares with the task's other seeds, where its run stands, and the
-folders it leaves in its work folder (see `finetune_work`): resumable checkpoints, the best dev epoch so far and
-done/, the finished seed. The training loop in `finetune` calls these; every rank calls them, rank 0 writes.
+"""One seed of a fine-tuning task: what it shares with the task's other seeds, how it is set up (model, optimizer
+and schedule, a resumed seed's restored, its run.json), where its run stands, and the folders it leaves in its work
+folder (see `finetune_work`): resumable checkpoints, the best dev epoch so far and done/, the finished seed. The
+training loop in `finetune` calls these; every rank calls them, rank 0 writes.
 """
 
 from __future__ import annotations
@@ -16,12 +17,21 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertctl import training, training_state
+from bertctl import __version__, optim, training, training_state
 from bertctl.checkpoint import Checkpoint, read_checkpoint, save_model
-from bertctl.config import FinetuneConfig
+from bertctl.config import FinetuneConfig, warmup_steps
+from bertctl.config_records import config_to_dict
 from bertctl.data.batches import Grouped, Ragged
 from bertctl.files import json_ready
-from bertctl.finetune_work import add_logs_and_results, best_folder, drop_checkpoints, prune_best, say
+from bertctl.finetune_work import (
+    add_logs_and_results,
+    best_folder,
+    drop_checkpoints,
+    open_seed,
+    prune_best,
+    refuse_other_examples,
+    say,
+)
 from bertctl.results_summary import main_score, scores_from_json
 from bertctl.tokenizer import BertTokenizer
 
@@ -168,3 +178,68 @@ def finish_seed(cfg: FinetuneConfig, model: nn.Module, prep: Prepared, progress:
     if env.is_main:
         drop_checkpoints(work)
     return results
+
+
+@dataclass
+class SeedSetup:
+    """One seed set up to train: its model and optimizer (a resumed seed's restored) and its schedule."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: Any  # fp16's GradScaler, else None
+    per_epoch: int  # optimizer steps per epoch
+    total: int  # optimizer steps in all epochs
+    warmup: int
+    progress: Progress
+    carried: float  # seconds a resumed seed had already trained
+
+
+def start_seed(cfg: FinetuneConfig, prep: Prepared, features: str, seed: int, work: Path,
+               env: training.Distributed, announce: bool) -> SeedSetup:
+    """The seed's model (its head drawn from `seed`), optimizer and schedule, from its newest checkpoint in
+    `work` when there is one, and its run.json written."""
+    training_state.seed_everything(seed)
+    model = prep.head.build(cfg, prep, announce).to(env.device)
+    model.set_gradient_checkpointing(cfg.gradient_checkpointing)
+    if env.rank:  # its own dropout masks; rank 0 keeps the one-process stream
+        training_state.seed_everything(seed + env.rank)
+    training.enable_fast_math(env.device)
+    optimizer = optim.make_optimizer("adamw", model, cfg.lr, cfg.weight_decay,
+                                     (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
+    scaler = torch.amp.GradScaler(env.device.type) if prep.precision == "fp16" else None
+    per_epoch = math.ceil(len(prep.train) / cfg.batch_size)
+    total = per_epoch * cfg.epochs
+    warmup = warmup_steps(cfg.warmup_fraction, total)
+    checkpoint = training_state.latest_checkpoint(work) if work.is_dir() else None
+    progress = Progress()
+    if checkpoint is not None:
+        refuse_other_examples(work, features, _data_flags(cfg), prep.task.name)
+        model.load_state_dict(read_checkpoint(checkpoint).state)
+        saved = training_state.read_training_state(checkpoint, optimizer, scaler, env.rank)
+        progress = Progress.from_record(saved, cfg.log_every)
+    carried = 0.0
+    if env.is_main:
+        carried = open_seed(work, checkpoint, progress.step,
+                            _run_record(cfg, prep, features, model, seed, prep.precision, env, total, warmup))
+    return SeedSetup(model, optimizer, scaler, per_epoch, total, warmup, progress, carried)
+
+
+def _data_flags(cfg: FinetuneConfig) -> str:
+    """The flags the task's examples come from, as an error names them."""
+    if cfg.data is not None:
+        return f"--data {cfg.data}"
+    return f"--train {cfg.train}" + (f" / --validation {cfg.validation}" if cfg.validation is not None else "")
+
+
+def _run_record(cfg: FinetuneConfig, prep: Prepared, features: str, model: nn.Module, seed: int, precision: str,
+                env: training.Distributed, total: int, warmup: int) -> dict[str, Any]:
+    return {"config": config_to_dict(cfg), "seed": seed, "task": prep.task.name,
+            "labels": list(prep.task.label_names), "metrics": list(prep.task.metrics),
+            "main_metric": prep.task.main_metric, "model": model.config.to_dict(),
+            "fresh_heads": list(model.fresh_heads), "train_examples": len(prep.train),
+            "dev_examples": {split: len(f) for split, f in prep.dev.items()},
+            "truncated": {"train": prep.train.truncated, **{s: f.truncated for s, f in prep.dev.items()}},
+            "features_sha256": features, "weights_sha256": prep.ckpt.weights_sha256(),
+            "steps": total, "warmup_steps": warmup, "device": env.device.type, "threads": torch.get_num_threads(),
+            "world_size": env.world_size,
+            "precision": precision, "bertctl_version": __version__}

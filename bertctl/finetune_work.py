@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import run_metrics, training, training_state
-from bertctl.config import FinetuneConfig, config_to_dict, refuse_changed_settings
+from bertctl.config import FinetuneConfig
+from bertctl.config_records import config_to_dict, refuse_changed_settings
 from bertctl.errors import UsageError, say
 from bertctl.files import (
     building_folder,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -21,15 +22,8 @@ import torch
 
 from bertctl import optim, run_metrics, stop_signals, training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
-from bertctl.config import (
-    BertConfig,
-    PretrainConfig,
-    changed_settings,
-    config_to_dict,
-    model_config,
-    refuse_changed_settings,
-    usable_cores,
-)
+from bertctl.config import BertConfig, PretrainConfig, model_config, usable_cores
+from bertctl.config_records import changed_settings, config_to_dict, refuse_changed_settings
 from bertctl.config_types import take_config
 from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import BatchPlan, Collator, StepBatches
@@ -121,21 +115,10 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
         cfg = prepare_quickstart(cfg, env)
     corpus, manifest = _corpus(cfg, run, started, env)
     tokenizer = _tokenizer(cfg, manifest)
-    model, init_weights = _model(cfg, tokenizer, manifest, resume_from)
-    model = model.to(env.device)
-    model.set_gradient_checkpointing(cfg.gradient_checkpointing)
-    if env.is_main and resume_from is None and cfg.init_from is not None and model.fresh_heads:
-        *most, last = model.fresh_heads
-        say(f"pretrain: {cfg.init_from} has no {', '.join(most) + ' or ' if most else ''}{last}; "
-            f"{'they start' if most else 'it starts'} fresh (--seed {cfg.seed})")
+    model, init_weights = _model_on_device(cfg, tokenizer, manifest, resume_from, env)
     training.enable_fast_math(env.device)
     compiled = cfg.compile if cfg.compile is not None else _can_compile(env.device)
-    if env.is_main:
-        _warn_many_workers(cfg.num_workers)
-    if env.is_main and cfg.warmup() >= cfg.steps:
-        logger.warning("warning: the warmup (%d steps) is not shorter than the run (%d steps), so the learning rate "
-                       "never reaches --lr %g; pass --warmup-steps or --warmup-fraction", cfg.warmup(), cfg.steps,
-                       cfg.lr)
+    _warn_slow_settings(cfg, env)
     optimizer = optim.make_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay,
                                      (cfg.adam_beta1, cfg.adam_beta2), cfg.adam_eps)
     scaler = torch.amp.GradScaler(env.device.type) if precision == "fp16" else None
@@ -145,14 +128,7 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
         saved = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
         progress = _Progress.from_record(saved, cfg.log_every)
     config = _recorded_config(cfg, started, saved)
-    changed = changed_settings(cfg, started.get("config", {}), RESUMED_AS_GIVEN)
-    if env.is_main and changed:  # after every refusal, which is then the one line said
-        logger.warning("warning: --resume: the run in %s trained with %s; a resume takes the settings given now, "
-                       "so give them again to keep the run's", run, changed)
-    other_init = cfg.init_from is not None and changed_settings(cfg, started.get("config", {}), ("init_from",))
-    if env.is_main and resume_from is not None and other_init:
-        logger.warning("warning: --resume: the run in %s started from %s; a resume goes on from its checkpoint's "
-                       "weights, so --init-from is not read", run, other_init)
+    _warn_changed_on_resume(cfg, run, started, resume_from, env)
     carried = 0.0
     if env.is_main:
         carried = _start_run_folder(cfg, run, {
@@ -165,6 +141,43 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
             "earlier": _earlier_parts(started, progress.step)}, resume_from)
     return _Run(cfg, env, corpus, manifest, tokenizer, model, optimizer, scaler, precision, compiled, micro, accum,
                 progress, carried, config["dropout"])
+
+
+def _model_on_device(cfg: PretrainConfig, tokenizer: BertTokenizer, manifest: dict[str, Any],
+                     resume_from: Path | None, env: training.Distributed) -> tuple[BertTaskModel, str | None]:
+    """`_model` on the run's device, saying which heads a new run from --init-from starts fresh."""
+    model, init_weights = _model(cfg, tokenizer, manifest, resume_from)
+    model = model.to(env.device)
+    model.set_gradient_checkpointing(cfg.gradient_checkpointing)
+    if env.is_main and resume_from is None and cfg.init_from is not None and model.fresh_heads:
+        *most, last = model.fresh_heads
+        say(f"pretrain: {cfg.init_from} has no {', '.join(most) + ' or ' if most else ''}{last}; "
+            f"{'they start' if most else 'it starts'} fresh (--seed {cfg.seed})")
+    return model, init_weights
+
+
+def _warn_slow_settings(cfg: PretrainConfig, env: training.Distributed) -> None:
+    """Settings that run but waste the run: more loader workers than cores, a warmup as long as the run."""
+    if env.is_main:
+        _warn_many_workers(cfg.num_workers)
+    if env.is_main and cfg.warmup() >= cfg.steps:
+        logger.warning("warning: the warmup (%d steps) is not shorter than the run (%d steps), so the learning rate "
+                       "never reaches --lr %g; pass --warmup-steps or --warmup-fraction", cfg.warmup(), cfg.steps,
+                       cfg.lr)
+
+
+def _warn_changed_on_resume(cfg: PretrainConfig, run: Path, started: dict[str, Any], resume_from: Path | None,
+                            env: training.Distributed) -> None:
+    """Said after every refusal, so that a refused resume says one line: the settings a resume takes as given
+    now although the run trained with others, and an --init-from it no longer reads."""
+    changed = changed_settings(cfg, started.get("config", {}), RESUMED_AS_GIVEN)
+    if env.is_main and changed:
+        logger.warning("warning: --resume: the run in %s trained with %s; a resume takes the settings given now, "
+                       "so give them again to keep the run's", run, changed)
+    other_init = cfg.init_from is not None and changed_settings(cfg, started.get("config", {}), ("init_from",))
+    if env.is_main and resume_from is not None and other_init:
+        logger.warning("warning: --resume: the run in %s started from %s; a resume goes on from its checkpoint's "
+                       "weights, so --init-from is not read", run, other_init)
 
 
 def _checked_start(cfg: PretrainConfig, run: Path, env: training.Distributed) -> tuple[Path | None, dict[str, Any]]:
@@ -221,18 +234,10 @@ def _train(r: _Run) -> Path:
     """The steps from where the run stands to --steps, logging, validating and saving on the way; a stop
     request (SIGINT/SIGTERM) saves a checkpoint after the current step. Returns the folder last saved."""
     cfg, env, progress = r.cfg, r.env, r.progress
-    run, micro = Path(cfg.out), r.micro
-    training.sparse_tied_embedding_grads(r.model, env, r.compiled)
-    train_model = training.wrap_ddp(r.model, env)
-    if r.compiled:  # after DDP, so the compiler sees its bucket boundaries
-        train_model = torch.compile(train_model)
-        if env.is_main:
-            say("pretrain: torch.compile: the first steps compile the model (a minute or two); --no-compile "
-                "skips it")
+    run = Path(cfg.out)
+    train_model = _training_model(r)
     collate = _collator(r)
-    plan = BatchPlan(len(r.corpus["train"]), cfg.batch_size, micro, env.rank, env.world_size, cfg.seed)
-    loader = _loader(StepBatches(r.corpus["train"], plan, collate, progress.samples_seen, cfg.steps - progress.step),
-                     cfg, env)
+    loader = _loader(_step_batches(r, collate), cfg, env)
     validation = r.corpus["validation"] if "validation" in r.corpus and cfg.eval_every else None
     has_nsp = "next_sentence_label" in r.corpus["train"].column_names
     step_terms = partial(loss_terms, predictions=_mlm_slots(r.manifest, r.compiled, env.device))
@@ -243,16 +248,7 @@ def _train(r: _Run) -> Path:
     with (stop_signals.GracefulStop() as stop, stop_signals.loader_batches(loader) as batches, bar,
           contextlib.closing(log)):
         while progress.step < cfg.steps:
-            host_batches = [next(batches) for _ in range(r.accum)]
-            tokens = sum(int(b["attention_mask"].sum()) for b in host_batches)  # this rank's; summed when logged
-            micro_batches = [training.to_device(b, env.device, keep_mask=r.compiled) for b in host_batches]
-            lr = cfg.lr * optim.lr_factor(progress.step, cfg.steps, cfg.warmup(), cfg.schedule)
-            optim.set_lr(r.optimizer, lr)
-            r.model.train()
-            pending.append(training.optimizer_step(train_model, micro_batches, r.optimizer, step_terms, loss_weights,
-                                                   env, r.precision, r.scaler, cfg.clip))
-            progress.step += 1
-            progress.samples_seen += cfg.batch_size
+            lr, tokens = _step(r, train_model, [next(batches) for _ in range(r.accum)], step_terms, pending)
             speed.add(tokens)
             bar.update(1)
             step = progress.step
@@ -262,32 +258,94 @@ def _train(r: _Run) -> Path:
             evaluating = validation is not None and step % cfg.eval_every == 0
             if not (log_due or saving or evaluating):
                 continue
-            results, progress.bad_in_row = training.read_window(
-                pending, step, progress.bad_in_row, cfg.max_bad_steps,
-                "lower --lr, use --precision fp32/bf16, or check the corpus")
-            progress.bad_steps += sum(result.skipped for result in results)
-            progress.window += results
+            _read_pending(r, pending)
             if log_due:
-                row = _log_row(step, progress.window, lr, speed, has_nsp, progress.bad_steps, env)
-                log.write(row)
-                if step % cfg.log_every == 0:  # a closing row's steps stay, for final/
-                    progress.window = []
-                bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
+                _write_log_row(r, log, bar, lr, speed, has_nsp)
             with speed.paused():
                 if evaluating:
-                    log.write({"step": step, **evaluate_pretraining(r.model, validation, collate, micro,
+                    log.write({"step": step, **evaluate_pretraining(r.model, validation, collate, r.micro,
                                                                     cfg.eval_samples, env, r.precision)})
                 if saving:
-                    _save(r, training_state.step_folder(run, step))
-                    if env.is_main:
-                        training_state.prune_checkpoints(run, cfg.keep)
+                    _save_step(r)
             if stopping:
                 break
         if progress.step >= cfg.steps:
             _save(r, run / "final", overwrite=True)
-    where = run / "final" if progress.step >= cfg.steps else training_state.step_folder(run, progress.step)
-    if env.is_main:
-        print(f"saved {where} (step {progress.step})")
+    return _said_saved(r)
+
+
+def _training_model(r: _Run) -> torch.nn.Module:
+    """The model the steps run: DDP-wrapped across ranks, and compiled after DDP so that the compiler sees its
+    bucket boundaries."""
+    training.sparse_tied_embedding_grads(r.model, r.env, r.compiled)
+    train_model = training.wrap_ddp(r.model, r.env)
+    if r.compiled:
+        train_model = torch.compile(train_model)
+        if r.env.is_main:
+            say("pretrain: torch.compile: the first steps compile the model (a minute or two); --no-compile "
+                "skips it")
+    return train_model
+
+
+def _step_batches(r: _Run, collate: Collator) -> StepBatches:
+    """This rank's micro-batches for the steps still to run, from the data position the run has reached."""
+    cfg, env, progress = r.cfg, r.env, r.progress
+    plan = BatchPlan(len(r.corpus["train"]), cfg.batch_size, r.micro, env.rank, env.world_size, cfg.seed)
+    return StepBatches(r.corpus["train"], plan, collate, progress.samples_seen, cfg.steps - progress.step)
+
+
+def _step(r: _Run, train_model: torch.nn.Module, host_batches: list[dict[str, torch.Tensor]],
+          step_terms: Callable[..., Any], pending: list[training.PendingStep]) -> tuple[float, int]:
+    """One optimizer step, queued in `pending` unread (its figures stay on the device); returns its learning
+    rate and this rank's tokens, counted on the host (summed over ranks when logged)."""
+    cfg, progress = r.cfg, r.progress
+    tokens = sum(int(b["attention_mask"].sum()) for b in host_batches)
+    micro_batches = [training.to_device(b, r.env.device, keep_mask=r.compiled) for b in host_batches]
+    lr = cfg.lr * optim.lr_factor(progress.step, cfg.steps, cfg.warmup(), cfg.schedule)
+    optim.set_lr(r.optimizer, lr)
+    r.model.train()
+    pending.append(training.optimizer_step(train_model, micro_batches, r.optimizer, step_terms, loss_weights,
+                                           r.env, r.precision, r.scaler, cfg.clip))
+    progress.step += 1
+    progress.samples_seen += cfg.batch_size
+    return lr, tokens
+
+
+def _read_pending(r: _Run, pending: list[training.PendingStep]) -> None:
+    """The queued steps read into the log window (one device sync); a run of NaN/inf steps stops the run."""
+    progress = r.progress
+    results, progress.bad_in_row = training.read_window(
+        pending, progress.step, progress.bad_in_row, r.cfg.max_bad_steps,
+        "lower --lr, use --precision fp32/bf16, or check the corpus")
+    progress.bad_steps += sum(result.skipped for result in results)
+    progress.window += results
+
+
+def _write_log_row(r: _Run, log: run_metrics.MetricsLog, bar: Any, lr: float, speed: run_metrics.Throughput,
+                   has_nsp: bool) -> None:
+    """A metrics.jsonl row of the steps read so far; only a --log-every step's row starts a new window."""
+    progress = r.progress
+    row = _log_row(progress.step, progress.window, lr, speed, has_nsp, progress.bad_steps, r.env)
+    log.write(row)
+    if progress.step % r.cfg.log_every == 0:  # a closing row's steps stay, for final/
+        progress.window = []
+    bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_second']:.0f}")
+
+
+def _save_step(r: _Run) -> None:
+    """A step checkpoint, then the oldest ones past --keep removed."""
+    run = Path(r.cfg.out)
+    _save(r, training_state.step_folder(run, r.progress.step))
+    if r.env.is_main:
+        training_state.prune_checkpoints(run, r.cfg.keep)
+
+
+def _said_saved(r: _Run) -> Path:
+    """The folder the run saved last (final/, or the step checkpoint of a stop), named on stdout."""
+    run, step = Path(r.cfg.out), r.progress.step
+    where = run / "final" if step >= r.cfg.steps else training_state.step_folder(run, step)
+    if r.env.is_main:
+        print(f"saved {where} (step {step})")
     return where
 
 

@@ -238,18 +238,7 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
         raise _odd_settings(folder, exc) from None
     vocab_path = vocab_path if vocab_path is not None and vocab_path.is_file() else None
     source, vocab, fallback = _vocabulary(vocab_path, json_path, tokenizer_json, config)
-    file_lower = config.get("do_lower_case", fallback.get("do_lower_case"))
-    if lowercase is not None and file_lower is not None and bool(file_lower) != lowercase:
-        where = source.parent / "tokenizer_config.json" if "do_lower_case" in config else source
-        if tokenizer_json is not None:
-            log.warning("warning: %s fixes the casing (do_lower_case=%s); the %s flag is ignored", where,
-                        bool(file_lower), "--lowercase" if lowercase else "--cased")
-        else:
-            log.warning("warning: %s says do_lower_case=%s; using the %s flag instead", where, bool(file_lower),
-                        "--lowercase" if lowercase else "--cased")
-            config["do_lower_case"] = lowercase
-    elif lowercase is not None and file_lower is None:
-        config["do_lower_case"] = lowercase
+    _apply_casing_flag(config, lowercase, fallback, source, fixed=tokenizer_json is not None)
     try:
         options = _options(config, added, vocab, fallback)
     except _ODD_SETTING as exc:
@@ -261,6 +250,24 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
         return BertTokenizer.from_vocab(vocab, options=options)
     except UsageError as exc:
         raise UsageError(f"tokenizer {source}: {exc}") from None
+
+
+def _apply_casing_flag(config: dict[str, Any], lowercase: bool | None, fallback: dict[str, Any], source: Path,
+                       fixed: bool) -> None:
+    """The --lowercase/--cased flag into `config` where the files leave the casing open, or over a bare vocab.txt's
+    config with a warning; a tokenizer.json (`fixed`) keeps its own casing, with a warning."""
+    file_lower = config.get("do_lower_case", fallback.get("do_lower_case"))
+    if lowercase is not None and file_lower is not None and bool(file_lower) != lowercase:
+        where = source.parent / "tokenizer_config.json" if "do_lower_case" in config else source
+        if fixed:
+            log.warning("warning: %s fixes the casing (do_lower_case=%s); the %s flag is ignored", where,
+                        bool(file_lower), "--lowercase" if lowercase else "--cased")
+        else:
+            log.warning("warning: %s says do_lower_case=%s; using the %s flag instead", where, bool(file_lower),
+                        "--lowercase" if lowercase else "--cased")
+            config["do_lower_case"] = lowercase
+    elif lowercase is not None and file_lower is None:
+        config["do_lower_case"] = lowercase
 
 
 def _vocabulary(vocab_path: Path | None, json_path: Path | None, tokenizer_json: dict[str, Any] | None,

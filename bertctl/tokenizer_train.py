@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from bertctl import __version__
-from bertctl.config import TokenizerTrainConfig, config_to_dict
+from bertctl.config import TokenizerTrainConfig
+from bertctl.config_records import config_to_dict
 from bertctl.config_types import take_config
 from bertctl.data.sources import ReadStats, Source, expand_inputs, iter_texts
 from bertctl.errors import BertctlError, UsageError

@@ -413,24 +413,42 @@ def optimizer_step(
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
         with model.no_sync() if env.world_size > 1 and not last else contextlib.nullcontext():
-            with autocast(precision, env.device):
-                terms = loss_terms(model, batch)
-            batch_weights = weights(batch)
-            loss = torch.zeros((), device=env.device)
-            for name, (mean, correct) in terms.items():
-                share = batch_weights[name].float().to(env.device) / totals[name]
-                loss = loss + mean.float() * share
-                sums[name] = sums.get(name, 0.0) + mean.detach().float() * share
-                sums[f"{name}_correct"] = sums.get(f"{name}_correct", 0.0) + correct.detach().float() / totals[name]
-            loss = loss * env.world_size  # DDP averages gradients over ranks; we want their sum
-            (scaler.scale(loss) if scaler is not None else loss).backward()
+            _backward(model, batch, loss_terms, weights, totals, sums, env, precision, scaler)
     names = list(sums)
     reduced = all_reduce_sum(torch.stack([sums[n] for n in names]), env)
+    total = sum(reduced[names.index(name)] for name in units)
+    grad_norm, finite, bad = _update(model, optimizer, scaler, clip, env.device, total)
+    values = torch.cat([reduced, torch.stack([total, grad_norm, finite.float(), bad.float()])]).detach()
+    return PendingStep([*names, "loss", "grad_norm", "finite", "bad"], values)
+
+
+def _backward(model: nn.Module, batch: dict[str, Tensor],
+              loss_terms: Callable[[nn.Module, dict[str, Tensor]], dict[str, tuple[Tensor, Tensor]]],
+              weights: Callable[[dict[str, Tensor]], dict[str, Tensor]], totals: dict[str, Tensor],
+              sums: dict[str, Tensor], env: Distributed, precision: str, scaler: Any) -> None:
+    """One micro-batch's forward and backward pass, each term weighted by its share of the global units; its
+    figures are added to `sums` (on the device)."""
+    with autocast(precision, env.device):
+        terms = loss_terms(model, batch)
+    batch_weights = weights(batch)
+    loss = torch.zeros((), device=env.device)
+    for name, (mean, correct) in terms.items():
+        share = batch_weights[name].float().to(env.device) / totals[name]
+        loss = loss + mean.float() * share
+        sums[name] = sums.get(name, 0.0) + mean.detach().float() * share
+        sums[f"{name}_correct"] = sums.get(f"{name}_correct", 0.0) + correct.detach().float() / totals[name]
+    loss = loss * env.world_size  # DDP averages gradients over ranks; we want their sum
+    (scaler.scale(loss) if scaler is not None else loss).backward()
+
+
+def _update(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, clip: float, device: torch.device,
+            total: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The clipped update, skipped on the device when the step's loss `total` or the gradient norm is not finite;
+    returns (gradient norm, finite, bad), none of them read: no device sync."""
     if scaler is not None:
-        scale = scaler.scale(torch.ones((), device=env.device))  # before update() changes it; no sync
+        scale = scaler.scale(torch.ones((), device=device))  # before update() changes it; no sync
         scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf")).float()
-    total = sum(reduced[names.index(name)] for name in units)
     finite = torch.isfinite(total) & torch.isfinite(grad_norm)
     # fp16's scaler skips a step whose scaled gradients overflowed and lowers its scale: routine, not bad,
     # unless the scale is down to 1 and the gradients overflow unscaled (DeepSpeed's minimum-loss-scale rule)
@@ -441,5 +459,4 @@ def optimizer_step(
     if scaler is not None:
         scaler.update()  # halves the scale after the overflow its unscale_ found, else grows it in time
     optimizer.zero_grad(set_to_none=True)
-    values = torch.cat([reduced, torch.stack([total, grad_norm, finite.float(), bad.float()])]).detach()
-    return PendingStep([*names, "loss", "grad_norm", "finite", "bad"], values)
+    return grad_norm, finite, bad

@@ -22,12 +22,12 @@ from bertctl.config import (
     FinetuneConfig,
     PretrainConfig,
     TokenizerTrainConfig,
-    config_to_dict,
     model_config,
     preset,
     usable_cores,
 )
 from bertctl.config_files import build_config, read_config_file
+from bertctl.config_records import config_to_dict
 from bertctl.errors import UsageError
 
 
@@ -592,7 +592,7 @@ def test_a_model_config_file_that_sets_no_shape_is_refused(tmp_path):
 def test_a_resumed_run_may_name_its_folders_otherwise_but_not_change_them(tmp_path, monkeypatch):
     """`--model /abs/base/final` then `--model ./base/final` (or `base/final/`, or a name relative to the folder
     the run started in) is one folder; a folder of the same name elsewhere is not."""
-    from bertctl.config import config_to_dict, refuse_changed_settings
+    from bertctl.config_records import config_to_dict, refuse_changed_settings
 
     for name in ("base/final", "other", "glue", "sub/glue"):
         (tmp_path / name).mkdir(parents=True)

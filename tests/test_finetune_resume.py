@@ -25,7 +25,8 @@ from typer.testing import CliRunner
 
 from bertctl import files, finetune, finetune_work, optim, output_locks
 from bertctl.cli import app
-from bertctl.config import FinetuneConfig, config_to_dict
+from bertctl.config import FinetuneConfig
+from bertctl.config_records import config_to_dict
 from bertctl.data.batches import rank_micro_batches
 from bertctl.errors import BertctlError
 from bertctl.finetune import finetune_glue
