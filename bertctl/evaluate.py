@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import reprlib
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -62,6 +62,9 @@ def scoring_device(device: str | None) -> torch.device:
     return chosen
 
 
+_Encoded = tuple[list[np.ndarray], list[int], list[int]]  # each chunk's ids; each row's tokens of segment 0, 1
+
+
 def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length: int,
                     show: bool = True) -> Features:
     """Tokenize the texts a chunk at a time, truncate pairs as BERT does, add [CLS]/[SEP].
@@ -71,33 +74,57 @@ def encode_examples(tokenizer: BertTokenizer, examples: Examples, max_seq_length
     encoding a 500k-row table in one call would have held ~8 GB of encodings, and two numpy arrays per row ~230
     bytes of objects.
     """
-    room = max_seq_length - (3 if examples.text_b is not None else 2)
+    return encode_parts(tokenizer, [examples], max_seq_length, len(examples.text_a), show)
+
+
+def encode_parts(tokenizer: BertTokenizer, parts: Iterable[Examples], max_seq_length: int, rows: int | None,
+                 show: bool = True) -> Features:
+    """`encode_examples` of the consecutive parts of one split (`rows` in all; None: not known before the end) as
+    one Features: a file read a part at a time is encoded without ever holding all its texts."""
+    into: _Encoded = ([], [], [])
+    labels: list[Any] = []
+    unlabelled, truncated = False, 0
+    with quiet_bar(rows, "encoding", show) as bar:
+        for examples in parts:
+            for lo in range(0, len(examples.text_a), ENCODE_CHUNK):
+                chunk = slice(lo, lo + ENCODE_CHUNK)
+                text_a, text_b = examples.text_a[chunk], examples.text_b[chunk] if examples.text_b is not None else None
+                truncated += _encode_chunk(tokenizer, text_a, text_b, max_seq_length, into)
+                bar.update(len(text_a))
+            unlabelled |= examples.labels is None
+            labels += examples.labels or []
+    return Features(*pair_rows(*into), None if unlabelled else _label_array(labels), truncated)
+
+
+def _encode_chunk(tokenizer: BertTokenizer, text_a: list[str], text_b: list[str] | None, max_seq_length: int,
+                  into: _Encoded) -> int:
+    """Add one chunk's rows to `into`, tokenized in one call; returns how many were cut to fit."""
+    room = max_seq_length - (3 if text_b is not None else 2)
     cls, sep = tokenizer.cls_id, tokenizer.sep_id
-    ids, firsts, seconds, truncated = [], [], [], 0  # per chunk: its ids, and each row's tokens of segment 0, 1
-    with quiet_bar(len(examples.text_a), "encoding", show) as bar:
-        for lo in range(0, len(examples.text_a), ENCODE_CHUNK):
-            chunk = slice(lo, lo + ENCODE_CHUNK)
-            pieces_a = [e.ids for e in tokenizer.encode_batch(examples.text_a[chunk], add_special_tokens=False)]
-            pieces_b: list[Any] = [None] * len(pieces_a)
-            if examples.text_b is not None:
-                pieces_b = [e.ids for e in tokenizer.encode_batch(examples.text_b[chunk], add_special_tokens=False)]
-            flat: list[int] = []
-            for a, b in zip(pieces_a, pieces_b, strict=True):
-                short_a, short_b = truncate_pair(a, b, room)
-                truncated += len(short_a) + len(short_b or ()) < len(a) + len(b or ())
-                flat += [cls, *short_a, sep, *(short_b or ()), *([sep] if short_b is not None else [])]
-                firsts.append(len(short_a) + 2)
-                seconds.append(len(short_b) + 1 if short_b is not None else 0)
-            ids.append(np.asarray(flat, dtype=np.int32))
-            bar.update(len(pieces_a))
-    labels = None
-    if examples.labels is not None:
-        regression = any(isinstance(v, float) for v in examples.labels)
-        labels = np.asarray(examples.labels, dtype=np.float64 if regression else np.int64)
-    return Features(*pair_rows(ids, firsts, seconds), labels, truncated)
+    pieces_a = [e.ids for e in tokenizer.encode_batch(text_a, add_special_tokens=False)]
+    pieces_b: list[Any] = [None] * len(pieces_a)
+    if text_b is not None:
+        pieces_b = [e.ids for e in tokenizer.encode_batch(text_b, add_special_tokens=False)]
+    ids, firsts, seconds = into
+    flat: list[int] = []
+    truncated = 0
+    for a, b in zip(pieces_a, pieces_b, strict=True):
+        short_a, short_b = truncate_pair(a, b, room)
+        truncated += len(short_a) + len(short_b or ()) < len(a) + len(b or ())
+        flat += [cls, *short_a, sep, *(short_b or ()), *([sep] if short_b is not None else [])]
+        firsts.append(len(short_a) + 2)
+        seconds.append(len(short_b) + 1 if short_b is not None else 0)
+    ids.append(np.asarray(flat, dtype=np.int32))
+    return truncated
 
 
-def quiet_bar(rows: int, desc: str, show: bool) -> Any:
+def _label_array(labels: list[Any]) -> np.ndarray:
+    """Class ids as int64, scores (any float among them) as float64: scored as written."""
+    regression = any(isinstance(v, float) for v in labels)
+    return np.asarray(labels, dtype=np.float64 if regression else np.int64)
+
+
+def quiet_bar(rows: int | None, desc: str, show: bool) -> Any:
     """Encoding and scoring show a bar only once they have taken two seconds (a dev set scored after every
     epoch stays quiet), and leave no line behind."""
     return training.progress_bar(rows, 0, desc, show, unit="row", delay=2, leave=False)
@@ -280,10 +307,18 @@ class Scorer:
     def encode(self, examples: Examples) -> Features:
         """The examples as this model's inputs, refusing sentence pairs a model with one segment embedding
         cannot take (the second text's segment id 1 would index past it)."""
+        return self.encode_parts([examples], len(examples.text_a))
+
+    def encode_parts(self, parts: Iterable[Examples], rows: int | None = None) -> Features:
+        """`encode` of a split read a part at a time (`rows` in all, if known)."""
+        return encode_parts(self.tokenizer, map(self._takes, parts), self.max_seq_length, rows)
+
+    def _takes(self, examples: Examples) -> Examples:
+        """The part as it is, once the model is known to take its texts."""
         if examples.text_b is not None:
             self.model.config.refuse_pairs(self.folder or "the model", f"{examples.source} is read as sentence pairs",
                                            "one text column")
-        return encode_examples(self.tokenizer, examples, self.max_seq_length)
+        return examples
 
     def place(self, device: str | None, precision: str | None) -> tuple[torch.device, str]:
         """Move the model to --device (scoring_device's choice) and resolve --precision there (precision_on):

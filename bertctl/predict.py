@@ -10,17 +10,18 @@ so one folder can collect the tasks one by one).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from bertctl.config_types import take_bool
-from bertctl.data.glue import TASKS, GlueTask, get_task, read_split
-from bertctl.data.tabular import read_examples
+from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
+from bertctl.data.tabular import example_chunks
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
+    ClassifyRun,
     Features,
     Scorer,
     model_folder,
@@ -31,6 +32,7 @@ from bertctl.evaluate import (
 )
 from bertctl.files import check_new_out, check_out, user_path
 from bertctl.submission import prediction_path, submission_name, write_predictions, write_submission
+from bertctl.tokenizer import ENCODE_CHUNK
 
 
 def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out: Path | str,
@@ -108,18 +110,35 @@ def predict_classify(model: Path | str, data: str | Path, out: str | Path,
     row's id (the file's `id`/`idx` column, else its position from 0), the label (regression: the score)
     and each class's probability, in the file's order. Labels in the file are not needed. An existing file
     is replaced only with `overwrite`. Memory holds the ids, the encoded rows and the logits (compact arrays),
-    never the texts while scoring nor every output row at once.
+    never the whole file's texts (read and encoded a chunk at a time) nor every output row at once.
     """
     overwrite = take_bool("overwrite", overwrite)
     out = check_out(out, folder=False)  # a folder would otherwise become FOLDER.csv beside it
     path = check_new_out(prediction_path(out, user_path(data)), overwrite=overwrite, folder=False)
     run = open_classify_run(model, text_columns, None, max_seq_length, batch_size)
-    examples, id_name = read_examples(data, run.text_columns)
+    ids, id_name, features = _read_encoded(run, data)
     run_on, resolved = run.scorer.place(device, precision)
-    ids, features = examples.ids, run.scorer.encode(examples)
-    del examples  # its texts, often most of the memory: scoring needs the encoded rows alone
     logits = _task_logits(run.scorer, features, run_on, resolved)
     del features
     predictions = to_predictions(logits, run.task.is_regression, run.scorer.label_order)
     probabilities = None if run.task.is_regression else torch.from_numpy(logits).softmax(-1).numpy()
     return write_predictions(path, id_name, ids, run.task.label_names, predictions, probabilities)
+
+
+def _read_encoded(run: ClassifyRun, data: str | Path) -> tuple[list[str] | range, str, Features]:
+    """The file's row ids (positions: a range, not a string per row), what names them, and its rows encoded:
+    read ENCODE_CHUNK rows at a time, each part's texts dropped once encoded, so that memory never holds the
+    texts of a whole big table."""
+    ids: list[str] = []
+    id_name = "index"
+
+    def parts() -> Iterator[Examples]:
+        nonlocal id_name
+        for examples, name in example_chunks(data, run.text_columns, size=ENCODE_CHUNK):
+            id_name = name
+            if name != "index":
+                ids.extend(examples.ids)
+            yield examples
+
+    features = run.scorer.encode_parts(parts())
+    return ids if id_name != "index" else range(len(features)), id_name, features

@@ -114,14 +114,14 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def write_predictions(path: str | Path, id_name: str, ids: Sequence[str], label_names: Sequence[str],
+def write_predictions(path: str | Path, id_name: str, ids: Sequence[str] | range, label_names: Sequence[str],
                       predictions: Sequence[int | float], probabilities: Sequence[Sequence[float]] | None = None
                       ) -> Path:
     """Write one row per example atomically, csv or jsonl by the extension (see `prediction_path`).
 
     `predictions` are class ids into `label_names` (with their `probabilities`), or scores when there are no
-    label names (regression); lists or arrays. `id_name` is `index` for row positions, shown as numbers in
-    jsonl. Rows are made WRITE_CHUNK at a time as the temp file is written.
+    label names (regression); lists or arrays. `id_name` is `index` for row positions (`ids` may then be a
+    range), shown as numbers in jsonl. Rows are made WRITE_CHUNK at a time as the temp file is written.
     """
     path = prediction_path(path)
     spread = probabilities if probabilities is not None else [None] * len(predictions)
@@ -132,7 +132,7 @@ def write_predictions(path: str | Path, id_name: str, ids: Sequence[str], label_
     return path
 
 
-def _prediction_chunks(id_name: str, ids: Sequence[str], label_names: Sequence[str],
+def _prediction_chunks(id_name: str, ids: Sequence[str] | range, label_names: Sequence[str],
                        predictions: Sequence[int | float], probabilities: Sequence[Sequence[float]] | None
                        ) -> Iterator[list[dict[str, Any]]]:
     """The rows to write, WRITE_CHUNK at a time, so that a large test set's rows are never all held as dicts."""
@@ -144,7 +144,7 @@ def _prediction_chunks(id_name: str, ids: Sequence[str], label_names: Sequence[s
                for row_id, value, probs in zip(ids[chunk], values, spread, strict=True)]
 
 
-def _prediction_row(id_name: str, row_id: str, label_names: Sequence[str], value: int | float,
+def _prediction_row(id_name: str, row_id: str | int, label_names: Sequence[str], value: int | float,
                     probabilities: Sequence[float] | None) -> dict[str, Any]:
     """NaN/inf (a model whose outputs blew up) as None: null in jsonl, an empty cell in csv."""
     row: dict[str, Any] = {id_name: int(row_id) if id_name == "index" else row_id}

@@ -354,6 +354,54 @@ def test_encoding_a_big_table_holds_only_the_truncated_ids(monkeypatch):
     assert peak < 8e6, f"{peak / 1e6:.1f} MB"
 
 
+def test_predict_reads_a_big_table_a_chunk_at_a_time(pair_run, tmp_path, monkeypatch):
+    """The whole file's texts were read before the first row was encoded: memory grew with the texts, ~1 GB for a
+    million rows of a paragraph. Read and encoded ENCODE_CHUNK rows at a time, it holds the ids; the file the
+    same, row positions counted on across the chunks."""
+    import tracemalloc
+
+    import bertctl.evaluate
+    import bertctl.predict
+    import bertctl.submission
+
+    run, _ = pair_run
+    text = " ".join(f"{WORDS[j % len(WORDS)]}{'x' * 120}" for j in range(32))  # 4 kB, 32 [UNK]s, quick to encode
+    data = _write_csv(tmp_path / "big.csv", ("premise", "answer"), [(text, ("yes", "no")[i % 2]) for i in range(96)])
+    whole = predict_classify(run, data, tmp_path / "whole.csv").read_bytes()
+    for module in (bertctl.evaluate, bertctl.predict, bertctl.submission):
+        monkeypatch.setattr(module, "WRITE_CHUNK" if module is bertctl.submission else "ENCODE_CHUNK", 8)
+    opened = bertctl.predict.open_classify_run
+    monkeypatch.setattr(bertctl.predict, "open_classify_run", lambda *args: (opened(*args), tracemalloc.start())[0])
+    try:  # traced from the model's loading on: reading, encoding, scoring, writing
+        path = predict_classify(run, data, tmp_path / "chunked.csv")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert path.read_bytes() == whole and whole.splitlines()[-1].startswith(b"95,")
+    assert peak < 300e3, f"{peak / 1e3:.0f} kB"  # the file's texts: 390 kB
+
+
+def test_a_table_read_in_chunks_has_its_first_rows_id_column_throughout(pair_run, tmp_path, monkeypatch):
+    """Whether rows have ids is the file's first row's say, not each chunk's: a later chunk that starts with a row
+    without the id column is refused as before, and one whose first row has it is still counted by position."""
+    import bertctl.predict
+    from bertctl.errors import UsageError
+
+    run, _ = pair_run
+    monkeypatch.setattr(bertctl.predict, "ENCODE_CHUNK", 2)
+    rows = [{"idx": "q0", "premise": "a b", "answer": "yes"}, {"idx": "q1", "premise": "a", "answer": "no"},
+            {"premise": "b", "answer": "no"}]
+    gap = tmp_path / "gap.jsonl"
+    gap.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    with pytest.raises(UsageError, match=r"gap.jsonl:3: id column 'idx' is empty"):
+        predict_classify(run, gap, tmp_path / "gap.csv")
+    late = tmp_path / "late.jsonl"
+    late.write_text("".join(json.dumps(row) + "\n" for row in rows[::-1]), encoding="utf-8")
+    lines = predict_classify(run, late, tmp_path / "late_out.jsonl").read_text().splitlines()
+    assert [json.loads(line)["index"] for line in lines] == [0, 1, 2]
+    assert not (tmp_path / "gap.csv").exists()
+
+
 def test_encoded_rows_are_held_end_to_end_not_as_an_array_each():
     """Two numpy arrays per row (ids, segments) held ~230 bytes of objects besides a short row's few tokens: most
     of what `predict classify` held per row. One int32 and one int8 array for all rows, with offsets, hold the

@@ -36,6 +36,7 @@ from bertctl.files import compressed, user_path
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".parquet")
 ID_COLUMNS = ("id", "idx")  # a row's own id, kept in predictions; else the row's position from 0
+ARROW_BATCH = 4096  # parquet and saved rows made Python values at a time (a row group can be a million rows)
 
 
 @dataclass(frozen=True)
@@ -79,12 +80,18 @@ class _Table:
     numbers: list[int] = field(default_factory=list)
     id_column: str | None = None  # the first of ID_COLUMNS the file has
     ids: list[str] = field(default_factory=list)  # that column's values (empty without one)
+    start: int = 0  # the rows read before these (a file read a chunk at a time)
 
     def where(self, row: int) -> str:
         return f"{self.path}{self.unit}{self.numbers[row]}"
 
     def row_ids(self) -> list[str]:
-        return self.ids if self.id_column else [str(row) for row in range(len(self.numbers))]
+        return self.ids if self.id_column else [str(self.start + row) for row in range(len(self.numbers))]
+
+    def next_chunk(self) -> _Table:
+        """An empty table for the rows after these, with the id column the file's first row decided."""
+        return _Table(self.path, self.unit, [[] for _ in self.texts], id_column=self.id_column,
+                      start=self.start + len(self.numbers))
 
 
 def _require(columns: Sequence[str], found: Sequence[str], where: str) -> None:
@@ -139,10 +146,20 @@ def _parquet_rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dic
         names = pq.read_schema(path).names
         _require(columns, names, str(path))
         wanted = [*columns, *(c for c in ID_COLUMNS if c in names)]
-        table = pq.read_table(path, columns=list(dict.fromkeys(wanted)))
+        batches = pq.ParquetFile(path).iter_batches(ARROW_BATCH, columns=list(dict.fromkeys(wanted)))
+        yield from _numbered(batches)
     except (OSError, pyarrow.ArrowException) as exc:
         raise UsageError(f"{path}: cannot read parquet: {str(exc).splitlines()[0]}") from None
-    yield from enumerate(table.to_pylist(), start=1)
+
+
+def _numbered(batches: Iterator[Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row number from 1, row) of arrow record batches, one batch of Python values held at a time: a whole
+    table's `to_pylist` holds every text of the file as Python objects."""
+    number = 0
+    for batch in batches:
+        for record in batch.to_pylist():
+            number += 1
+            yield number, record
 
 
 def _saved_rows(path: Path, columns: Sequence[str], flag: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -150,7 +167,7 @@ def _saved_rows(path: Path, columns: Sequence[str], flag: str) -> Iterator[tuple
 
     table, _ = read_saved(path, flag)
     _require(columns, table.column_names, str(path))
-    yield from enumerate(table.to_pylist(), start=1)
+    yield from _numbered(iter(table.to_batches(ARROW_BATCH)))
 
 
 _READERS = {".csv": _csv_rows, ".tsv": _tsv_rows, ".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
@@ -161,6 +178,14 @@ def read_table(path: str | Path, text_columns: Sequence[str], label_column: str 
     """The text and label columns (None: no labels) of one file (or saved split), and its ids, checked row by
     row. With `ids=False` (training, scoring: no row is named) a row's id may be missing (kept as ""): a gap in an
     `id`/`idx` column the run never uses is no reason to refuse the file."""
+    [table] = _table_chunks(path, text_columns, label_column, ids, flag)
+    return table
+
+
+def _table_chunks(path: str | Path, text_columns: Sequence[str], label_column: str | None, ids: bool = True,
+                 flag: str = "--data", size: int | None = None) -> Iterator[_Table]:
+    """`read_table`'s table `size` rows at a time (None: all at once), so that a big file's texts need never be
+    held all together; the file's errors are raised when their row is reached."""
     path = user_path(path, flag)
     suffix = path.suffix.lower()
     if path.is_dir():
@@ -180,19 +205,23 @@ def read_table(path: str | Path, text_columns: Sequence[str], label_column: str 
         required = [*text_columns, *([label_column] if label_column else [])]
         for number, record in rows(path, required):
             _add_row(table, number, record, text_columns, label_column, ids)
+            if len(table.numbers) == size:
+                yield table
+                table = table.next_chunk()
     except UnicodeDecodeError:
         raise not_utf8(path, "classify") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if not table.numbers:
+    if not table.numbers and not table.start:
         raise UsageError(f"{path}: no examples")
-    return table
+    if table.numbers:
+        yield table
 
 
 def _add_row(table: _Table, number: int, record: dict[str, Any], text_columns: Sequence[str],
              label_column: str | None, ids: bool = True) -> None:
     where = f"{table.path}{table.unit}{number}"
-    if not table.numbers:  # the first row (a csv/tsv header, a parquet schema) says whether there are ids
+    if not table.numbers and not table.start:  # the file's first row (a header, a schema) says if there are ids
         table.id_column = next((c for c in ID_COLUMNS if c in record), None)
     for column, values in zip(text_columns, table.texts, strict=True):
         value = _missing_as_none(record[column])
@@ -353,15 +382,24 @@ def read_examples(path: str | Path, text_columns: Sequence[str], label_column: s
     identified by the file's `id` or `idx` column, else by their position from 0 (`index`); with `ids=False`
     (scoring, which names no row) that column may have gaps.
     """
+    [(examples, id_name)] = example_chunks(path, text_columns, label_column, label_names, ids)
+    return examples, id_name
+
+
+def example_chunks(path: str | Path, text_columns: Sequence[str], label_column: str | None = None,
+                   label_names: Sequence[str] = (), ids: bool = True,
+                   size: int | None = None) -> Iterator[tuple[Examples, str]]:
+    """`read_examples`' examples `size` rows at a time (None: all at once), each with the name of what
+    identifies its rows: a big file is encoded a chunk at a time, never holding all its texts."""
     text_columns = tuple(text_columns)
     _check_text_columns(text_columns)
-    table = read_table(path, text_columns, label_column, ids)
-    if label_column:
-        examples = _to_examples(table, tuple(label_names), label_column)
-    else:
-        text_b = table.texts[1] if len(table.texts) == 2 else None
-        examples = Examples(table.texts[0], text_b, None, table.row_ids(), str(table.path))
-    return examples, table.id_column or "index"
+    for table in _table_chunks(path, text_columns, label_column, ids, size=size):
+        if label_column:
+            examples = _to_examples(table, tuple(label_names), label_column)
+        else:
+            text_b = table.texts[1] if len(table.texts) == 2 else None
+            examples = Examples(table.texts[0], text_b, None, table.row_ids(), str(table.path))
+        yield examples, table.id_column or "index"
 
 
 def load_labelled_data(train: str | Path, validation: str | Path | None, text_columns: Sequence[str],
