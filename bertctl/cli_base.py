@@ -8,6 +8,7 @@ because another one stopped says that instead of its backend's error (`lost_peer
 
 from __future__ import annotations
 
+import ast
 import codecs
 import contextlib
 import errno
@@ -171,6 +172,9 @@ def _failure(exc: Exception) -> Exception:
 
         if isinstance(sys.stdout, ClosedStdout) and exc.errno == errno.EBADF and exc.filename is None:
             return fail("cannot write standard output: it is closed; run without `>&-`, or send it to /dev/null", 1)
+        if (folders := _no_temp_folder(exc)) is not None:
+            return fail(f"no usable temporary folder: cannot write a file in {folders} (is it full or read-only?); "
+                        "point TMPDIR at a writable folder", 1)
         if exc.errno in _WRITE_ERRNOS:
             _flush_or_drop_stdout()
             where = os.fsdecode(exc.filename) if exc.filename is not None else "standard output or an output file"
@@ -187,6 +191,22 @@ def _failure(exc: Exception) -> Exception:
     if worker:
         return fail(f"{worker[0]} ({worker[1]}; rerun with --debug for the traceback)", 1)
     return fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1)
+
+
+def _no_temp_folder(exc: OSError) -> str | None:
+    """The folders tried, where `exc` is Python's tempfile finding none it can write a file in (TMPDIR's, /tmp, ...,
+    the working folder: full, read-only, missing), as torch's import does (dill asks for one): every command failed
+    with a bare FileNotFoundError that said neither why nor what to do."""
+    head, found, tried = (exc.strerror or "").partition(_NO_TEMP)
+    if head or not found:
+        return None
+    try:
+        return ", ".join(ast.literal_eval(tried))
+    except (ValueError, SyntaxError, TypeError):
+        return tried
+
+
+_NO_TEMP = "No usable temporary directory found in "  # tempfile's words, followed by the list of folders it tried
 
 
 def _stdout_lacks(exc: UnicodeEncodeError) -> bool:

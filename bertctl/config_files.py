@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bertctl.config_types import FileNumber, field_types, fields_named, flag_name
+from bertctl.config_types import FileNumber, as_flag_reads, field_types, fields_named, flag_name
 from bertctl.errors import UsageError
 
 
@@ -88,11 +88,13 @@ T = TypeVar("T")
 
 def build_config(cls: type[T], file_values: dict[str, Any] | None = None, *, config_file: Path | str | None = None,
                  **flags: Any) -> T:
-    """Defaults <- config file <- flags (flags left as None fall through). Unknown keys are refused here; a
-    wrong type by the config itself, named as the user gave it (the flag, or the file, `config_file`, and key)."""
+    """Defaults <- config file <- flags (flags left as None fall through). Unknown keys are refused here; a file's
+    quoted number is read as its flag reads the text; a wrong type by the config itself, named as the user gave it
+    (the flag, or the file, `config_file`, and key)."""
     source = f"--config {config_file}" if config_file is not None else "--config"
     refuse_unknown(cls, file_values or {}, source)
-    values = dict(file_values or {})
+    known = field_types(cls)
+    values = {name: as_flag_reads(known[name], value) for name, value in (file_values or {}).items()}
     refuse_unknown(cls, flags, "build_config")
     given = {k: v for k, v in flags.items() if v is not None}
     with fields_named(lambda name: flag_name(name) if name in given else f"{source}: {name}"):

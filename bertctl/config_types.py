@@ -185,6 +185,32 @@ def split_list(text: str, cast: Callable[[str], Any] = str) -> tuple[Any, ...]:
     return tuple(cast(item) for item in items)
 
 
+def as_flag_reads(hint: Any, value: Any) -> Any:
+    """A `--config` file's text for a number field (`steps: "8"`, `lr: "0.1"`) as its flag reads the same text
+    (`--steps 8`), so quoting a number in a file changes nothing; text the flag refuses (`"1e3"` for a whole number)
+    is left as it is, for the config to refuse naming the file and key. Yes/no fields keep their text: their flags
+    are switches that take none. A list's items each so (`seeds: ["1", "2"]`)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is tuple and isinstance(value, list):
+        (kind,) = set(typing.get_args(hint)) - {Ellipsis}
+        return [as_flag_reads(kind, item) for item in value]
+    if not isinstance(value, str) or hint not in (int, float):
+        return value
+    try:
+        return _whole_text(value) if hint is int else _float_text(value)
+    except ValueError:
+        return value
+
+
+def _float_text(text: str) -> float:
+    """A real-number flag's text (`--lr 1e-4`, `nan`, `inf`) as the flag reads it: Python's float(), ASCII only,
+    as typer takes no other digits."""
+    if not text.isascii():
+        raise ValueError(text)
+    return float(text)
+
+
 def _data_name(owner: str, name: str, value: str | Path) -> str:
     """A data field's file, folder or hub id as spelt, `~` expanded; "" would be the working folder."""
     if not str(value).strip():
@@ -259,8 +285,9 @@ def _whole_text(text: str) -> int:
     """An item of a list flag of whole numbers (`--seeds 1,2.0`), taken as a lone int flag takes one."""
     if not _FLAG_WHOLE.fullmatch(text.strip()):
         raise ValueError(text)
-    return int(text.strip().partition(".")[0])
+    return int(text.strip().partition(".")[0])  # int() skips the underscores
 
 
-_FLAG_WHOLE = re.compile(r"[-+]?\d+(\.0+)?")  # what an int flag takes (`--steps 8.0`); not `1e3`, `8.` or `8.5`
+# what an int flag takes (`--steps 8.0`, `1_000`); not `1e3`, `8.`, `8.5` or digits other than ASCII ones
+_FLAG_WHOLE = re.compile(r"[-+]?[0-9](_?[0-9])*(\.0+)?")
 _YAML_TEXT_FLOAT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")  # `lr: 1e-4`, a number PyYAML reads as text

@@ -13,6 +13,9 @@ import gc
 import hashlib
 import math
 import os
+import re
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,7 +27,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from bertctl.config_types import any_case
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import BertctlError, UsageError, say
 from bertctl.files import json_ready
 from bertctl.model_building import float32_default
 from bertctl.output_locks import output_lock
@@ -148,7 +151,7 @@ def setup_distributed(device: str | None = None) -> Distributed:
         if not dist.is_initialized():
             _refuse_a_world_without_its_address(world)
             _import_world_defaults()
-            dist.init_process_group("nccl" if chosen.type == "cuda" else "gloo", device_id=_device_id(chosen))
+            _join_world("nccl" if chosen.type == "cuda" else "gloo", chosen, world, rank)
             owned.append(dist.group.WORLD)
         control = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         if control is not dist.group.WORLD:
@@ -164,6 +167,71 @@ def _refuse_a_world_without_its_address(world: int) -> None:
         raise UsageError(f"WORLD_SIZE={world} says this is one of {world} processes, but {' and '.join(missing)} "
                          f"{'is' if len(missing) == 1 else 'are'} not set: launch with torchrun (which sets them), "
                          "or unset WORLD_SIZE and RANK to run one process")
+
+
+# torchrun's agent starts every process of the run, which join once imported (seconds; more on a loaded machine):
+# a wait this long is worth a line
+TORCHRUN_QUIET_SECONDS = 30.0
+
+
+def _join_world(backend: str, device: torch.device, world: int, rank: int) -> None:
+    """dist.init_process_group, which waits in torch's rendezvous until all `world` processes are there: 30 minutes
+    on gloo (10 on NCCL) without a word, Ctrl-C held back until it ends, then torch's timeout error, which named
+    neither WORLD_SIZE nor MASTER_ADDR. Now the wait is said (at once outside torchrun), a signal ends it, and its
+    timeout is one line saying what to do. torch's timeouts stay as they are: a multi-node job may start slowly."""
+    where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    notice = _join_notice(f"joining {world} processes at {where} as rank {rank} (WORLD_SIZE={world}; waiting for "
+                          "the others; Ctrl-C to stop)")
+    started = time.monotonic()
+    try:
+        with _signals_end_the_wait():
+            dist.init_process_group(backend, device_id=_device_id(device))
+    except dist.DistError as exc:
+        if "timed out" not in str(exc).lower():
+            raise
+        raise BertctlError(_never_joined(str(exc), world, rank, where, time.monotonic() - started)) from None
+    finally:
+        if notice is not None:
+            notice.cancel()
+
+
+def _join_notice(line: str) -> threading.Timer | None:
+    """Says `line` on stderr: at once when the processes were started by hand or a job script, each of which may be
+    the one waiting; under torchrun only if the wait lasts, once per node."""
+    if not os.environ.get("TORCHELASTIC_RUN_ID"):
+        say(line)
+        return None
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return None
+    notice = threading.Timer(TORCHRUN_QUIET_SECONDS, say, [line])
+    notice.daemon = True
+    notice.start()
+    return notice
+
+
+@contextlib.contextmanager
+def _signals_end_the_wait() -> Iterator[None]:
+    """SIGINT and SIGTERM end the process at once (exit 128 + the signal) inside the block: torch's rendezvous
+    waits in C++, where a Python handler only runs once it returns. Nothing is written before the join."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_DFL) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():  # None: set in C before Python started (an embedding app)
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
+def _never_joined(error: str, world: int, rank: int, where: str, waited: float) -> str:
+    """The line for a rendezvous that timed out: rank 0's store counts who came ("1/2 clients joined"); another
+    rank never reached rank 0's."""
+    came = re.search(r"(\d+)/(\d+) clients joined", error)
+    seen = f"{came[1]} of {came[2]} joined" if came else "rank 0 never answered" if "connect" in error else "timed out"
+    return (f"WORLD_SIZE={world}: rank {rank} waited {waited:.0f} s at MASTER_ADDR:MASTER_PORT {where} for the other "
+            f"processes ({seen}); start all {world} (torchrun on each node, with the same --master-addr and "
+            "--master-port), or unset WORLD_SIZE and RANK to run one process")
 
 
 def _import_world_defaults() -> None:

@@ -954,6 +954,10 @@ def test_pretrain_runs_the_quick_start_only_when_neither_flag_nor_file_names_a_c
                                                           "traceback)"),
     (OSError(28, "No space left on device", "/x/y"), 1, "cannot write /x/y: No space left on device; free some disk "
                                                         "space or choose another path"),
+    # tempfile's own error, as importing torch raised it with /tmp full or read-only
+    (FileNotFoundError(2, "No usable temporary directory found in ['/nope', '/tmp', '/w d']"), 1,
+     "no usable temporary folder: cannot write a file in /nope, /tmp, /w d (is it full or read-only?); point TMPDIR "
+     "at a writable folder"),
 ])
 def test_a_stop_or_a_file_system_error_is_one_line_with_its_exit_code(monkeypatch, tmp_path, error, code, line):
     import bertctl.info

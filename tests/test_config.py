@@ -240,7 +240,7 @@ def test_the_quick_start_config_is_the_commands_small_run():
     (CorpusConfig, "max_seq_length: big", "--config: max_seq_length must be a whole number, got 'big'"),
     (PretrainConfig, "steps: two", "--config: steps must be a whole number, got 'two'"),
     (PretrainConfig, 'lr: "fast"', "--config: lr must be a number, got 'fast'"),
-    (PretrainConfig, 'batch_size: "8"', "--config: batch_size must be a whole number, got '8'"),
+    (PretrainConfig, 'batch_size: "8.5"', "--config: batch_size must be a whole number, got '8.5'"),
     (TokenizerTrainConfig, "vocab_size: 300.5", "--config: vocab_size must be a whole number, got 300.5"),
     (CorpusConfig, "max_seq_length: 64.7", "--config: max_seq_length must be a whole number, got 64.7"),
     (PretrainConfig, "lr: true", "--config: lr must be a number, got True"),
@@ -271,6 +271,43 @@ def test_config_file_values_take_their_fields_type(tmp_path):
     assert (cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.out, cfg.seeds, cfg.text_columns, cfg.dropout) == (
         8, 1.0, 0.0, Path("runs/x"), (7,), ("a", "b"), None)
     assert type(cfg.batch_size) is int and type(cfg.lr) is float and type(cfg.weight_decay) is float
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('steps: "8"\nlr: "0.1"\n', {"steps": 8, "lr": 0.1}),
+    ("steps: ' 8.0 '\nbatch_size: '1_024'\nlr: '1E-3'\n", {"steps": 8, "batch_size": 1024, "lr": 1e-3}),
+    ('warmup_steps: "10"\ndropout: ".5"\nmicro_batch_size: "+4"\n',
+     {"warmup_steps": 10, "dropout": 0.5, "micro_batch_size": 4}),
+    ('{"steps": "8", "warmup_fraction": "0.25", "adam_eps": "1e-8"}', {"steps": 8, "warmup_fraction": 0.25,
+                                                                       "adam_eps": 1e-8}),
+])
+def test_a_quoted_number_in_a_config_file_is_read_as_its_flag_reads_the_text(tmp_path, text, expected):
+    """`steps: "8"` was refused although `--steps 8` is text too: a file's quoted number is what the same text
+    given to the flag is, of the field's type."""
+    (tmp_path / "run.yaml").write_text(text)
+    cfg = build_config(PretrainConfig, read_config_file(tmp_path / "run.yaml"))
+    assert {name: getattr(cfg, name) for name in expected} == expected
+    assert all(type(getattr(cfg, name)) is type(value) for name, value in expected.items())
+    (tmp_path / "run.yaml").write_text('seeds: ["1", "2.0"]\nmax_seq_length: "64"\n')
+    assert build_config(FinetuneConfig, read_config_file(tmp_path / "run.yaml")).seeds == (1, 2)
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    # what the flag refuses is refused, naming the file's key; what the flag takes, the config checks as the flag's
+    ('steps: "1e3"', "--config: steps must be a whole number, got '1e3'"),
+    ('steps: "8."', "--config: steps must be a whole number, got '8.'"),
+    ('steps: "\uff18"', "--config: steps must be a whole number, got '\uff18'"),  # a full-width 8: not ASCII
+    ('lr: "0x10"', "--config: lr must be a number, got '0x10'"),
+    ('warmup_steps: ""', "--config: warmup_steps must be a whole number (or null), got ''"),
+    ('compile: "true"', "--config: compile must be true or false (or null), got 'true'"),  # --compile is a switch
+    ('steps: "0"', "--steps must be at least 1, got 0"),
+    ('lr: "nan"', "--lr must be a finite number above 0, got nan"),
+    ('steps: "99999999999999999999"', "--config: steps must be below 2^32, got 99999999999999999999"),
+])
+def test_a_quoted_number_the_flag_refuses_is_refused_as_the_flag_is(tmp_path, text, said):
+    (tmp_path / "run.yaml").write_text(text + "\n")
+    with pytest.raises(UsageError, match=f"^{re.escape(said)}$"):
+        build_config(PretrainConfig, read_config_file(tmp_path / "run.yaml"))
 
 
 def test_yaml_exponents_without_a_dot_are_numbers(tmp_path):

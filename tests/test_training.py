@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -656,6 +657,66 @@ def test_a_world_size_left_set_without_torchrun_is_one_line_naming_it(monkeypatc
                                          "launch with torchrun"):
         training.setup_distributed("cpu")
     assert not torch.distributed.is_initialized()
+
+
+def _a_world_of_two(monkeypatch, rank: int) -> str:
+    """The environment of one of two processes started by hand (no torchrun), rank 0's address a free port."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    given = {"WORLD_SIZE": "2", "RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    return f"127.0.0.1:{port}"
+
+
+def test_a_world_whose_other_processes_never_come_says_so_and_times_out_in_one_line(monkeypatch, capsys):
+    """WORLD_SIZE=2 with MASTER_ADDR/PORT but no other process waited in torch's rendezvous without a word, Ctrl-C
+    held back, for 30 minutes (gloo's timeout, cut short here), then failed with torch's DistStoreError."""
+    from datetime import timedelta
+
+    monkeypatch.setattr(torch.distributed.distributed_c10d, "default_pg_timeout", timedelta(seconds=0.2))
+    where = _a_world_of_two(monkeypatch, rank=0)
+    with pytest.raises(BertctlError) as error:
+        training.setup_distributed("cpu")
+    assert re.sub(r"waited \d+ s", "waited N s", str(error.value)) == (
+        f"WORLD_SIZE=2: rank 0 waited N s at MASTER_ADDR:MASTER_PORT {where} for the other processes (1 of 2 joined); "
+        "start all 2 (torchrun on each node, with the same --master-addr and --master-port), or unset WORLD_SIZE and "
+        "RANK to run one process")
+    assert capsys.readouterr().err == (f"bertctl: joining 2 processes at {where} as rank 0 (WORLD_SIZE=2; waiting "
+                                       "for the others; Ctrl-C to stop)\n")
+    assert not torch.distributed.is_initialized()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_signal_ends_the_wait_for_the_other_processes_and_torchrun_waits_quietly(monkeypatch, capsys):
+    """In the rendezvous a Python handler runs only once torch gives up: SIGINT and SIGTERM end the process there.
+    Under torchrun, whose agent starts every process, a short wait is not said."""
+    said, told = [], threading.Event()
+
+    def rendezvous(backend, device_id=None):
+        said.append([signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)])
+        told.wait(5 if len(said) > 1 else 0)  # the second wait lasts until the line is said
+        raise torch.distributed.DistNetworkError("The client socket has timed out after 1000ms while trying to "
+                                                 "connect to (127.0.0.1, 1).")
+
+    monkeypatch.setattr(training.dist, "init_process_group", rendezvous)
+    where = _a_world_of_two(monkeypatch, rank=1)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    with pytest.raises(BertctlError, match=re.escape(f"rank 1 waited 0 s at MASTER_ADDR:MASTER_PORT {where} for the "
+                                                     "other processes (rank 0 never answered); start all 2")):
+        training.setup_distributed("cpu")
+    assert said == [[signal.SIG_DFL, signal.SIG_DFL]] and capsys.readouterr().err == ""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    monkeypatch.setattr(training, "TORCHRUN_QUIET_SECONDS", 0.01)  # a wait that lasts is said, by local rank 0
+    monkeypatch.setattr(training, "say", lambda line: said.append(line) or told.set())
+    with pytest.raises(BertctlError):
+        training.setup_distributed("cpu")
+    assert said[2:] == [f"joining 2 processes at {where} as rank 1 (WORLD_SIZE=2; waiting for the others; Ctrl-C to "
+                        "stop)"]
 
 
 def test_a_signal_a_launcher_passes_on_is_not_a_second_one(monkeypatch):
