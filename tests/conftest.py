@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -14,6 +15,12 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 ODD_SHAPE = {"vocab_size": 97, "hidden_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4,
              "intermediate_size": 80, "max_position_embeddings": 40, "type_vocab_size": 2}
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The interpreter's last garbage collection walks every object the session left (torch's alone are ~500k):
+    seconds at exit that check nothing. Frozen, they are left to the operating system."""
+    gc.freeze()
 
 
 @pytest.fixture
