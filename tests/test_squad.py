@@ -409,6 +409,8 @@ def test_v2_impossible_questions_are_labelled_cls(tmp_path):
     path = _write(tmp_path / "v2.json", raw)
     data = read_squad(path, "train")
     assert data.version == "2.0" and any(e.impossible for e in data.examples)
+    with pytest.raises(UsageError, match="has 0 answers; a training question needs exactly one$"):
+        read_squad(path, "train", version="1.1")  # run_squad.py without version_2_with_negative: no is_impossible
     ours = make_features(_tokenizer(), data, 24, 6, 6, training=True)
     theirs = _google_features(_google_examples(raw, True, True),
                               lambda t: _tokenizer().encode(t, add_special_tokens=False).tokens, 24, 6, 6, True)
@@ -430,21 +432,22 @@ def test_answers_not_at_answer_start_are_skipped_with_googles_warning(tmp_path, 
 
 def test_empty_negative_and_overlong_answers_are_skipped_where_run_squad_keeps_or_fails(tmp_path, caplog):
     """run_squad.py keeps an empty answer text (found anywhere) and a negative answer_start (Python counts it from
-    the end), and fails on an answer running past the context's end; bertctl skips all three with the warning, as
-    docs/finetuning.md says."""
+    the end), and fails on an answer running past the context's end (by one character too); bertctl skips them all
+    with the warning, as docs/finetuning.md says."""
     raw = _squad([[("red blue green", [
         {"id": "ok", "question": "colour ?", "answers": [{"text": "blue", "answer_start": 4}]},
         {"id": "empty", "question": "colour ?", "answers": [{"text": "", "answer_start": 4}]},
         {"id": "negative", "question": "colour ?", "answers": [{"text": "green", "answer_start": -5}]},
-        {"id": "overlong", "question": "colour ?", "answers": [{"text": "green day", "answer_start": 9}]}])]])
+        {"id": "overlong", "question": "colour ?", "answers": [{"text": "green day", "answer_start": 9}]},
+        {"id": "one over", "question": "colour ?", "answers": [{"text": "greens", "answer_start": 9}]}])]])
     googles = _google_examples({**raw, "data": [{**raw["data"][0], "paragraphs": [
         {**raw["data"][0]["paragraphs"][0], "qas": raw["data"][0]["paragraphs"][0]["qas"][:3]}]}]}, True, False)
     assert [e["qid"] for e in googles] == ["ok", "empty", "negative"]
     with pytest.raises(IndexError):
         _google_examples(raw, True, False)
     data = read_squad(_write(tmp_path / "t.json", raw), "train")
-    assert [e.qid for e in data.examples] == ["ok"] and data.skipped == 3
-    assert "could not find answer '' of empty" in caplog.text
+    assert [e.qid for e in data.examples] == ["ok"] and data.skipped == 4
+    assert "could not find answer '' of empty" in caplog.text and "answer 'greens' of one over" in caplog.text
 
 
 @pytest.mark.parametrize(("content", "message"), [

@@ -78,9 +78,14 @@ def mismatches(ours: BertTokenizer, ref, texts: list[str]) -> list[str]:
     return bad
 
 
+# The ends of _is_chinese_char's ranges, and the code points just outside them.
+CJK_EDGES = [code for lo, hi in [(0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2CEAF),
+                                  (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)] for code in (lo - 1, lo, hi, hi + 1)]
+
+
 def sweep() -> list[str]:
-    """Every 41st code point of planes 0-2 and some of 14, inside and between words."""
-    codes = [c for c in (*range(0, 0x30000, 41), *range(0xE0000, 0xE0200, 7)) if not 0xD800 <= c < 0xE000]
+    """Every 41st code point of planes 0-2 and some of 14, and CJK_EDGES, inside and between words."""
+    codes = [c for c in (*range(0, 0x30000, 41), *range(0xE0000, 0xE0200, 7), *CJK_EDGES) if not 0xD800 <= c < 0xE000]
     return [f"a{chr(c)}b {chr(c)}X{chr(c)}" for c in codes]
 
 

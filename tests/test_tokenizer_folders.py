@@ -31,6 +31,7 @@ EXTRA = [
     "(C++) C++中 中C++ C++. Hello! hello! HELLO! naïve NAÏVE zzqx ZZQX ΣΑΣ σας c++\u2028C++ x\tC++\nc++ C+\x00+",
     "zzqx, (zzqx)-ZZQX. σας-日zzqx C++c++ naïve's",
     "‽‽) ‽ 丁丁 C++丁 x丁‽",  # never_split marks and ideographs the vocabulary lacks, side by side
+    "a.C++ (C++ :c++ ,[foo] x.<mask> -[mask] 日C++ .ΣΑΣ Ω xΩ",  # beside punctuation; a letter casing changes
 ]
 TEXTS = HARD + EXTRA
 ALL_PAIRS = [*PAIRS, (EXTRA[0], EXTRA[1]), ("[MASK] is here", "<new> and [SEP]")]
@@ -146,7 +147,7 @@ FOLDERS: dict[str, Callable[[Path, dict[str, list[str]]], Path]] = {
     "never-split-words": lambda f, v: write(f, [*v["uncased"], "[foo]", "C++"], tokenizer_config={
         "never_split": ["[foo]", "C++"]}),
     "never-split-unknown": lambda f, v: write(f, v["uncased"], tokenizer_config={  # not in the vocabulary
-        "never_split": ["C++", "Hello!", "[FOO]", "naïve", "c++", "zzqx", "ΣΑΣ", "‽", "丁"]}),
+        "never_split": ["C++", "Hello!", "[FOO]", "naïve", "c++", "zzqx", "ΣΑΣ", "‽", "丁", "Ω"]}),
     "cased-never-split-unknown": lambda f, v: write(f, v["cased"], tokenizer_config={
         "do_lower_case": False, "never_split": ["C++", "Hello!", "naïve", "hello!", "zzqx", "ΣΑΣ", "‽", "丁"]}),
     "sentinel-max-length": lambda f, v: write(f, v["uncased"], tokenizer_config={

@@ -139,7 +139,7 @@ def test_words_that_encode_as_unk_teach_no_pieces(tmp_path: Path) -> None:
     """A word with a character left out of the alphabet, or longer than 100 characters, encodes as [UNK]; the
     trainer must not learn from it ("aqb" would otherwise teach "ab", text that never occurs)."""
     (tmp_path / "gap.txt").write_text(("aaaa bbbb " * 10 + "aqb " * 100 + "\n") * 2)
-    (tmp_path / "long.txt").write_text(("hello world " * 5 + "qwertyuiop" * 11 + " \n") * 50)
+    (tmp_path / "long.txt").write_text(("hello world " * 5 + "qwertyuiop" * 10 + "q \n") * 50)  # 101 characters
     for name, size, limit in (("gap", "20", "2"), ("long", "200", "1000")):
         result = CliRunner().invoke(app, ["tokenizer", "train", str(tmp_path / f"{name}.txt"), "--out",
                                           str(tmp_path / name), "--vocab-size", size, "--limit-alphabet", limit])
