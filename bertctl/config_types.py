@@ -108,7 +108,8 @@ def take_types(cfg: Any) -> None:
         try:
             typed = _coerce(hint, value, commas=name in _COMMA_LISTS)
         except (ValueError, OverflowError):
-            raise FieldTypeError(type(cfg).__name__, name, f"must be {_expected(hint)}, got {_shown(value)}") from None
+            raise FieldTypeError(type(cfg).__name__, name,
+                                 f"must be {_expected(hint)}, got {_shown(value)}{_quoted_bool(value)}") from None
         items = typed if isinstance(typed, tuple) else (typed,)
         if name not in _OWN_RANGE and any(_too_large(item) for item in items):
             raise FieldTypeError(type(cfg).__name__, name, f"must be below 2^32, got {_shown(value)}")
@@ -152,7 +153,7 @@ def take_finite(name: str, value: Any) -> float:
 def take_bool(name: str, value: Any) -> bool:
     """A yes/no argument of a plain function: "no" or 0 would read as true (or be ignored) without this."""
     if not is_bool(value):
-        raise UsageError(f"{name} must be true or false, got {_shown(value)}")
+        raise UsageError(f"{name} must be true or false, got {_shown(value)}{_quoted_bool(value)}")
     return bool(value)
 
 
@@ -216,6 +217,13 @@ def _data_name(owner: str, name: str, value: str | Path) -> str:
     if not str(value).strip():
         raise FieldTypeError(owner, name, f"must be a path, got {_shown(value)}")
     return os.path.expanduser(value)
+
+
+def _quoted_bool(value: Any) -> str:
+    """"must be true or false, got 'true'" read as a contradiction: the value is the text, not the yes/no."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return f", text in quotes; write {value.strip().lower()} without them"
+    return ""
 
 
 def _shown(value: Any) -> str:

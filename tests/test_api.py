@@ -49,7 +49,9 @@ def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
         (lambda: bertctl.fill.fill("a [MASK]", mlm), "a list of texts"),
         (lambda: bertctl.load_model(None), "no model given"),
         (lambda: bertctl.load_model(5), "^model: give a folder or a hub id, not 5$"),  # was looked up on the hub
-        (lambda: bertctl.load_model(mlm, "BertModel", add_pooler="no"), "^add_pooler must be true or false"),
+        (lambda: bertctl.load_model(mlm, "BertModel", add_pooler="no"), "^add_pooler must be true or false, got 'no'$"),
+        (lambda: bertctl.load_model(mlm, "BertModel", add_pooler="False"),
+         "^add_pooler must be true or false, got 'False', text in quotes; write false without them$"),
         (lambda: bertctl.load_model(mlm, "BertForSequenceClassification", classifier_dropout="x"),
          "^classifier_dropout must be a number in \\[0, 1\\], got 'x'$"),  # a TypeError in torch
         (lambda: bertctl.BertConfig.from_dict(None), "^model config: give a mapping of config fields, not None$"),

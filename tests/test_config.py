@@ -299,7 +299,8 @@ def test_a_quoted_number_in_a_config_file_is_read_as_its_flag_reads_the_text(tmp
     ('steps: "\uff18"', "--config: steps must be a whole number, got '\uff18'"),  # a full-width 8: not ASCII
     ('lr: "0x10"', "--config: lr must be a number, got '0x10'"),
     ('warmup_steps: ""', "--config: warmup_steps must be a whole number (or null), got ''"),
-    ('compile: "true"', "--config: compile must be true or false (or null), got 'true'"),  # --compile is a switch
+    ('compile: "true"', "--config: compile must be true or false (or null), got 'true', text in quotes; write true "
+                        "without them"),  # --compile is a switch: it takes no text
     ('steps: "0"', "--steps must be at least 1, got 0"),
     ('lr: "nan"', "--lr must be a finite number above 0, got nan"),
     ('steps: "99999999999999999999"', "--config: steps must be below 2^32, got 99999999999999999999"),
@@ -362,7 +363,9 @@ def test_seeds_in_a_config_file_may_be_written_as_the_flag_takes_them(tmp_path):
     assert build_config(FinetuneConfig, read_config_file(path)).seeds == (1, 2, 3)
     path.write_text('seeds: "1,2.0"\n')  # each item as `--seed 2.0` takes it; not `1e0`, which `--seed` refuses
     assert build_config(FinetuneConfig, read_config_file(path)).seeds == (1, 2)
-    for text in ("1,x", "1,1e0"):
+    path.write_text('seeds: "1_0,2"\n')  # `--seed 1_0` takes it, and refuses digits other than ASCII ones
+    assert build_config(FinetuneConfig, read_config_file(path)).seeds == (10, 2)
+    for text in ("1,x", "1,1e0", "1,\u0662"):
         path.write_text(f'seeds: "{text}"\n')
         with pytest.raises(UsageError, match=f"^--config: seeds must be a list of whole numbers, got '{text}'$"):
             build_config(FinetuneConfig, read_config_file(path))
