@@ -2,6 +2,7 @@
 
     python bench/inference.py                                   # ~3 min on 2 quiet CPU cores
     python bench/inference.py --fill-lines 500 --eval-rows 5000 --repeat 3
+    python bench/inference.py --jobs startup --repeat 5          # cold starts alone, ~1 min
 
 fill: `bertctl.fill` against `pipeline("fill-mask", top_k=5)` on a BERT-base-shaped BertForMaskedLM with random
 weights (saved by transformers, with the all-MiniLM-L6-v2 vocabulary), over lines of the bundled novels with
@@ -201,6 +202,15 @@ def run_startup(side: str, model: Path, work: Path, env: dict) -> tuple[float, f
     return seconds, float(report.read_text())
 
 
+def run_startups(model: Path, work: Path, env: dict, repeat: int) -> dict[str, list[tuple[float, float]]]:
+    """Each side's (seconds, peak MB) of `repeat` cold starts, the sides alternating."""
+    starts: dict[str, list[tuple[float, float]]] = {"bertctl": [], "transformers": []}
+    for i in range(repeat):
+        for side in (("bertctl", "transformers") if i % 2 == 0 else ("transformers", "bertctl")):
+            starts[side].append(run_startup(side, model, work, env))
+    return starts
+
+
 def compare_fills(ours: list, theirs: list) -> tuple[bool, float]:
     same, worst = len(ours) == len(theirs), 0.0
     for a, b in zip(ours, theirs, strict=False):
@@ -240,9 +250,12 @@ def main() -> None:
     parser.add_argument("--eval-batch-sizes", default="32,128", help="128 is bertctl's default")
     parser.add_argument("--repeat", type=int, default=1, help="runs per side; the table shows medians")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--jobs", default="fill,classify,startup", help="which of fill,classify,startup to run")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if set(args.jobs.split(",")) - {"fill", "classify", "startup"}:
+        parser.error(f"--jobs: choose among fill, classify, startup, not {args.jobs!r}")
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return
@@ -267,8 +280,9 @@ def main() -> None:
             print(f"{job:9} {batch!s:>5} {ours:10.2f} {theirs:15.2f} {theirs / ours:8.2f}x {mem[0]:13.0f} "
                   f"{mem[1]:15.0f}  {same}", flush=True)
 
+        jobs = set(args.jobs.split(","))
         fill_times = {}
-        for batch in map(int, args.fill_batch_sizes.split(",")):
+        for batch in map(int, args.fill_batch_sizes.split(",") if "fill" in jobs else ()):
             runs: dict[str, list[dict]] = {"bertctl": [], "transformers": []}
             for i in range(args.repeat):
                 for side in (("bertctl", "transformers") if i % 2 == 0 else ("transformers", "bertctl")):
@@ -285,7 +299,7 @@ def main() -> None:
             t = fill_times[32]["bertctl"], fill_times[1]["transformers"]
             print(f"{'fill':9} {'dflt':>5} {t[0]:10.2f} {t[1]:15.2f} {t[1] / t[0]:8.2f}x  (each side's default "
                   "batch: bertctl 32, the pipeline 1)")
-        for batch in map(int, args.eval_batch_sizes.split(",")):
+        for batch in map(int, args.eval_batch_sizes.split(",") if "classify" in jobs else ()):
             runs = {"bertctl": [], "transformers": []}
             for i in range(args.repeat):
                 for side in (("bertctl", "transformers") if i % 2 == 0 else ("transformers", "bertctl")):
@@ -300,13 +314,11 @@ def main() -> None:
                 t = {side: statistics.median(r[job] for r in runs[side]) for side in runs}
                 show(job, batch, t["bertctl"], t["transformers"], mem,
                      f"{'equal' if same else 'DIFFERENT'} (max prob diff {worst:.1e})")
-        starts: dict[str, list[tuple[float, float]]] = {"bertctl": [], "transformers": []}
-        for i in range(max(3, args.repeat)):
-            for side in (("bertctl", "transformers") if i % 2 == 0 else ("transformers", "bertctl")):
-                starts[side].append(run_startup(side, mlm, work, env))
-        t = {side: statistics.median(s for s, _ in starts[side]) for side in starts}
-        show("startup", 1, t["bertctl"], t["transformers"],
-             tuple(statistics.median(m for _, m in starts[side]) for side in starts), "one cold process each")
+        if "startup" in jobs:
+            starts = run_startups(mlm, work, env, max(3, args.repeat))
+            t = {side: statistics.median(s for s, _ in starts[side]) for side in starts}
+            show("startup", 1, t["bertctl"], t["transformers"],
+                 tuple(statistics.median(m for _, m in starts[side]) for side in starts), "one cold process each")
     if args.json:
         print(json.dumps(rows))
 

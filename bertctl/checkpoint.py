@@ -46,7 +46,7 @@ from bertctl.errors import UsageError
 from bertctl.files import building_folder, check_new_out, refuse_empty, user_path, write_json_atomic
 from bertctl.hub import local_folder
 from bertctl.model import ARCHITECTURES, BertTaskModel, architecture_name
-from bertctl.model_building import shapes_only
+from bertctl.model_building import materialize, shapes_only
 from bertctl.run_folder import run_folder_hint
 
 FORMAT_VERSION = 1
@@ -323,7 +323,7 @@ def build_model(ckpt: Checkpoint, architecture: str | None = None, *, share_weig
         else:  # an encoder weight: read_checkpoint checked its shape against the config; an integer one (the
             # TensorFlow reader takes them) is cast as load_state_dict's copy would, since share_weights assigns it
             state[key] = source.to(target.dtype)
-    model.to_empty(device="cpu")
+    materialize(model)
     model.init_weights(module for prefix, module in model.named_modules()  # from the caller's RNG, as transformers
                        if any(f"{prefix}.{name}".lstrip(".") in fresh_keys for name, _ in module.named_parameters(
                            recurse=False)))

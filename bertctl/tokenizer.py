@@ -326,6 +326,8 @@ def _vocab_mapping(vocab: Any) -> dict[str, int]:
         raise UsageError(f"from_vocab: give the tokens in id order (or a token -> id mapping), not "
                          f"{reprlib.repr(vocab)}")
     for token, token_id in mapping.items():
+        if type(token) is str and type(token_id) is int:  # the common case, without the slow ABC check below
+            continue
         if not isinstance(token, str):
             raise UsageError(f"from_vocab: the token of id {token_id} is {reprlib.repr(token)}, not a string")
         if not isinstance(token_id, numbers.Integral) or isinstance(token_id, bool):

@@ -182,7 +182,7 @@ def _casing_of(tokenizer_json: dict[str, Any]) -> dict[str, Any]:
 
 def _check_casing(tokens: Sequence[str], lowercase: bool, source: Path) -> None:
     """Warn when the vocabulary's letters disagree with the casing (uncased flag on a cased vocab...)."""
-    words = [t for t in tokens if t[:1] != "[" and any(c.isalpha() for c in t)]
+    words = [t for t in tokens if t[:1] != "[" and any(map(str.isalpha, t))]
     capitals = sum(1 for t in words if t != t.lower())
     if lowercase and capitals > max(10, len(words) // 50):
         log.warning("warning: %s has %d tokens with capitals but the tokenizer lowercases its input; "

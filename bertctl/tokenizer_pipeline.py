@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from tokenizers import Regex, normalizers, pre_tokenizers
 
 from bertctl.errors import UsageError
+from bertctl.unicode_tables import casing_classes, category_class
 
 if TYPE_CHECKING:
     from bertctl.tokenizer import TokenizerOptions
@@ -57,7 +58,7 @@ def _casing(lowercase: bool, strip_accents: bool | None) -> list[normalizers.Nor
         steps += [normalizers.Replace(Regex(_final_sigma()), "ς"), normalizers.Lowercase()]
     if strip_accents or (strip_accents is None and lowercase):
         steps += [normalizers.NFD(), *(normalizers.Replace(c, parts) for c, parts in _LATE_DECOMPOSITIONS.items()),
-                  normalizers.Replace(Regex(f"[{_python_class('Mn')}]"), "")]
+                  normalizers.Replace(Regex(f"[{category_class('Mn')}]"), "")]
     return steps
 
 
@@ -118,38 +119,14 @@ def _pieces(word: str, chinese_chars: bool) -> int:
 
 
 @functools.cache
-def _python_class(category: str) -> str:
-    """Python's code points of a category as a regex class body (planes 4-13 are unassigned, Cn)."""
-    codes = [c for c in (*range(0x40000), *range(0xE0000, 0xF0000)) if unicodedata.category(chr(c)) == category]
-    return _class_body(codes) + (r"\x{40000}-\x{DFFFF}" if category == "Cn" else "")
-
-
-@functools.cache
 def _final_sigma() -> str:
-    """_FINAL_SIGMA with the running Python's Cased and Case_Ignorable sets, read off str.lower() itself: "cΣ"
-    ends in "ς" when c is cased (and not case-ignorable), "AcΣ" also when c is case-ignorable. Planes 2-3 and
-    15-16 hold ideographs and private use only, neither cased nor case-ignorable."""
-    chars = "".join(map(chr, (*range(0x20), *range(0x21, 0xD800), *range(0xE000, 0x20000), *range(0xE0000, 0xE1000))))
-    after = [word.endswith("ς") for word in ("Σ ".join(chars) + "Σ").lower().split(" ")]
-    after_a = [word.endswith("ς") for word in ("A" + "Σ A".join(chars) + "Σ").lower().split(" ")]
-    cased = [ord(c) for c, final in zip(chars, after, strict=True) if final]
-    ignorable = [ord(c) for c, final, final_a in zip(chars, after, after_a, strict=True) if final_a and not final]
-    return _FINAL_SIGMA.format(cased=_class_body(cased), ignorable=_class_body(ignorable))
-
-
-def _class_body(codes: Sequence[int]) -> str:
-    """Ascending code points as a regex class body of ranges."""
-    ranges: list[list[int]] = []
-    for code in codes:
-        if ranges and code == ranges[-1][1] + 1:
-            ranges[-1][1] = code
-        else:
-            ranges.append([code, code])
-    return "".join(f"\\x{{{first:X}}}-\\x{{{last:X}}}" for first, last in ranges)
+    """_FINAL_SIGMA with the running Python's Cased and Case_Ignorable sets (see unicode_tables)."""
+    cased, ignorable = casing_classes()
+    return _FINAL_SIGMA.format(cased=cased, ignorable=ignorable)
 
 
 def _clean_up() -> list[normalizers.Normalizer]:
-    return [normalizers.Replace(Regex(_CONTROL.format(unassigned=_python_class("Cn"))), ""),
+    return [normalizers.Replace(Regex(_CONTROL.format(unassigned=category_class("Cn"))), ""),
             normalizers.Replace(Regex(_SPACE), " "),
             normalizers.NFC(), *(normalizers.Replace(parts, c) for c, parts in _LATE_DECOMPOSITIONS.items())]
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -201,6 +204,20 @@ def test_fill_on_a_padded_vocabulary_matches_transformers_pipeline(padded_folder
             assert max(abs(p.score - w["score"]) for p, w in zip(got, want, strict=True)) < 1e-6
             spare += sum(p.token_id >= len(PADDED_VOCAB) for p in got[:5])
     assert spare > 0  # the spare rows did compete for the first places
+
+
+def test_fill_and_info_start_without_sympy_or_datasets(padded_folder):
+    """Start-up cost: building the model through to_empty imported sympy (~0.3 s of CPU at every fill), and the
+    short commands have no use for datasets/pyarrow. A fresh process, as a user starts one."""
+    script = (f"import sys\nfrom bertctl.cli import app\nfolder = {str(padded_folder)!r}\n"
+              "for argv in (['fill', '--model', folder, 'a [MASK]'], ['info', folder]):\n"
+              "    try:\n        app(argv, prog_name='bertctl')\n    except SystemExit as exc:\n"
+              "        assert not exc.code, exc.code\n"
+              "print(sorted({name.split('.')[0] for name in sys.modules} & {'sympy', 'datasets', 'pyarrow'}))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "[]"
 
 
 def test_a_tokenizer_larger_than_the_embedding_matrix_is_refused(padded_folder, tmp_path):

@@ -65,5 +65,6 @@ def test_the_sdist_builds_a_wheel_of_the_package_and_its_data_alone(sdist: Path,
         assert [name for name in zf.namelist() if name.endswith(".dist-info/licenses/LICENSE")]
     package = {name for name in _files(ROOT / "bertctl") if name.endswith(".py")}
     assert not package - names, f"missing from the wheel: {sorted(package - names)}"
-    assert {"bertctl/resources/austen.txt.gz", "bertctl/resources/README.md"} <= names
+    assert {"bertctl/resources/austen.txt.gz", "bertctl/resources/README.md",
+            "bertctl/resources/unicode_tables.json"} <= names
     assert not [name for name in names if not name.startswith("bertctl/") or name.endswith(".pyc")]

@@ -129,6 +129,20 @@ def test_decomposition_missing_from_tokenizers_tables_is_pythons(tmp_path: Path,
     assert [ours.encode(t).ids for t in texts] == [ref(t)["input_ids"] for t in texts]
 
 
+def test_the_shipped_unicode_tables_are_this_pythons() -> None:
+    """resources/unicode_tables.json spares every start ~0.3 s of CPU: for its Unicode version it must hold what
+    unicodedata and str.lower() give (regenerate: python -m bertctl.unicode_tables); another version's Python
+    computes its own."""
+    from bertctl import unicode_tables
+
+    shipped = json.loads(unicode_tables.TABLES.read_text(encoding="utf-8"))
+    computed = unicode_tables.computed_tables()
+    assert shipped == computed or shipped["unidata_version"] != computed["unidata_version"]
+    assert unicode_tables.category_class("Cn") == computed["Cn"]
+    assert unicode_tables.category_class("Mn") == computed["Mn"]
+    assert unicode_tables.casing_classes() == (computed["cased"], computed["case_ignorable"])
+
+
 def test_offsets_leave_out_what_the_clean_up_drops_or_composes() -> None:
     """docs/tokenizer.md's offsets: a character dropped at a word's end, or an accent NFC composes into the letter
     before it (accents kept), is outside the span."""
