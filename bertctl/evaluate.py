@@ -27,7 +27,7 @@ from bertctl.config import FinetuneConfig
 from bertctl.config_types import any_case, split_list, take_int
 from bertctl.data.batches import pad_batch, pair_rows
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
-from bertctl.data.tabular import TabularTask, classify_task, read_examples
+from bertctl.data.tabular import LabelledFile, TabularTask, classify_task
 from bertctl.errors import UsageError
 from bertctl.files import json_text, read_json_object
 from bertctl.hub import path_as_given
@@ -93,7 +93,7 @@ def encode_parts(tokenizer: BertTokenizer, parts: Iterable[Examples], max_seq_le
                 bar.update(len(text_a))
             unlabelled |= examples.labels is None
             labels += examples.labels or []
-    return Features(*pair_rows(*into), None if unlabelled else _label_array(labels), truncated)
+    return Features(*pair_rows(*into), None if unlabelled else label_array(labels), truncated)
 
 
 def _encode_chunk(tokenizer: BertTokenizer, text_a: list[str], text_b: list[str] | None, max_seq_length: int,
@@ -118,7 +118,7 @@ def _encode_chunk(tokenizer: BertTokenizer, text_a: list[str], text_b: list[str]
     return truncated
 
 
-def _label_array(labels: list[Any]) -> np.ndarray:
+def label_array(labels: list[Any]) -> np.ndarray:
     """Class ids as int64, scores (any float among them) as float64: scored as written."""
     regression = any(isinstance(v, float) for v in labels)
     return np.asarray(labels, dtype=np.float64 if regression else np.int64)
@@ -440,16 +440,22 @@ class ClassifyRun:
     label_column: str
     generic: bool = False  # a model trained elsewhere whose classes are LABEL_0, LABEL_1, ...: class ids 0, 1, ...
 
-    def read_labelled(self, data: str | Path) -> Examples:
-        """The file's examples with their labels as the model's classes. A model with generic class names was
-        fine-tuned (transformers' Trainer) on class ids: label i is read as LABEL_i too. Scores name no row, so
-        a gap in the file's id column is no reason to refuse it."""
+    def encode_labelled(self, data: str | Path) -> Features:
+        """The file's rows encoded, read once ENCODE_CHUNK rows at a time so that its texts are never all held, with
+        their labels as the model's classes (taken once every row is read: a bad row is named before a bad label,
+        as when the file was read whole). Scores name no row, so a gap in its id column is no reason to refuse it."""
+        file = LabelledFile.checked(data, self.text_columns, self.label_column, "--data")
+        features = self.scorer.encode_parts(file.parts(ENCODE_CHUNK))
+        return dataclasses.replace(features, labels=label_array(self.class_ids(file)))
+
+    def class_ids(self, file: LabelledFile) -> list[Any]:
+        """A read file's labels as the model's classes (scores for a regression). A model with generic class names
+        was fine-tuned (transformers' Trainer) on class ids: label i is read as LABEL_i too."""
         names = self.task.label_names
         if not self.generic:
-            return read_examples(data, self.text_columns, self.label_column, names, ids=False)[0]
+            return file.labels_for(names)
         either = [*names, *(str(i) for i in range(len(names)))]  # one read, so a bad label is named as it is
-        examples = read_examples(data, self.text_columns, self.label_column, either, ids=False)[0]
-        return dataclasses.replace(examples, labels=[label % len(names) for label in examples.labels])
+        return [label % len(names) for label in file.labels_for(either)]
 
 
 def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None = None,
@@ -504,7 +510,7 @@ def evaluate_classify(model: Path | str, data: str | Path, text_columns: str | S
     eval_results.json. Labels outside the model's classes are refused: it could never predict them.
     """
     run = open_classify_run(model, text_columns, label_column, max_seq_length, batch_size)
-    features = run.scorer.encode(run.read_labelled(data))
+    features = run.encode_labelled(data)
     run_on, resolved = run.scorer.place(device, precision)
     results = score(run.task, run.scorer.model, {"data": features}, run.scorer.tokenizer.pad_id,
                     run.scorer.batch_size, run_on, resolved, run.scorer.label_order)

@@ -44,9 +44,9 @@ from bertctl.data.glue import (
     read_split,
     task_folders,
 )
-from bertctl.data.tabular import load_labelled_data
+from bertctl.data.tabular import LabelledFile, TabularTask
 from bertctl.errors import UsageError, warnings_held
-from bertctl.evaluate import encode_examples, predict_command
+from bertctl.evaluate import Features, encode_examples, encode_parts, label_array, predict_command
 from bertctl.files import check_out, out_location, write_json_atomic, write_text_atomic
 from bertctl.finetune_classifier import CLASSIFIER
 from bertctl.finetune_seed import (
@@ -69,7 +69,7 @@ from bertctl.finetune_work import (
     seed_folder,
 )
 from bertctl.results_summary import glue_markdown, glue_table, summarize
-from bertctl.tokenizer import BertTokenizer
+from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 
 _TRAINED = [task for task in TASKS.values() if not task.predicted_by]  # what `finetune glue all` runs
 
@@ -105,12 +105,39 @@ def finetune_classify(cfg: FinetuneConfig) -> Path | None:
         raise UsageError("--text-columns: name the text column (or two, comma-separated)")
 
     def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: stop_signals.GracefulStop) -> None:
-        table = load_labelled_data(cfg.train, cfg.validation, cfg.text_columns, cfg.label_column, cfg.problem,
-                                   cfg.label_names)
-        dev = {"validation": table.validation} if table.validation else {}
-        train_and_publish(cfg, base, table, table.train, dev, out, work, env, stop)
+        task, train, dev = _classify_data(cfg, base, env)
+        train_and_publish(cfg, base, task, train, dev, out, work, env, stop, prepare=_prepared)
 
     return launch(cfg, body)
+
+
+def _classify_data(cfg: FinetuneConfig, base: Base, env: training.Distributed
+                   ) -> tuple[TabularTask, Features, dict[str, Features]]:
+    """The task --train defines and its files encoded, each read once, ENCODE_CHUNK rows at a time: their texts
+    are never all held, only the encoded rows training shuffles. A model that cannot take pairs is refused before
+    any file is read; then come the training file's rows, its labels and the validation file's, as when the files
+    were read whole."""
+    if len(cfg.text_columns) == 2:
+        base.ckpt.config.refuse_pairs(base.ckpt.path, f"{TabularTask.name} has sentence pairs", "one text column")
+    train_file = LabelledFile.checked(cfg.train, cfg.text_columns, cfg.label_column, "--train", cfg.problem)
+    train = _encode_file(cfg, base, env, train_file)
+    task = train_file.task(cfg.problem, cfg.label_names)
+    train = _with_labels(train, train_file, task)
+    dev: dict[str, Features] = {}
+    if cfg.validation:
+        dev_file = LabelledFile(cfg.validation, train_file.text_columns, cfg.label_column, "--validation")
+        dev["validation"] = _with_labels(_encode_file(cfg, base, env, dev_file), dev_file, task)
+    return task, train, dev
+
+
+def _encode_file(cfg: FinetuneConfig, base: Base, env: training.Distributed, file: LabelledFile) -> Features:
+    """A labelled file's texts encoded as they are read (its labels kept in `file`)."""
+    return encode_parts(base.tokenizer, file.parts(ENCODE_CHUNK), cfg.max_seq_length, None, show=env.is_main)
+
+
+def _with_labels(features: Features, file: LabelledFile, task: TabularTask) -> Features:
+    """A file's encoded rows with its labels as `task` has them, once every row has been read."""
+    return dataclasses.replace(features, labels=label_array(file.labels_for(task.label_names)))
 
 
 class _Stopped(Exception):
@@ -320,11 +347,17 @@ def _prepare(cfg: FinetuneConfig, base: Base, task: Any, train: Examples, dev: d
     features = encode_examples(tokenizer, train, cfg.max_seq_length, show=env.is_main)
     dev_features = {split: encode_examples(tokenizer, examples, cfg.max_seq_length, show=env.is_main)
                     for split, examples in dev.items()}
-    for split, feats in {"train": features, **dev_features}.items():
+    return _prepared(cfg, base, task, features, dev_features, env)
+
+
+def _prepared(cfg: FinetuneConfig, base: Base, task: Any, train: Features, dev: dict[str, Features],
+              env: training.Distributed) -> Prepared:
+    """A classifier's data once encoded, with a line for each split whose rows were cut to fit."""
+    for split, feats in {"train": train, **dev}.items():
         if feats.truncated and env.is_main:
             say(f"{task.name} {split}: {feats.truncated} of {len(feats)} examples cut to "
                 f"{cfg.max_seq_length} tokens")
-    return Prepared(task, ckpt, tokenizer, features, dev_features, base.precision, CLASSIFIER)
+    return Prepared(task, base.ckpt, base.tokenizer, train, dev, base.precision, CLASSIFIER)
 
 
 @dataclass

@@ -381,6 +381,30 @@ def test_predict_reads_a_big_table_a_chunk_at_a_time(pair_run, tmp_path, monkeyp
     assert peak < 300e3, f"{peak / 1e3:.0f} kB"  # the file's texts: 390 kB
 
 
+def test_evaluate_reads_a_big_table_a_chunk_at_a_time(pair_run, tmp_path, monkeypatch):
+    """`evaluate classify` read the whole file's texts before encoding them, as `predict classify` did: read and
+    encoded ENCODE_CHUNK rows at a time, it holds the labels and encoded rows alone, and scores the same."""
+    import tracemalloc
+
+    import bertctl.evaluate
+
+    run, _ = pair_run
+    text = " ".join(f"{WORDS[j % len(WORDS)]}{'x' * 120}" for j in range(32))  # 4 kB, 32 [UNK]s, quick to encode
+    rows = [(text, answer, answer) for answer in ("yes", "no", "no") * 32]
+    data = _write_csv(tmp_path / "big.csv", ("premise", "answer", "y"), rows)
+    whole = evaluate_classify(run, data)
+    monkeypatch.setattr(bertctl.evaluate, "ENCODE_CHUNK", 8)
+    opened = bertctl.evaluate.open_classify_run
+    monkeypatch.setattr(bertctl.evaluate, "open_classify_run", lambda *args: (opened(*args), tracemalloc.start())[0])
+    try:  # traced from the model's loading on: reading, encoding, scoring
+        chunked = evaluate_classify(run, data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert chunked == whole
+    assert peak < 300e3, f"{peak / 1e3:.0f} kB"  # the file's texts: 390 kB
+
+
 def test_a_table_read_in_chunks_has_its_first_rows_id_column_throughout(pair_run, tmp_path, monkeypatch):
     """Whether rows have ids is the file's first row's say, not each chunk's: a later chunk that starts with a row
     without the id column is refused as before, and one whose first row has it is still counted by position."""
@@ -506,18 +530,24 @@ def test_sentence_pairs_are_refused_for_a_model_with_one_segment_embedding(tmp_p
 
 def test_generic_model_label_error_names_the_bad_label(tmp_path: Path) -> None:
     """A LABEL_0/LABEL_1 model scored on a file labelled 0, 1, 2: the error must name 2, not the valid 0."""
+    from bertctl.data.tabular import LabelledFile
     from bertctl.errors import UsageError
     from bertctl.evaluate import ClassifyRun, classify_task
 
     data = tmp_path / "d.csv"
     data.write_text("text,label\nhello,0\nthere,1\nagain,2\n", encoding="utf-8")
     run = ClassifyRun(None, classify_task(["LABEL_0", "LABEL_1"]), ("text",), "label", generic=True)
+    def class_ids(path: Path) -> list[int]:
+        file = LabelledFile.checked(path, ("text",), "label", "--data")
+        list(file.parts())
+        return run.class_ids(file)
+
     with pytest.raises(UsageError) as refused:
-        run.read_labelled(data)
+        class_ids(data)
     assert "'2'" in str(refused.value) and "'0'" not in str(refused.value)
     ids = tmp_path / "ids.csv"
     ids.write_text("text,label\nhello,0\nthere,1\n", encoding="utf-8")
-    assert run.read_labelled(ids).labels == [0, 1]
+    assert class_ids(ids) == [0, 1]
 
 
 def test_one_whole_number_spelled_several_ways_is_one_class_in_a_fixed_order(tmp_path):

@@ -315,6 +315,40 @@ def test_finetune_classify_on_a_csv_pair_and_a_jsonl_regression(encoder, tmp_pat
     assert json.loads((out / "config.json").read_text())["problem_type"] == "regression"
 
 
+def test_finetune_classify_reads_its_tables_a_chunk_at_a_time(encoder, tmp_path, monkeypatch):
+    """--train and --validation were read whole, their texts then held until training ended: read and encoded
+    ENCODE_CHUNK rows at a time, only their encoded rows are held, the same as a whole read encodes, with the
+    labels decided over every row (whole numbers in the first chunks, a score in the last: all scores)."""
+    import tracemalloc
+
+    from bertctl.data import tabular
+
+    text = " ".join(f"{FILLER[j % 10]}{'x' * 120}" for j in range(32))  # 4 kB, 32 [UNK]s, quick to encode
+    rows = [(text, str(i % 3)) for i in range(95)] + [(text, "0.5")]
+    train, dev = tmp_path / "train.csv", tmp_path / "dev.csv"
+    for path, part in ((train, rows), (dev, rows[:48])):
+        with open(path, "w", newline="") as handle:
+            csv.writer(handle).writerows([("text", "score"), *part])
+    monkeypatch.setattr(finetune, "ENCODE_CHUNK", 8)
+    seen = {}
+    monkeypatch.setattr(finetune, "train_and_publish", lambda cfg, base, task, train, dev, *rest, **flags: seen.update(
+        peak=tracemalloc.get_traced_memory()[1], base=base, task=task, train=train, dev=dev))
+    loaded = finetune.load_base
+    monkeypatch.setattr(finetune, "load_base", lambda *args: (loaded(*args), tracemalloc.start())[0])
+    try:  # traced from the model's loading on: reading and encoding both files
+        finetune_classify(FinetuneConfig(model=encoder, train=train, validation=dev, text_columns=("text",),
+                                         label_column="score", out=tmp_path / "run", **FAST))
+    finally:
+        tracemalloc.stop()
+    assert seen["peak"] < 300e3, f"{seen['peak'] / 1e3:.0f} kB"  # the training file's texts: 390 kB
+    whole = tabular.load_labelled_data(train, dev, ["text"], "score")
+    assert seen["task"].label_names == () and seen["train"].labels.dtype == np.float64
+    for got, examples in ((seen["train"], whole.train), (seen["dev"]["validation"], whole.validation)):
+        expected = encode_examples(seen["base"].tokenizer, examples, FAST["max_seq_length"], show=False)
+        assert [list(row) for row in got.input_ids] == [list(row) for row in expected.input_ids]
+        assert np.array_equal(got.labels, expected.labels) and got.truncated == expected.truncated == len(examples)
+
+
 # --- batches -------------------------------------------------------------------------------------------
 
 def test_batches_are_padded_to_their_longest_example_only():
@@ -572,6 +606,22 @@ def test_a_one_segment_model_on_a_pair_task_is_refused_in_one_line(small_glue, t
                   "--max-seq-length", "32")
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == (f"bertctl: error: mrpc has sentence pairs but {model} has type_vocab_size 1 "
+                                     "(one segment embedding); give a model with 2, or one text column")
+    assert not (tmp_path / "out").exists() and not (tmp_path / ".out.work").exists()
+
+
+def test_a_one_segment_model_on_two_text_columns_is_refused_before_the_files_are_read(tmp_path):
+    """finetune classify encodes its files as it reads them: the pair refusal, which needs only the flags, came
+    after both files were encoded (a big table's minutes), and after any bad row in them."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, type_vocab_size=1)
+    model = save_model(BertForMaskedLM(config), tmp_path / "one_segment", BertTokenizer.from_vocab(VOCAB))
+    (tmp_path / "t.csv").write_text("a,b,label\nx,y,0\nx,y,1,extra\n", encoding="utf-8")
+    result = _cli("finetune", "classify", "--model", model, "--train", tmp_path / "t.csv", "--text-columns", "a,b",
+                  "--out", tmp_path / "out", "--max-seq-length", "32")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (f"bertctl: error: classify has sentence pairs but {model} has type_vocab_size 1 "
                                      "(one segment embedding); give a model with 2, or one text column")
     assert not (tmp_path / "out").exists() and not (tmp_path / ".out.work").exists()
 

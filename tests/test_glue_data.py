@@ -366,6 +366,28 @@ def test_label_names_fix_the_class_order_and_may_name_a_class_training_lacks(tmp
     assert (task.label_names, task.train.labels) == (("pos", "neg", "meh"), [0, 1])
 
 
+def test_training_labels_read_a_chunk_at_a_time_are_still_the_whole_files(tmp_path):
+    """Fine-tuning reads its training file a chunk at a time: a score in a later chunk still makes every label a
+    score, a class first seen there is still a class, and a bad row anywhere in the file is named before an empty
+    label ahead of it, as when the file was read whole."""
+    from bertctl.data.tabular import LabelledFile
+
+    def labelled(content: str) -> tuple[tuple[str, ...], list]:
+        train.write_text(content, encoding="utf-8")
+        file = LabelledFile.checked(train, ["text"], "y", "--train")
+        assert [len(part.text_a) for part in file.parts(2)] == [2, content.count("\n") - 3]
+        task = file.task()
+        return task.label_names, file.labels_for(task.label_names)
+
+    train = tmp_path / "train.csv"
+    assert labelled("text,y\na,1\nb,2\nc,2.5\n") == ((), [1.0, 2.0, 2.5])
+    assert labelled("text,y\na,yes\nb,yes\nc,no\n") == (("no", "yes"), [1, 1, 0])
+    with pytest.raises(UsageError, match=r"train.csv:4: expected 2 comma-separated fields, found 3"):
+        labelled("text,y\na,\nb,yes\nc,no,x\n")
+    with pytest.raises(UsageError, match=r"train.csv:4: label column 'y' is empty"):
+        labelled("text,y\na,yes\nb,no\nc,\nd,\n")
+
+
 def test_a_saved_dataset_dict_is_refused_naming_the_split_folder_to_give(tmp_path):
     split = datasets.Dataset.from_list([{"text": "a", "label": 0}, {"text": "b", "label": 1}])
     datasets.DatasetDict({"train": split, "test": split}).save_to_disk(str(tmp_path / "dict"))

@@ -18,6 +18,7 @@ In a .jsonl file a blank line is no row and `{"text": ""}` is one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import reprlib
 from collections.abc import Iterator, Sequence
@@ -173,19 +174,13 @@ def _saved_rows(path: Path, columns: Sequence[str], flag: str) -> Iterator[tuple
 _READERS = {".csv": _csv_rows, ".tsv": _tsv_rows, ".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
 
 
-def read_table(path: str | Path, text_columns: Sequence[str], label_column: str | None, ids: bool = True,
-               flag: str = "--data") -> _Table:
-    """The text and label columns (None: no labels) of one file (or saved split), and its ids, checked row by
-    row. With `ids=False` (training, scoring: no row is named) a row's id may be missing (kept as ""): a gap in an
-    `id`/`idx` column the run never uses is no reason to refuse the file."""
-    [table] = _table_chunks(path, text_columns, label_column, ids, flag)
-    return table
-
-
 def _table_chunks(path: str | Path, text_columns: Sequence[str], label_column: str | None, ids: bool = True,
                  flag: str = "--data", size: int | None = None) -> Iterator[_Table]:
-    """`read_table`'s table `size` rows at a time (None: all at once), so that a big file's texts need never be
-    held all together; the file's errors are raised when their row is reached."""
+    """The text and label columns (None: no labels) of one file (or saved split), and its ids, checked row by
+    row, `size` rows at a time (None: all at once), so that a big file's texts need never be held all together;
+    the file's errors are raised when their row is reached. With `ids=False` (training, scoring: no row is named)
+    a row's id may be missing (kept as ""): a gap in an `id`/`idx` column the run never uses is no reason to
+    refuse the file."""
     path = user_path(path, flag)
     suffix = path.suffix.lower()
     if path.is_dir():
@@ -320,6 +315,13 @@ def _class_names(labels: list[str | None]) -> tuple[str, ...]:
 
 
 def _to_examples(table: _Table, label_names: tuple[str, ...], label_column: str) -> Examples:
+    text_b = table.texts[1] if len(table.texts) == 2 else None
+    return Examples(table.texts[0], text_b, _labels(table, label_names, label_column), table.row_ids(),
+                    str(table.path))
+
+
+def _labels(table: _Table, label_names: tuple[str, ...], label_column: str) -> list[Any]:
+    """Each row's class id among `label_names` (none: its score), the first bad label named with its row."""
     labels: list = []
     index = _ClassIndex(label_names)
     for row, raw in enumerate(table.labels):
@@ -338,8 +340,7 @@ def _to_examples(table: _Table, label_names: tuple[str, ...], label_column: str)
                              f"{', '.join(label_names[i] for i in found)}; spell it as one of them")
         else:
             raise UsageError(f"{table.where(row)}: label {text!r} is not one of {', '.join(label_names)}")
-    text_b = table.texts[1] if len(table.texts) == 2 else None
-    return Examples(table.texts[0], text_b, labels, table.row_ids(), str(table.path))
+    return labels
 
 
 class _ClassIndex:
@@ -405,31 +406,73 @@ def example_chunks(path: str | Path, text_columns: Sequence[str], label_column: 
 def load_labelled_data(train: str | Path, validation: str | Path | None, text_columns: Sequence[str],
                        label_column: str, problem: str = "auto",
                        label_names: Sequence[str] | None = None) -> TabularTask:
-    """Train (and validation) examples plus what scoring them needs.
+    """Train (and validation) examples plus what scoring them needs, each file read whole (fine-tuning reads
+    them a chunk at a time through `LabelledFile`)."""
+    train_file = LabelledFile.checked(train, text_columns, label_column, "--train", problem)
+    [train_texts] = train_file.parts()
+    task = train_file.task(problem, label_names)
+    train_examples = dataclasses.replace(train_texts, labels=train_file.labels_for(task.label_names))
+    dev = None
+    if validation:
+        dev_file = LabelledFile(validation, train_file.text_columns, label_column, "--validation")
+        [dev_texts] = dev_file.parts()
+        dev = dataclasses.replace(dev_texts, labels=dev_file.labels_for(task.label_names))
+    return dataclasses.replace(task, train=train_examples, validation=dev)
 
-    `problem="auto"` picks regression when every training label is a number and some are not whole;
-    class names come from the training file (sorted) unless `label_names` fixes their order.
-    """
-    text_columns = tuple(text_columns)
-    _check_text_columns(text_columns)
-    if problem not in FINETUNE_PROBLEMS:
-        raise UsageError(f"--problem {problem}: choose one of {', '.join(FINETUNE_PROBLEMS)}")
-    if not isinstance(label_column, str) or not label_column.strip():  # "" would read no labels at all
-        raise UsageError(f"--label-column: give the label column's name, not {label_column!r}")
-    train_table = read_table(train, text_columns, label_column, ids=False, flag="--train")
-    texts = [_label_text(v) for v in train_table.labels]
-    if None in texts:  # before the classes are counted, so the row is named rather than too few classes
-        raise UsageError(f"{train_table.where(texts.index(None))}: label column {label_column!r} is empty")
-    regression = problem == "regression" or (problem == "auto" and label_names is None and _is_regression(texts))
-    names: tuple[str, ...] = () if regression else tuple(label_names or _class_names(texts))
-    if len(set(names)) != len(names):
-        raise UsageError(f"--label-names: {','.join(names)} repeats a name")
-    if not regression and len(names) < 2:
-        where = "--label-names" if label_names else f"{train}: label column {label_column!r}"
-        raise UsageError(f"{where} has fewer than two classes ({', '.join(names) or 'none'}); classification "
-                         "needs at least two")
-    train_examples = _to_examples(train_table, names, label_column)
-    dev = (_to_examples(read_table(validation, text_columns, label_column, ids=False, flag="--validation"), names,
-                        label_column)
-           if validation else None)
-    return classify_task(names, train_examples, dev)
+
+@dataclass
+class LabelledFile:
+    """A labelled file read once, a chunk at a time: its texts as they come (`parts`, for encoding), its labels
+    kept for when every row is read, so that the classes, and whether the labels are scores, are decided over
+    all rows (and every row's own errors come before any label's) while only a chunk's texts are held."""
+
+    path: str | Path
+    text_columns: tuple[str, ...]
+    label_column: str
+    flag: str  # --train, --validation: how messages name the file
+    read: _Table | None = None  # the labels and row numbers of the rows read so far (texts left out)
+
+    @classmethod
+    def checked(cls, path: str | Path, text_columns: Sequence[str], label_column: str, flag: str,
+                problem: str = "auto") -> LabelledFile:
+        """The training file, once the flags that say how to read its labels are known to be sound."""
+        text_columns = tuple(text_columns)
+        _check_text_columns(text_columns)
+        if problem not in FINETUNE_PROBLEMS:
+            raise UsageError(f"--problem {problem}: choose one of {', '.join(FINETUNE_PROBLEMS)}")
+        if not isinstance(label_column, str) or not label_column.strip():  # "" would read no labels at all
+            raise UsageError(f"--label-column: give the label column's name, not {label_column!r}")
+        return cls(path, text_columns, label_column, flag)
+
+    def parts(self, size: int | None = None) -> Iterator[Examples]:
+        """The file's texts `size` rows at a time (None: all at once), without labels; each part's labels are
+        kept in `read`."""
+        for table in _table_chunks(self.path, self.text_columns, self.label_column, False, self.flag, size):
+            if self.read is None:
+                self.read = _Table(table.path, table.unit)
+            self.read.labels += table.labels
+            self.read.numbers += table.numbers
+            text_b = table.texts[1] if len(table.texts) == 2 else None
+            yield Examples(table.texts[0], text_b, None, table.row_ids(), str(table.path))
+
+    def task(self, problem: str = "auto", label_names: Sequence[str] | None = None) -> TabularTask:
+        """The task the (read) training file defines. `problem="auto"` picks regression when every label is a
+        number and some are not whole; class names are its labels (sorted) unless `label_names` fixes them."""
+        assert self.read is not None, "parts() first"
+        texts = [_label_text(v) for v in self.read.labels]
+        if None in texts:  # before the classes are counted, so the row is named rather than too few classes
+            raise UsageError(f"{self.read.where(texts.index(None))}: label column {self.label_column!r} is empty")
+        regression = problem == "regression" or (problem == "auto" and label_names is None and _is_regression(texts))
+        names: tuple[str, ...] = () if regression else tuple(label_names or _class_names(texts))
+        if len(set(names)) != len(names):
+            raise UsageError(f"--label-names: {','.join(names)} repeats a name")
+        if not regression and len(names) < 2:
+            where = "--label-names" if label_names else f"{self.path}: label column {self.label_column!r}"
+            raise UsageError(f"{where} has fewer than two classes ({', '.join(names) or 'none'}); classification "
+                             "needs at least two")
+        return classify_task(names)
+
+    def labels_for(self, label_names: Sequence[str]) -> list[Any]:
+        """Each (read) row's label as a class id among `label_names` (none: a score, for a regression)."""
+        assert self.read is not None, "parts() first"
+        return _labels(self.read, tuple(label_names), self.label_column)
