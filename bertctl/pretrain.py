@@ -20,10 +20,9 @@ from typing import Any
 
 import torch
 
-from bertctl import optim, run_metrics, stop_signals, training, training_state
+from bertctl import optim, pretrain_resume, run_metrics, stop_signals, training, training_state
 from bertctl.checkpoint import build_model, read_checkpoint, save_model
 from bertctl.config import BertConfig, PretrainConfig, model_config, usable_cores
-from bertctl.config_records import changed_settings, config_to_dict, refuse_changed_settings
 from bertctl.config_types import take_config
 from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import BatchPlan, Collator, StepBatches
@@ -33,7 +32,6 @@ from bertctl.files import (
     check_out,
     folder_undone_on_failure,
     out_location,
-    read_json_object,
     user_path,
     write_json_atomic,
 )
@@ -98,7 +96,7 @@ class _Run:
     accum: int  # forward passes per optimizer step
     progress: _Progress
     carried: float  # seconds the run had already trained (resumed), so `elapsed` goes on from there
-    dropout: float | None  # run.json's --dropout, kept in each checkpoint's trainer state (`_recorded_config`)
+    dropout: float | None  # run.json's --dropout, kept in each checkpoint's trainer state (`recorded_config`)
 
 
 def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
@@ -127,8 +125,8 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
     if resume_from is not None:
         saved = training_state.read_training_state(resume_from, optimizer, scaler, env.rank)
         progress = _Progress.from_record(saved, cfg.log_every)
-    config = _recorded_config(cfg, started, saved)
-    _warn_changed_on_resume(cfg, run, started, resume_from, env)
+    config = pretrain_resume.recorded_config(cfg, started, saved)
+    pretrain_resume.warn_changed_on_resume(cfg, run, started, resume_from, env)
     carried = 0.0
     if env.is_main:
         carried = _start_run_folder(cfg, run, {
@@ -138,7 +136,7 @@ def _prepare(cfg: PretrainConfig, env: training.Distributed) -> _Run:
             "corpus_manifest": manifest, "quickstart": started.get("quickstart", quickstart),
             "init_weights_sha256": started.get("init_weights_sha256") if resume_from else init_weights,
             "resumed_from": str(resume_from or ""), "from_step": progress.step,
-            "earlier": _earlier_parts(started, progress.step)}, resume_from)
+            "earlier": pretrain_resume.earlier_parts(started, progress.step)}, resume_from)
     return _Run(cfg, env, corpus, manifest, tokenizer, model, optimizer, scaler, precision, compiled, micro, accum,
                 progress, carried, config["dropout"])
 
@@ -166,20 +164,6 @@ def _warn_slow_settings(cfg: PretrainConfig, env: training.Distributed) -> None:
                        cfg.lr)
 
 
-def _warn_changed_on_resume(cfg: PretrainConfig, run: Path, started: dict[str, Any], resume_from: Path | None,
-                            env: training.Distributed) -> None:
-    """Said after every refusal, so that a refused resume says one line: the settings a resume takes as given
-    now although the run trained with others, and an --init-from it no longer reads."""
-    changed = changed_settings(cfg, started.get("config", {}), RESUMED_AS_GIVEN)
-    if env.is_main and changed:
-        logger.warning("warning: --resume: the run in %s trained with %s; a resume takes the settings given now, "
-                       "so give them again to keep the run's", run, changed)
-    other_init = cfg.init_from is not None and changed_settings(cfg, started.get("config", {}), ("init_from",))
-    if env.is_main and resume_from is not None and other_init:
-        logger.warning("warning: --resume: the run in %s started from %s; a resume goes on from its checkpoint's "
-                       "weights, so --init-from is not read", run, other_init)
-
-
 def _checked_start(cfg: PretrainConfig, run: Path, env: training.Distributed) -> tuple[Path | None, dict[str, Any]]:
     """The checkpoint a resume continues from (None for a new run) and run.json's record of the run so far,
     after the refusals that need neither data nor model."""
@@ -187,10 +171,10 @@ def _checked_start(cfg: PretrainConfig, run: Path, env: training.Distributed) ->
     _refuse_file_as_final(run)
     _refuse_out_in_corpus(cfg)
     _refuse_out_model_folder(cfg)
-    resume_from = _resume_point(cfg, run, env)
+    resume_from = pretrain_resume.resume_point(cfg, run, env)
     seen = b"" if resume_from is None else resume_from.name.encode() + training_state.saved_state(resume_from)
     training.refuse_unshared_out(cfg.out, seen, "other checkpoints there", env)
-    started = _check_resumable(cfg, run, resume_from) if resume_from is not None else {}
+    started = pretrain_resume.check_resumable(cfg, run, resume_from) if resume_from is not None else {}
     if resume_from is None and cfg.init_from is None:
         model_config(cfg.model_name())  # a bad --model-config fails here, not after the quick start's data is built
     if cfg.corpus is None and cfg.init_from is not None:  # the quick start's own new vocabulary cannot fit it
@@ -365,114 +349,6 @@ def _mlm_slots(manifest: dict[str, Any], compiled: bool, device: torch.device) -
     Compiled graphs want fixed shapes, and on CUDA picking the masked positions (a boolean index) would make the
     host wait for the device every forward pass; the same losses either way, up to rounding."""
     return manifest["max_predictions_per_seq"] if compiled or device.type == "cuda" else None
-
-
-def _resume_point(cfg: PretrainConfig, run: Path, env: training.Distributed) -> Path | None:
-    latest = training_state.latest_checkpoint(run) if run.exists() else None
-    if cfg.resume:
-        if latest is None and env.is_main:
-            say(f"--resume: no complete checkpoint in {run} yet; starting from step 0")
-        return latest
-    if latest is not None:
-        raise UsageError(f"--out {run} already holds checkpoints; pass --resume to continue it or choose "
-                         "another --out")
-    return None
-
-
-# Settings that decide what a checkpoint's optimizer state and data position mean; a resume may change how long
-# and how fast the run trains and how it logs and saves. The model is the checkpoint's (--init-from no longer
-# matters, --tokenizer is checked against the corpus anyway); the corpus is compared by its manifest.
-FIXED_ON_RESUME = ("optimizer", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "seed")
-# Settings a resume may change, but which flags left off (so back at their defaults) change unasked: each one
-# that differs from run.json gets a warning line. (--gradient-checkpointing changes no number, only the memory a
-# step takes: a resume without it may no longer fit where the run did.)
-# (--dropout left off keeps the checkpoint's: the model is the checkpoint's, config included.)
-RESUMED_AS_GIVEN = ("lr", "warmup_steps", "warmup_fraction", "schedule", "batch_size", "micro_batch_size", "clip",
-                    "precision", "gradient_checkpointing")
-_SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-
-
-def _check_resumable(cfg: PretrainConfig, run: Path, checkpoint: Path) -> dict[str, Any]:
-    """Before anything is built or written: the run's fixed settings and model shape (run.json), and --steps not
-    below the checkpoint. Returns run.json's record, whose corpus manifest the caller compares once it is read."""
-    started = read_json_object(run / "run.json") if (run / "run.json").exists() else {}
-    if not isinstance(started.get("config", {}), dict):
-        raise UsageError(f"{run / 'run.json'} is damaged (its config is not a JSON object); restore or delete it")
-    refuse_changed_settings(cfg, started.get("config", {}), FIXED_ON_RESUME, run, "start a new run with another --out")
-    recorded = started.get("config", {})
-    if cfg.corpus is None and started.get("quickstart") is False:  # else the quick start would build its data
-        raise UsageError(f"--resume: the run in {run} was started on --corpus {recorded.get('corpus')}; give it "
-                         "again")
-    renamed = cfg.model_config not in (None, recorded.get("model_config"))
-    from_init = recorded.get("init_from") is not None  # it gave the shape
-    try:
-        wanted = model_config(cfg.model_config).to_dict() if renamed and not from_init else {}
-    except UsageError:  # a config file since moved: the checkpoint holds the model anyway
-        wanted = {}
-    model = started.get("model", {})
-    if any(key in wanted and key in model and wanted[key] != model[key] for key in _SHAPE):
-        raise UsageError(f"--resume: --model-config {cfg.model_config} is not the shape of the model in {run} "
-                         f"({', '.join(f'{k} {model[k]}' for k in _SHAPE)}); give the one it was started with")
-    step = training_state.checkpoint_step(checkpoint)
-    if cfg.steps < step:
-        raise UsageError(f"--steps {cfg.steps} is below step {step} of the checkpoint {checkpoint}; give at least "
-                         f"{step}")
-    return _record_at(started, step)
-
-
-def _record_at(started: dict[str, Any], step: int) -> dict[str, Any]:
-    """run.json as the part that trained the checkpoint's last step left it. A resume writes run.json with its own
-    settings before its first step; one that failed before it saved trained none of the checkpoint's steps, so its
-    settings are not the run's (the next resume warned the run had `trained with` them, and kept its --dropout).
-    Nor are those of one with --steps at the checkpoint's step, which saves final/ again: only its --dropout is
-    the model's, and the checkpoint's trainer state keeps that (`_recorded_config`)."""
-    while started.get("earlier") and started.get("from_step", 0) >= step:
-        *earlier, last = started["earlier"]
-        started = {**started, **{key: last.get(key) for key in _PART}, "from_step": last["from_step"],
-                   "earlier": earlier}
-    return started
-
-
-def _recorded_config(cfg: PretrainConfig, started: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any]:
-    """run.json's config: a resume keeps the run's own --model-config and --init-from whatever it names (the
-    model is the checkpoint's), and one without --dropout the --dropout the checkpoint was saved with (its config
-    is the checkpoint's too; its trainer state `saved` says, older ones run.json), so the record given back as
-    --config builds the same model."""
-    given, recorded = config_to_dict(cfg), started.get("config", {})
-    if "config" in started:
-        given |= {key: recorded.get(key) for key in ("model_config", "init_from")}
-    if cfg.dropout is None:
-        given["dropout"] = saved.get("dropout", recorded.get("dropout"))
-    return given
-
-
-_PART = ("config", "world_size", "device", "threads", "precision", "compile",
-         "warmup_steps")  # what trained a part's steps
-
-
-def _earlier_parts(started: dict[str, Any], step: int) -> list[dict[str, Any]]:
-    """run.json's `earlier`: how each part of the run before this one trained the steps the checkpoint holds
-    (oldest first; a part from_step to to_step). A resume may change --steps, --lr, the batch, the precision ...,
-    and run.json's own config is this part's, so without these the record would not say how the model was made."""
-    parts = [{**part, "to_step": min(part["to_step"], step)} for part in started.get("earlier", [])
-             if part["from_step"] < step]
-    first = started.get("from_step", 0)  # run.json of an older bertctl: the run had no earlier resume on record
-    if started and first < step:
-        settings = {key: started.get(key) for key in _PART}
-        if parts and _same_settings(parts[-1], settings):  # a resume that changed nothing: one part
-            parts[-1]["to_step"] = step
-        else:
-            parts.append({"from_step": first, "to_step": step, **settings})
-    return parts
-
-
-def _same_settings(part: dict[str, Any], settings: dict[str, Any]) -> bool:
-    """Whether two parts trained alike: --resume itself changes nothing."""
-    return _without_resume(part) == _without_resume(settings)
-
-
-def _without_resume(record: dict[str, Any]) -> dict[str, Any]:
-    return {key: record.get(key) for key in _PART} | {"config": {**(record.get("config") or {}), "resume": None}}
 
 
 def _tokenizer(cfg: PretrainConfig, manifest: dict[str, Any]) -> BertTokenizer:

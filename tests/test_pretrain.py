@@ -600,12 +600,12 @@ def _part(lr: float, first: int, last: int, dropout: float | None = None) -> dic
 
 def test_the_record_at_a_checkpoint_goes_back_past_every_part_that_began_after_it():
     """Resumed from step-000002 after parts that began at steps 4 and 6, the record is the first part's."""
-    from bertctl.pretrain import _record_at
+    from bertctl.pretrain_resume import record_at
 
     record = {**_part(3e-4, 6, 8), "earlier": [_part(1e-3, 0, 4), _part(5e-4, 4, 6)]}
-    at_six = _record_at(record, 6)
+    at_six = record_at(record, 6)
     assert (at_six["config"]["lr"], at_six["from_step"], at_six["earlier"]) == (5e-4, 4, [_part(1e-3, 0, 4)])
-    at_two = _record_at(record, 2)
+    at_two = record_at(record, 2)
     assert (at_two["config"]["lr"], at_two["from_step"], at_two["earlier"]) == (1e-3, 0, [])
 
 
