@@ -212,11 +212,13 @@ def _join_notice(line: str) -> threading.Timer | None:
 @contextlib.contextmanager
 def _signals_end_the_wait() -> Iterator[None]:
     """SIGINT and SIGTERM end the process at once (exit 128 + the signal) inside the block: torch's rendezvous
-    waits in C++, where a Python handler only runs once it returns. Nothing is written before the join."""
+    waits in C++, where a Python handler only runs once it returns. Nothing is written before the join. A signal
+    the process ignores (`nohup`, a job a script started with `&`) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, signal.SIG_DFL) for sig in (signal.SIGINT, signal.SIGTERM)}
+    handled = [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) != signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, signal.SIG_DFL) for sig in handled}
     try:
         yield
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,13 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 ODD_SHAPE = {"vocab_size": 97, "hidden_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4,
              "intermediate_size": 80, "max_position_embeddings": 40, "type_vocab_size": 2}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A session started with SIGINT ignored (`&` in a script without job control) would pass that on to every
+    command a test starts, and the tests that stop one with Ctrl-C would see it run on."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -706,11 +706,22 @@ def test_a_signal_ends_the_wait_for_the_other_processes_and_torchrun_waits_quiet
     monkeypatch.setattr(training.dist, "init_process_group", rendezvous)
     where = _a_world_of_two(monkeypatch, rank=1)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    before = [signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)]
     with pytest.raises(BertctlError, match=re.escape(f"rank 1 waited 0 s at MASTER_ADDR:MASTER_PORT {where} for the "
                                                      "other processes (rank 0 never answered); start all 2")):
         training.setup_distributed("cpu")
     assert said == [[signal.SIG_DFL, signal.SIG_DFL]] and capsys.readouterr().err == ""
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert [signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)] == before
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # started by `nohup` or `&` in a script: stays ignored
+    told.set()  # no wait in this rendezvous
+    try:
+        with pytest.raises(BertctlError):
+            training.setup_distributed("cpu")
+        assert said[1] == [signal.SIG_IGN, signal.SIG_DFL] and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    del said[1:]
+    told.clear()
     monkeypatch.setattr(training, "TORCHRUN_QUIET_SECONDS", 0.01)  # a wait that lasts is said, by local rank 0
     monkeypatch.setattr(training, "say", lambda line: said.append(line) or told.set())
     with pytest.raises(BertctlError):
