@@ -89,6 +89,11 @@ class _Table:
     def row_ids(self) -> list[str]:
         return self.ids if self.id_column else [str(self.start + row) for row in range(len(self.numbers))]
 
+    def examples(self, labels: list[Any] | None = None) -> Examples:
+        """These rows as Examples: the texts (a second column as the pair's second text), ids and `labels`."""
+        text_b = self.texts[1] if len(self.texts) == 2 else None
+        return Examples(self.texts[0], text_b, labels, self.row_ids(), str(self.path))
+
     def next_chunk(self) -> _Table:
         """An empty table for the rows after these, with the id column the file's first row decided."""
         return _Table(self.path, self.unit, [[] for _ in self.texts], id_column=self.id_column,
@@ -314,12 +319,6 @@ def _class_names(labels: list[str | None]) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _to_examples(table: _Table, label_names: tuple[str, ...], label_column: str) -> Examples:
-    text_b = table.texts[1] if len(table.texts) == 2 else None
-    return Examples(table.texts[0], text_b, _labels(table, label_names, label_column), table.row_ids(),
-                    str(table.path))
-
-
 def _labels(table: _Table, label_names: tuple[str, ...], label_column: str) -> list[Any]:
     """Each row's class id among `label_names` (none: its score), the first bad label named with its row."""
     labels: list = []
@@ -395,12 +394,8 @@ def example_chunks(path: str | Path, text_columns: Sequence[str], label_column: 
     text_columns = tuple(text_columns)
     _check_text_columns(text_columns)
     for table in _table_chunks(path, text_columns, label_column, ids, size=size):
-        if label_column:
-            examples = _to_examples(table, tuple(label_names), label_column)
-        else:
-            text_b = table.texts[1] if len(table.texts) == 2 else None
-            examples = Examples(table.texts[0], text_b, None, table.row_ids(), str(table.path))
-        yield examples, table.id_column or "index"
+        labels = _labels(table, tuple(label_names), label_column) if label_column else None
+        yield table.examples(labels), table.id_column or "index"
 
 
 def load_labelled_data(train: str | Path, validation: str | Path | None, text_columns: Sequence[str],
@@ -452,8 +447,7 @@ class LabelledFile:
                 self.read = _Table(table.path, table.unit)
             self.read.labels += table.labels
             self.read.numbers += table.numbers
-            text_b = table.texts[1] if len(table.texts) == 2 else None
-            yield Examples(table.texts[0], text_b, None, table.row_ids(), str(table.path))
+            yield table.examples()
 
     def task(self, problem: str = "auto", label_names: Sequence[str] | None = None) -> TabularTask:
         """The task the (read) training file defines. `problem="auto"` picks regression when every label is a
