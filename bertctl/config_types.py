@@ -191,8 +191,7 @@ def as_flag_reads(hint: Any, value: Any) -> Any:
     (`--steps 8`), so quoting a number in a file changes nothing; text the flag refuses (`"1e3"` for a whole number)
     is left as it is, for the config to refuse naming the file and key. Yes/no fields keep their text: their flags
     are switches that take none. A list's items each so (`seeds: ["1", "2"]`)."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    hint = _not_none(hint)
     if typing.get_origin(hint) is tuple and isinstance(value, list):
         (kind,) = set(typing.get_args(hint)) - {Ellipsis}
         return [as_flag_reads(kind, item) for item in value]
@@ -234,11 +233,22 @@ def _shown(value: Any) -> str:
 _KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", Path: "a path"}
 
 
+def _is_optional(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _not_none(hint: Any) -> Any:
+    """X of a field typed `X | None` (the only unions fields have); any other hint as it is."""
+    if not _is_optional(hint):
+        return hint
+    (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    return inner
+
+
 def _expected(hint: Any) -> str:
     """What a field of type `hint` holds, in the words of an error message."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return f"{_expected(inner)} (or null)"
+    if _is_optional(hint):
+        return f"{_expected(_not_none(hint))} (or null)"
     if typing.get_origin(hint) is tuple:
         return f"a list of {_expected(typing.get_args(hint)[0]).removeprefix('a ')}s"
     return _KINDS[hint]
@@ -255,9 +265,8 @@ def _coerce(hint: Any, value: Any, commas: bool = False) -> Any:
     tuple and may write 8.0 for 8 or 0 for 0.0. With `commas`, a string for a tuple is split as its flag
     splits it (`seeds: "1,2,3"`). Raises ValueError for any other type."""
     origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return None if value is None else _coerce(inner, value, commas)
+    if _is_optional(hint):
+        return None if value is None else _coerce(_not_none(hint), value, commas)
     if origin is tuple:  # a lone value is a list of one (a lone string must not become its characters)
         (kind,) = set(typing.get_args(hint)) - {Ellipsis}
         if commas and isinstance(value, str):
