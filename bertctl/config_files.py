@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,17 +47,30 @@ def read_config_file(path: Path, flag: str = "--config") -> dict[str, Any]:
 
 @functools.cache
 def _loader_as_written() -> type:
-    """YAML's safe loader, with each float kept as written (FileNumber), as the JSON reader keeps them."""
+    """YAML's safe loader, with each float kept as written (FileNumber), as the JSON reader keeps them, and YAML
+    1.1's other ways to write a number (`010` octal, `0x10`, `1:30` base 60) kept as text, for the field to read as
+    its flag reads it: `steps: 010` is 10 as `--steps 010` is, `0x10` is refused as the flag refuses it."""
     import yaml
 
     class Loader(yaml.SafeLoader):
         pass
 
-    def as_written(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> FileNumber:
+    def float_as_written(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> FileNumber | str:
+        if ":" in node.value:
+            return node.value
         return FileNumber(loader.construct_yaml_float(node), node.value)
 
-    Loader.add_constructor("tag:yaml.org,2002:float", as_written)
+    def int_as_written(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | str:
+        if _PLAIN_DECIMAL.fullmatch(node.value):
+            return loader.construct_yaml_int(node)
+        return node.value
+
+    Loader.add_constructor("tag:yaml.org,2002:float", float_as_written)
+    Loader.add_constructor("tag:yaml.org,2002:int", int_as_written)
     return Loader
+
+
+_PLAIN_DECIMAL = re.compile(r"-?(0|[1-9](_?[0-9])*)")  # a whole number YAML and the flags read alike
 
 
 def _repeated_field(text: str, as_yaml: bool) -> str | None:

@@ -311,6 +311,28 @@ def test_a_quoted_number_the_flag_refuses_is_refused_as_the_flag_is(tmp_path, te
         build_config(PretrainConfig, read_config_file(tmp_path / "run.yaml"))
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("steps: 010\nseed: +07\n", {"steps": 10, "seed": 7}),  # YAML 1.1 reads 010 as octal 8; --steps 010 is 10
+    ("steps: 1_000\nbatch_size: 8\nlr: 0.5\n", {"steps": 1000, "batch_size": 8, "lr": 0.5}),
+])
+def test_yaml_whole_numbers_are_read_as_their_flag_reads_them(tmp_path, text, expected):
+    (tmp_path / "run.yaml").write_text(text)
+    cfg = build_config(PretrainConfig, read_config_file(tmp_path / "run.yaml"))
+    assert {name: getattr(cfg, name) for name in expected} == expected
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("steps: 0x10", "--config: steps must be a whole number, got '0x10'"),  # YAML 1.1: 16; the flag refuses it
+    ("steps: 0b11", "--config: steps must be a whole number, got '0b11'"),
+    ("steps: 1:30", "--config: steps must be a whole number, got '1:30'"),  # YAML 1.1's base 60: 90
+    ("lr: 1:30.5", "--config: lr must be a number, got '1:30.5'"),
+])
+def test_yaml_numbers_the_flag_refuses_are_refused(tmp_path, text, said):
+    (tmp_path / "run.yaml").write_text(text + "\n")
+    with pytest.raises(UsageError, match=f"^{re.escape(said)}$"):
+        build_config(PretrainConfig, read_config_file(tmp_path / "run.yaml"))
+
+
 def test_yaml_exponents_without_a_dot_are_numbers(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("lr: 1e-4\nadam_eps: 1.5E-8\n")  # PyYAML reads both as text
