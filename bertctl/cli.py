@@ -40,8 +40,9 @@ app = typer.Typer(cls=Group, no_args_is_help=True, add_completion=False, pretty_
                   rich_markup_mode=None,
                   help="BERT end to end: tokenizer, corpus, pretrain, finetune, evaluate, predict, fill.")
 # options several commands share, spelt once
-_Lowercase = Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing of a bare vocab.txt "
-                                                 "[its tokenizer_config.json, else lowercase].")]
+_Lowercase = Annotated[bool | None, typer.Option("--lowercase/--cased", help="Casing where the files leave it "
+                                                 "open (a bare vocab.txt) [its tokenizer_config.json, else "
+                                                 "lowercase].")]
 _Overwrite = Annotated[bool | None, typer.Option("--overwrite/--no-overwrite", help="Replace OUT if it exists.")]
 _ConfigFile = Annotated[Path | None, path_option("--config", help="YAML/JSON file of these fields (flags win).")]
 

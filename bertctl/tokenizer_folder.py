@@ -113,6 +113,7 @@ def _folder_settings(folder: Path, tokenizer_json: dict[str, Any] | None) -> tup
     added_tokens_decoder when the config has one, else special_tokens_map.json (it wins), added_tokens.json
     and tokenizer.json's added_tokens. Each token keeps its saved "normalized" flag, as AutoTokenizer does."""
     config = _read_json(folder / "tokenizer_config.json")
+    config["tokenizer_class"] = _tokenizer_class(folder, config)
     if "added_tokens_decoder" in config:
         added = {int(i): _added(t, int(i)) for i, t in (config["added_tokens_decoder"] or {}).items()}
     else:
@@ -120,6 +121,15 @@ def _folder_settings(folder: Path, tokenizer_json: dict[str, Any] | None) -> tup
     if config.get("tokenizer_class") == "BertTokenizerLegacy":  # AutoTokenizer loads transformers 5's pure-Python
         added = {i: replace(t, normalized=False) for i, t in added.items()}  # class: it matches in the raw text
     return config, added
+
+
+def _tokenizer_class(folder: Path, config: dict[str, Any]) -> Any:
+    """The class AutoTokenizer, and so the fill-mask pipeline, loads the folder with: tokenizer_config.json's
+    tokenizer_class, else config.json's, else BertTokenizer where config.json says model_type bert (a model
+    folder); None for a folder naming none. The class decides who sets the casing (see _vocabulary)."""
+    model = _read_json(folder / "config.json")
+    named = config.get("tokenizer_class") or model.get("tokenizer_class")
+    return named or ("BertTokenizer" if model.get("model_type") == "bert" else None)
 
 
 def _legacy_added(folder: Path, config: dict[str, Any], tokenizer_json: dict[str, Any] | None) -> dict[int, Added]:
@@ -210,8 +220,10 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
     transformers' `BertTokenizer.from_pretrained` reads it: tokenizer.json's vocabulary first (see _vocabulary),
     every option of tokenizer_config.json, special and added tokens.
 
-    `lowercase` (the --lowercase/--cased flag) decides where the folder does not: it overrides a bare
-    vocab.txt's config with a warning, and is ignored (with a warning) when the folder has a tokenizer.json.
+    `lowercase` (the --lowercase/--cased flag) decides where the files leave the casing to BertTokenizer's
+    default (a bare vocab.txt, a tokenizer.json read as BertTokenizer, neither with do_lower_case): it overrides
+    a bare vocab.txt's config with a warning, and is ignored (with a warning) where a tokenizer.json's
+    normalizer, or a do_lower_case beside a tokenizer.json, sets the casing.
     A hub id (`bert-base-uncased`) is read from the Hugging Face cache, or fetched when online.
     """
     from bertctl.hub import local_folder
@@ -255,7 +267,7 @@ def load_tokenizer(path: Path | str, lowercase: bool | None = None) -> BertToken
 def _apply_casing_flag(config: dict[str, Any], lowercase: bool | None, fallback: dict[str, Any], source: Path,
                        fixed: bool) -> None:
     """The --lowercase/--cased flag into `config` where the files leave the casing open, or over a bare vocab.txt's
-    config with a warning; a tokenizer.json (`fixed`) keeps its own casing, with a warning."""
+    config with a warning; a folder with a tokenizer.json (`fixed`) keeps a casing its files set, with a warning."""
     file_lower = config.get("do_lower_case", fallback.get("do_lower_case"))
     if lowercase is not None and file_lower is not None and bool(file_lower) != lowercase:
         where = source.parent / "tokenizer_config.json" if "do_lower_case" in config else source
@@ -276,17 +288,19 @@ def _vocabulary(vocab_path: Path | None, json_path: Path | None, tokenizer_json:
 
     tokenizer.json's vocabulary wins over a vocab.txt beside it, as AutoTokenizer, BertTokenizer and
     BertTokenizerFast read it; only the pure-Python BertTokenizerLegacy (a folder naming it) reads vocab.txt.
-    The tokenizer.json's normalizer gives the casing unless the config names a BERT class, whose defaults
-    (lowercase) then apply as those classes rebuild the normalizer from the config, or a vocab.txt is there
-    (BertTokenizer's defaults too; AutoTokenizer takes the normalizer where no config.json names the model)."""
-    legacy = config.get("tokenizer_class") == "BertTokenizerLegacy"
+    The tokenizer.json's normalizer gives the casing unless the folder is loaded as a BERT class (named, or a
+    model's config.json), whose defaults (lowercase) then apply as those classes rebuild the normalizer from the
+    config, or a vocab.txt is there and no class is named (BertTokenizer's defaults too; AutoTokenizer takes the
+    normalizer there, as where a class such as PreTrainedTokenizerFast is named)."""
+    named = config.get("tokenizer_class")
+    legacy = named == "BertTokenizerLegacy"
     if vocab_path is not None and (tokenizer_json is None or legacy):
         return vocab_path, {t: i for i, t in enumerate(read_vocab_file(vocab_path))}, {}
     assert tokenizer_json is not None and json_path is not None
     vocab = tokenizer_json["model"]["vocab"]
     if vocab_path is not None:
         _warn_stale_vocab(vocab_path, vocab)
-    bert_defaults = vocab_path is not None or config.get("tokenizer_class") in ("BertTokenizer", "BertTokenizerFast")
+    bert_defaults = named in ("BertTokenizer", "BertTokenizerFast") or (vocab_path is not None and named is None)
     return json_path, vocab, {} if bert_defaults else _casing_of(tokenizer_json)
 
 

@@ -286,6 +286,55 @@ def test_tokenizer_json_alone_takes_its_casing(vocab: dict[str, list[str]], tmp_
     assert [e.ids for e in ours.encode_batch(texts)] == [auto(text)["input_ids"] for text in texts]
 
 
+BERT_MODEL = {"model_type": "bert", "vocab_size": 30522}
+MODEL_FOLDERS = {  # config.json, tokenizer_config.json, a vocab.txt beside; whether AutoTokenizer lowercases
+    "bert-model": (BERT_MODEL, None, False, True),
+    "bert-model-config-without-casing": (BERT_MODEL, {"model_max_length": 512}, False, True),
+    "bert-model-vocab-txt": (BERT_MODEL, None, True, True),
+    "bert-model-cased-config": (BERT_MODEL, {"do_lower_case": False}, False, False),
+    "config-json-names-the-class": ({"tokenizer_class": "BertTokenizerFast"}, None, False, True),
+    "bert-model-generic-class": ({**BERT_MODEL, "tokenizer_class": "TokenizersBackend"}, None, False, False),
+    "generic-class-vocab-txt": (BERT_MODEL, {"tokenizer_class": "PreTrainedTokenizerFast"}, True, False),
+}
+
+
+@pytest.fixture(scope="module")
+def cased_json(vocab: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """transformers 5's save of a cased tokenizer (with added tokens), its tokenizer_config.json removed."""
+    folder = _fast_v5(tmp_path_factory.mktemp("cased-json"), vocab)
+    (folder / "tokenizer_config.json").unlink()
+    return folder / "tokenizer.json"
+
+
+@pytest.mark.parametrize("name", list(MODEL_FOLDERS))
+def test_a_model_folder_is_read_as_auto_tokenizer_and_the_fill_mask_pipeline_read_it(
+        name: str, vocab: dict[str, list[str]], cased_json: Path, tmp_path: Path) -> None:
+    """A cased tokenizer.json in a model folder: config.json's model_type bert (or its tokenizer_class) makes
+    AutoTokenizer, and so the fill-mask pipeline, load BertTokenizer, which lowercases unless do_lower_case says
+    otherwise; a class such as PreTrainedTokenizerFast keeps the normalizer's casing, vocab.txt or not."""
+    model, config, with_vocab, lowercase = MODEL_FOLDERS[name]
+    folder = write(tmp_path, vocab["cased"] if with_vocab else None, config=model,
+                   **({} if config is None else {"tokenizer_config": config}))
+    shutil.copy(cased_json, folder)
+    auto = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ours, texts = load_tokenizer(folder), [*ADDED_TEXTS, "Hello <new> <NEW> <New>x foobar Foo CAFÉ Naïve"]
+    assert ours.lowercase is lowercase and auto.backend_tokenizer.normalizer.lowercase is lowercase
+    assert [e.ids for e in ours.encode_batch(texts)] == [auto(text)["input_ids"] for text in texts]
+
+
+def test_the_casing_flag_decides_where_a_tokenizer_json_folder_leaves_it_open(
+        cased_json: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """--cased on a model folder whose cased tokenizer.json BertTokenizer would lowercase is taken, as for a bare
+    vocab.txt; where the normalizer sets the casing (no config.json) a contrary flag is ignored, with a warning."""
+    shutil.copy(cased_json, tmp_path)
+    assert load_tokenizer(tmp_path, lowercase=True).lowercase is False
+    assert caplog.text.count("fixes the casing (do_lower_case=False); the --lowercase flag is ignored") == 1
+    caplog.clear()
+    write(tmp_path, None, config=BERT_MODEL)
+    assert load_tokenizer(tmp_path, lowercase=False).lowercase is False and caplog.text == ""
+    assert load_tokenizer(tmp_path, lowercase=True).lowercase is True and "flag is ignored" not in caplog.text
+
+
 @pytest.mark.parametrize("tokenizer_class", ["BertTokenizer", "BertTokenizerLegacy"])
 def test_a_stale_vocab_txt_beside_tokenizer_json_is_read_as_auto_tokenizer_reads_it(
         tokenizer_class: str, vocab: dict[str, list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
