@@ -159,7 +159,8 @@ def _fill_window(mlm: torch.nn.Module, tokenizer: BertTokenizer, texts: list[str
 def target_ids(targets: Sequence[str], tokenizer: BertTokenizer) -> list[int]:
     """The ids to rank, as transformers' fill-mask pipeline picks them: a vocabulary entry as it is (`##ing` too),
     else the first wordpiece of the word (with a warning), a word with no wordpiece is dropped (with a warning);
-    each id once."""
+    each id once, in the order of the pipeline's list(set(ids)): topk keeps that order among exactly equal
+    scores, so ties come out as the pipeline gives them."""
     if isinstance(targets, str) or not isinstance(targets, Iterable):
         raise UsageError(f"--target: give a list of tokens, not {reprlib.repr(targets)}")
     ids: list[int] = []
@@ -174,12 +175,11 @@ def target_ids(targets: Sequence[str], tokenizer: BertTokenizer) -> list[int]:
             token_id = pieces[0]
             log.warning("warning: --target %r is not in the vocabulary; its first wordpiece %r stands for it",
                         target, tokenizer.id_to_token(token_id))
-        if token_id not in ids:
-            ids.append(token_id)
+        ids.append(token_id)
     if not ids:
         raise UsageError("--target: none of the targets is a token of this model's vocabulary; give words or "
                          "vocabulary entries (see `bertctl tokenizer encode`)")
-    return ids
+    return list(set(ids))
 
 
 def _batches(lengths: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:

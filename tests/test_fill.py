@@ -361,6 +361,26 @@ def test_targets_rank_only_those_tokens_as_transformers_pipeline_does(mlm_folder
     assert "'tokenization' is not in the vocabulary; its first wordpiece 'token' stands for it" in caplog.text
 
 
+def test_targets_with_equal_scores_come_in_transformers_pipelines_order(padded_folder, tmp_path):
+    """Targets whose probabilities tie exactly (rows equal in the decoder and its bias) are ranked in the order
+    the pipeline ranks them, which follows its list(set(ids)), not the order the targets were given in."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "ties"
+    shutil.copytree(padded_folder, folder)
+    weights = load_file(folder / "model.safetensors")
+    dog, cat = PADDED_VOCAB.index("dog"), PADDED_VOCAB.index("cat")
+    weights["bert.embeddings.word_embeddings.weight"][cat] = weights["bert.embeddings.word_embeddings.weight"][dog]
+    weights["cls.predictions.bias"][cat] = weights["cls.predictions.bias"][dog]
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    pipe = transformers.pipeline("fill-mask", model=str(folder), tokenizer=str(folder))
+    for targets in (["cat", "dog"], ["dog", "cat"], ["cat", "it", "dog", "mat"]):
+        [got] = fill(["my [MASK] sat on the mat"], folder, targets=targets)[0].predictions
+        want = pipe("my [MASK] sat on the mat", targets=targets)
+        assert [p.token_id for p in got] == [w["token"] for w in want], targets
+    assert {p.token_id for p in got[:2]} == {dog, cat} and got[0].score == got[1].score  # a tie it did rank
+
+
 def test_targets_outside_the_vocabulary_are_refused_in_one_line(mlm_folder):
     result = CliRunner().invoke(app, ["fill", "--model", str(mlm_folder), "--target", "", "-t", " ", TEXTS[0]])
     assert result.exit_code == 2
