@@ -106,28 +106,59 @@ def finetune_classify(cfg: FinetuneConfig) -> Path | None:
 
     def body(base: Base, out: Path, work: Path, env: training.Distributed, stop: stop_signals.GracefulStop) -> None:
         task, train, dev = _classify_data(cfg, base, env)
-        train_and_publish(cfg, base, task, train, dev, out, work, env, stop, prepare=_prepared)
+        train_and_publish(cfg, base, task, train, dev, out, work, env, stop, prepare=_prepare_tables)
 
     return launch(cfg, body)
 
 
+@dataclass
+class _CheckedFile:
+    """A labelled file whose rows and labels are checked, with its encoded rows where that read encoded them."""
+
+    file: LabelledFile
+    features: Features | None = None  # None: read for its labels only, encoded when a seed is to train
+
+
 def _classify_data(cfg: FinetuneConfig, base: Base, env: training.Distributed
-                   ) -> tuple[TabularTask, Features, dict[str, Features]]:
-    """The task --train defines and its files encoded, each read once, ENCODE_CHUNK rows at a time: their texts
-    are never all held, only the encoded rows training shuffles. A model that cannot take pairs is refused before
-    any file is read; then come the training file's rows, its labels and the validation file's, as when the files
-    were read whole."""
+                   ) -> tuple[TabularTask, _CheckedFile, dict[str, _CheckedFile]]:
+    """The task --train defines and its files, every row and label checked before any text is encoded: a bad
+    label at the end of a big file is refused in seconds, and a resume whose seeds are all finished encodes
+    nothing. A model that cannot take pairs is refused before any file is read; then come the training file's
+    rows, its labels and the validation file's, as when the files were read whole."""
     if len(cfg.text_columns) == 2:
         base.ckpt.config.refuse_pairs(base.ckpt.path, f"{TabularTask.name} has sentence pairs", "one text column")
     train_file = LabelledFile.checked(cfg.train, cfg.text_columns, cfg.label_column, "--train", cfg.problem)
-    train = _encode_file(cfg, base, env, train_file)
+    train = _check_file(cfg, base, env, train_file)
     task = train_file.task(cfg.problem, cfg.label_names)
-    train = _with_labels(train, train_file, task)
-    dev: dict[str, Features] = {}
+    train_file.labels_for(task.label_names)
+    dev: dict[str, _CheckedFile] = {}
     if cfg.validation:
         dev_file = LabelledFile(cfg.validation, train_file.text_columns, cfg.label_column, "--validation")
-        dev["validation"] = _with_labels(_encode_file(cfg, base, env, dev_file), dev_file, task)
+        dev["validation"] = _check_file(cfg, base, env, dev_file)
+        dev_file.labels_for(task.label_names)
     return task, train, dev
+
+
+def _check_file(cfg: FinetuneConfig, base: Base, env: training.Distributed, file: LabelledFile) -> _CheckedFile:
+    """A labelled file read through for its checks and labels (its texts dropped as they come), to be read again
+    when it is encoded; a pipe gives its rows once, so it is encoded as it is read."""
+    if file.can_read_again():
+        file.read_through(ENCODE_CHUNK)
+        return _CheckedFile(file)
+    return _CheckedFile(file, _encode_file(cfg, base, env, file))
+
+
+def _prepare_tables(cfg: FinetuneConfig, base: Base, task: TabularTask, train: _CheckedFile,
+                    dev: dict[str, _CheckedFile], env: training.Distributed) -> Prepared:
+    """The files encoded, ENCODE_CHUNK rows at a time (their texts are never all held, only the encoded rows
+    training shuffles), with their labels: what `run_task` asks for once a seed is to train."""
+    features = {split: _with_labels(_encoded(cfg, base, env, checked), checked.file, task)
+                for split, checked in {"train": train, **dev}.items()}
+    return _prepared(cfg, base, task, features.pop("train"), features, env)
+
+
+def _encoded(cfg: FinetuneConfig, base: Base, env: training.Distributed, checked: _CheckedFile) -> Features:
+    return checked.features if checked.features is not None else _encode_file(cfg, base, env, checked.file)
 
 
 def _encode_file(cfg: FinetuneConfig, base: Base, env: training.Distributed, file: LabelledFile) -> Features:

@@ -6,6 +6,7 @@ import csv
 import itertools
 import json
 import logging
+import os
 import shutil
 import statistics
 from pathlib import Path
@@ -331,8 +332,12 @@ def test_finetune_classify_reads_its_tables_a_chunk_at_a_time(encoder, tmp_path,
             csv.writer(handle).writerows([("text", "score"), *part])
     monkeypatch.setattr(finetune, "ENCODE_CHUNK", 8)
     seen = {}
-    monkeypatch.setattr(finetune, "train_and_publish", lambda cfg, base, task, train, dev, *rest, **flags: seen.update(
-        peak=tracemalloc.get_traced_memory()[1], base=base, task=task, train=train, dev=dev))
+
+    def encoded(cfg, base, task, train, dev, out, work, env, stop, prepare) -> None:  # the data a seed trains on
+        prep = prepare(cfg, base, task, train, dev, env)
+        seen.update(peak=tracemalloc.get_traced_memory()[1], base=base, task=task, train=prep.train, dev=prep.dev)
+
+    monkeypatch.setattr(finetune, "train_and_publish", encoded)
     loaded = finetune.load_base
     monkeypatch.setattr(finetune, "load_base", lambda *args: (loaded(*args), tracemalloc.start())[0])
     try:  # traced from the model's loading on: reading and encoding both files
@@ -347,6 +352,68 @@ def test_finetune_classify_reads_its_tables_a_chunk_at_a_time(encoder, tmp_path,
         expected = encode_examples(seen["base"].tokenizer, examples, FAST["max_seq_length"], show=False)
         assert [list(row) for row in got.input_ids] == [list(row) for row in expected.input_ids]
         assert np.array_equal(got.labels, expected.labels) and got.truncated == expected.truncated == len(examples)
+
+
+def _table(path: Path, rows: list[tuple[str, ...]]) -> Path:
+    with open(path, "w", newline="") as handle:
+        csv.writer(handle).writerows([("text", "label"), *rows])
+    return path
+
+
+@pytest.mark.parametrize(("train", "dev", "flags", "message"), [
+    ([("a", "yes"), ("b", "no"), ("c", "")], None, {}, r"train.csv:4: label column 'label' is empty"),
+    ([("a", "yes"), ("b", "yes")], None, {}, r"train.csv: label column 'label' has fewer than two classes \(yes\)"),
+    ([("a", "yes"), ("b", "no")], [("a", "no"), ("b", "maybe")], {}, r"dev.csv:3: label 'maybe' is not one of no, yes"),
+    ([("a", "yes"), ("b", "no")], None, {"label_names": ("yes", "nope")}, r"train.csv:3: label 'no' is not one of yes"),
+    ([("a", "0.5"), ("b", "high")], None, {"problem": "regression"}, r"train.csv:3: label 'high' is not a finite"),
+    ([("a", "yes"), ("b", "yes"), ("c",)], None, {}, r"train.csv:4: expected 2 comma-separated fields, found 1"),
+])
+def test_finetune_classify_refuses_a_bad_label_before_it_encodes_a_text(encoder, tmp_path, monkeypatch, train, dev,
+                                                                       flags, message):
+    """Labels were judged once every row had been tokenized: minutes of encoding a big table before a one-line
+    refusal. The files are read through for their rows and labels first; a bad row still comes before a bad
+    label (the last case: a row short of a field, and too few classes)."""
+    def tokenized(*args, **kwargs):
+        raise AssertionError("a text was encoded")
+
+    monkeypatch.setattr(finetune, "encode_parts", tokenized)
+    validation = _table(tmp_path / "dev.csv", dev) if dev else None
+    cfg = FinetuneConfig(model=encoder, train=_table(tmp_path / "train.csv", train), validation=validation,
+                         text_columns=("text",), out=tmp_path / "run", **flags, **FAST)
+    with pytest.raises(UsageError, match=message):
+        finetune_classify(cfg)
+    assert sorted(tmp_path.iterdir()) == sorted(p for p in (tmp_path / "train.csv", validation) if p)
+
+
+def _not_read_twice(*args) -> None:
+    raise AssertionError("read for its labels first")
+
+
+def test_finetune_classify_encodes_a_pipe_as_it_reads_it_once(encoder, tmp_path, monkeypatch):
+    """A FIFO named train.csv gives its rows once: it is encoded on its one read, labels judged after."""
+    import threading
+
+    from bertctl.data import tabular
+
+    pipe, path = tmp_path / "train.csv", _table(tmp_path / "rows.csv", [("yes yes", "yes"), ("no", "no")] * 4)
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_bytes(path.read_bytes()), daemon=True)
+    writer.start()
+    seen = {}
+    monkeypatch.setattr(tabular.LabelledFile, "read_through", _not_read_twice)  # its second read would wait forever
+    monkeypatch.setattr(finetune, "train_and_publish", lambda cfg, base, task, train, dev, out, work, env, stop,
+                        prepare: seen.update(prep=prepare(cfg, base, task, train, dev, env)))
+    try:
+        finetune_classify(FinetuneConfig(model=encoder, train=pipe, text_columns=("text",), out=tmp_path / "run",
+                                         **FAST))
+    finally:
+        if writer.is_alive():
+            pipe.read_bytes()
+        writer.join()
+    read = tabular.load_labelled_data(path, None, ["text"], "label")
+    expected = encode_examples(seen["prep"].tokenizer, read.train, FAST["max_seq_length"], show=False)
+    assert [list(row) for row in seen["prep"].train.input_ids] == [list(row) for row in expected.input_ids]
+    assert seen["prep"].train.labels.tolist() == read.train.labels == [1, 0] * 4
 
 
 # --- batches -------------------------------------------------------------------------------------------

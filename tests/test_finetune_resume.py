@@ -271,6 +271,19 @@ class _Killed(BaseException):
     """kill -9 at a chosen moment: no cleanup of the command's own runs after it."""
 
 
+@contextmanager
+def _killed_as_out_is_put_in_place(target: Path, tag: str = "tmp", retire: Path | None = None) -> Iterator[Path]:
+    """building_folder killed once OUT's temp folder is filled, before it is renamed into place."""
+    tmp = files.temp_folder_beside(target, tag)
+    yield tmp
+    shutil.rmtree(tmp)  # a killed writer's goes at the next run; this process lives on, so it takes its own
+    raise _Killed
+
+
+def _not_encoded(*args, **kwargs):
+    raise AssertionError("examples were encoded")
+
+
 @pytest.mark.parametrize("seeds", [(1,), (1, 2)])
 def test_a_kill_while_out_is_assembled_loses_no_finished_seed(encoder, glue, tmp_path, monkeypatch, seeds):
     """Killed after OUT's temp folder is filled, before it is renamed into place: the finished seeds' models are
@@ -278,19 +291,12 @@ def test_a_kill_while_out_is_assembled_loses_no_finished_seed(encoder, glue, tmp
     folder lost them, and a kill part way through one seed's files gave an OUT without its model)."""
     settings = {"seeds": seeds, "epochs": 1}
     full = finetune_glue(_config(encoder, glue, tmp_path / "full", **settings))
-
-    @contextmanager
-    def killed(target: Path, tag: str = "tmp", retire: Path | None = None) -> Iterator[Path]:  # filled, never renamed
-        tmp = files.temp_folder_beside(target, tag)
-        yield tmp
-        shutil.rmtree(tmp)  # a killed writer's goes at the next run; this process lives on, so it takes its own
-        raise _Killed
-
     with monkeypatch.context() as patched, pytest.raises(_Killed):
-        patched.setattr(finetune_work, "building_folder", killed)
+        patched.setattr(finetune_work, "building_folder", _killed_as_out_is_put_in_place)
         finetune_glue(_config(encoder, glue, tmp_path / "run", **settings))
     assert not (tmp_path / "run").exists()
     trained = _stop_at(monkeypatch, -1, -1)
+    monkeypatch.setattr(finetune, "encode_examples", _not_encoded)  # no seed to train: nothing to encode
     resumed = finetune_glue(_config(encoder, glue, tmp_path / "run", resume=True, **settings))
     assert trained == [] and sorted(p.name for p in tmp_path.iterdir()) == ["full", "run"]
     names = sorted(p.relative_to(full) for p in full.rglob("*") if p.name != "run.json")
@@ -298,6 +304,32 @@ def test_a_kill_while_out_is_assembled_loses_no_finished_seed(encoder, glue, tmp
     for name in names:
         if (full / name).is_file() and name.name != "metrics.jsonl":
             assert (full / name).read_bytes() == (resumed / name).read_bytes(), name
+
+
+def test_a_classify_resume_with_every_seed_finished_publishes_them_without_encoding_its_files(encoder, tmp_path,
+                                                                                               monkeypatch, capsys):
+    """The tables were read and encoded before the finished seeds were found: minutes of tokenizing a big file
+    for nothing. They are read for their labels (the task's classes, its metrics), never encoded."""
+    lines = ["text,label", *(f"{word} {word},{word}" for word in ["yes", "no"] * 8)]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.csv").write_text("\n".join(lines) + "\n")
+
+    def run(out: str, **settings) -> Path | None:
+        return finetune.finetune_classify(FinetuneConfig(
+            model=encoder, train=tmp_path / "data" / "train.csv", validation=tmp_path / "data" / "train.csv",
+            text_columns=("text",), out=tmp_path / out, **{**SETTINGS, "epochs": 1, **settings}))
+
+    full = run("full")
+    said = capsys.readouterr().out
+    with monkeypatch.context() as patched, pytest.raises(_Killed):
+        patched.setattr(finetune_work, "building_folder", _killed_as_out_is_put_in_place)
+        run("run")
+    capsys.readouterr()
+    monkeypatch.setattr(finetune, "encode_parts", _not_encoded)
+    resumed = run("run", resume=True)
+    assert capsys.readouterr().out == said.replace(str(full), str(resumed))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "full", "run"]
+    assert (full / "eval_results.json").read_bytes() == (resumed / "eval_results.json").read_bytes()
 
 
 def test_a_kill_after_out_is_in_place_leaves_no_work_folder_only_what_the_next_writer_of_out_removes(

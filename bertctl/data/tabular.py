@@ -417,9 +417,11 @@ def load_labelled_data(train: str | Path, validation: str | Path | None, text_co
 
 @dataclass
 class LabelledFile:
-    """A labelled file read once, a chunk at a time: its texts as they come (`parts`, for encoding), its labels
+    """A labelled file read a chunk at a time: its texts as they come (`parts`, for encoding), its labels
     kept for when every row is read, so that the classes, and whether the labels are scores, are decided over
-    all rows (and every row's own errors come before any label's) while only a chunk's texts are held."""
+    all rows (and every row's own errors come before any label's) while only a chunk's texts are held. A file
+    that can be read again may be read through for its labels first (`read_through`), to judge them before
+    any text is encoded."""
 
     path: str | Path
     text_columns: tuple[str, ...]
@@ -441,13 +443,28 @@ class LabelledFile:
 
     def parts(self, size: int | None = None) -> Iterator[Examples]:
         """The file's texts `size` rows at a time (None: all at once), without labels; each part's labels are
-        kept in `read`."""
+        kept in `read` (a file read again keeps those of the new read only)."""
+        self.read = None
         for table in _table_chunks(self.path, self.text_columns, self.label_column, False, self.flag, size):
             if self.read is None:
                 self.read = _Table(table.path, table.unit)
             self.read.labels += table.labels
             self.read.numbers += table.numbers
             yield table.examples()
+
+    def can_read_again(self) -> bool:
+        """A file or a saved folder can be read twice; a pipe (a FIFO named `train.csv`) gives its rows once."""
+        try:
+            path = user_path(self.path, self.flag)
+            return path.is_file() or path.is_dir()
+        except OSError:  # a name too long, say: refused as the file is read
+            return False
+
+    def read_through(self, size: int) -> None:
+        """Read every row, `size` at a time, checking each as `parts` does and keeping the labels only: what the
+        labels say (the classes, a bad or missing label) is then known before any text is encoded."""
+        for _ in self.parts(size):
+            pass
 
     def task(self, problem: str = "auto", label_names: Sequence[str] | None = None) -> TabularTask:
         """The task the (read) training file defines. `problem="auto"` picks regression when every label is a
