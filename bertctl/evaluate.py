@@ -441,10 +441,15 @@ class ClassifyRun:
     generic: bool = False  # a model trained elsewhere whose classes are LABEL_0, LABEL_1, ...: class ids 0, 1, ...
 
     def encode_labelled(self, data: str | Path) -> Features:
-        """The file's rows encoded, read once ENCODE_CHUNK rows at a time so that its texts are never all held, with
-        their labels as the model's classes (taken once every row is read: a bad row is named before a bad label,
-        as when the file was read whole). Scores name no row, so a gap in its id column is no reason to refuse it."""
+        """The file's rows encoded, ENCODE_CHUNK rows at a time so that its texts are never all held, with their
+        labels as the model's classes (taken once every row is read: a bad row is named before a bad label, as when
+        the file was read whole). A file that can be read twice is read through for its labels first, so a label
+        the model lacks is refused before any text is tokenized. Scores name no row, so a gap in its id column is
+        no reason to refuse it."""
         file = LabelledFile.checked(data, self.text_columns, self.label_column, "--data")
+        if file.can_read_again():
+            file.read_through(ENCODE_CHUNK)
+            self.class_ids(file)
         features = self.scorer.encode_parts(file.parts(ENCODE_CHUNK))
         return dataclasses.replace(features, labels=label_array(self.class_ids(file)))
 

@@ -550,6 +550,19 @@ def test_generic_model_label_error_names_the_bad_label(tmp_path: Path) -> None:
     assert class_ids(ids) == [0, 1]
 
 
+def test_evaluate_refuses_a_label_the_model_lacks_before_it_encodes_a_text(tmp_path: Path) -> None:
+    """A label not among the model's classes was refused once every row was tokenized (minutes on a big table);
+    the file is read through for its rows and labels first. The run has no scorer: encoding would fail."""
+    from bertctl.errors import UsageError
+    from bertctl.evaluate import ClassifyRun, classify_task
+
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\nhello,yes\nthere,maybe\n", encoding="utf-8")
+    run = ClassifyRun(None, classify_task(["no", "yes"]), ("text",), "label")
+    with pytest.raises(UsageError, match=r"d.csv:3: label 'maybe' is not one of no, yes"):
+        run.encode_labelled(data)
+
+
 def test_one_whole_number_spelled_several_ways_is_one_class_in_a_fixed_order(tmp_path):
     """pandas and `datasets` read 1, 01 and 1.0 as one number; their order (and so label2id) must not depend
     on Python's string hashing, and a file spelling the numbers otherwise (a csv's 1.0, JSON's 1) scores on it."""
