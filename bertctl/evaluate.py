@@ -447,10 +447,11 @@ class ClassifyRun:
         the model lacks is refused before any text is tokenized. Scores name no row, so a gap in its id column is
         no reason to refuse it."""
         file = LabelledFile.checked(data, self.text_columns, self.label_column, "--data")
+        rows = None
         if file.can_read_again():
-            file.read_through(ENCODE_CHUNK)
+            rows = file.read_through(ENCODE_CHUNK)
             self.class_ids(file)
-        features = self.scorer.encode_parts(file.parts(ENCODE_CHUNK))
+        features = self.scorer.encode_parts(file.parts(ENCODE_CHUNK), rows)
         return dataclasses.replace(features, labels=label_array(self.class_ids(file)))
 
     def class_ids(self, file: LabelledFile) -> list[Any]:

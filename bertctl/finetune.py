@@ -117,6 +117,7 @@ class _CheckedFile:
 
     file: LabelledFile
     features: Features | None = None  # None: read for its labels only, encoded when a seed is to train
+    rows: int | None = None  # counted by that read
 
 
 def _classify_data(cfg: FinetuneConfig, base: Base, env: training.Distributed
@@ -143,8 +144,7 @@ def _check_file(cfg: FinetuneConfig, base: Base, env: training.Distributed, file
     """A labelled file read through for its checks and labels (its texts dropped as they come), to be read again
     when it is encoded; a pipe gives its rows once, so it is encoded as it is read."""
     if file.can_read_again():
-        file.read_through(ENCODE_CHUNK)
-        return _CheckedFile(file)
+        return _CheckedFile(file, rows=file.read_through(ENCODE_CHUNK))
     return _CheckedFile(file, _encode_file(cfg, base, env, file))
 
 
@@ -158,12 +158,15 @@ def _prepare_tables(cfg: FinetuneConfig, base: Base, task: TabularTask, train: _
 
 
 def _encoded(cfg: FinetuneConfig, base: Base, env: training.Distributed, checked: _CheckedFile) -> Features:
-    return checked.features if checked.features is not None else _encode_file(cfg, base, env, checked.file)
+    return checked.features if checked.features is not None else _encode_file(cfg, base, env, checked.file,
+                                                                              checked.rows)
 
 
-def _encode_file(cfg: FinetuneConfig, base: Base, env: training.Distributed, file: LabelledFile) -> Features:
-    """A labelled file's texts encoded as they are read (its labels kept in `file`)."""
-    return encode_parts(base.tokenizer, file.parts(ENCODE_CHUNK), cfg.max_seq_length, None, show=env.is_main)
+def _encode_file(cfg: FinetuneConfig, base: Base, env: training.Distributed, file: LabelledFile,
+                 rows: int | None = None) -> Features:
+    """A labelled file's texts encoded as they are read (its labels kept in `file`); `rows`, if known, is the bar's
+    total."""
+    return encode_parts(base.tokenizer, file.parts(ENCODE_CHUNK), cfg.max_seq_length, rows, show=env.is_main)
 
 
 def _with_labels(features: Features, file: LabelledFile, task: TabularTask) -> Features:

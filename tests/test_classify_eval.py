@@ -550,6 +550,24 @@ def test_generic_model_label_error_names_the_bad_label(tmp_path: Path) -> None:
     assert class_ids(ids) == [0, 1]
 
 
+def test_the_encoding_bar_knows_its_total_from_the_first_read(pair_run, encoder, tmp_path, monkeypatch):
+    """The rows counted by the read for labels are the encoding bar's total (it had none: no ETA), in evaluate and
+    in finetune alike."""
+    from bertctl import evaluate
+
+    totals: list[int | None] = []
+    bar = evaluate.quiet_bar
+    monkeypatch.setattr(evaluate, "quiet_bar", lambda rows, desc, show: totals.append(rows) or bar(rows, desc, show))
+    run, dev = pair_run
+    evaluate_classify(run, dev)
+    assert totals[0] == 32
+    totals.clear()
+    rows = [("a b", "yes"), ("b c", "no"), ("c a", "yes")]
+    finetune_classify(FinetuneConfig(model=encoder, train=_write_csv(tmp_path / "t.csv", ("text", "label"), rows),
+                                     text_columns=("text",), out=tmp_path / "run", epochs=1, **FAST))
+    assert totals[0] == 3
+
+
 def test_evaluate_refuses_a_label_the_model_lacks_before_it_encodes_a_text(tmp_path: Path) -> None:
     """A label not among the model's classes was refused once every row was tokenized (minutes on a big table);
     the file is read through for its rows and labels first. The run has no scorer: encoding would fail."""

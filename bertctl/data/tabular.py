@@ -460,11 +460,11 @@ class LabelledFile:
         except OSError:  # a name too long, say: refused as the file is read
             return False
 
-    def read_through(self, size: int) -> None:
+    def read_through(self, size: int) -> int:
         """Read every row, `size` at a time, checking each as `parts` does and keeping the labels only: what the
-        labels say (the classes, a bad or missing label) is then known before any text is encoded."""
-        for _ in self.parts(size):
-            pass
+        labels say (the classes, a bad or missing label) is then known before any text is encoded. Returns the
+        number of rows, the encoding bar's total."""
+        return sum(len(part.text_a) for part in self.parts(size))
 
     def task(self, problem: str = "auto", label_names: Sequence[str] | None = None) -> TabularTask:
         """The task the (read) training file defines. `problem="auto"` picks regression when every label is a
