@@ -190,6 +190,23 @@ def _casing_of(tokenizer_json: dict[str, Any]) -> dict[str, Any]:
             "tokenize_chinese_chars": chinese}
 
 
+def _json_casing(tokenizer_json: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """_casing_of for the keys the config lacks, unless the config's casing keys change the file's casing: then
+    the config is read as BertTokenizer(**config) reads it (lowercase, strip_accents null), since lowercasing
+    from the config with the file's `strip_accents: false` would cut text as no transformers class does."""
+    casing = _casing_of(tokenizer_json)
+    lower, strip = (casing[k] if config.get(k) is None else config[k] for k in ("do_lower_case", "strip_accents"))
+    file_lower = casing["do_lower_case"]
+    if (bool(lower), _strips(lower, strip)) == (file_lower, _strips(file_lower, casing["strip_accents"])):
+        return casing
+    return {**casing, "do_lower_case": True, "strip_accents": None}  # BertTokenizer's defaults
+
+
+def _strips(do_lower_case: Any, strip_accents: Any) -> bool:
+    """Whether accents are stripped: strip_accents, or when it is null, lowercasing (Google's rule)."""
+    return bool(do_lower_case if strip_accents is None else strip_accents)
+
+
 def _check_casing(tokens: Sequence[str], lowercase: bool, source: Path) -> None:
     """Warn when the vocabulary's letters disagree with the casing (uncased flag on a cased vocab...)."""
     words = [t for t in tokens if t[:1] != "[" and any(map(str.isalpha, t))]
@@ -301,7 +318,7 @@ def _vocabulary(vocab_path: Path | None, json_path: Path | None, tokenizer_json:
     if vocab_path is not None:
         _warn_stale_vocab(vocab_path, vocab)
     bert_defaults = named in ("BertTokenizer", "BertTokenizerFast") or (vocab_path is not None and named is None)
-    return json_path, vocab, {} if bert_defaults else _casing_of(tokenizer_json)
+    return json_path, vocab, {} if bert_defaults else _json_casing(tokenizer_json, config)
 
 
 def _warn_stale_vocab(vocab_path: Path, vocab: dict[str, int]) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from bertctl.tokenizer_folder import load_tokenizer
 from tests.conftest import minilm_path
@@ -333,6 +334,22 @@ def test_the_casing_flag_decides_where_a_tokenizer_json_folder_leaves_it_open(
     write(tmp_path, None, config=BERT_MODEL)
     assert load_tokenizer(tmp_path, lowercase=False).lowercase is False and caplog.text == ""
     assert load_tokenizer(tmp_path, lowercase=True).lowercase is True and "flag is ignored" not in caplog.text
+
+
+def test_a_config_changing_the_tokenizer_json_casing_is_read_as_bert_tokenizer_reads_it(tmp_path: Path) -> None:
+    """A cased tokenizer.json saved with strip_accents false and a config saying only do_lower_case true: the
+    casing is BertTokenizer's (lowercase, accents stripped), not the config's lowercasing with the file's false
+    (and a config saying only strip_accents true does not keep the file's case)."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cafe", "café", "CAFÉ", "elan", "élan", "Élan", "##s"]
+    backend = Tokenizer(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tmp_path.joinpath("tokenizer.json").write_text(backend.to_str(), encoding="utf-8")
+    text = "Élan CAFÉ cafés élan"
+    for config in ({"do_lower_case": True}, {"strip_accents": True}):  # ...or only strip_accents: not kept cased
+        folder = write(tmp_path, None, tokenizer_config=config)
+        expected = transformers.BertTokenizer.from_pretrained(str(folder))(text)["input_ids"]
+        assert load_tokenizer(folder).encode(text).ids == expected == [2, 8, 5, 5, 11, 8, 3]
 
 
 @pytest.mark.parametrize("tokenizer_class", ["BertTokenizer", "BertTokenizerLegacy"])
