@@ -191,15 +191,20 @@ def _casing_of(tokenizer_json: dict[str, Any]) -> dict[str, Any]:
 
 
 def _json_casing(tokenizer_json: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """_casing_of for the keys the config lacks, unless the config's casing keys change the file's casing: then
-    the config is read as BertTokenizer(**config) reads it (lowercase, strip_accents null), since lowercasing
-    from the config with the file's `strip_accents: false` would cut text as no transformers class does."""
+    """_casing_of for the keys the config lacks, unless the config's keys change what the file does: then the
+    config is read as BertTokenizer(**config) reads it (lowercase, strip_accents null, Chinese characters split),
+    since the config's lowercasing with the file's `strip_accents: false`, or its split with the file's casing,
+    would cut text as no transformers class does. Either way the folder reads as one of them: AutoTokenizer
+    takes the file, BertTokenizer the config."""
     casing = _casing_of(tokenizer_json)
     lower, strip = (casing[k] if config.get(k) is None else config[k] for k in ("do_lower_case", "strip_accents"))
+    chinese = casing["tokenize_chinese_chars"] if config.get("tokenize_chinese_chars") is None \
+        else bool(config["tokenize_chinese_chars"])
     file_lower = casing["do_lower_case"]
-    if (bool(lower), _strips(lower, strip)) == (file_lower, _strips(file_lower, casing["strip_accents"])):
+    if (bool(lower), _strips(lower, strip), chinese) == (file_lower, _strips(file_lower, casing["strip_accents"]),
+                                                          casing["tokenize_chinese_chars"]):
         return casing
-    return {**casing, "do_lower_case": True, "strip_accents": None}  # BertTokenizer's defaults
+    return {"do_lower_case": True, "strip_accents": None, "tokenize_chinese_chars": True}  # BertTokenizer's defaults
 
 
 def _strips(do_lower_case: Any, strip_accents: Any) -> bool:

@@ -352,6 +352,23 @@ def test_a_config_changing_the_tokenizer_json_casing_is_read_as_bert_tokenizer_r
         assert load_tokenizer(folder).encode(text).ids == expected == [2, 8, 5, 5, 11, 8, 3]
 
 
+@pytest.mark.parametrize(("split", "config"), [(True, {"tokenize_chinese_chars": False}),
+                                               (False, {"tokenize_chinese_chars": True}),
+                                               (False, {"do_lower_case": True})])
+def test_a_config_changing_the_chinese_split_of_a_tokenizer_json_is_read_as_bert_tokenizer_reads_it(
+        tmp_path: Path, split: bool, config: dict) -> None:
+    """The config's split with the file's casing (cased, no split) was a tokenizer no transformers class makes:
+    a config that changes the file is BertTokenizer's reading of it, every key (a lacking one its default)."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "中", "文", "中文", "##文", "elan", "Élan"]
+    backend = Tokenizer(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False, handle_chinese_chars=split)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tmp_path.joinpath("tokenizer.json").write_text(backend.to_str(), encoding="utf-8")
+    folder = write(tmp_path, None, tokenizer_config=config)
+    expected = transformers.BertTokenizer.from_pretrained(str(folder))("Élan 中文")["input_ids"]
+    assert load_tokenizer(folder).encode("Élan 中文").ids == expected
+
+
 @pytest.mark.parametrize("tokenizer_class", ["BertTokenizer", "BertTokenizerLegacy"])
 def test_a_stale_vocab_txt_beside_tokenizer_json_is_read_as_auto_tokenizer_reads_it(
         tokenizer_class: str, vocab: dict[str, list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
