@@ -104,11 +104,11 @@ class ChoiceReader:
     def encode(self, data: ChoiceData) -> ChoiceFeatures:
         return make_choice_features(self.scorer.tokenizer, data, self.scorer.max_seq_length)
 
-    def logits(self, features: ChoiceFeatures, device: str | None, precision: str | None) -> np.ndarray:
-        """(N, C) logits."""
+    def logits(self, features: ChoiceFeatures, placed: tuple[torch.device, str]) -> np.ndarray:
+        """(N, C) logits, where `Scorer.place` put the model: placed before the choices are tokenized, so that a
+        --device or --precision this machine cannot run is refused without encoding the file first."""
         scorer = self.scorer
-        return choice_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size,
-                             *scorer.place(device, precision))
+        return choice_logits(scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, *placed)
 
 
 def open_choice_reader(path: Path | str, max_seq_length: int | None, batch_size: int | None) -> ChoiceReader:
@@ -139,8 +139,9 @@ def evaluate_choice(model: Path | str, data: Path | str, batch_size: int | None 
     With the run's settings its own validation file gives exactly the accuracy in its eval_results.json."""
     reader = open_choice_reader(model, max_seq_length, batch_size)
     read = _read(reader, data, need_labels=True)
+    placed = reader.scorer.place(device, precision)
     features = reader.encode(read)
-    return {"accuracy": accuracy(reader.logits(features, device, precision), np.asarray(read.labels)),
+    return {"accuracy": accuracy(reader.logits(features, placed), np.asarray(read.labels)),
             "examples": len(read), "choices": read.num_choices, "examples_cut": features.truncated}
 
 
@@ -168,9 +169,10 @@ def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_s
     read = _read(reader, data, need_labels=False)
     if path.resolve() == read.path.resolve():
         raise UsageError(f"--out {path}: is the input file")
+    placed = reader.scorer.place(device, precision)
     ids, labels, features = _Ids(read.ids), read.labels, reader.encode(read)
     del read  # its texts, most of what it holds: scoring needs the encoded choices alone
-    write_text_atomic(path, _csv(ids, labels, reader.logits(features, device, precision)))
+    write_text_atomic(path, _csv(ids, labels, reader.logits(features, placed)))
     return path
 
 

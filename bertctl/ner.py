@@ -150,10 +150,13 @@ class NerReader:
         return read
 
     def predict(self, data: NerData, device: str | None, precision: str | None) -> tuple[Ragged, int]:
-        """Each sentence's tag id per word (-1: no prediction) and how many sentences max_seq_length cut."""
+        """Each sentence's tag id per word (-1: no prediction) and how many sentences max_seq_length cut. The
+        model is placed first: a --device or --precision this machine cannot run is refused before any word is
+        tokenized."""
+        placed = self.scorer.place(device, precision)
         features = make_ner_features(self.scorer.tokenizer, data, None, self.scorer.max_seq_length)
         return word_predictions(self.scorer.model, features, self.scorer.tokenizer.pad_id, self.scorer.batch_size,
-                                *self.scorer.place(device, precision)), features.truncated
+                                *placed), features.truncated
 
 
 def open_ner_reader(path: Path | str, max_seq_length: int | None, batch_size: int | None,

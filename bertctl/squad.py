@@ -143,9 +143,11 @@ class SquadReader:
                              self.settings["max_query_length"], training=False)
 
     def answers(self, data: SquadData, device: str | None, precision: str | None) -> Answers:
+        """The model placed first: a --device or --precision this machine cannot run is refused before any
+        question is tokenized."""
+        placed = self.scorer.place(device, precision)
         return predict_answers(self.scorer.model, self.features(data), self.scorer.tokenizer,
-                               answer_settings(self.settings, data.version), self.scorer.batch_size,
-                               *self.scorer.place(device, precision))
+                               answer_settings(self.settings, data.version), self.scorer.batch_size, *placed)
 
 
 def read_qa_model(folder: Path) -> Checkpoint:

@@ -16,7 +16,7 @@ import torch
 from processes import ranks_said
 from typer.testing import CliRunner
 
-from bertctl.checkpoint import save_model
+from bertctl.checkpoint import build_model, read_checkpoint, save_model
 from bertctl.choice import evaluate_choice, predict_choice
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
@@ -426,6 +426,27 @@ def test_refusals(encoder, choice_run, choice_files, tmp_path):
     with pytest.raises(UsageError, match="--train and --out"):
         finetune_choice(FinetuneConfig.choice(model=encoder))
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_a_precision_the_device_cannot_run_is_refused_before_a_choice_is_tokenized(encoder, choice_files, tmp_path,
+                                                                                   monkeypatch, command):
+    """--precision fp16 on the CPU (or a --device the machine lacks) was refused once every choice was encoded:
+    ~20 s on a SWAG file of 50,000 rows before a one-line refusal. The model is placed once the file is read."""
+    from bertctl import choice
+
+    def encoded(*args, **kwargs):
+        raise AssertionError("a choice was tokenized")
+
+    model = save_model(build_model(read_checkpoint(encoder), "BertForMultipleChoice"), tmp_path / "mc", _tokenizer())
+    monkeypatch.setattr(choice, "make_choice_features", encoded)
+    out = tmp_path / "preds.csv"
+    with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):
+        if command == "evaluate":
+            evaluate_choice(model, choice_files["valid"], device="cpu", precision="fp16")
+        else:
+            predict_choice(model, choice_files["valid"], out, device="cpu", precision="fp16")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("name", ["preds.jsonl", "preds.tsv", "preds.json"])

@@ -423,6 +423,28 @@ def test_ner_defaults_and_config_file(tmp_path):
     assert (cfg.epochs, cfg.lr, cfg.label_names, cfg.max_seq_length) == (5, 1e-4, ("O", "B-PER"), 128)
 
 
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_a_precision_the_device_cannot_run_is_refused_before_a_word_is_tokenized(encoder, ner_files, tmp_path,
+                                                                                 monkeypatch, command):
+    """--precision fp16 on the CPU (or a --device the machine lacks) was refused once every sentence was tokenized:
+    ~10 s on a CoNLL file of 50,000 sentences before a one-line refusal. The model is placed once the file is read."""
+    from bertctl import ner
+
+    def tokenized(*args, **kwargs):
+        raise AssertionError("a word was tokenized")
+
+    tags = sorted({tag for sentence in read_ner(ner_files["valid"], "--data").tags for tag in sentence})
+    head = build_model(read_checkpoint(encoder), "BertForTokenClassification", num_labels=len(tags))
+    model, out = save_model(head, tmp_path / "model", _tokenizer(), labels=tags), tmp_path / "tags.txt"
+    monkeypatch.setattr(ner, "make_ner_features", tokenized)
+    with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):
+        if command == "evaluate":
+            evaluate_ner(model, ner_files["valid"], device="cpu", precision="fp16")
+        else:
+            predict_ner(model, ner_files["valid"], out, device="cpu", precision="fp16")
+    assert not out.exists()
+
+
 def _one_line_failure(args: list[str], message: str) -> None:
     shown = CliRunner().invoke(app, args)
     assert shown.exit_code != 0 and message in shown.output, shown.output

@@ -1119,6 +1119,28 @@ def test_refusals(encoder, squad_files, tmp_path):
     assert shown.exit_code != 0 and "no question-answering head" in shown.output and "Traceback" not in shown.output
 
 
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_a_precision_the_device_cannot_run_is_refused_before_a_question_is_tokenized(encoder, squad_files,
+                                                                                     tmp_path, monkeypatch, command):
+    """--precision fp16 on the CPU (or a --device the machine lacks) was refused once every question's windows
+    were made: ~20 s on a file of 20,000 questions before a one-line refusal. The model is placed once the file is
+    read."""
+    from bertctl import squad
+
+    def windowed(*args, **kwargs):
+        raise AssertionError("a question was tokenized")
+
+    qa = save_model(build_model(read_checkpoint(encoder), "BertForQuestionAnswering"), tmp_path / "qa", _tokenizer())
+    monkeypatch.setattr(squad, "make_features", windowed)
+    settings = {k: FAST[k] for k in ("max_seq_length", "doc_stride", "max_query_length")}
+    with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):
+        if command == "evaluate":
+            evaluate_squad(qa, squad_files["dev"], device="cpu", precision="fp16", **settings)
+        else:
+            predict_squad(qa, squad_files["dev"], tmp_path / "out", device="cpu", precision="fp16", **settings)
+    assert not (tmp_path / "out" / "predictions.json").exists()
+
+
 def test_two_gloo_processes_give_the_losses_and_dev_scores_of_one(encoder, squad_files, tmp_path):
     """torchrun: each rank trains on its share of every batch and scores its share of the dev windows; the
     span logits summed over the ranks give the one-process answers."""
