@@ -406,8 +406,9 @@ def evaluate_glue(task: str | GlueTask, model: Path | str, data: str | Path, spl
         raise UsageError(f"--split {split}: GLUE test sets have no labels; "
                          f"use bertctl predict glue {task.name}")
     scorer = open_scorer(model, task, max_seq_length, batch_size)
-    features = {s: scorer.encode(read_split(task, s, data)) for s in splits}
-    run_on, resolved = scorer.place(device, precision)
+    read = {s: read_split(task, s, data) for s in splits}
+    run_on, resolved = scorer.place(device, precision)  # before the texts are tokenized, as the splits are read
+    features = {s: scorer.encode(examples) for s, examples in read.items()}
     return score(task, scorer.model, features, scorer.tokenizer.pad_id, scorer.batch_size, run_on, resolved,
                  scorer.label_order)
 
@@ -440,17 +441,21 @@ class ClassifyRun:
     label_column: str
     generic: bool = False  # a model trained elsewhere whose classes are LABEL_0, LABEL_1, ...: class ids 0, 1, ...
 
-    def encode_labelled(self, data: str | Path) -> Features:
+    def check_labelled(self, data: str | Path) -> tuple[LabelledFile, int | None]:
+        """The file, read through for its rows and labels where it can be read twice, so that a bad row or a label
+        the model lacks is refused before any text is tokenized; and its row count (None for a pipe, whose rows
+        come once: read, encoded and judged in `encode_labelled`)."""
+        file = LabelledFile.checked(data, self.text_columns, self.label_column, "--data")
+        if not file.can_read_again():
+            return file, None
+        rows = file.read_through(ENCODE_CHUNK)
+        self.class_ids(file)
+        return file, rows
+
+    def encode_labelled(self, file: LabelledFile, rows: int | None = None) -> Features:
         """The file's rows encoded, ENCODE_CHUNK rows at a time so that its texts are never all held, with their
         labels as the model's classes (taken once every row is read: a bad row is named before a bad label, as when
-        the file was read whole). A file that can be read twice is read through for its labels first, so a label
-        the model lacks is refused before any text is tokenized. Scores name no row, so a gap in its id column is
-        no reason to refuse it."""
-        file = LabelledFile.checked(data, self.text_columns, self.label_column, "--data")
-        rows = None
-        if file.can_read_again():
-            rows = file.read_through(ENCODE_CHUNK)
-            self.class_ids(file)
+        the file was read whole). Scores name no row, so a gap in its id column is no reason to refuse it."""
         features = self.scorer.encode_parts(file.parts(ENCODE_CHUNK), rows)
         return dataclasses.replace(features, labels=label_array(self.class_ids(file)))
 
@@ -516,8 +521,9 @@ def evaluate_classify(model: Path | str, data: str | Path, text_columns: str | S
     eval_results.json. Labels outside the model's classes are refused: it could never predict them.
     """
     run = open_classify_run(model, text_columns, label_column, max_seq_length, batch_size)
-    features = run.encode_labelled(data)
-    run_on, resolved = run.scorer.place(device, precision)
+    file, rows = run.check_labelled(data)
+    run_on, resolved = run.scorer.place(device, precision)  # before the texts are tokenized, as the file is checked
+    features = run.encode_labelled(file, rows)
     results = score(run.task, run.scorer.model, {"data": features}, run.scorer.tokenizer.pad_id,
                     run.scorer.batch_size, run_on, resolved, run.scorer.label_order)
     return results["data"]

@@ -550,6 +550,22 @@ def test_generic_model_label_error_names_the_bad_label(tmp_path: Path) -> None:
     assert class_ids(ids) == [0, 1]
 
 
+def test_evaluate_classify_refuses_a_precision_the_device_cannot_run_before_a_text_is_tokenized(pair_run,
+                                                                                                 monkeypatch):
+    from bertctl import evaluate
+    from bertctl.errors import UsageError
+
+    def tokenized(*args, **kwargs):
+        raise AssertionError("a text was tokenized")
+
+    run, dev = pair_run
+    monkeypatch.setattr(evaluate, "encode_parts", tokenized)
+    with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):
+        evaluate_classify(run, dev, device="cpu", precision="fp16")
+    with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):
+        predict_classify(run, dev, dev.with_name("p.csv"), device="cpu", precision="fp16")
+
+
 def test_the_encoding_bar_knows_its_total_from_the_first_read(pair_run, encoder, tmp_path, monkeypatch):
     """The rows counted by the read for labels are the encoding bar's total (it had none: no ETA), in evaluate and
     in finetune alike."""
@@ -578,7 +594,7 @@ def test_evaluate_refuses_a_label_the_model_lacks_before_it_encodes_a_text(tmp_p
     data.write_text("text,label\nhello,yes\nthere,maybe\n", encoding="utf-8")
     run = ClassifyRun(None, classify_task(["no", "yes"]), ("text",), "label")
     with pytest.raises(UsageError, match=r"d.csv:3: label 'maybe' is not one of no, yes"):
-        run.encode_labelled(data)
+        run.check_labelled(data)
 
 
 def test_one_whole_number_spelled_several_ways_is_one_class_in_a_fixed_order(tmp_path):

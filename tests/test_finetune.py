@@ -110,6 +110,19 @@ def test_evaluate_reproduces_eval_results_exactly(sst2_run, glue):
     assert json.loads(shown.stdout) == {"task": "sst2", "dev": results["dev"]}
 
 
+def test_evaluate_refuses_a_precision_the_device_cannot_run_before_a_text_is_tokenized(sst2_run, glue, monkeypatch):
+    """--precision fp16 on the CPU was refused once every split was tokenized; the model is placed once they are
+    read."""
+    from bertctl import evaluate
+
+    def tokenized(*args, **kwargs):
+        raise AssertionError("a text was tokenized")
+
+    monkeypatch.setattr(evaluate, "encode_parts", tokenized)
+    with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):
+        evaluate_glue("sst2", sst2_run, glue, device="cpu", precision="fp16")
+
+
 def test_scoring_with_a_model_tuned_on_another_task_is_warned_about_or_refused(sst2_run, glue, caplog, tmp_path):
     """Saved with the hub's class names (run_glue.py's), an SST-2 model is told apart from a CoLA one by its
     labels; a task with the same names (RTE and QNLI) is told by finetuning_task, and scored with a warning."""
