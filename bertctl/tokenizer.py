@@ -76,6 +76,8 @@ class TokenizerOptions:
     extras: tuple[str, ...] = ()  # additional_special_tokens: kept whole after lowercasing, like the five
     model_max_length: int | None = MODEL_MAX_LENGTH  # None: the folder declares no limit
     clean_up_spaces: bool = True  # clean_up_tokenization_spaces: decode writes "a, b." for "a , b ."
+    clean_up_tokens: bool = False  # without it, still join "." "," "?" "!" to the word before (transformers 5's
+    # BertTokenizer and AutoTokenizer: their WordPiece decoder cleans token by token; not the pure-Python class)
 
 
 def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOptions(),
@@ -95,7 +97,7 @@ def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOp
         backend.pre_tokenizer = pre_tokenizer(options.chinese_chars, whole)
     else:  # transformers' BertTokenizer then neither cleans, cases nor splits punctuation
         backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{python_whitespace()}]"), behavior="removed")
-    backend.decoder = decoders.WordPiece(prefix=CONTINUATION, cleanup=False)  # cleaned whole in decode()
+    backend.decoder = decoders.WordPiece(prefix=CONTINUATION, cleanup=options.clean_up_tokens)  # else in decode()
     _add_tokens(backend, vocab, options)
     backend.post_processor = processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",

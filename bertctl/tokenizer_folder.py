@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 _ADD_ORDER = ("unk", "sep", "pad", "cls", "mask")  # transformers appends missing special tokens in this order
 _NO_LIMIT = 10**20  # a model_max_length above this is transformers' "no limit" sentinel (int(1e30))
+_LEGACY_CLASS = "BertTokenizerLegacy"  # transformers 5's pure-Python class: vocab.txt first, and a missing
+# clean_up_tokenization_spaces is true (false in its BertTokenizer, AutoTokenizer and fill-mask pipeline)
 
 
 def has_tokenizer(folder: Path | str) -> bool:
@@ -118,7 +120,7 @@ def _folder_settings(folder: Path, tokenizer_json: dict[str, Any] | None) -> tup
         added = {int(i): _added(t, int(i)) for i, t in (config["added_tokens_decoder"] or {}).items()}
     else:
         added = _legacy_added(folder, config, tokenizer_json)
-    if config.get("tokenizer_class") == "BertTokenizerLegacy":  # AutoTokenizer loads transformers 5's pure-Python
+    if config.get("tokenizer_class") == _LEGACY_CLASS:  # AutoTokenizer loads transformers 5's pure-Python
         added = {i: replace(t, normalized=False) for i, t in added.items()}  # class: it matches in the raw text
     return config, added
 
@@ -165,6 +167,8 @@ def _options(config: dict[str, Any], added: dict[int, Added], vocab: dict[str, i
             tokens[token] = Added(token, vocab.get(token, size), special=True)
             size += token not in vocab
     limit = config.get("model_max_length", config.get("max_len"))
+    legacy = config.get("tokenizer_class") == _LEGACY_CLASS
+    clean_up = bool(get("clean_up_tokenization_spaces", legacy))  # a missing key: false but in the pure-Python class
     return TokenizerOptions(
         lowercase=bool(get("do_lower_case", True)), strip_accents=get("strip_accents", None),
         chinese_chars=bool(get("tokenize_chinese_chars", True)), basic=bool(get("do_basic_tokenize", True)),
@@ -172,7 +176,8 @@ def _options(config: dict[str, Any], added: dict[int, Added], vocab: dict[str, i
         added=tuple(t for t in tokens.values() if t.content not in specials or t.content not in vocab),
         extras=tuple(dict.fromkeys(_extras(config))),
         model_max_length=limit if isinstance(limit, int) and 0 < limit < _NO_LIMIT else None,
-        clean_up_spaces=bool(get("clean_up_tokenization_spaces", True)))
+        clean_up_spaces=clean_up, clean_up_tokens=not clean_up and not legacy)
+
 
 
 def _casing_of(tokenizer_json: dict[str, Any]) -> dict[str, Any]:
@@ -315,7 +320,7 @@ def _vocabulary(vocab_path: Path | None, json_path: Path | None, tokenizer_json:
     config, or a vocab.txt is there and no class is named (BertTokenizer's defaults too; AutoTokenizer takes the
     normalizer there, as where a class such as PreTrainedTokenizerFast is named)."""
     named = config.get("tokenizer_class")
-    legacy = named == "BertTokenizerLegacy"
+    legacy = named == _LEGACY_CLASS
     if vocab_path is not None and (tokenizer_json is None or legacy):
         return vocab_path, {t: i for i, t in enumerate(read_vocab_file(vocab_path))}, {}
     assert tokenizer_json is not None and json_path is not None

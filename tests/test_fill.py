@@ -76,9 +76,11 @@ def test_fill_matches_transformers_on_every_mask(mlm_folder):
 
 
 def test_the_filled_text_is_transformers_pipelines_best_sequence(mlm_folder):
-    """Each [MASK] replaced by its top prediction, not another of its top-k."""
+    """Each [MASK] replaced by its top prediction, not another of its top-k; decoded as the pipeline decodes a
+    folder transformers 5 saved without clean_up_tokenization_spaces (`it ' s`, but `done.`)."""
     pipe = transformers.pipeline("fill-mask", model=str(mlm_folder), tokenizer=str(mlm_folder))
-    for result in fill(["my dog is [MASK].", "paris is the [MASK] of france."], mlm_folder, top_k=3):
+    texts = ["my dog is [MASK].", "paris is the [MASK] of france.", "it's [MASK], isn't it? you're done, i'm not!"]
+    for result in fill(texts, mlm_folder, top_k=3):
         assert result.filled == pipe(result.text, top_k=1)[0]["sequence"]
 
 

@@ -430,14 +430,19 @@ def test_options_special_ids_and_saving_round_trip(vocab: dict[str, list[str]], 
     assert load_tokenizer(sentinel).options.model_max_length is None
 
 
-def test_decode_follows_clean_up_tokenization_spaces(vocab: dict[str, list[str]], tmp_path: Path) -> None:
+@pytest.mark.parametrize("clean", [True, False, None])
+def test_decode_follows_clean_up_tokenization_spaces(vocab: dict[str, list[str]], tmp_path: Path, clean) -> None:
+    """As transformers 5's BertTokenizer (so the fill-mask pipeline's `sequence`) decodes: a missing key is false,
+    and false still joins . , ? ! (its WordPiece decoder cleans token by token); as the pure-Python class where the
+    folder names it: a missing key true, false leaving every space."""
     text = "Hello , world ! it 's done . don 't do n't"
-    for clean in (True, False):
-        folder = write(tmp_path / str(clean), vocab["uncased"], tokenizer_config={
-            "clean_up_tokenization_spaces": clean})
-        ours, slow = load_tokenizer(folder), Slow.from_pretrained(str(folder))
+    for name, reference in (("BertTokenizer", transformers.BertTokenizer), ("BertTokenizerLegacy", Slow)):
+        config = {"tokenizer_class": name, **({} if clean is None else {"clean_up_tokenization_spaces": clean})}
+        folder = write(tmp_path / name, vocab["uncased"], tokenizer_config=config)
+        ours, theirs = load_tokenizer(folder), reference.from_pretrained(str(folder))
         ids = ours.encode(text).ids
-        assert ours.decode(ids) == slow.decode(ids, skip_special_tokens=True)
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+        assert ours.decode(ids, skip_special_tokens=False) == theirs.decode(ids)
 
 
 def test_pair_truncation_matches_longest_first(vocab: dict[str, list[str]], tmp_path: Path) -> None:
