@@ -477,6 +477,7 @@ def _checked_tokenizer(tokenizer: Any, rows: int) -> Any:
     """`save_model`'s tokenizer, a folder's path with `~` expanded, refused before anything is written when it
     lacks tokenizer files or has more tokens than the model has embedding rows (every reader would refuse the
     folder: its last ids index out of range)."""
+    from bertctl.tokenizer import BertTokenizer
     from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 
     if tokenizer is None:
@@ -485,11 +486,22 @@ def _checked_tokenizer(tokenizer: Any, rows: int) -> Any:
         tokenizer = user_path(tokenizer, "tokenizer")
         if not has_tokenizer(tokenizer):
             raise UsageError(f"tokenizer {tokenizer} has no tokenizer.json or vocab.txt; give a tokenizer folder")
+    elif not isinstance(tokenizer, BertTokenizer):  # transformers' tokenizer failed on a missing method
+        raise UsageError(f"save_model: {_type_name(tokenizer)} is not a bertctl BertTokenizer; give one "
+                         "(bertctl.load_tokenizer gives them) or a tokenizer folder")
     tokens = (load_tokenizer(tokenizer) if isinstance(tokenizer, Path) else tokenizer).vocab_size
     if tokens > rows:
         raise UsageError(f"the tokenizer has {tokens} tokens but the model has only {rows} embedding rows; save "
                          "the model with its own tokenizer")
     return tokenizer
+
+
+def _type_name(value: Any) -> str:
+    """A value's type, with the package it comes from unless built in: `transformers.BertTokenizer` is not
+    bertctl's `BertTokenizer`."""
+    kind = type(value)
+    package = kind.__module__.partition(".")[0]
+    return kind.__name__ if package == "builtins" else f"{package}.{kind.__name__}"
 
 
 def _write_tokenizer(tokenizer: Any, folder: Path, positions: int) -> None:

@@ -24,7 +24,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from bertctl.errors import UsageError
+from bertctl.errors import UsageError, quoted
 from bertctl.hub import path_as_given
 
 # Fields naming a model or tokenizer, which may be a hub id: Path("./x") and Path("x/") are `x`, which reads like
@@ -138,6 +138,16 @@ def take_int(name: str, value: Any, minimum: int | None = None) -> int:
     return number
 
 
+def take_names(name: str, value: Any) -> tuple[str, ...]:
+    """A list-of-names argument of a plain function (`label_names`), taken as the config field of that name takes
+    it: a text split as its flag splits it (`"O,B-PER"`), a list or tuple as it is; anything else, or an empty
+    item (`"O,,B-PER"`), is one line naming the flag rather than a bare AttributeError or ValueError."""
+    try:
+        return _coerce(tuple[str, ...], value, commas=True)
+    except (ValueError, OverflowError):
+        raise UsageError(f"{name} must be a list of strings, got {_shown(value)}") from None
+
+
 def take_finite(name: str, value: Any) -> float:
     """A real-number argument of a plain function, refused when not finite: a nan or infinite threshold compares
     false (or true) with every score, so it would silently decide every answer instead of failing."""
@@ -226,8 +236,8 @@ def _quoted_bool(value: Any) -> str:
 
 
 def _shown(value: Any) -> str:
-    """A value as an error message shows it: YAML's null for None, long ones cut."""
-    return "null" if value is None else reprlib.repr(value)
+    """A value as an error message shows it: YAML's null for None, long ones cut, one line."""
+    return "null" if value is None else quoted(value, reprlib.repr)
 
 
 _KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", Path: "a path"}

@@ -6,7 +6,8 @@ import contextlib
 import logging
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 class BertctlError(Exception):
@@ -26,6 +27,12 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (kill, `timeout`, systemd, a batch scheduler) as an exception, so that a command stops the way
     Ctrl-C stops it: temp outputs removed, workers shut down, one line and exit code 143, rather than dying at
     once with a hidden half-written folder beside OUT and multiprocessing's leaked-semaphore warnings."""
+
+
+def quoted(value: Any, show: Callable[[Any], str] = repr) -> str:
+    """A wrong argument as a one-line message quotes it: `show(value)`, or its type where its repr spans lines (a
+    model, a tensor or a DataFrame given for a name or a number: cut short, it would still be no name)."""
+    return f"a {type(value).__name__}" if "\n" in repr(value) else show(value)
 
 
 def say(message: str) -> None:

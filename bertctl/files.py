@@ -28,7 +28,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import BertctlError, UsageError, quoted
 
 
 def _umask() -> int:
@@ -50,7 +50,7 @@ def user_path(path: Path | str, flag: str = "path") -> Path:
     starts with ~) and a Python argument all arrive as written. None, a number or "" (the working folder, by
     accident) from a Python caller is one line, not a TypeError."""
     if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
-        raise UsageError(f"{flag}: give a file or folder name, got {path!r}")
+        raise UsageError(f"{flag}: give a file or folder name, got {quoted(path)}")
     return Path(path).expanduser()
 
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-from bertctl.errors import UsageError
+from bertctl.errors import UsageError, quoted
 
 HUB_MODEL_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")  # [owner/]name
 HUB_DATASET_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as `datasets.load_dataset` takes it
@@ -77,6 +77,7 @@ def path_as_given(name: str | Path | None, what: str = "model folder") -> Path |
     as a Path it would be the working folder."""
     if name is None or not str(name).strip():
         return None
+    _refuse_non_name(name, what.removesuffix(" folder"))
     path = Path(name).expanduser()  # `--model=~/x` and `model: ~/x` in a --config file reach us unexpanded
     _refuse_checkpoint_prefix(path)
     if written_like_path(str(name)) and not path.exists():
@@ -91,8 +92,7 @@ def local_folder(name: str | Path, weights: bool = True) -> Path:
     """
     if name is None or str(name) == "":
         raise UsageError(f"no {'model' if weights else 'tokenizer'} given: pass a folder or a hub id")
-    if not isinstance(name, (str, os.PathLike)):  # a number or a list would be looked up on the hub, or fail there
-        raise UsageError(f"{'model' if weights else 'tokenizer'}: give a folder or a hub id, not {name!r}")
+    _refuse_non_name(name, "model" if weights else "tokenizer")
     _refuse_checkpoint_prefix(Path(name).expanduser())
     if not is_hub_id(name):
         return Path(name).expanduser()
@@ -111,6 +111,13 @@ def local_folder(name: str | Path, weights: bool = True) -> Path:
         what = "model" if weights else "tokenizer"
         raise UsageError(f"{what} {name}: no such folder here, and the hub repository {name} could not be "
                          f"loaded ({reason}); give a local {what} folder, or go online once to cache it") from None
+
+
+def _refuse_non_name(name: object, what: str) -> None:
+    """A number, a list or a loaded model given for a folder would be looked up on the hub, or fail there (or in
+    pathlib, with a TypeError naming no argument)."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise UsageError(f"{what}: give a folder or a hub id, not {quoted(name)}")
 
 
 def _refuse_checkpoint_prefix(path: Path) -> None:

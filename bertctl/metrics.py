@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 import math
+import reprlib
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
 
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, quoted
 
 
 def _pair(predictions: Sequence, labels: Sequence, dtype: type) -> tuple[np.ndarray, np.ndarray]:
@@ -192,11 +193,21 @@ def _ratios(correct: int, predicted: int, gold: int) -> dict[str, float]:
     return {"precision": precision, "recall": recall, "f1": f1}
 
 
+def _refuse_flat_tags(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> None:
+    """One list of tags per sentence: a flat list of tags read each tag as a sentence of one-letter tags (made-up
+    entities of type `_`, and no error), a number for a tag failed with an AttributeError."""
+    for sentence in (*gold, *predicted):
+        if isinstance(sentence, str) or not all(isinstance(tag, str) for tag in sentence):
+            raise BertctlError(f"entity_scores: give each sentence's tags as a list of strings, not "
+                               f"{quoted(sentence, reprlib.repr)}")
+
+
 def entity_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
                   ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Entity-level micro precision/recall/F1 and tag accuracy over sentences, as seqeval (default mode) and
     the `evaluate` library's seqeval metric give them (0 where a ratio has nothing to divide), and per entity
     type {precision, recall, f1, number}, `number` being the gold entities of the type."""
+    _refuse_flat_tags(gold, predicted)
     if len(gold) != len(predicted) or any(len(g) != len(p) for g, p in zip(gold, predicted, strict=False)):
         raise BertctlError("entity_scores: give one predicted tag per gold tag, sentence by sentence")
     true = {(s, *span) for s, tags in enumerate(gold) for span in entity_spans(tags)}

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from bertctl import training
 from bertctl.checkpoint import Checkpoint, build_model, model_tokenizer, read_checkpoint
-from bertctl.config_types import split_list, take_bool
+from bertctl.config_types import take_bool, take_names
 from bertctl.data.batches import Ragged, pad_batch
 from bertctl.data.ner import IGNORED, NerData, NerFeatures, check_known, check_tag_names, make_ner_features, read_ner
 from bertctl.errors import UsageError
@@ -169,7 +169,8 @@ def open_ner_reader(path: Path | str, max_seq_length: int | None, batch_size: in
     model = build_model(ckpt, TOKEN_ARCHITECTURE, share_weights=True)
     scorer, record = run_scorer(folder, model, model_tokenizer(ckpt), max_seq_length, batch_size)
     saved = record.get("config", {})
-    names = split_list(label_names) if label_names is not None else saved.get("label_names") or ckpt.labels
+    given = take_names("--label-names", label_names) if label_names is not None else None
+    names = given if given is not None else saved.get("label_names") or ckpt.labels
     return NerReader(scorer, tuple(ckpt.labels or ()), tuple(names) if names else None)
 
 

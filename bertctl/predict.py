@@ -114,7 +114,7 @@ def predict_classify(model: Path | str, data: str | Path, out: str | Path,
     """
     overwrite = take_bool("overwrite", overwrite)
     out = check_out(out, folder=False)  # a folder would otherwise become FOLDER.csv beside it
-    path = check_new_out(prediction_path(out, user_path(data)), overwrite=overwrite, folder=False)
+    path = check_new_out(prediction_path(out, user_path(data, "--data")), overwrite=overwrite, folder=False)
     run = open_classify_run(model, text_columns, None, max_seq_length, batch_size)
     run_on, resolved = run.scorer.place(device, precision)  # the file is read and encoded in one pass: before it
     ids, id_name, features = _read_encoded(run, data)

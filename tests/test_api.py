@@ -24,6 +24,7 @@ def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
     import json
 
     import numpy as np
+    import pandas as pd
     import pytest
     import torch
 
@@ -36,6 +37,7 @@ def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
     torch.manual_seed(0)
     mlm = bertctl.save_model(BertForMaskedLM(config), tmp_path / "mlm", tok)
     classifier = BertForSequenceClassification(config, num_labels=2)
+    table = pd.DataFrame({"k": [8]})  # its repr spans lines
     calls = [
         (lambda: bertctl.save_model(classifier, tmp_path / "c1", tok, labels=["x", "x"]), "give 2 different names"),
         (lambda: bertctl.save_model(classifier, tmp_path / "c2", tok, labels="xy"), "give 2 different names"),
@@ -66,6 +68,17 @@ def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
         (lambda: bertctl.save_model(None, tmp_path / "c8"), "^save_model: NoneType is not a bertctl BERT model"),
         (lambda: bertctl.predict_ner(mlm, tmp_path / "p.txt", None), "^--out: give a file or folder name, got None$"),
         (lambda: bertctl.predict_choice(mlm, tmp_path / "p.csv", None), "^--out: give a file or folder name, got None"),
+        # a loaded model or a number for the model: every evaluate_*/predict_* was pathlib's bare TypeError, and
+        # fill, info and convert quoted the model's many-line repr
+        (lambda: bertctl.evaluate_mlm(classifier, tmp_path), "^model: give a folder or a hub id, not a BertFor"),
+        (lambda: bertctl.predict_choice(5, tmp_path / "p.csv", tmp_path / "o.csv"), "^model: give a folder or a hub"),
+        (lambda: bertctl.evaluate_glue("sst2", ["m"], tmp_path), "^model: give a folder or a hub id, not \\['m'\\]$"),
+        (lambda: bertctl.fill.fill(["a [MASK]"], classifier), "^model: give a folder or a hub id, not a BertForSequ"),
+        (lambda: bertctl.convert.convert(classifier, tmp_path / "c"), "^SOURCE: give a file or folder name, got a B"),
+        (lambda: bertctl.fill.fill(["a [MASK]"], mlm, top_k=table), "^--top-k must be a whole number, got a DataFr"),
+        (lambda: bertctl.predict_classify(mlm, table, tmp_path / "p.csv"), "^--data: give a file or folder name, got"),
+        # transformers' tokenizer was "AttributeError: BertTokenizer has no attribute save"
+        (lambda: bertctl.save_model(classifier, tmp_path / "c9", object()), "^save_model: object is not a bertctl Ber"),
     ]
     for call, message in calls:
         with pytest.raises(bertctl.UsageError, match=message) as error:
@@ -76,6 +89,38 @@ def test_bad_arguments_from_python_are_one_line_usage_errors(tmp_path):
     for labels, id2label in ((np.array(["b", "a"]), {"0": "b", "1": "a"}), (np.arange(2) + 3, {"0": 3, "1": 4})):
         saved = bertctl.save_model(classifier, tmp_path / "c", tok, labels=labels, overwrite=True)
         assert json.loads((saved / "config.json").read_text())["id2label"] == id2label
+
+
+def test_ner_label_names_and_entity_scores_take_lists_and_refuse_odd_ones_in_one_line(tmp_path):
+    """`evaluate_ner(label_names=[...])`, as its signature allows, was "AttributeError: 'list' object has no
+    attribute 'strip'", and `"O,,B-PER"` a bare ValueError (the CLI's too); `entity_scores` read a flat list of tags
+    as sentences of one-letter tags, making up entities of type `_`."""
+    import pandas as pd
+    import pytest
+    import torch
+
+    import bertctl
+    from bertctl.metrics import entity_scores
+    from bertctl.model import BertForTokenClassification
+
+    tok = bertctl.BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])
+    config = bertctl.BertConfig(vocab_size=7, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=16, max_position_embeddings=16)
+    torch.manual_seed(0)
+    tagger = bertctl.save_model(BertForTokenClassification(config, num_labels=2), tmp_path / "t", tok,
+                                labels=["O", "B-PER"])
+    data = tmp_path / "d.txt"
+    data.write_text("a O\nb B-PER\n")
+    given = bertctl.evaluate_ner(tagger, data, label_names=["O", "B-PER"])
+    assert bertctl.evaluate_ner(tagger, data, label_names=("O", "B-PER")) == given == bertctl.evaluate_ner(tagger, data)
+    odd = (("O,,B-PER", "'O,,B-PER'"), (["O", None], "\\['O', None\\]"), (pd.DataFrame({"k": ["O"]}), "a DataFrame"))
+    for names, shown in odd:
+        with pytest.raises(bertctl.UsageError, match=f"^--label-names must be a list of strings, got {shown}$"):
+            bertctl.evaluate_ner(tagger, data, label_names=names)
+    for gold, shown in ((["B-PER", "O"], "'B-PER'"), ([["B-PER", 1]], "\\['B-PER', 1\\]")):
+        with pytest.raises(bertctl.BertctlError, match=f"^entity_scores: give each sentence's tags as a list of "
+                                                         f"strings, not {shown}$"):
+            entity_scores(gold, gold)
 
 
 def test_tokenizer_methods_refuse_odd_arguments_in_one_line(tmp_path, monkeypatch):
