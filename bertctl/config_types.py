@@ -294,7 +294,7 @@ def _coerce(hint: Any, value: Any, commas: bool = False) -> Any:
         return str(value)
     if hint is int and number and (isinstance(value, numbers.Integral) or _whole(value)):
         return int(value)
-    if hint is float and (number or (isinstance(value, str) and _YAML_TEXT_FLOAT.fullmatch(value))):
+    if hint is float and number:
         return float(value)
     if hint is Path and isinstance(value, (str, Path)) and str(value):  # "" would be the working folder
         return Path(value).expanduser()  # `out: ~/runs` in a --config file reaches us unexpanded
@@ -317,4 +317,3 @@ def _whole_text(text: str) -> int:
 
 # what an int flag takes (`--steps 8.0`, `1_000`); not `1e3`, `8.`, `8.5` or digits other than ASCII ones
 _FLAG_WHOLE = re.compile(r"[-+]?[0-9](_?[0-9])*(\.0+)?")
-_YAML_TEXT_FLOAT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")  # `lr: 1e-4`, a number PyYAML reads as text

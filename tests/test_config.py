@@ -333,6 +333,14 @@ def test_yaml_numbers_the_flag_refuses_are_refused(tmp_path, text, said):
         build_config(PretrainConfig, read_config_file(tmp_path / "run.yaml"))
 
 
+@pytest.mark.parametrize("text", ["1e-3", "0.001"])
+def test_a_python_caller_gives_numbers_as_numbers_written_either_way(text):
+    """Text for a number field is a file's or a flag's way (read as the flag reads it); from Python `lr="1e-3"` was
+    taken while `lr="0.001"` was refused, as a rule for PyYAML's unquoted `1e-3` reached the dataclass."""
+    with pytest.raises(UsageError, match=f"^FinetuneConfig.lr must be a number, got '{text}'$"):
+        FinetuneConfig(lr=text)
+
+
 def test_yaml_exponents_without_a_dot_are_numbers(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("lr: 1e-4\nadam_eps: 1.5E-8\n")  # PyYAML reads both as text
