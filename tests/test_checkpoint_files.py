@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 from test_parity import TOLERANCE, batch, outputs, reference_model  # noqa: E402
 
 from bertctl.checkpoint import load_model, read_checkpoint, save_model  # noqa: E402
+from bertctl.checkpoint_weights import read_weights  # noqa: E402
 from bertctl.convert import convert  # noqa: E402
 from bertctl.errors import BertctlError, UsageError  # noqa: E402
 from bertctl.info import info  # noqa: E402
@@ -134,6 +135,30 @@ def test_a_shard_index_whose_weight_map_is_not_names_of_files_is_one_line(weight
     index.write_text(json.dumps(data))
     with pytest.raises(UsageError, match=f"^cannot read the shard index {index}: weight_map must map"):
         read_checkpoint(tmp_path / "hf")
+
+
+@pytest.mark.parametrize(("content", "said"), [("", "is empty (0 bytes"), ("{}", "cannot read the shard index"),
+                                               ("[]", "cannot read the shard index")])
+def test_an_empty_index_or_one_without_a_weight_map_is_one_line(content, said, tmp_path):
+    (tmp_path / "model.safetensors.index.json").write_text(content)
+    with pytest.raises(UsageError, match=re.escape(said)):
+        read_weights(tmp_path)
+
+
+def test_each_shard_is_read_once_and_a_single_file_beats_its_index(tmp_path, monkeypatch):
+    """transformers' order: model.safetensors before its index; names under `module.` in it are not NVIDIA's."""
+    import bertctl.checkpoint_weights as weights
+
+    save_file({"a": torch.zeros(1), "c": torch.ones(1)}, tmp_path / "s1.safetensors")
+    save_file({"b": torch.zeros(2)}, tmp_path / "s2.safetensors")
+    index = {"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors", "c": "s1.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    reads = []
+    monkeypatch.setattr(weights, "_read_weights_file", lambda path: reads.append(path) or load_file(path))
+    assert set(read_weights(tmp_path)[0]) == {"a", "b", "c"} and len(reads) == 2
+    save_file({"module.z": torch.zeros(1)}, tmp_path / "model.safetensors")
+    state, path, nvidia = read_weights(tmp_path)
+    assert (list(state), path.name, nvidia) == (["module.z"], "model.safetensors", False)
 
 
 @pytest.mark.parametrize("outside", ["../other.safetensors", "ABSOLUTE", "sub/../../other.safetensors", ".."])
@@ -316,6 +341,9 @@ def test_tf_h5_only_folder_says_how_to_convert(odd_config, tmp_path):
     saved("BertModel", odd_config, tmp_path / "hf")
     (tmp_path / "hf" / "model.safetensors").rename(tmp_path / "hf" / "tf_model.h5")
     with pytest.raises(UsageError, match="from_tf=True"):
+        read_checkpoint(tmp_path / "hf")
+    (tmp_path / "hf" / "tf_model.h5").rename(tmp_path / "hf" / "flax_model.msgpack")
+    with pytest.raises(UsageError, match=r"only Flax weights \(flax_model\.msgpack\).*from_flax=True"):
         read_checkpoint(tmp_path / "hf")
 
 

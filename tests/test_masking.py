@@ -169,6 +169,8 @@ def test_budget_skips_words_that_do_not_fit() -> None:
     for seed in range(20):
         result = mask_tokens(ids, rng=np.random.default_rng(seed), is_continuation=CONTINUES, **OPTIONS)
         assert len(result.positions) == 1 and result.positions[0] in (6, 7)
+    pair = mask_tokens(np.array([10, 700]), rng=np.random.default_rng(0), is_continuation=CONTINUES, **OPTIONS)
+    assert len(pair.positions) == 0  # a two-token row is one word too: budget 1, so Google masks nothing
 
 
 def test_one_row_equals_its_own_batch_and_torch_input_works() -> None:
@@ -245,6 +247,8 @@ def test_a_rows_stream_ignores_its_neighbours_and_the_padding() -> None:
     assert (part.positions == whole.positions[order]).all() and (part.label_ids == whole.label_ids[order]).all()
     other_epoch = mask_tokens(ids, rng=RowRandom(row_keys(0, 4, np.arange(1000, 1064))), **OPTIONS)
     assert (other_epoch.positions != whole.positions).any()
+    grid = row_keys(*np.meshgrid(np.arange(4), np.arange(4), np.arange(100), indexing="ij"))
+    assert np.unique(grid).size == grid.size  # no two (seed, epoch, row) share a stream: not (0, 4, 9), (0, 3, 10)
     draws = RowRandom(row_keys(1, 0, np.arange(4000)))
     assert abs(draws.random((4000, 128)).mean() - 0.5) < 0.002
     counts = np.bincount(draws.integers(0, 10, (4000, 128)).ravel(), minlength=10)

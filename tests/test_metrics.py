@@ -159,6 +159,8 @@ def test_pearson_is_scipys_at_any_scale_and_for_two_points():
 
 
 def test_pearson_of_points_on_a_line_is_one_not_a_rounding_past_it():
-    """Three points on a line: the dot products rounded r to 1.0000000000000002; scipy clips it to [-1, 1]."""
+    """Three points on a line: the dot products rounded r to ±1.0000000000000002; scipy clips it to [-1, 1]."""
     x, y = [0.732, -1.171, -1.434], [0.7130520751723783, 0.5227520751723783, 0.4964520751723783]
     assert pearson(x, y) == stats.pearsonr(x, y).statistic == 1.0
+    falling = [-value for value in y]  # the same rounding on the other side: clipped to -1.0, not below
+    assert pearson(x, falling) == stats.pearsonr(x, falling).statistic == -1.0

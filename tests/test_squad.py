@@ -604,6 +604,10 @@ def test_v1_metrics_equal_the_official_script():
     assert squad_v1_scores(gold, preds) == pytest.approx(_official_v1(gold, preds))
     assert squad_v1_scores({"x": ["a"]}, {}) == {"exact_match": 0.0, "f1": 0.0}  # missing prediction scores 0
     assert squad_v1_scores({"x": ["a"], "y": ["b"]}, {"y": "b"}) == {"exact_match": 50.0, "f1": 50.0}
+    # articles only as whole (Unicode) words, each leaving a space; repeated tokens count as often as they are shared
+    gold = {"b": ["banana"], "e": ["España"], "d": ["peace—the—war"], "r": ["la la land"]}
+    preds = {"b": "banan", "e": "Españ", "d": "peace——war", "r": "la la"}
+    assert squad_v1_scores(gold, preds) == pytest.approx(_official_v1(gold, preds)) == {"exact_match": 0.0, "f1": 20.0}
 
 
 V2_CASES = [  # gold, predictions, null odds
