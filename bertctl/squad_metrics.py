@@ -11,6 +11,8 @@ import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from bertctl.errors import BertctlError
+
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 NA_PROB_THRESHOLD = 1.0  # evaluate-v2.0.py's --na-prob-thresh default
@@ -63,13 +65,14 @@ def squad_v1_scores(gold: Mapping[str, Sequence[str]], predictions: Mapping[str,
 def squad_v2_scores(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
                     null_odds: Mapping[str, float] | None = None) -> dict[str, float]:
     """evaluate-v2.0.py's output: exact, f1, total, HasAns_* and NoAns_* (when there are such questions) and,
-    given the no-answer odds, best_exact/best_f1 with their thresholds. Questions without a prediction are
-    left out, as there."""
+    given the no-answer odds, best_exact/best_f1 with their thresholds. A question without a prediction is
+    refused in one line: the script skips it, then stops with a KeyError at the HasAns_/NoAns_ figures."""
+    if missing := [qid for qid in gold if qid not in predictions]:
+        raise BertctlError(f"squad_v2_scores: no prediction for {len(missing)} of {len(gold)} questions (the first: "
+                           f"{missing[0]!r}); give one for every question, \"\" for no answer")
     has_answer = {qid: bool(answers) for qid, answers in gold.items()}
     exact_raw, f1_raw = {}, {}
     for qid, answers in gold.items():
-        if qid not in predictions:
-            continue
         texts = [a for a in answers if normalize_answer(a)] or [""]
         exact_raw[qid] = max(exact_match(a, predictions[qid]) for a in texts)
         f1_raw[qid] = max(f1_v2(a, predictions[qid]) for a in texts)

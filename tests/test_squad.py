@@ -628,6 +628,16 @@ def test_v2_metrics_equal_the_official_script(gold, preds, odds):
                                                           if not k.startswith("best")})
 
 
+def test_v2_metrics_refuse_a_missing_prediction_in_one_line():
+    """The official script skips such a question, then stops with a KeyError; a bare KeyError here too."""
+    from bertctl.errors import BertctlError
+
+    with pytest.raises(BertctlError, match=r"^squad_v2_scores: no prediction for 1 of 2 questions \(the first: 'y'"):
+        squad_v2_scores({"x": ["a"], "y": []}, {"x": "a"})
+    with pytest.raises(KeyError):
+        _official_v2({"x": ["a"], "y": []}, {"x": "a"}, {"x": 0.0})
+
+
 # --- postprocessing -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("v2", [False, True])
