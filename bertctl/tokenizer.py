@@ -76,8 +76,8 @@ class TokenizerOptions:
     extras: tuple[str, ...] = ()  # additional_special_tokens: kept whole after lowercasing, like the five
     model_max_length: int | None = MODEL_MAX_LENGTH  # None: the folder declares no limit
     clean_up_spaces: bool = True  # clean_up_tokenization_spaces: decode writes "a, b." for "a , b ."
-    clean_up_tokens: bool = False  # without it, still join "." "," "?" "!" to the word before (transformers 5's
-    # BertTokenizer and AutoTokenizer: their WordPiece decoder cleans token by token; not the pure-Python class)
+    clean_up_tokens: bool = True  # join " ." " ," " ?" " !" (" n't", ... in an added token) token by token before
+    # clean_up_spaces, as transformers 5's BertTokenizer and AutoTokenizer decode; not the pure-Python class
 
 
 def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOptions(),
@@ -97,7 +97,7 @@ def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOp
         backend.pre_tokenizer = pre_tokenizer(options.chinese_chars, whole)
     else:  # transformers' BertTokenizer then neither cleans, cases nor splits punctuation
         backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{python_whitespace()}]"), behavior="removed")
-    backend.decoder = decoders.WordPiece(prefix=CONTINUATION, cleanup=options.clean_up_tokens)  # else in decode()
+    backend.decoder = decoders.WordPiece(prefix=CONTINUATION, cleanup=options.clean_up_tokens)
     _add_tokens(backend, vocab, options)
     backend.post_processor = processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
@@ -256,8 +256,8 @@ class BertTokenizer:
             raise
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        """Text from ids; clean_up_tokenization_spaces as transformers applies it, to the whole string (the
-        decoder's own cleanup goes token by token and misses "it ' s")."""
+        """Text from ids; clean_up_tokenization_spaces as transformers applies it, to the whole string after the
+        decoder's own token-by-token cleanup (which misses "it ' s")."""
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
             raise UsageError(f"decode: give a list of token ids, not {reprlib.repr(ids)}")
         ids = list(ids)

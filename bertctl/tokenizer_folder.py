@@ -168,7 +168,8 @@ def _options(config: dict[str, Any], added: dict[int, Added], vocab: dict[str, i
             size += token not in vocab
     limit = config.get("model_max_length", config.get("max_len"))
     legacy = config.get("tokenizer_class") == _LEGACY_CLASS
-    clean_up = bool(get("clean_up_tokenization_spaces", legacy))  # a missing key: false but in the pure-Python class
+    clean_up = bool(config.get("clean_up_tokenization_spaces", legacy))  # missing: false but in the pure-Python
+    # class; null: false in both (their `self.clean_up_tokenization_spaces` is then None)
     return TokenizerOptions(
         lowercase=bool(get("do_lower_case", True)), strip_accents=get("strip_accents", None),
         chinese_chars=bool(get("tokenize_chinese_chars", True)), basic=bool(get("do_basic_tokenize", True)),
@@ -176,8 +177,7 @@ def _options(config: dict[str, Any], added: dict[int, Added], vocab: dict[str, i
         added=tuple(t for t in tokens.values() if t.content not in specials or t.content not in vocab),
         extras=tuple(dict.fromkeys(_extras(config))),
         model_max_length=limit if isinstance(limit, int) and 0 < limit < _NO_LIMIT else None,
-        clean_up_spaces=clean_up, clean_up_tokens=not clean_up and not legacy)
-
+        clean_up_spaces=clean_up, clean_up_tokens=not legacy and fallback.get("decoder_cleanup", True))
 
 
 def _casing_of(tokenizer_json: dict[str, Any]) -> dict[str, Any]:
@@ -311,7 +311,8 @@ def _apply_casing_flag(config: dict[str, Any], lowercase: bool | None, fallback:
 
 def _vocabulary(vocab_path: Path | None, json_path: Path | None, tokenizer_json: dict[str, Any] | None,
                 config: dict[str, Any]) -> tuple[Path, dict[str, int], dict[str, Any]]:
-    """The file the vocabulary comes from, the vocabulary, and the casing for keys the config lacks.
+    """The file the vocabulary comes from, the vocabulary, and the casing for keys the config lacks (with the
+    file's decoder cleanup flag where the file is read as AutoTokenizer takes it).
 
     tokenizer.json's vocabulary wins over a vocab.txt beside it, as AutoTokenizer, BertTokenizer and
     BertTokenizerFast read it; only the pure-Python BertTokenizerLegacy (a folder naming it) reads vocab.txt.
@@ -328,7 +329,17 @@ def _vocabulary(vocab_path: Path | None, json_path: Path | None, tokenizer_json:
     if vocab_path is not None:
         _warn_stale_vocab(vocab_path, vocab)
     bert_defaults = named in ("BertTokenizer", "BertTokenizerFast") or (vocab_path is not None and named is None)
-    return json_path, vocab, {} if bert_defaults else _json_casing(tokenizer_json, config)
+    if bert_defaults:
+        return json_path, vocab, {}
+    casing = _json_casing(tokenizer_json, config)
+    return json_path, vocab, {**casing, "decoder_cleanup": _decoder_cleanup(tokenizer_json)}
+
+
+def _decoder_cleanup(tokenizer_json: dict[str, Any]) -> bool:
+    """The file's WordPiece decoder `cleanup` flag: AutoTokenizer decodes with the file's decoder where it takes
+    the file as it is (the BERT classes rebuild it with cleanup on)."""
+    decoder = tokenizer_json.get("decoder") or {}
+    return decoder.get("type") != "WordPiece" or bool(decoder.get("cleanup", True))
 
 
 def _warn_stale_vocab(vocab_path: Path, vocab: dict[str, int]) -> None:

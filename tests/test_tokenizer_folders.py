@@ -430,19 +430,30 @@ def test_options_special_ids_and_saving_round_trip(vocab: dict[str, list[str]], 
     assert load_tokenizer(sentinel).options.model_max_length is None
 
 
-@pytest.mark.parametrize("clean", [True, False, None])
+@pytest.mark.parametrize("clean", [True, False, None, "null"])
 def test_decode_follows_clean_up_tokenization_spaces(vocab: dict[str, list[str]], tmp_path: Path, clean) -> None:
     """As transformers 5's BertTokenizer (so the fill-mask pipeline's `sequence`) decodes: a missing key is false,
-    and false still joins . , ? ! (its WordPiece decoder cleans token by token); as the pure-Python class where the
-    folder names it: a missing key true, false leaving every space."""
-    text = "Hello , world ! it 's done . don 't do n't"
+    and its WordPiece decoder joins . , ? ! and an added `n't` token by token, true or false (true then cleans the
+    whole text); as the pure-Python class where the folder names it: a missing key true, false or null leaving
+    every space. A tokenizer.json that AutoTokenizer takes as it is decodes with its decoder's cleanup flag."""
+    text = "Hello , world ! it 's done . don 't do n't it ' n't"
+    size = len(vocab["uncased"])
+    added = {str(size): {"content": "n't", "normalized": False, "special": False}}
+    settings = {} if clean is None else {"clean_up_tokenization_spaces": None if clean == "null" else clean}
     for name, reference in (("BertTokenizer", transformers.BertTokenizer), ("BertTokenizerLegacy", Slow)):
-        config = {"tokenizer_class": name, **({} if clean is None else {"clean_up_tokenization_spaces": clean})}
+        config = {"tokenizer_class": name, "added_tokens_decoder": added, **settings}
         folder = write(tmp_path / name, vocab["uncased"], tokenizer_config=config)
         ours, theirs = load_tokenizer(folder), reference.from_pretrained(str(folder))
         ids = ours.encode(text).ids
+        assert size in ids
         assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
         assert ours.decode(ids, skip_special_tokens=False) == theirs.decode(ids)
+    json_only = write(tmp_path / "json", None, tokenizer_config={"tokenizer_class": "PreTrainedTokenizerFast",
+                                                                 **settings})
+    ours.save(tmp_path / "saved")  # the pure-Python class's: its tokenizer.json's decoder has cleanup off
+    shutil.copy(tmp_path / "saved" / "tokenizer.json", json_only)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(json_only))
+    assert load_tokenizer(json_only).decode(ids) == theirs.decode(ids, skip_special_tokens=True)
 
 
 def test_pair_truncation_matches_longest_first(vocab: dict[str, list[str]], tmp_path: Path) -> None:
