@@ -5,7 +5,9 @@ from __future__ import annotations
 import gc
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 import torch
@@ -36,6 +38,15 @@ def odd_config():
     from bertctl.config import BertConfig
 
     return BertConfig(**ODD_SHAPE)
+
+
+def never_called(what: str) -> Callable[..., NoReturn]:
+    """A stand-in for a costly step (tokenizing a whole file) that fails the test if it runs: a refusal that can
+    be made before it must come before it."""
+    def called(*args: object, **kwargs: object) -> NoReturn:
+        raise AssertionError(f"{what} ran")
+
+    return called
 
 
 def minilm_path() -> Path | None:

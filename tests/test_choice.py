@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import never_called
 from processes import ranks_said
 from typer.testing import CliRunner
 
@@ -435,11 +436,8 @@ def test_a_precision_the_device_cannot_run_is_refused_before_a_choice_is_tokeniz
     ~20 s on a SWAG file of 50,000 rows before a one-line refusal. The model is placed once the file is read."""
     from bertctl import choice
 
-    def encoded(*args, **kwargs):
-        raise AssertionError("a choice was tokenized")
-
     model = save_model(build_model(read_checkpoint(encoder), "BertForMultipleChoice"), tmp_path / "mc", _tokenizer())
-    monkeypatch.setattr(choice, "make_choice_features", encoded)
+    monkeypatch.setattr(choice, "make_choice_features", never_called("make_choice_features"))
     out = tmp_path / "preds.csv"
     with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):
         if command == "evaluate":

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import never_called
 from glue_fixtures import FILLER
 from typer.testing import CliRunner
 
@@ -555,11 +556,8 @@ def test_evaluate_classify_refuses_a_precision_the_device_cannot_run_before_a_te
     from bertctl import evaluate
     from bertctl.errors import UsageError
 
-    def tokenized(*args, **kwargs):
-        raise AssertionError("a text was tokenized")
-
     run, dev = pair_run
-    monkeypatch.setattr(evaluate, "encode_parts", tokenized)
+    monkeypatch.setattr(evaluate, "encode_parts", never_called("encode_parts"))
     with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):
         evaluate_classify(run, dev, device="cpu", precision="fp16")
     with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):

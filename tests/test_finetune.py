@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import never_called
 from glue_fixtures import FILLER, KEYWORDS_3, write_glue_data
 from typer.testing import CliRunner
 
@@ -115,10 +116,7 @@ def test_evaluate_refuses_a_precision_the_device_cannot_run_before_a_text_is_tok
     read."""
     from bertctl import evaluate
 
-    def tokenized(*args, **kwargs):
-        raise AssertionError("a text was tokenized")
-
-    monkeypatch.setattr(evaluate, "encode_parts", tokenized)
+    monkeypatch.setattr(evaluate, "encode_parts", never_called("encode_parts"))
     with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):
         evaluate_glue("sst2", sst2_run, glue, device="cpu", precision="fp16")
 
@@ -386,10 +384,7 @@ def test_finetune_classify_refuses_a_bad_label_before_it_encodes_a_text(encoder,
     """Labels were judged once every row had been tokenized: minutes of encoding a big table before a one-line
     refusal. The files are read through for their rows and labels first; a bad row still comes before a bad
     label (the last case: a row short of a field, and too few classes)."""
-    def tokenized(*args, **kwargs):
-        raise AssertionError("a text was encoded")
-
-    monkeypatch.setattr(finetune, "encode_parts", tokenized)
+    monkeypatch.setattr(finetune, "encode_parts", never_called("encode_parts"))
     validation = _table(tmp_path / "dev.csv", dev) if dev else None
     cfg = FinetuneConfig(model=encoder, train=_table(tmp_path / "train.csv", train), validation=validation,
                          text_columns=("text",), out=tmp_path / "run", **flags, **FAST)

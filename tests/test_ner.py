@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import never_called
 from processes import ranks_said
 from typer.testing import CliRunner
 
@@ -430,13 +431,10 @@ def test_a_precision_the_device_cannot_run_is_refused_before_a_word_is_tokenized
     ~10 s on a CoNLL file of 50,000 sentences before a one-line refusal. The model is placed once the file is read."""
     from bertctl import ner
 
-    def tokenized(*args, **kwargs):
-        raise AssertionError("a word was tokenized")
-
     tags = sorted({tag for sentence in read_ner(ner_files["valid"], "--data").tags for tag in sentence})
     head = build_model(read_checkpoint(encoder), "BertForTokenClassification", num_labels=len(tags))
     model, out = save_model(head, tmp_path / "model", _tokenizer(), labels=tags), tmp_path / "tags.txt"
-    monkeypatch.setattr(ner, "make_ner_features", tokenized)
+    monkeypatch.setattr(ner, "make_ner_features", never_called("make_ner_features"))
     with pytest.raises(UsageError, match="^--precision fp16 needs a CUDA device"):
         if command == "evaluate":
             evaluate_ner(model, ner_files["valid"], device="cpu", precision="fp16")
