@@ -129,9 +129,10 @@ def _tokenizer_class(folder: Path, config: dict[str, Any]) -> Any:
     """The class AutoTokenizer, and so the fill-mask pipeline, loads the folder with: tokenizer_config.json's
     tokenizer_class, else config.json's, else BertTokenizer where config.json says model_type bert (a model
     folder); None for a folder naming none. The class decides who sets the casing (see _vocabulary)."""
+    if config.get("tokenizer_class"):  # config.json is then not read (a tokenizer folder may hold any)
+        return config["tokenizer_class"]
     model = _read_json(folder / "config.json")
-    named = config.get("tokenizer_class") or model.get("tokenizer_class")
-    return named or ("BertTokenizer" if model.get("model_type") == "bert" else None)
+    return model.get("tokenizer_class") or ("BertTokenizer" if model.get("model_type") == "bert" else None)
 
 
 def _legacy_added(folder: Path, config: dict[str, Any], tokenizer_json: dict[str, Any] | None) -> dict[int, Added]:

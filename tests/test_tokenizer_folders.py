@@ -323,6 +323,15 @@ def test_a_model_folder_is_read_as_auto_tokenizer_and_the_fill_mask_pipeline_rea
     assert [e.ids for e in ours.encode_batch(texts)] == [auto(text)["input_ids"] for text in texts]
 
 
+def test_a_tokenizer_config_naming_its_class_leaves_config_json_unread(vocab: dict[str, list[str]],
+                                                                        tmp_path: Path) -> None:
+    """config.json only says the class where tokenizer_config.json does not: a tokenizer folder holding some other
+    config.json (or a damaged one) loads as it did."""
+    folder = write(tmp_path, vocab["uncased"], tokenizer_config={"tokenizer_class": "BertTokenizer"})
+    (folder / "config.json").write_text('{"model_type": "bert",', encoding="utf-8")
+    assert load_tokenizer(folder).encode("hello").ids == load_tokenizer(folder / "vocab.txt").encode("hello").ids
+
+
 def test_the_casing_flag_decides_where_a_tokenizer_json_folder_leaves_it_open(
         cased_json: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """--cased on a model folder whose cased tokenizer.json BertTokenizer would lowercase is taken, as for a bare
