@@ -197,11 +197,11 @@ def _casing_of(tokenizer_json: dict[str, Any]) -> dict[str, Any]:
 
 
 def _json_casing(tokenizer_json: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """_casing_of for the keys the config lacks, unless the config's keys change what the file does: then the
-    config is read as BertTokenizer(**config) reads it (lowercase, strip_accents null, Chinese characters split),
-    since the config's lowercasing with the file's `strip_accents: false`, or its split with the file's casing,
-    would cut text as no transformers class does. Either way the folder reads as one of them: AutoTokenizer
-    takes the file, BertTokenizer the config."""
+    """_casing_of for the keys the config lacks, with the file's decoder clean-up, unless the config's keys change
+    what the file does: then the config is read as BertTokenizer(**config) reads it (lowercase, strip_accents
+    null, Chinese characters split, its own decoder cleaning), since the config's lowercasing with the file's
+    `strip_accents: false`, or its split with the file's casing, would cut text as no transformers class does.
+    Either way the folder reads as one of them: AutoTokenizer takes the file, BertTokenizer the config."""
     casing = _casing_of(tokenizer_json)
     lower, strip = (casing[k] if config.get(k) is None else config[k] for k in ("do_lower_case", "strip_accents"))
     chinese = casing["tokenize_chinese_chars"] if config.get("tokenize_chinese_chars") is None \
@@ -209,8 +209,8 @@ def _json_casing(tokenizer_json: dict[str, Any], config: dict[str, Any]) -> dict
     file_lower = casing["do_lower_case"]
     if (bool(lower), _strips(lower, strip), chinese) == (file_lower, _strips(file_lower, casing["strip_accents"]),
                                                           casing["tokenize_chinese_chars"]):
-        return casing
-    return {"do_lower_case": True, "strip_accents": None, "tokenize_chinese_chars": True}  # BertTokenizer's defaults
+        return {**casing, "decoder_cleanup": _decoder_cleanup(tokenizer_json)}
+    return {"do_lower_case": True, "strip_accents": None, "tokenize_chinese_chars": True, "decoder_cleanup": True}
 
 
 def _strips(do_lower_case: Any, strip_accents: Any) -> bool:
@@ -332,8 +332,7 @@ def _vocabulary(vocab_path: Path | None, json_path: Path | None, tokenizer_json:
     bert_defaults = named in ("BertTokenizer", "BertTokenizerFast") or (vocab_path is not None and named is None)
     if bert_defaults:
         return json_path, vocab, {}
-    casing = _json_casing(tokenizer_json, config)
-    return json_path, vocab, {**casing, "decoder_cleanup": _decoder_cleanup(tokenizer_json)}
+    return json_path, vocab, _json_casing(tokenizer_json, config)
 
 
 def _decoder_cleanup(tokenizer_json: dict[str, Any]) -> bool:
