@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import reprlib
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,7 +30,7 @@ from bertctl.data.batches import pad_batch, pair_rows
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import LabelledFile, TabularTask, classify_task
 from bertctl.errors import UsageError
-from bertctl.files import json_text, read_json_object
+from bertctl.files import json_text, read_json_object, user_path
 from bertctl.hub import path_as_given
 from bertctl.metrics import compute_task_metrics
 from bertctl.run_folder import best_seed_folder
@@ -444,9 +445,10 @@ class ClassifyRun:
     def check_labelled(self, data: str | Path) -> tuple[LabelledFile, int | None]:
         """The file, read through for its rows and labels where it can be read twice, so that a bad row or a label
         the model lacks is refused before any text is tokenized; and its row count (None for a pipe, whose rows
-        come once: read, encoded and judged in `encode_labelled`)."""
+        come once: read, encoded and judged in `encode_labelled`). A name that is not there is read too, so that
+        its "no such file" comes before a --device or --precision refusal, as a bad row's does."""
         file = LabelledFile.checked(data, self.text_columns, self.label_column, "--data")
-        if not file.can_read_again():
+        if not file.can_read_again() and os.path.exists(user_path(data, "--data")):
             return file, None
         rows = file.read_through(ENCODE_CHUNK)
         self.class_ids(file)

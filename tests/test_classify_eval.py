@@ -593,6 +593,8 @@ def test_evaluate_refuses_a_label_the_model_lacks_before_it_encodes_a_text(tmp_p
     run = ClassifyRun(None, classify_task(["no", "yes"]), ("text",), "label")
     with pytest.raises(UsageError, match=r"d.csv:3: label 'maybe' is not one of no, yes"):
         run.check_labelled(data)
+    with pytest.raises(UsageError, match=r"gone.csv: no such file"):  # not taken for a pipe: before --device's line
+        run.check_labelled(tmp_path / "gone.csv")
 
 
 def test_one_whole_number_spelled_several_ways_is_one_class_in_a_fixed_order(tmp_path):
