@@ -169,8 +169,8 @@ def open_ner_reader(path: Path | str, max_seq_length: int | None, batch_size: in
     model = build_model(ckpt, TOKEN_ARCHITECTURE, share_weights=True)
     scorer, record = run_scorer(folder, model, model_tokenizer(ckpt), max_seq_length, batch_size)
     saved = record.get("config", {})
-    given = take_names("--label-names", label_names) if label_names is not None else None
-    names = given if given is not None else saved.get("label_names") or ckpt.labels
+    names = take_names("--label-names", label_names) if label_names is not None else \
+        saved.get("label_names") or ckpt.labels
     return NerReader(scorer, tuple(ckpt.labels or ()), tuple(names) if names else None)
 
 
