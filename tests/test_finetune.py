@@ -393,10 +393,6 @@ def test_finetune_classify_refuses_a_bad_label_before_it_encodes_a_text(encoder,
     assert sorted(tmp_path.iterdir()) == sorted(p for p in (tmp_path / "train.csv", validation) if p)
 
 
-def _not_read_twice(*args) -> None:
-    raise AssertionError("read for its labels first")
-
-
 def test_finetune_classify_encodes_a_pipe_as_it_reads_it_once(encoder, tmp_path, monkeypatch):
     """A FIFO named train.csv gives its rows once: it is encoded on its one read, labels judged after."""
     import threading
@@ -408,7 +404,7 @@ def test_finetune_classify_encodes_a_pipe_as_it_reads_it_once(encoder, tmp_path,
     writer = threading.Thread(target=lambda: pipe.write_bytes(path.read_bytes()), daemon=True)
     writer.start()
     seen = {}
-    monkeypatch.setattr(tabular.LabelledFile, "read_through", _not_read_twice)  # its second read would wait forever
+    monkeypatch.setattr(tabular.LabelledFile, "read_through", never_called("read_through"))  # a 2nd read would hang
     monkeypatch.setattr(finetune, "train_and_publish", lambda cfg, base, task, train, dev, out, work, env, stop,
                         prepare: seen.update(prep=prepare(cfg, base, task, train, dev, env)))
     try:

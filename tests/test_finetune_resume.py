@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import never_called
 from glue_fixtures import write_glue_data
 from processes import ranks_said, run_group, torchrun_env
 from test_finetune import _encoder
@@ -280,10 +281,6 @@ def _killed_as_out_is_put_in_place(target: Path, tag: str = "tmp", retire: Path 
     raise _Killed
 
 
-def _not_encoded(*args, **kwargs):
-    raise AssertionError("examples were encoded")
-
-
 @pytest.mark.parametrize("seeds", [(1,), (1, 2)])
 def test_a_kill_while_out_is_assembled_loses_no_finished_seed(encoder, glue, tmp_path, monkeypatch, seeds):
     """Killed after OUT's temp folder is filled, before it is renamed into place: the finished seeds' models are
@@ -296,7 +293,7 @@ def test_a_kill_while_out_is_assembled_loses_no_finished_seed(encoder, glue, tmp
         finetune_glue(_config(encoder, glue, tmp_path / "run", **settings))
     assert not (tmp_path / "run").exists()
     trained = _stop_at(monkeypatch, -1, -1)
-    monkeypatch.setattr(finetune, "encode_examples", _not_encoded)  # no seed to train: nothing to encode
+    monkeypatch.setattr(finetune, "encode_examples", never_called("encode_examples"))  # no seed left: nothing to encode
     resumed = finetune_glue(_config(encoder, glue, tmp_path / "run", resume=True, **settings))
     assert trained == [] and sorted(p.name for p in tmp_path.iterdir()) == ["full", "run"]
     names = sorted(p.relative_to(full) for p in full.rglob("*") if p.name != "run.json")
@@ -325,7 +322,7 @@ def test_a_classify_resume_with_every_seed_finished_publishes_them_without_encod
         patched.setattr(finetune_work, "building_folder", _killed_as_out_is_put_in_place)
         run("run")
     capsys.readouterr()
-    monkeypatch.setattr(finetune, "encode_parts", _not_encoded)
+    monkeypatch.setattr(finetune, "encode_parts", never_called("encode_parts"))
     resumed = run("run", resume=True)
     assert capsys.readouterr().out == said.replace(str(full), str(resumed))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "full", "run"]
