@@ -359,6 +359,14 @@ def _head_options(ckpt: Checkpoint, name: str, head_kwargs: dict[str, Any]) -> d
     return head_kwargs
 
 
+def check_head_dropout(ckpt: Checkpoint, architecture: str) -> None:
+    """config.json's classifier_dropout checked as `build_model` checks it where `architecture`'s head uses it: a
+    fine-tuning run builds its head after reading and encoding the data, too late to refuse the folder."""
+    folder_dropout = ckpt.raw_config.get("classifier_dropout")
+    if folder_dropout is not None and "classifier_dropout" in inspect.signature(ARCHITECTURES[architecture]).parameters:
+        _dropout_rate(folder_dropout, ckpt.config_file)
+
+
 def _dropout_rate(value: Any, config_file: Path | None = None) -> float:
     """A classifier_dropout argument, or config.json's: a number in [0, 1], or a one-line error (torch's is a
     TypeError naming no file; `true` would drop every input)."""
@@ -455,9 +463,10 @@ def save_model(
     if not isinstance(model, BertTaskModel):  # None or a transformers model failed deep inside
         raise UsageError(f"save_model: {type(model).__name__} is not a bertctl BERT model; give one of "
                          "bertctl.model's (bertctl.load_model gives them)")
-    target = check_new_out(folder, overwrite=take_bool("overwrite", overwrite))  # "yes" is no yes
+    overwrite = take_bool("overwrite", overwrite)  # "yes" is no yes
+    target = check_new_out(folder, overwrite=overwrite)
     tokenizer = _checked_tokenizer(tokenizer, model.config.vocab_size)
-    with building_folder(target) as tmp:
+    with building_folder(target, overwrite=overwrite) as tmp:
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
         keep = {k: v for k, v in (keep or {}).items() if k not in state}
         state.update({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in keep.items()})

@@ -164,7 +164,8 @@ def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_s
     `prob0`..: each choice's softmax."""
     if user_path(out, "--out").suffix.lower() not in ("", ".csv"):  # p.jsonl would hold csv: refused, not misnamed
         raise UsageError(f"--out {out}: predict choice writes a csv file; name it .csv")
-    path = new_file_named(out, ".csv", take_bool("overwrite", overwrite))
+    overwrite = take_bool("overwrite", overwrite)
+    path = new_file_named(out, ".csv", overwrite)
     reader = open_choice_reader(model, max_seq_length, batch_size)
     read = _read(reader, data, need_labels=False)
     if path.resolve() == read.path.resolve():
@@ -172,7 +173,7 @@ def predict_choice(model: Path | str, data: Path | str, out: Path | str, batch_s
     placed = reader.scorer.place(device, precision)
     ids, labels, features = _Ids(read.ids), read.labels, reader.encode(read)
     del read  # its texts, most of what it holds: scoring needs the encoded choices alone
-    write_text_atomic(path, _csv(ids, labels, reader.logits(features, placed)))
+    write_text_atomic(path, _csv(ids, labels, reader.logits(features, placed)), overwrite)
     return path
 
 

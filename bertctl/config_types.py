@@ -18,7 +18,7 @@ import reprlib
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
@@ -146,6 +146,14 @@ def take_names(name: str, value: Any) -> tuple[str, ...]:
         return _coerce(tuple[str, ...], value, commas=True)
     except (ValueError, OverflowError):
         raise UsageError(f"{name} must be a list of strings, got {_shown(value)}") from None
+
+
+def is_list(value: Any) -> bool:
+    """An argument taken as a list of items (texts, tokens): a list, a tuple, a generator, a numpy array or pandas
+    Series. Not one string, whose characters those would be, nor a mapping or a table (a DataFrame): iterated,
+    they give their keys or column names, which would be taken for the items without a word."""
+    return (isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping))
+            and getattr(value, "ndim", 1) == 1)
 
 
 def take_finite(name: str, value: Any) -> float:

@@ -9,6 +9,7 @@ from typing import Any
 
 from bertctl import __version__
 from bertctl.checkpoint import (
+    Checkpoint,
     build_model,
     heads_present,
     inferred_architecture,
@@ -34,8 +35,7 @@ def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str
     out = check_new_out(out, overwrite=take_bool("overwrite", overwrite))
     _check_apart(user_path(source, "SOURCE"), out)
     ckpt = read_checkpoint(source)  # the name as given: Path("./x") would read like the hub id x
-    # bert-base-uncased's config says BertForMaskedLM but its file has the NSP head too: keep both
-    model = build_model(ckpt, "BertForPreTraining" if {"mlm", "nsp"} <= ckpt.parts else None)
+    model = build_model(ckpt, _mlm_architecture(ckpt))
     if model.fresh_heads:  # config.json names a head the weights lack (a classifier never trained): never write
         model = build_model(ckpt, inferred_architecture(ckpt.parts))  # a random head as if it were trained
     # heads the class has no place for (an NSP head without MLM, a pooler beside an MLM head) are written as read
@@ -56,6 +56,15 @@ def convert(source: Path | str, out: Path | str, overwrite: bool = False) -> str
                keep=keep, overwrite=overwrite, extra=lambda folder: _write_records(folder, record, ckpt.path))
     heads = ", ".join(heads_present(ckpt)) or "encoder only"
     return f"wrote {out} ({saved_architecture(model, keep)}: {heads}; tokenizer: {'yes' if tokenizer else 'none'})"
+
+
+def _mlm_architecture(ckpt: Checkpoint) -> str | None:
+    """The class that keeps the weights' MLM head where config.json names one without it, else None (config.json's):
+    bert-base-uncased's config says BertForMaskedLM but its file has the NSP head too (BertForPreTraining); an
+    encoder's config (BertModel) over an MLM head's weights is a BertForMaskedLM, as AutoModelForMaskedLM loads it."""
+    if {"mlm", "nsp"} <= ckpt.parts:
+        return "BertForPreTraining"
+    return "BertForMaskedLM" if "mlm" in ckpt.parts and ckpt.architecture == "BertModel" else None
 
 
 def _write_records(folder: Path, provenance: dict[str, Any], source: Path) -> None:

@@ -105,7 +105,8 @@ def _build(cfg: CorpusConfig, out: Path) -> dict[str, Any]:
         "dupe_factor": cfg.dupe_factor, "seed": cfg.seed, "validation_fraction": cfg.validation_fraction}
     made_from = {"inputs": inputs, "skipped": [{"source": s, "reason": why} for s, why in read.skipped],
                  "config": params}
-    return publish_corpus(partial, out, tokenizer, settings.schema, stats, key, counts, made_with, made_from)
+    return publish_corpus(partial, out, tokenizer, settings.schema, stats, key, counts, made_with, made_from,
+                          cfg.overwrite)
 
 
 # --- checks and inputs -------------------------------------------------------------------------------
@@ -356,12 +357,13 @@ def assemble_corpus(partial: Path, schema: Any, stats: dict[int, Any], splits: l
 
 
 def publish_corpus(partial: Path, out: Path, tokenizer: Any, schema: Any, stats: dict[int, Any], key: str,
-                   counts: dict[str, dict[str, int]], settings: dict[str, Any], sources: dict[str, Any]
-                   ) -> dict[str, Any]:
+                   counts: dict[str, dict[str, int]], settings: dict[str, Any], sources: dict[str, Any],
+                   overwrite: bool = True) -> dict[str, Any]:
     """Write the finished shards' DatasetDict, the tokenizer and the manifest (what every corpus records, with
     how it was made in `settings` and what from in `sources`), rename the corpus into place (replacing an old
     one only now) with the partial folder moved aside in the same step, then removed (a kill never leaves it
-    beside the complete corpus: `replace_folder`), and return the manifest."""
+    beside the complete corpus: `replace_folder`, which refuses an OUT made meanwhile without `overwrite`), and
+    return the manifest."""
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "bertctl_version": __version__, **settings,
         "tokenizer_sha256": tokenizer.sha256(), "tokenizer_settings": encoding_settings(tokenizer),
@@ -373,7 +375,7 @@ def publish_corpus(partial: Path, out: Path, tokenizer: Any, schema: Any, stats:
     assemble_corpus(partial, schema, stats, manifest["splits"], key)
     tokenizer.save(partial / "corpus" / "tokenizer")
     write_json_atomic(partial / "corpus" / "manifest.json", manifest)
-    replace_folder(partial / "corpus", out, retire=partial)
+    replace_folder(partial / "corpus", out, retire=partial, overwrite=overwrite)
     return manifest
 
 

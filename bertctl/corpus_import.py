@@ -202,7 +202,8 @@ def _import(cfg: CorpusImportConfig, out: Path) -> dict[str, Any]:
                   for path, result in zip(files, results, strict=True)]
         schema = corpus_schema(tokenizer.vocab_size, sentence_labels=True, static=True)
         manifest = publish_corpus(partial, out, tokenizer, schema, stats, _content_key(params, tokenizer, inputs),
-                                  counts, settings, {"inputs": inputs, "skipped": [], "config": params})
+                                  counts, settings, {"inputs": inputs, "skipped": [], "config": params},
+                                  cfg.overwrite)
     except BaseException:  # nothing to resume: an import is one pass
         remove_partial(partial)
         raise

@@ -29,7 +29,7 @@ from bertctl.config_types import any_case, split_list, take_int
 from bertctl.data.batches import pad_batch, pair_rows
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, outputs_by_class, read_split
 from bertctl.data.tabular import LabelledFile, TabularTask, classify_task
-from bertctl.errors import UsageError
+from bertctl.errors import UsageError, quoted
 from bertctl.files import json_text, read_json_object, user_path
 from bertctl.hub import path_as_given
 from bertctl.metrics import compute_task_metrics
@@ -490,9 +490,9 @@ def open_classify_run(path: Path | str, text_columns: str | Sequence[str] | None
     if text_columns is not None and (not isinstance(text_columns, (list, tuple)) or not text_columns
                                      or not all(isinstance(c, str) for c in text_columns)):
         raise UsageError(f"--text-columns: give one or two column names, comma-separated, not "
-                         f"{reprlib.repr(given)} (or leave it off: the run's)")
+                         f"{quoted(given, reprlib.repr)} (or leave it off: the run's)")
     if label_column is not None and (not isinstance(label_column, str) or not label_column.strip()):
-        raise UsageError(f"--label-column: give the label column's name, not {label_column!r} (or leave it off: "
+        raise UsageError(f"--label-column: give the label column's name, not {quoted(label_column)} (or leave it off: "
                          "the run's)")
     columns = tuple(text_columns or saved.get("text_columns") or ())
     if not columns:

@@ -109,6 +109,21 @@ class WriteFailed(BertctlError):
         return (type(self), (self.target, OSError(self.os_error.errno, self.os_error.strerror), self.part))
 
 
+class OutAppeared(BertctlError):
+    """OUT was not there when the command checked it, but was when the command came to put its own in place
+    (another program made it meanwhile) and --overwrite was not given: it is left as it is, the new one dropped."""
+
+    def __init__(self, target: Path | str, remedy: str = "pass --overwrite to replace it") -> None:
+        super().__init__(f"--out {target} appeared while this command ran (another program made it) and was left "
+                         f"as it is; choose another --out, or {remedy}")
+        self.target = target
+
+
+# errnos a rename onto an existing target gives when it may not replace it (a folder onto a non-empty folder or onto
+# a file or link): the rename itself refused, so the target is as the other program left it
+_TARGET_TAKEN = (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR)
+
+
 # errnos only a write gives: a plain OSError with one of them, naming a file of OUT's, is a failure to write OUT
 _WRITE_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 
@@ -295,16 +310,17 @@ def folder_undone_on_failure(folder: Path | str) -> Iterator[Path]:
         raise
 
 
-def write_text_atomic(path: Path | str, text: str | Iterable[str]) -> None:
+def write_text_atomic(path: Path | str, text: str | Iterable[str], overwrite: bool = True) -> None:
     """Write through a temp file and rename, so a reader never sees half a file. `text` may come in pieces (a
-    generator), written as they come: a large file need never be held whole."""
-    write_texts_atomic({Path(path): text})
+    generator), written as they come: a large file need never be held whole. `overwrite`: as write_texts_atomic."""
+    write_texts_atomic({Path(path): text}, overwrite)
 
 
-def write_texts_atomic(texts: dict[Path, str | Iterable[str]]) -> None:
+def write_texts_atomic(texts: dict[Path, str | Iterable[str]], overwrite: bool = True) -> None:
     """Write every file through a temp file beside it, then rename them all: a failed write (a full disk) leaves
     none of them changed, so a set of outputs is never half old, half new (only kill -9 in the microseconds between
-    two renames could make one)."""
+    two renames could make one). Without `overwrite` (the command checked the files were not there when it
+    started), one that appeared meanwhile is left as it is and OutAppeared raised, none of them written."""
     written: list[tuple[str, Path]] = []
     try:
         for path, text in texts.items():
@@ -322,14 +338,48 @@ def write_texts_atomic(texts: dict[Path, str | Iterable[str]]) -> None:
             except OSError as exc:
                 raise WriteFailed(path, exc) from None
         with _signals_held():  # SIGINT/SIGTERM wait until every rename is done: no set half old, half new
-            for tmp, path in written:
-                try:
-                    os.replace(tmp, path)
-                except OSError as exc:
-                    raise WriteFailed(path, exc) from None
+            _put_files_in_place(written, overwrite)
     finally:
         for tmp, _ in written:
             Path(tmp).unlink(missing_ok=True)
+
+
+def _put_files_in_place(written: list[tuple[str, Path]], overwrite: bool) -> None:
+    """Rename each temp file onto its path; without `overwrite`, only onto a path still free, and when one is
+    taken the ones already put in place (this call's own new files) are taken back."""
+    if not overwrite:
+        taken = next((path for _, path in written if os.path.lexists(path)), None)
+        if taken is not None:
+            raise OutAppeared(taken)
+    placed: list[Path] = []
+    try:
+        for tmp, path in written:
+            try:
+                if overwrite:
+                    os.replace(tmp, path)
+                else:
+                    _link_new(tmp, path)
+            except OSError as exc:
+                raise WriteFailed(path, exc) from None
+            placed.append(path)
+    except OutAppeared:
+        for path in placed:
+            path.unlink(missing_ok=True)
+        raise
+
+
+def _link_new(tmp: str, path: Path) -> None:
+    """tmp under the name `path` only if no file has it: a hard link fails on a taken name in the one system call
+    that makes it (a rename would replace it). Where hard links are not supported, a look at `path` just before
+    the rename leaves a window of microseconds."""
+    try:
+        os.link(tmp, path)  # the temp name goes as the others do (write_texts_atomic)
+    except FileExistsError:
+        raise OutAppeared(path) from None
+    except OSError:  # no hard links on this file system
+        if os.path.lexists(path):
+            raise OutAppeared(path) from None
+        os.replace(tmp, path)
 
 
 def json_ready(data: Any) -> Any:
@@ -469,7 +519,7 @@ def temp_folder_beside(target: Path | str, tag: str = "tmp") -> Path:
         raise WriteFailed(target, exc) from None
 
 
-def replace_folder(tmp: Path | str, target: Path | str, retire: Path | None = None) -> None:
+def replace_folder(tmp: Path | str, target: Path | str, retire: Path | None = None, overwrite: bool = True) -> None:
     """Rename the finished tmp folder onto target; an existing target is moved aside first, removed after.
 
     Everything inside gets the usual permissions first: mkdtemp makes 0700 folders, and some writers
@@ -479,7 +529,10 @@ def replace_folder(tmp: Path | str, target: Path | str, retire: Path | None = No
     name of a writer of target, and removed after as the old target is. So a kill -9 at any moment never leaves it
     under its own name beside a complete target (the next run would take it for an unfinished one); what a kill
     leaves is a dead writer's, which the next writer of target removes (killed between the renames, before
-    target was in place, the run's finished work goes with it: the next run starts over).
+    target was in place, the run's finished work goes with it: the next run starts over). Without `overwrite` (the
+    command checked target was not there when it started), a target that appeared meanwhile is left as it is, and
+    so are tmp and `retire`: OutAppeared. The rename itself refuses a folder or file there (only an empty folder
+    made in the microseconds after the last look would be replaced).
     """
     tmp, target = Path(tmp), Path(target)
     remove_stale_temps(target)
@@ -494,9 +547,11 @@ def replace_folder(tmp: Path | str, target: Path | str, retire: Path | None = No
                 os.chmod(os.path.join(folder, name), 0o666 & ~mask)
         with _signals_held():  # a signal held here is raised as the block ends, and what was moved aside still goes
             try:
+                if not overwrite and os.path.lexists(target):
+                    raise OutAppeared(target)
                 if retired is not None:
                     os.replace(retire, retired)
-                if target.exists() or target.is_symlink():
+                if overwrite and (target.exists() or target.is_symlink()):
                     old = _aside(target)
                     os.replace(target, old)
                 os.replace(moved, target)
@@ -505,6 +560,8 @@ def replace_folder(tmp: Path | str, target: Path | str, retire: Path | None = No
                     old, retired = _put_back(old, target), _put_back(retired, retire)
                 raise
     except OSError as exc:
+        if not overwrite and exc.errno in _TARGET_TAKEN and os.path.lexists(target):
+            raise OutAppeared(target) from None
         raise WriteFailed(target, exc) from None
     finally:
         for aside in (old, retired):
@@ -550,10 +607,11 @@ def _signals_held() -> Iterator[None]:
 
 
 @contextmanager
-def building_folder(target: Path | str, tag: str = "tmp", retire: Path | None = None) -> Iterator[Path]:
+def building_folder(target: Path | str, tag: str = "tmp", retire: Path | None = None,
+                    overwrite: bool = True) -> Iterator[Path]:
     """A temp folder beside `target` to fill; it becomes `target` when the block ends, and is removed if the
-    block raises, so `target` is only ever absent, the old folder, or the complete new one. `retire`: as for
-    replace_folder."""
+    block raises, so `target` is only ever absent, the old folder, or the complete new one. `retire` and
+    `overwrite`: as for replace_folder."""
     tmp = temp_folder_beside(target, tag)
     try:
         try:
@@ -563,7 +621,7 @@ def building_folder(target: Path | str, tag: str = "tmp", retire: Path | None = 
             if failed is None or not _written_in(failed, tmp):
                 raise
             raise WriteFailed(target, failed) from None
-        replace_folder(tmp, target, retire)
+        replace_folder(tmp, target, retire, overwrite)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

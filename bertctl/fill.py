@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from bertctl.checkpoint import build_model, model_tokenizer, read_checkpoint, transformers_architecture
-from bertctl.config_types import take_bool, take_int
+from bertctl.config_types import is_list, take_bool, take_int
 from bertctl.data.batches import pad_batch
-from bertctl.errors import UsageError
+from bertctl.errors import UsageError, quoted
 from bertctl.files import compressed, json_text, stdin_text, user_path
 from bertctl.tokenizer import ENCODE_CHUNK, BertTokenizer
 from bertctl.training import pick_device, to_device
@@ -107,8 +107,8 @@ def iter_fill(
     all held at once."""
     top_k = take_int("--top-k", top_k, minimum=1)
     batch_size = take_int("--batch-size", batch_size, minimum=1)
-    if isinstance(texts, str) or not isinstance(texts, Iterable):
-        raise UsageError(f"fill: give a list of texts, not {reprlib.repr(texts)}")
+    if not is_list(texts):
+        raise UsageError(f"fill: give a list of texts, not {quoted(texts, reprlib.repr)}")
     texts = list(texts)  # a generator too
     truncate = take_bool("truncate", truncate)
     with torch.random.fork_rng(devices=[]):  # building the model draws its (then replaced) random init: the
@@ -161,8 +161,8 @@ def target_ids(targets: Sequence[str], tokenizer: BertTokenizer) -> list[int]:
     else the first wordpiece of the word (with a warning), a word with no wordpiece is dropped (with a warning);
     each id once, in the order of the pipeline's list(set(ids)): topk keeps that order among exactly equal
     scores, so ties come out as the pipeline gives them."""
-    if isinstance(targets, str) or not isinstance(targets, Iterable):
-        raise UsageError(f"--target: give a list of tokens, not {reprlib.repr(targets)}")
+    if not is_list(targets):
+        raise UsageError(f"--target: give a list of tokens, not {quoted(targets, reprlib.repr)}")
     ids: list[int] = []
     for target in targets:
         token_id = tokenizer.token_to_id(target)

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import optim, run_metrics, stop_signals, training
-from bertctl.checkpoint import Checkpoint, model_tokenizer, read_checkpoint
+from bertctl.checkpoint import Checkpoint, check_head_dropout, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig
 from bertctl.config_types import take_config
 from bertctl.data.batches import rank_micro_batches, train_batches
@@ -48,7 +48,7 @@ from bertctl.data.tabular import LabelledFile, TabularTask
 from bertctl.errors import UsageError, warnings_held
 from bertctl.evaluate import Features, encode_examples, encode_parts, label_array, predict_command
 from bertctl.files import check_out, out_location, write_json_atomic, write_text_atomic
-from bertctl.finetune_classifier import CLASSIFIER
+from bertctl.finetune_classifier import ARCHITECTURE, CLASSIFIER
 from bertctl.finetune_seed import (
     Prepared,
     Progress,
@@ -94,7 +94,7 @@ def finetune_glue(cfg: FinetuneConfig) -> Path | None:
         train, dev = _glue_splits(task, cfg.data)
         train_and_publish(cfg, base, task, train, dev, out, work, env, stop)
 
-    return launch(cfg, body, reads)
+    return launch(cfg, body, reads, ARCHITECTURE)
 
 
 def finetune_classify(cfg: FinetuneConfig) -> Path | None:
@@ -108,7 +108,7 @@ def finetune_classify(cfg: FinetuneConfig) -> Path | None:
         task, train, dev = _classify_data(cfg, base, env)
         train_and_publish(cfg, base, task, train, dev, out, work, env, stop, prepare=_prepare_tables)
 
-    return launch(cfg, body)
+    return launch(cfg, body, architecture=ARCHITECTURE)
 
 
 @dataclass
@@ -178,10 +178,11 @@ class _Stopped(Exception):
     """A SIGINT/SIGTERM ended the run after a checkpoint; the message says where it stopped."""
 
 
-def launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | None = None) -> Path | None:
+def launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | None = None,
+           architecture: str | None = None) -> Path | None:
     """What both commands share around training: torchrun, the checks on OUT and its work folder (`reads`: the
-    data folders OUT must keep clear of), signals, and what a failed run leaves (its work folder only when
-    there is something to resume)."""
+    data folders OUT must keep clear of), the model (`architecture`: the one the run builds), signals, and what a
+    failed run leaves (its work folder only when there is something to resume)."""
     env = training.setup_distributed(cfg.device)
     logger = logging.getLogger("bertctl")
     level = logger.level
@@ -193,7 +194,7 @@ def launch(cfg: FinetuneConfig, body: Callable[..., None], reads: list[Path] | N
             out, work = check_work(cfg, env, reads or [])
             if cfg.batch_size < env.world_size:
                 raise UsageError(f"--batch-size {cfg.batch_size} is smaller than the {env.world_size} processes")
-            base = load_base(cfg, precision)
+            base = load_base(cfg, precision, architecture)
             with stop_signals.GracefulStop() as stop:
                 try:
                     body(base, out, work, env, stop)
@@ -251,12 +252,12 @@ def train_and_publish(cfg: FinetuneConfig, base: Base, task: Any, train: Any, de
     """One task's run once its data is read: the work folder opened, every seed trained (run_task), the result
     put in OUT."""
     open_work(cfg, work, env)
-    _publish_task(run_task(cfg, base, task, train, dev, work, env, stop, prepare), work, out, env)
+    _publish_task(run_task(cfg, base, task, train, dev, work, env, stop, prepare), work, out, env, cfg.overwrite)
 
 
-def _publish_task(summary: dict[str, Any], work: Path, out: Path, env: training.Distributed) -> None:
+def _publish_task(summary: dict[str, Any], work: Path, out: Path, env: training.Distributed, overwrite: bool) -> None:
     if env.is_main:
-        publish(work, out, lambda staging: collect(summary, work, staging))
+        publish(work, out, lambda staging: collect(summary, work, staging), overwrite)
         _report(summary, out)
     training.barrier(env)
 
@@ -294,7 +295,7 @@ def _glue_all(cfg: FinetuneConfig, base: Base, out: Path, work: Path, env: train
         write_text_atomic(staging / "results.md", glue_markdown(table))
 
     if env.is_main:
-        publish(work, out, fill)
+        publish(work, out, fill, cfg.overwrite)
         sys.stdout.write(glue_markdown(table))
     training.barrier(env)
 
@@ -359,10 +360,13 @@ class Base:
     precision: str  # fp32 | bf16 | fp16, resolved for the run's device
 
 
-def load_base(cfg: FinetuneConfig, precision: str) -> Base:
-    """The starting model, read and checked once: a folder that cannot serve fails before any data is read."""
+def load_base(cfg: FinetuneConfig, precision: str, architecture: str | None = None) -> Base:
+    """The starting model, read and checked once: a folder that cannot serve fails before any data is read (its
+    head dropout too, which `architecture`'s head takes from config.json without --dropout)."""
     model = Path(cfg.model)
     ckpt = read_checkpoint(model)
+    if cfg.dropout is None and architecture is not None:
+        check_head_dropout(ckpt, architecture)
     tokenizer = model_tokenizer(ckpt)
     if cfg.max_seq_length > ckpt.config.max_position_embeddings:
         raise UsageError(f"--max-seq-length {cfg.max_seq_length}: {model} takes at most "

@@ -22,11 +22,11 @@ from bertctl.finetune_seed import Head, Prepared, head_dropout
 from bertctl.finetune_work import say
 
 log = logging.getLogger(__name__)
+ARCHITECTURE = "BertForSequenceClassification"  # GLUE's and classify's head
 
 
 def _model(cfg: FinetuneConfig, prep: Prepared, announce: bool) -> nn.Module:
-    model = build_model(prep.ckpt, "BertForSequenceClassification", num_labels=prep.task.num_labels,
-                        **head_dropout(cfg))
+    model = build_model(prep.ckpt, ARCHITECTURE, num_labels=prep.task.num_labels, **head_dropout(cfg))
     fresh = set(model.fresh_heads)
     reordered = "classifier" not in fresh and _align_classifier(model, prep.ckpt, prep.task, cfg.model, announce)
     if announce:

@@ -48,7 +48,7 @@ def finetune_choice(cfg: FinetuneConfig) -> Path | None:
                  len(dev["validation"]) if dev else None, "examples", env)
         train_and_publish(cfg, base, task, train, dev, out, work, env, stop, prepare=_prepare)
 
-    return launch(cfg, body)
+    return launch(cfg, body, architecture=CHOICE_ARCHITECTURE)
 
 
 def _prepare(cfg: FinetuneConfig, base: Base, task: ChoiceTask, train: ChoiceData, dev: dict[str, ChoiceData],

@@ -18,8 +18,7 @@ from torch import Tensor, nn
 from bertctl import stop_signals, training
 from bertctl.checkpoint import build_model
 from bertctl.config import FinetuneConfig
-from bertctl.data.squad import SquadData, make_features, read_squad
-from bertctl.errors import warnings_held
+from bertctl.data.squad import SquadData, as_v2, make_features, read_squad
 from bertctl.finetune import Base, launch, refuse_the_other_commands, require, train_and_publish
 from bertctl.finetune_seed import Head, Prepared
 from bertctl.finetune_work import say, say_data
@@ -49,9 +48,8 @@ def finetune_squad(cfg: FinetuneConfig) -> Path | None:
         dev = read_squad(cfg.validation, "score", "--validation", "2.0" if train.version == "2.0" else None) \
             if cfg.validation is not None else None
         version = "2.0" if "2.0" in (train.version, dev.version if dev else "") else "1.1"
-        if version != train.version:  # a v1.1-looking train file of a v2.0 run: read its is_impossible too
-            with warnings_held("bertctl.data.squad"):  # the first read said them
-                train = read_squad(cfg.train, "train", "--train", version)
+        if version != train.version:  # a v1.1-looking train file of a v2.0 run
+            train = as_v2(train)
         task = squad_task(version, dev)
         skipped = f" ({train.skipped} skipped: answer not found in the context)" if train.skipped else ""
         say_data(f"{task.name}: SQuAD v{version}, {len(train.examples)} training questions{skipped}",

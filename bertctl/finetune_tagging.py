@@ -46,7 +46,7 @@ def finetune_ner(cfg: FinetuneConfig) -> Path | None:
                  len(dev["validation"]) if dev else None, "sentences", env)
         train_and_publish(cfg, base, task, train, dev, out, work, env, stop, prepare=_prepare)
 
-    return launch(cfg, body)
+    return launch(cfg, body, architecture=TOKEN_ARCHITECTURE)
 
 
 def _prepare(cfg: FinetuneConfig, base: Base, task: NerTask, train: NerData, dev: dict[str, NerData],

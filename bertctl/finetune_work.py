@@ -29,6 +29,7 @@ from bertctl.config import FinetuneConfig
 from bertctl.config_records import config_to_dict, refuse_changed_settings
 from bertctl.errors import UsageError, say
 from bertctl.files import (
+    OutAppeared,
     building_folder,
     check_new_out,
     check_out,
@@ -105,12 +106,17 @@ def discard_unless_resumable(work: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def publish(work: Path, out: Path, fill: Callable[[Path], None]) -> None:
+def publish(work: Path, out: Path, fill: Callable[[Path], None], overwrite: bool) -> None:
     """Assemble OUT in a temporary folder beside it and rename it into place, the work folder moved aside just
     before in the same step, then removed: a kill never leaves it beside the complete OUT as an unfinished run
-    (building_folder)."""
-    with building_folder(out, retire=work) as staging:
-        fill(staging)
+    (building_folder). An OUT made meanwhile without --overwrite is kept, and so is the work folder, whose
+    finished seeds a resume publishes without training them again."""
+    try:
+        with building_folder(out, retire=work, overwrite=overwrite) as staging:
+            fill(staging)
+    except OutAppeared:
+        raise OutAppeared(out, f"pass --resume --overwrite to put this run's models, kept in {work}, in its "
+                               "place") from None
 
 
 def collect(summary: dict[str, Any], work: Path, dest: Path) -> None:

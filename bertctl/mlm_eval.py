@@ -25,7 +25,7 @@ from bertctl.config_types import any_case, take_int
 from bertctl.corpus_fit import corpus_tokenizer, refuse_unfit_corpus, says_its_settings
 from bertctl.data.batches import Collator
 from bertctl.data.masking import masking_options
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import BertctlError, UsageError, quoted
 from bertctl.files import json_text, read_json_object, user_path
 from bertctl.hub import path_as_given
 from bertctl.pretraining_objective import score_pretraining
@@ -96,8 +96,8 @@ def _checked_numbers(samples: int | None, batch_size: int | None, seed: int | No
 
 
 def _split(tables: Any, split: str, corpus: Path) -> Any:
-    if split not in SPLITS:
-        raise UsageError(f"--split {split!r}: choose validation or train")
+    if not isinstance(split, str) or split not in SPLITS:  # `in` compares a DataFrame cell by cell: a ValueError
+        raise UsageError(f"--split {quoted(split)}: choose validation or train")
     if split not in tables:
         raise UsageError(f"corpus {corpus} has no validation split (it was built without --validation-fraction); "
                          "pass --split train, or rebuild it with --validation-fraction 0.01")

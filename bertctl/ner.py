@@ -214,7 +214,8 @@ def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size
     if user_path(out, "--out").suffix.lower() in _OTHER_FORMATS:  # p.json would hold CoNLL text: refused, not misnamed
         raise UsageError(f"--out {out}: predict ner writes CoNLL text, or JSON lines with a .jsonl name; name it "
                          ".txt or .jsonl")
-    path = new_file_named(out, ".txt", take_bool("overwrite", overwrite))
+    overwrite = take_bool("overwrite", overwrite)
+    path = new_file_named(out, ".txt", overwrite)
     reader = open_ner_reader(model, max_seq_length, batch_size, label_names)
     read = reader.read(data, need_tags=False)
     if path.resolve() == read.path.resolve():
@@ -230,7 +231,7 @@ def predict_ner(model: Path | str, data: Path | str, out: Path | str, batch_size
     if cut:
         log.warning("warning: %d of %d sentences were cut to --max-seq-length; their words past the cut are tagged "
                     "O (a longer --max-seq-length, up to the model's positions, tags them)", cut, len(read))
-    write_text_atomic(path, (_conll if conll else _jsonl)(read, predictions, reader.labels))
+    write_text_atomic(path, (_conll if conll else _jsonl)(read, predictions, reader.labels), overwrite)
     return path
 
 

@@ -49,11 +49,12 @@ def predict_glue(task: str | GlueTask, model: Path | str, data: str | Path, out:
         _check_glue_all_run(root, [folder for _, folder in jobs])
     else:
         jobs = [(get_task(task), root)]
-    _check_submission_out(out, [t for t, _ in jobs], take_bool("overwrite", overwrite))
+    overwrite = take_bool("overwrite", overwrite)
+    _check_submission_out(out, [t for t, _ in jobs], overwrite)
     predictions = []
     for glue_task, folder in jobs:
         predictions += _predict_task(glue_task, folder, data, batch_size, max_seq_length, device, precision)
-    return [write_submission(t, split, ids, values, out) for t, split, ids, values in predictions]
+    return [write_submission(t, split, ids, values, out, overwrite) for t, split, ids, values in predictions]
 
 
 def _check_glue_all_run(model: Path, folders: list[Path]) -> None:
@@ -122,7 +123,7 @@ def predict_classify(model: Path | str, data: str | Path, out: str | Path,
     del features
     predictions = to_predictions(logits, run.task.is_regression, run.scorer.label_order)
     probabilities = None if run.task.is_regression else torch.from_numpy(logits).softmax(-1).numpy()
-    return write_predictions(path, id_name, ids, run.task.label_names, predictions, probabilities)
+    return write_predictions(path, id_name, ids, run.task.label_names, predictions, probabilities, overwrite)
 
 
 def _read_encoded(run: ClassifyRun, data: str | Path) -> tuple[list[str] | range, str, Features]:

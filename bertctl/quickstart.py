@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from importlib import resources
 from pathlib import Path
 
@@ -39,14 +41,31 @@ def prepare_quickstart(cfg: PretrainConfig, env: Distributed) -> PretrainConfig:
     tokenizer, corpus = data / "tokenizer", data / "corpus"
     text = str(bundled_text())
     if env.is_main:
-        if not has_tokenizer(tokenizer):
-            say(f"quick start: training a {VOCAB_SIZE}-token WordPiece vocabulary on {text}")
-            train_tokenizer(TokenizerTrainConfig(inputs=(text,), out=tokenizer, vocab_size=VOCAB_SIZE))
-        if not (corpus / "manifest.json").is_file():
-            say(f"quick start: building pre-training instances of {MAX_SEQ_LENGTH} tokens, {MASKED_LM_PROB:.0%} "
-                f"masked, into {corpus}")
-            build_corpus(CorpusConfig(inputs=(text,), tokenizer=tokenizer, out=corpus, max_seq_length=MAX_SEQ_LENGTH,
-                                      masked_lm_prob=MASKED_LM_PROB, max_predictions_per_seq=MAX_PREDICTIONS_PER_SEQ,
-                                      validation_fraction=0.02, seed=cfg.seed))
+        with _empty_folders_undone(data):
+            if not has_tokenizer(tokenizer):
+                say(f"quick start: training a {VOCAB_SIZE}-token WordPiece vocabulary on {text}")
+                train_tokenizer(TokenizerTrainConfig(inputs=(text,), out=tokenizer, vocab_size=VOCAB_SIZE))
+            if not (corpus / "manifest.json").is_file():
+                say(f"quick start: building pre-training instances of {MAX_SEQ_LENGTH} tokens, {MASKED_LM_PROB:.0%} "
+                    f"masked, into {corpus}")
+                build_corpus(CorpusConfig(inputs=(text,), tokenizer=tokenizer, out=corpus,
+                                          max_seq_length=MAX_SEQ_LENGTH, masked_lm_prob=MASKED_LM_PROB,
+                                          max_predictions_per_seq=MAX_PREDICTIONS_PER_SEQ, validation_fraction=0.02,
+                                          seed=cfg.seed))
     barrier(env)
     return dataclasses.replace(cfg, corpus=corpus)
+
+
+@contextmanager
+def _empty_folders_undone(data: Path) -> Iterator[None]:
+    """RUN and RUN/data made here go again, when left empty, if building fails (the tokenizer's save made them,
+    then failed): what a failed quick start keeps is only complete work a rerun reuses (the tokenizer) or
+    resumes (the corpus's shards in RUN/data/corpus.partial/)."""
+    made = [folder for folder in (data, *data.parents) if not folder.exists()]
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            with suppress(OSError):  # not empty: it holds work to keep
+                folder.rmdir()
+        raise

@@ -251,14 +251,15 @@ def predict_squad(model: Path | str, data: Path | str, out: Path | str, batch_si
     taken = [name for name in names if (folder / name).exists()]
     if taken and not overwrite:
         raise UsageError(f"--out {folder} already holds {', '.join(taken)}; pass --overwrite to replace them")
-    return write_answers(reader.answers(squad, device, precision), folder)
+    return write_answers(reader.answers(squad, device, precision), folder, overwrite)
 
 
-def write_answers(answers: Answers, folder: Path) -> list[Path]:
-    """predictions.json, nbest_predictions.json and (v2.0) null_odds.json in `folder`, written as one set."""
+def write_answers(answers: Answers, folder: Path, overwrite: bool = True) -> list[Path]:
+    """predictions.json, nbest_predictions.json and (v2.0) null_odds.json in `folder`, written as one set (without
+    `overwrite`, none of them if one was made meanwhile: OutAppeared)."""
     contents = [answers.predictions, answers.nbest, answers.null_odds]
     texts = {folder / name: json_text(content, indent=2) + "\n" for name, content in zip(OUTPUT_FILES, contents,
                                                                                        strict=True)
              if content is not None}
-    write_texts_atomic(texts)
+    write_texts_atomic(texts, overwrite)
     return list(texts)

@@ -66,18 +66,19 @@ def format_prediction(task: GlueTask, value: int | float) -> str:
 
 
 def write_submission(task: str | GlueTask, split: str, ids: Sequence[str], predictions: Sequence[int | float],
-                     out_dir: str | Path) -> Path:
+                     out_dir: str | Path, overwrite: bool = True) -> Path:
     """Write OUT/<server name> atomically (temp file, then rename) and return its path.
 
     `ids` are the test file's index column (`Examples.ids`), `predictions` class ids or scores, same order
-    (a list or an array). The lines are made WRITE_CHUNK at a time as the temp file is written.
+    (a list or an array). The lines are made WRITE_CHUNK at a time as the temp file is written. Without
+    `overwrite`, a file made there meanwhile (another program's) is kept, and OutAppeared raised.
     """
     task = get_task(task)
     name = submission_name(task, split)
     if len(ids) != len(predictions):
         raise BertctlError(f"{name}: {len(predictions)} predictions for {len(ids)} test examples")
     path = check_out(out_dir) / name
-    write_text_atomic(path, _submission_lines(task, ids, predictions))
+    write_text_atomic(path, _submission_lines(task, ids, predictions), overwrite)
     return path
 
 
@@ -115,20 +116,22 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def write_predictions(path: str | Path, id_name: str, ids: Sequence[str] | range, label_names: Sequence[str],
-                      predictions: Sequence[int | float], probabilities: Sequence[Sequence[float]] | None = None
-                      ) -> Path:
+                      predictions: Sequence[int | float], probabilities: Sequence[Sequence[float]] | None = None,
+                      overwrite: bool = True) -> Path:
     """Write one row per example atomically, csv or jsonl by the extension (see `prediction_path`).
 
     `predictions` are class ids into `label_names` (with their `probabilities`), or scores when there are no
     label names (regression); lists or arrays. `id_name` is `index` for row positions (`ids` may then be a
-    range), shown as numbers in jsonl. Rows are made WRITE_CHUNK at a time as the temp file is written.
+    range), shown as numbers in jsonl. Rows are made WRITE_CHUNK at a time as the temp file is written. Without
+    `overwrite`, a file made at `path` meanwhile (another program's) is kept, and OutAppeared raised.
     """
     path = prediction_path(path)
     spread = probabilities if probabilities is not None else [None] * len(predictions)
     if not len(ids) == len(predictions) == len(spread):
         raise BertctlError(f"{path}: {len(predictions)} predictions for {len(ids)} examples")
     chunks = _prediction_chunks(id_name, ids, label_names, predictions, probabilities)
-    write_text_atomic(path, _jsonl(chunks) if path.suffix.lower() == ".jsonl" else _csv(chunks, id_name, label_names))
+    write_text_atomic(path, _jsonl(chunks) if path.suffix.lower() == ".jsonl" else _csv(chunks, id_name, label_names),
+                      overwrite)
     return path
 
 

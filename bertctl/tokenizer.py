@@ -29,8 +29,8 @@ from tokenizers import (
     processors,
 )
 
-from bertctl.config_types import is_bool, take_bool
-from bertctl.errors import BertctlError, UsageError
+from bertctl.config_types import is_bool, is_list, take_bool
+from bertctl.errors import BertctlError, UsageError, quoted
 from bertctl.files import make_folder, user_path, write_text_atomic
 from bertctl.tokenizer_pipeline import (
     MAX_WORD_CHARS,
@@ -78,6 +78,10 @@ class TokenizerOptions:
     clean_up_spaces: bool = True  # clean_up_tokenization_spaces: decode writes "a, b." for "a , b ."
     clean_up_tokens: bool = True  # join " ." " ," " ?" " !" (" n't", ... in an added token) token by token before
     # clean_up_spaces, as transformers 5's BertTokenizer and AutoTokenizer decode; not the pure-Python class
+    wordpiece_decoder: bool = True  # False: decode joins the tokens with spaces, `##` kept, as tokenizers does
+    # without a decoder (AutoTokenizer taking a tokenizer.json that has none as it is)
+    skip_named_only: bool = False  # decode's skip_special_tokens leaves out only the five and the extras, as the
+    # pure-Python class does; else every token flagged special, as transformers 5's BertTokenizer
 
 
 def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOptions(),
@@ -97,7 +101,8 @@ def build_backend(vocab: dict[str, int], options: TokenizerOptions = TokenizerOp
         backend.pre_tokenizer = pre_tokenizer(options.chinese_chars, whole)
     else:  # transformers' BertTokenizer then neither cleans, cases nor splits punctuation
         backend.pre_tokenizer = pre_tokenizers.Split(Regex(f"[{python_whitespace()}]"), behavior="removed")
-    backend.decoder = decoders.WordPiece(prefix=CONTINUATION, cleanup=options.clean_up_tokens)
+    backend.decoder = decoders.WordPiece(prefix=CONTINUATION, cleanup=options.clean_up_tokens) \
+        if options.wordpiece_decoder else None
     _add_tokens(backend, vocab, options)
     backend.post_processor = processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
@@ -240,8 +245,8 @@ class BertTokenizer:
         if isinstance(texts, str) or isinstance(pairs, str):  # its characters would be encoded one by one
             raise UsageError("encode_batch: give lists of texts and pairs, not one string")
         for given in (texts, pairs) if pairs is not None else (texts,):
-            if not isinstance(given, Iterable) or isinstance(given, bytes):  # None, a number
-                raise UsageError(f"encode_batch: give lists of texts and pairs, not {reprlib.repr(given)}")
+            if not is_list(given):  # None, a number, a dict or a DataFrame (whose keys or column names iterate)
+                raise UsageError(f"encode_batch: give lists of texts and pairs, not {quoted(given, reprlib.repr)}")
         add_special_tokens = take_bool("add_special_tokens", add_special_tokens)
         texts = list(texts)
         pairs = None if pairs is None else list(pairs)  # a generator too
@@ -263,7 +268,7 @@ class BertTokenizer:
         ids = list(ids)
         skip_special_tokens = take_bool("skip_special_tokens", skip_special_tokens)
         try:
-            text = self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+            text = self._decode(ids, skip_special_tokens)
         except (TypeError, OverflowError):  # a token id that is no integer, or a negative one (-100 labels)
             for token_id in ids:
                 if _token_id(token_id) < 0:
@@ -275,6 +280,14 @@ class BertTokenizer:
         for spaced, joined in _CLEAN_UP:
             text = text.replace(spaced, joined)
         return text
+
+    def _decode(self, ids: list[Any], skip_special_tokens: bool) -> str:
+        """The backend's decode; where only the named special tokens are left out, they are taken out first, so
+        that a token flagged special in added_tokens_decoder alone stays, as in the pure-Python class."""
+        if skip_special_tokens and self.options.skip_named_only:
+            named = {*self._ids.values(), *map(self.backend.token_to_id, self.options.extras)}
+            ids, skip_special_tokens = [i for i in ids if i not in named], False
+        return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def vocab_text(self) -> str:
         """All tokens one a line in id order: vocab.txt, then the added tokens (what `sha256` hashes)."""

@@ -178,7 +178,8 @@ def _options(config: dict[str, Any], added: dict[int, Added], vocab: dict[str, i
         added=tuple(t for t in tokens.values() if t.content not in specials or t.content not in vocab),
         extras=tuple(dict.fromkeys(_extras(config))),
         model_max_length=limit if isinstance(limit, int) and 0 < limit < _NO_LIMIT else None,
-        clean_up_spaces=clean_up, clean_up_tokens=not legacy and fallback.get("decoder_cleanup", True))
+        clean_up_spaces=clean_up, clean_up_tokens=not legacy and fallback.get("decoder_cleanup", True),
+        wordpiece_decoder=fallback.get("wordpiece_decoder", True), skip_named_only=legacy)
 
 
 def _casing_of(tokenizer_json: dict[str, Any]) -> dict[str, Any]:
@@ -197,10 +198,11 @@ def _casing_of(tokenizer_json: dict[str, Any]) -> dict[str, Any]:
 
 
 def _json_casing(tokenizer_json: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """_casing_of for the keys the config lacks, with the file's decoder clean-up, unless the config's keys change
-    what the file does: then the config is read as BertTokenizer(**config) reads it (lowercase, strip_accents
-    null, Chinese characters split, its own decoder cleaning), since the config's lowercasing with the file's
-    `strip_accents: false`, or its split with the file's casing, would cut text as no transformers class does.
+    """_casing_of for the keys the config lacks, with the file's decoder (its clean-up flag, or none at all), unless
+    the config's keys change what the file does: then the config is read as BertTokenizer(**config) reads it
+    (lowercase, strip_accents null, Chinese characters split, its own WordPiece decoder), since the config's
+    lowercasing with the file's `strip_accents: false`, or its split with the file's casing, would cut text as no
+    transformers class does.
     Either way the folder reads as one of them: AutoTokenizer takes the file, BertTokenizer the config."""
     casing = _casing_of(tokenizer_json)
     lower, strip = (casing[k] if config.get(k) is None else config[k] for k in ("do_lower_case", "strip_accents"))
@@ -209,7 +211,8 @@ def _json_casing(tokenizer_json: dict[str, Any], config: dict[str, Any]) -> dict
     file_lower = casing["do_lower_case"]
     if (bool(lower), _strips(lower, strip), chinese) == (file_lower, _strips(file_lower, casing["strip_accents"]),
                                                           casing["tokenize_chinese_chars"]):
-        return {**casing, "decoder_cleanup": _decoder_cleanup(tokenizer_json)}
+        return {**casing, "decoder_cleanup": _decoder_cleanup(tokenizer_json),
+                "wordpiece_decoder": bool(tokenizer_json.get("decoder"))}
     return {"do_lower_case": True, "strip_accents": None, "tokenize_chinese_chars": True, "decoder_cleanup": True}
 
 

@@ -229,7 +229,6 @@ def pad_vocab(tokens: list[str], size: int) -> list[str]:
 
 def _write_folder(out: Path, tokenizer: BertTokenizer, record: dict[str, Any], overwrite: bool) -> None:
     """Write everything into a hidden sibling folder, then rename it to `out` (never half a folder)."""
-    with building_folder(out, "partial") as tmp:
+    with building_folder(out, "partial", overwrite=overwrite) as tmp:  # nor one that took its place meanwhile
         tokenizer.save(tmp)
         write_json_atomic(tmp / PROVENANCE, record)
-        check_new_out(out, overwrite=overwrite)  # nothing took its place while training

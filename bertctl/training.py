@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from bertctl.config_types import any_case
-from bertctl.errors import BertctlError, UsageError, say
+from bertctl.errors import BertctlError, UsageError, quoted, say
 from bertctl.files import json_ready
 from bertctl.model_building import float32_default
 from bertctl.output_locks import output_lock
@@ -36,6 +36,8 @@ from bertctl.output_locks import output_lock
 
 def resolve_precision(precision: str, device: torch.device) -> str:
     precision = any_case(precision)
+    if not isinstance(precision, str):  # a DataFrame's `==` is a table, whose truth value is an error
+        raise UsageError(f"--precision {quoted(precision)}: choose one of auto, fp32, bf16, fp16")
     if precision == "auto":
         return "bf16" if device.type == "cuda" and _computes_bf16(device) else "fp32"
     if precision not in ("fp32", "bf16", "fp16"):
@@ -82,10 +84,10 @@ def pick_device(device: str | None) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         chosen = torch.device(any_case(device))
-    except RuntimeError:
+    except (RuntimeError, TypeError):  # TypeError: a list, a dict, a DataFrame
         chosen = None
     if chosen is None or chosen.type not in ("cpu", "cuda"):  # mps, xpu, meta...: not what bertctl runs on
-        raise UsageError(f"--device: {device!r} is not a device bertctl runs on; use cpu, cuda or cuda:N")
+        raise UsageError(f"--device: {quoted(device)} is not a device bertctl runs on; use cpu, cuda or cuda:N")
     if chosen.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
     if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():

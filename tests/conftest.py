@@ -82,13 +82,13 @@ def watch_writes(monkeypatch):
     def watch(module, record):
         write = module.write_text_atomic
 
-        def watched(path, text):
+        def watched(path, text, *overwrite):
             def pieces_as_written():
                 for piece in text:
                     assert not path.exists()
                     record(piece)
                     yield piece
-            write(path, pieces_as_written())
+            write(path, pieces_as_written(), *overwrite)
 
         monkeypatch.setattr(module, "write_text_atomic", watched)
 

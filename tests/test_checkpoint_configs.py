@@ -131,6 +131,17 @@ def test_convert_keeps_the_nsp_head_of_a_masked_lm_config(odd_config, tmp_path):
     assert max_diff("BertForPreTraining", tmp_path / "conv", odd_config, reference) <= TOLERANCE
 
 
+def test_convert_keeps_the_mlm_head_of_an_encoder_config_as_a_masked_lm(odd_config, tmp_path):
+    """config.json says BertModel, the weights hold an MLM head: the converted folder said BertModel too (the head
+    kept beside it), where AutoModelForMaskedLM and BertForPreTraining load that head from either folder."""
+    reference = folder_with_config("BertForMaskedLM", odd_config, tmp_path / "hf",
+                                   {**HUB_CONFIGS["bert-base-uncased"], "architectures": ["BertModel"]})
+    result = CliRunner().invoke(app, ["convert", str(tmp_path / "hf"), "--out", str(tmp_path / "conv")])
+    assert result.exit_code == 0 and "(BertForMaskedLM: mlm; tokenizer: none)" in result.stdout, result.output
+    assert json.loads((tmp_path / "conv" / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+    assert max_diff("BertForMaskedLM", tmp_path / "conv", odd_config, reference) <= TOLERANCE
+
+
 def test_info_reports_half_precision_weights(odd_config, tmp_path):
     reference_model("BertModel", odd_config).half().save_pretrained(tmp_path / "hf")
     result = CliRunner().invoke(app, ["info", str(tmp_path / "hf")])

@@ -57,7 +57,7 @@ def test_sigterm_during_a_command_stops_it_like_ctrl_c_without_a_half_written_ou
     text.write_text("the cat sat on the mat. the dog sat on the log.\n" * 50, encoding="utf-8")
     script = ("import os, signal, sys\n"
               "import bertctl.files as files\n"
-              "def killed(tmp, target, retire=None):\n"
+              "def killed(tmp, target, *rest):\n"
               "    os.kill(os.getpid(), signal.SIGTERM)\n"
               "files.replace_folder = killed\n"
               f"sys.argv = ['bertctl', 'tokenizer', 'train', {str(text)!r}, '--out', {str(tmp_path / 'tok')!r}, "

@@ -4,6 +4,7 @@ transformers' loss on the same masked batches; refusals in one line."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 
 from bertctl.cli import app
 from bertctl.config import CorpusConfig
+from bertctl.errors import UsageError
 from bertctl.tokenizer import BertTokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -187,6 +189,18 @@ def test_the_pair_figure_is_named_by_the_corpus_objective(corpora, tmp_path, obj
     scores = evaluate_mlm(_model_folder(tmp_path / "model", corpus / "tokenizer"), corpus, device="cpu")
     assert [k for k in scores if k.endswith("_accuracy")] == ["mlm_accuracy", *([pair_figure] if pair_figure else [])]
     assert "note" not in caplog.text
+
+
+def test_a_split_that_is_no_name_is_one_line(corpora, tmp_path):
+    """A DataFrame or Series for `split` was a bare ValueError (its truth value, from `in`)."""
+    import pandas as pd
+
+    from bertctl.mlm_eval import evaluate_mlm
+
+    model = _model_folder(tmp_path / "model", corpora["dynamic"] / "tokenizer")
+    for split, shown in ((pd.DataFrame({"split": ["train", "validation"]}), "a DataFrame"), (["train"], "['train']")):
+        with pytest.raises(UsageError, match=rf"^--split {re.escape(shown)}: choose validation or train$"):
+            evaluate_mlm(model, corpora["dynamic"], split=split, device="cpu")
 
 
 def test_the_python_function_is_exported_where_evaluate_glue_is():

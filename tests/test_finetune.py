@@ -697,6 +697,29 @@ def test_a_one_segment_model_on_two_text_columns_is_refused_before_the_files_are
     assert not (tmp_path / "out").exists() and not (tmp_path / ".out.work").exists()
 
 
+def test_a_bad_classifier_dropout_kept_from_the_folder_is_refused_before_a_text_is_tokenized(
+        encoder, small_glue, tmp_path, monkeypatch):
+    """With `dropout: null` the head takes config.json's classifier_dropout (transformers refuses "x" and 2 too):
+    it was checked when the head was built, after every file had been read and tokenized."""
+    from bertctl.finetune_multiple_choice import finetune_choice
+    from bertctl.finetune_tagging import finetune_ner
+
+    model = shutil.copytree(encoder, tmp_path / "model")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "classifier_dropout": "x"}))
+    monkeypatch.setattr(BertTokenizer, "encode_batch", never_called("encode_batch"))
+    table = _table(tmp_path / "t.csv", [("a", "yes"), ("b", "no")])
+    (tmp_path / "ner.txt").write_text("EU B-ORG\nrejects O\n\nPeter B-PER\n")
+    (tmp_path / "swag.csv").write_text("sent1,sent2,ending0,ending1,label\na,b,c,d,0\n")
+    runs = [(finetune_glue, {"task": "rte", "data": small_glue}),
+            (finetune_classify, {"train": table, "text_columns": ("text",)}),
+            (finetune_ner, {"train": tmp_path / "ner.txt"}), (finetune_choice, {"train": tmp_path / "swag.csv"})]
+    for run, fields in runs:
+        with pytest.raises(UsageError, match=r"config.json: classifier_dropout must be a number in \[0, 1\] or null"):
+            run(FinetuneConfig(model=model, out=tmp_path / "out", dropout=None, **fields, **FAST))
+    assert not (tmp_path / "out").exists()
+
+
 def test_evaluate_classify_says_a_glue_run_names_no_columns(sst2_run, tmp_path):
     """It said the run "has no run.json", next to the run.json it had read."""
     (tmp_path / "t.csv").write_text("text,label\na,0\n", encoding="utf-8")

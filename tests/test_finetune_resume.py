@@ -273,7 +273,8 @@ class _Killed(BaseException):
 
 
 @contextmanager
-def _killed_as_out_is_put_in_place(target: Path, tag: str = "tmp", retire: Path | None = None) -> Iterator[Path]:
+def _killed_as_out_is_put_in_place(target: Path, tag: str = "tmp", retire: Path | None = None,
+                                   overwrite: bool = True) -> Iterator[Path]:
     """building_folder killed once OUT's temp folder is filled, before it is renamed into place."""
     tmp = files.temp_folder_beside(target, tag)
     yield tmp
@@ -301,6 +302,27 @@ def test_a_kill_while_out_is_assembled_loses_no_finished_seed(encoder, glue, tmp
     for name in names:
         if (full / name).is_file() and name.name != "metrics.jsonl":
             assert (full / name).read_bytes() == (resumed / name).read_bytes(), name
+
+
+def test_an_out_made_meanwhile_is_kept_and_the_finished_seeds_wait_for_a_resume(tmp_path):
+    """OUT made by another program while the run trained (absent when it was checked) was replaced silently by the
+    run's; without --overwrite it stays now, the line names --resume --overwrite, and the work folder keeps the
+    finished seeds, which that resume publishes without training them again."""
+    out, work = tmp_path / "run", tmp_path / ".run.work"
+    (work / "seed-1" / "done").mkdir(parents=True)
+
+    def fill(staging: Path) -> None:
+        (staging / "config.json").write_text("{}")
+        (out / "theirs").mkdir(parents=True, exist_ok=True)
+
+    with pytest.raises(files.OutAppeared) as appeared:
+        finetune_work.publish(work, out, fill, overwrite=False)
+    assert str(appeared.value).endswith(f"choose another --out, or pass --resume --overwrite to put this run's "
+                                        f"models, kept in {work}, in its place")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.work", "run"] and os.listdir(out) == ["theirs"]
+    assert os.listdir(work / "seed-1") == ["done"]
+    finetune_work.publish(work, out, fill, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and os.listdir(out) == ["config.json"]
 
 
 def test_a_classify_resume_with_every_seed_finished_publishes_them_without_encoding_its_files(encoder, tmp_path,

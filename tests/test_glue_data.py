@@ -671,7 +671,8 @@ def test_a_submission_is_written_a_chunk_of_lines_at_a_time_and_a_bad_one_late_w
     pieces = []
     write = submission.write_text_atomic
     monkeypatch.setattr(submission, "write_text_atomic",
-                        lambda path, text: write(path, (pieces.append(piece) or piece for piece in text)))
+                        lambda path, text, *overwrite: write(path, (pieces.append(piece) or piece for piece in text),
+                                                             *overwrite))
     path = write_submission("rte", "test", ["0", "1", "2", "3", "4"], np.array([1, 0, 0, 1, 1]), tmp_path)
     assert pieces == ["index\tprediction\n", "0\tnot_entailment\n1\tentailment\n",
                       "2\tentailment\n3\tnot_entailment\n", "4\tnot_entailment\n"]

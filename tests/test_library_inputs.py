@@ -252,6 +252,38 @@ def test_every_path_argument_under_home_is_found_and_written_there(models, table
                                              overwrite=True), "is the input file")
 
 
+def test_a_table_or_mapping_for_names_or_a_list_is_one_line_naming_the_argument(models, glue, table, tmp_path):
+    """A DataFrame given for a name said its three-line repr (device, precision: a bare TypeError or ValueError);
+    for a list of texts or tokens it was iterated, and its column names taken for them without a word."""
+    import numpy as np
+    import pandas as pd
+
+    frame = pd.DataFrame({"premise": ["a cold cat", "the warm cat"], "y": [0, 1]})
+    clf, mlm = models["classifier"], models["mlm"]
+    calls = [(lambda v: evaluate_classify(clf, table, v, "y"), "--text-columns: give one or two column names"),
+             (lambda v: predict_classify(clf, table, tmp_path / "p.csv", v), "--text-columns: give one or two"),
+             (lambda v: evaluate_classify(clf, table, "premise", v), "--label-column: give the label column's name"),
+             (lambda v: evaluate_glue(v, clf, glue), "GLUE task .*: give a task name"),
+             (lambda v: predict_glue(v, clf, glue, tmp_path / "out"), "GLUE task .*: give a task name"),
+             (lambda v: evaluate_glue("sst2", clf, glue, split=v), "--split .*: task sst2 has the splits"),
+             (lambda v: evaluate_glue("sst2", clf, glue, device=v), "--device: .* is not a device bertctl runs on"),
+             (lambda v: evaluate_glue("sst2", clf, glue, precision=v), "--precision .*: choose one of auto"),
+             (lambda v: fill(["a [MASK]"], mlm, device=v), "--device: .* is not a device bertctl runs on"),
+             (lambda v: BertTokenizer.from_vocab(VOCAB).encode_batch(v), "encode_batch: give lists of texts"),
+             (lambda v: fill(["a [MASK]"], mlm, targets=v), "--target: give a list of tokens, not"),
+             (lambda v: fill(v, mlm), "fill: give a list of texts, not")]
+    for number, (call, said) in enumerate(calls):
+        assert "a DataFrame" in str(_one_line_error(lambda call=call: call(frame), f"^{said}"))
+        lists = number >= len(calls) - 3  # texts and targets: a Series or an array is their list
+        for other in ({"cold": 1}, np.array([["cold"]])) if lists else (frame["y"],):
+            _one_line_error(lambda call=call, other=other: call(other), f"^{said}")
+    expected = fill(["a [MASK]"], mlm, targets=["cat"])  # each row's last word
+    assert fill(pd.Series(["a [MASK]"]), mlm, targets=frame["premise"].str.split().str[-1].to_numpy()) == expected
+    tokenizer = BertTokenizer.from_vocab(VOCAB)
+    assert ([e.ids for e in tokenizer.encode_batch(frame["premise"], np.array(["a", "b"]))]
+            == [e.ids for e in tokenizer.encode_batch(["a cold cat", "the warm cat"], ["a", "b"])])
+
+
 # --- 6. nits --------------------------------------------------------------------------------------------
 
 def test_no_task_or_no_data_is_a_usage_error(models, glue):

@@ -488,6 +488,51 @@ def test_the_work_folder_comes_back_when_out_cannot_take_its_place(tmp_path, mon
     assert [p.name for p in tmp_path.iterdir()] == ["out.partial"] and (work / "corpus" / "x").read_text() == "new"
 
 
+@pytest.mark.parametrize("raced", [False, True])
+def test_an_out_made_by_another_program_while_the_command_ran_is_kept_without_overwrite(tmp_path, monkeypatch,
+                                                                                        raced):
+    """OUT was checked absent at the start and renamed onto at the end: one another program made meanwhile was
+    replaced silently. Without --overwrite it is kept now, one line (exit 1), the new output dropped and the work
+    folder kept for a rerun. `raced`: it appears after the last look, where the rename (a folder onto a taken
+    name) or the hard link (a file) refuses it in the same system call."""
+    from bertctl import files
+
+    out, work, model, taken = tmp_path / "out", tmp_path / "out.partial", tmp_path / "model", tmp_path / "q.csv"
+
+    def theirs(path: Path) -> None:
+        if path == taken:
+            path.write_text("theirs\n")
+        elif path in (out, model):
+            (path / "theirs").mkdir(parents=True)
+
+    def appearing(real):
+        return lambda src, dst: (theirs(Path(dst)), real(src, dst))[1]
+
+    if raced:
+        monkeypatch.setattr(files.os, "replace", appearing(os.replace))
+        monkeypatch.setattr(files.os, "link", appearing(os.link))
+    else:
+        for path in (out, model, taken):
+            theirs(path)
+    (work / "corpus").mkdir(parents=True)
+    (work / "corpus" / "x").write_text("new")
+    with pytest.raises(files.OutAppeared) as appeared:
+        files.replace_folder(work / "corpus", out, retire=work, overwrite=False)
+    assert appeared.value.exit_code == 1 and str(appeared.value) == (
+        f"--out {out} appeared while this command ran (another program made it) and was left as it is; choose "
+        "another --out, or pass --overwrite to replace it")
+    assert os.listdir(out) == ["theirs"] and (work / "corpus" / "x").read_text() == "new"
+    with pytest.raises(files.OutAppeared), files.building_folder(model, overwrite=False) as tmp:
+        (tmp / "x").write_text("new")
+    texts = {tmp_path / "p.csv": "new\n", taken: "new\n"}
+    with pytest.raises(files.OutAppeared, match=f"^--out {taken} appeared"):
+        files.write_texts_atomic(texts, overwrite=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out", "out.partial", "q.csv"]
+    assert os.listdir(model) == ["theirs"] and taken.read_text() == "theirs\n"
+    files.write_texts_atomic(texts)  # --overwrite: replaced, as before
+    assert taken.read_text() == "new\n"
+
+
 def test_an_out_that_can_never_be_written_is_refused_before_any_work(tmp_path, monkeypatch):
     (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
     (tmp_path / "loop2").symlink_to(tmp_path / "loop1")

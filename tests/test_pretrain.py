@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import never_called
 from processes import dead_pid, gone, ranks_said, run_group, torchrun_env
 from typer.testing import CliRunner
 
@@ -363,6 +364,35 @@ def test_a_resume_on_another_corpus_is_refused(corpus, tmp_path, caplog):
     with pytest.raises(UsageError, match="was started on --corpus .*; give it again"):
         pretrain(small_run(None, tmp_path / "run", steps=8, save_every=4, resume=True))
     assert not (tmp_path / "run" / "data").exists()  # the quick start built nothing first
+
+
+def test_a_failed_quick_start_keeps_only_complete_data_and_no_empty_run_folder(tmp_path, monkeypatch):
+    """A full disk as the quick start saved its tokenizer left RUN/ with an empty RUN/data/ (the tokenizer's save
+    made them); they go again now. A failure while building the corpus keeps the complete tokenizer, which the
+    rerun reuses rather than training it again."""
+    from bertctl import corpus, quickstart, tokenizer_train, training
+    from bertctl.files import WriteFailed
+
+    def raising(exc: BaseException) -> Callable[..., None]:
+        def call(*args: object) -> None:
+            raise exc
+        return call
+
+    _write_text(tmp_path / "novels.txt", documents=4, seed=0)
+    monkeypatch.setattr(quickstart, "bundled_text", lambda: tmp_path / "novels.txt")
+    monkeypatch.setattr(quickstart, "VOCAB_SIZE", 100)
+    cfg, env = PretrainConfig(out=tmp_path / "run"), training.Distributed()
+    with monkeypatch.context() as patched, pytest.raises(WriteFailed, match="No space left on device"):
+        patched.setattr(BertTokenizer, "save", raising(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
+        quickstart.prepare_quickstart(cfg, env)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["novels.txt"]
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(corpus, "build_corpus", raising(KeyboardInterrupt()))
+        quickstart.prepare_quickstart(cfg, env)
+    assert sorted(p.name for p in (tmp_path / "run" / "data").iterdir()) == ["tokenizer"]
+    monkeypatch.setattr(tokenizer_train, "train_tokenizer", never_called("train_tokenizer"))
+    monkeypatch.setattr(corpus, "build_corpus", lambda config: config.out.mkdir())
+    assert quickstart.prepare_quickstart(cfg, env).corpus == tmp_path / "run" / "data" / "corpus"
 
 
 def test_a_resume_on_the_same_corpus_rebuilt_elsewhere_goes_on(corpus, tmp_path):

@@ -465,6 +465,58 @@ def test_decode_follows_clean_up_tokenization_spaces(vocab: dict[str, list[str]]
     assert load_tokenizer(json_only).decode(ids) == theirs.decode(ids, skip_special_tokens=True)
 
 
+SMALL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "una", "##ffa", "##ble", "you", "'", "ve", ",", ".", "!",
+         "hello", "[unused0]"]
+NO_DECODER_FOLDERS = {  # config.json, tokenizer_config.json, vocab.txt beside; the class that decodes as bertctl
+    "json-only": (None, None, False, "AutoTokenizer"),
+    "generic-class": (None, {"tokenizer_class": "PreTrainedTokenizerFast"}, True, "AutoTokenizer"),
+    "bert-class": (None, {"tokenizer_class": "BertTokenizer"}, False, "AutoTokenizer"),
+    "bert-model": (BERT_MODEL, None, False, "AutoTokenizer"),
+    "vocab-txt-no-class": (None, None, True, "BertTokenizer"),  # read as BertTokenizer reads it (see _vocabulary)
+}
+
+
+@pytest.mark.parametrize("name", list(NO_DECODER_FOLDERS))
+@pytest.mark.parametrize("decoder", ["null", "missing"])
+def test_a_tokenizer_json_without_a_decoder_decodes_as_the_class_transformers_loads(
+        name: str, decoder: str, tmp_path: Path) -> None:
+    """A tokenizer.json with no decoder (a third-party tool's save): AutoTokenizer takes the file as it is where
+    no BERT class is named, joining the tokens with spaces (`una ##ffa ##ble`, `hello !`); BertTokenizer, named
+    or a model's, installs its own WordPiece decoder. bertctl decodes as the class it reads the folder as."""
+    model, config, with_vocab, reference = NO_DECODER_FOLDERS[name]
+    backend = Tokenizer(models.WordPiece({w: i for i, w in enumerate(SMALL)}, unk_token="[UNK]"))
+    backend.normalizer, backend.pre_tokenizer = normalizers.BertNormalizer(), pre_tokenizers.BertPreTokenizer()
+    backend.add_special_tokens(SMALL[:5])
+    data = json.loads(backend.to_str())
+    data.pop("decoder") if decoder == "missing" else data.update(decoder=None)
+    folder = write(tmp_path, SMALL if with_vocab else None, **({} if model is None else {"config": model}),
+                   **({} if config is None else {"tokenizer_config": config}))
+    (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    theirs = getattr(transformers, reference).from_pretrained(str(folder))
+    ids = theirs("unaffable you've [MASK] hello, hello!")["input_ids"]
+    assert load_tokenizer(folder).decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+    assert (" ##" in theirs.decode(ids)) is (name in ("json-only", "generic-class"))
+
+
+@pytest.mark.parametrize("tokenizer_class", ["BertTokenizer", "BertTokenizerLegacy"])
+def test_skip_special_tokens_leaves_out_what_the_named_class_does(tokenizer_class: str, tmp_path: Path) -> None:
+    """A token flagged special only in added_tokens_decoder (new, or a vocab.txt entry): transformers 5's
+    BertTokenizer leaves it out with skip_special_tokens, the pure-Python class keeps it (it leaves out only the
+    named special tokens and additional_special_tokens), and AutoTokenizer loads the class the folder names."""
+    size = len(SMALL)
+    added = {str(size): {"content": "<spc>", "special": True}, str(size + 1): {"content": "<ext>", "special": True},
+             "15": {"content": "[unused0]", "special": True}}
+    folder = write(tmp_path, SMALL, tokenizer_config={"tokenizer_class": tokenizer_class, "added_tokens_decoder": added,
+                                                      "additional_special_tokens": ["<ext>"]})
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ids = theirs("hello <spc> you [unused0] <ext> [MASK] !")["input_ids"]
+    ours = load_tokenizer(folder)
+    assert ours.encode("hello <spc> you [unused0] <ext> [MASK] !").ids == ids and {size, size + 1, 15} < set(ids)
+    assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+    assert ours.decode(ids, skip_special_tokens=False) == theirs.decode(ids)
+    assert ("<spc>" in ours.decode(ids)) is (tokenizer_class == "BertTokenizerLegacy")
+
+
 def test_pair_truncation_matches_longest_first(vocab: dict[str, list[str]], tmp_path: Path) -> None:
     """Fine-tuning's encode_examples cuts pairs as transformers' truncation="longest_first" does, and fill's
     --truncate cuts one text as truncation=True does."""

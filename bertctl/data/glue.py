@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import BertctlError, UsageError, quoted
 from bertctl.files import compressed, user_path
 from bertctl.hub import is_hub_dataset_id, legacy_dataset_hint
 
@@ -138,7 +138,7 @@ class GlueTask(LabelledTask):
         """`dev` or `test` as a user says it: MNLI's is two splits (matched and mismatched)."""
         found = tuple(s for s in self.splits if s == kind or s.startswith(f"{kind}_")) if isinstance(kind, str) else ()
         if not found:
-            raise UsageError(f"--split {kind}: task {self.name} has the splits {', '.join(self.splits)}")
+            raise UsageError(f"--split {quoted(kind, str)}: task {self.name} has the splits {', '.join(self.splits)}")
         return found
 
 
@@ -217,7 +217,7 @@ def get_task(name: str | GlueTask) -> GlueTask:
     if isinstance(name, GlueTask):
         return name
     if not isinstance(name, str):
-        raise UsageError(f"GLUE task {name!r}: give a task name, one of {', '.join(TASKS)}")
+        raise UsageError(f"GLUE task {quoted(name)}: give a task name, one of {', '.join(TASKS)}")
     for task in TASKS.values():
         if _plain(name) in (_plain(task.name), _plain(task.folder)):
             return task
