@@ -138,16 +138,16 @@ def _tokenizer_class(folder: Path, config: dict[str, Any]) -> Any:
 def _legacy_added(folder: Path, config: dict[str, Any], tokenizer_json: dict[str, Any] | None) -> dict[int, Added]:
     """special_tokens_map.json merged into config, then added_tokens.json and tokenizer.json's added_tokens.
 
-    added_tokens.json's entries are normalized unless special, as transformers 5 flags them; it counts the
-    named tokens and extra_special_tokens (or the config's additional_special_tokens) as special, but not
-    special_tokens_map.json's additional_special_tokens, so those are normalized (and special here)."""
+    An added_tokens.json entry is special (and then not normalized) where transformers 5 flags it so: a named
+    token or an extra_special_tokens one (or the config's additional_special_tokens), not one listed only in
+    special_tokens_map.json's additional_special_tokens: that is a plain, normalized token, which its
+    BertTokenizer's decode keeps (the pure-Python class leaves it out: see TokenizerOptions.skip_named_only)."""
     special_map = _read_json(folder / "special_tokens_map.json")
     flagged = set(_extras(config)) | set(_extras({"extra_special_tokens": special_map.get("extra_special_tokens")}))
     for key, value in special_map.items():
         config[key] = [*(config.get(key) or []), *value] if key.endswith("special_tokens") else value
-    named = {_token_text(config.get(f"{role}_token")) for role in ROLES}
-    specials = named | set(_extras(config))
-    added = {int(i): Added(t, int(i), t in specials, normalized=t not in flagged | named)
+    specials = flagged | {_token_text(config.get(f"{role}_token")) for role in ROLES}
+    added = {int(i): Added(t, int(i), t in specials, normalized=t not in specials)
              for t, i in _read_json(folder / "added_tokens.json").items()}
     for token in (tokenizer_json or {}).get("added_tokens") or []:
         added[int(token["id"])] = _added(token, int(token["id"]))

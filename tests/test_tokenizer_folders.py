@@ -242,13 +242,15 @@ def test_normalized_added_tokens_match_auto_tokenizer(layout: str, lowercase: bo
                                                       tmp_path: Path) -> None:
     """Added tokens saved "normalized" are matched in the normalized text, as transformers 5's AutoTokenizer
     (what pipeline and Trainer use) matches them; bertctl's save keeps the flag, so transformers reloads the
-    same ids."""
+    same ids. decode's skip_special_tokens keeps what it keeps: "<sp>", only in special_tokens_map.json's
+    additional_special_tokens beside added_tokens.json, is an added token it does not flag special."""
     tokens = vocab["uncased" if lowercase else "cased"]
     folder = _added_layout(layout, tmp_path, tokens, lowercase)
     auto = transformers.AutoTokenizer.from_pretrained(str(folder))
     expected = [auto(text)["input_ids"] for text in ADDED_TEXTS]
     ours = load_tokenizer(folder)
     assert [e.ids for e in ours.encode_batch(ADDED_TEXTS)] == expected and ours.vocab_size == len(auto)
+    assert [ours.decode(ids) for ids in expected] == [auto.decode(ids, skip_special_tokens=True) for ids in expected]
     assert sum(i >= len(tokens) for ids in expected for i in ids) >= 10  # the added tokens' ids, 11-25 times
     ours.save(tmp_path / "copy")
     again = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "copy"))
