@@ -347,8 +347,8 @@ def write_texts_atomic(texts: dict[Path, str | Iterable[str]], overwrite: bool =
 def _put_files_in_place(written: list[tuple[str, Path]], overwrite: bool) -> None:
     """Rename each temp file onto its path; without `overwrite`, only onto a path still free, and when one is
     taken the ones already put in place (this call's own new files) are taken back."""
-    if not overwrite:
-        taken = next((path for _, path in written if os.path.lexists(path)), None)
+    if not overwrite:  # a link to nothing is no output to check_new_out: replaced, as it always was
+        taken = next((path for _, path in written if path.exists()), None)
         if taken is not None:
             raise OutAppeared(taken)
     placed: list[Path] = []
@@ -375,9 +375,11 @@ def _link_new(tmp: str, path: Path) -> None:
     try:
         os.link(tmp, path)  # the temp name goes as the others do (write_texts_atomic)
     except FileExistsError:
-        raise OutAppeared(path) from None
+        if path.exists():
+            raise OutAppeared(path) from None
+        os.replace(tmp, path)  # a link to nothing, there when check_new_out took the name for free
     except OSError:  # no hard links on this file system
-        if os.path.lexists(path):
+        if path.exists():
             raise OutAppeared(path) from None
         os.replace(tmp, path)
 
@@ -532,7 +534,8 @@ def replace_folder(tmp: Path | str, target: Path | str, retire: Path | None = No
     target was in place, the run's finished work goes with it: the next run starts over). Without `overwrite` (the
     command checked target was not there when it started), a target that appeared meanwhile is left as it is, and
     so are tmp and `retire`: OutAppeared. The rename itself refuses a folder or file there (only an empty folder
-    made in the microseconds after the last look would be replaced).
+    made in the microseconds after the last look would be replaced). A link to nothing is replaced either way:
+    check_new_out takes its name for a free one.
     """
     tmp, target = Path(tmp), Path(target)
     remove_stale_temps(target)
@@ -547,11 +550,11 @@ def replace_folder(tmp: Path | str, target: Path | str, retire: Path | None = No
                 os.chmod(os.path.join(folder, name), 0o666 & ~mask)
         with _signals_held():  # a signal held here is raised as the block ends, and what was moved aside still goes
             try:
-                if not overwrite and os.path.lexists(target):
+                if not overwrite and target.exists():  # a link to nothing was no output when checked
                     raise OutAppeared(target)
                 if retired is not None:
                     os.replace(retire, retired)
-                if overwrite and (target.exists() or target.is_symlink()):
+                if target.is_symlink() or (overwrite and target.exists()):  # a folder cannot be renamed onto a link
                     old = _aside(target)
                     os.replace(target, old)
                 os.replace(moved, target)

@@ -533,6 +533,26 @@ def test_an_out_made_by_another_program_while_the_command_ran_is_kept_without_ov
     assert taken.read_text() == "new\n"
 
 
+def test_a_link_to_nothing_at_out_is_replaced_without_overwrite_as_check_new_out_allows(tmp_path):
+    """check_new_out takes a link to nothing for a free name (Path.exists follows it), so no command refuses it at
+    the start; at the end it is replaced by the output, as it always was, not called an OUT made meanwhile."""
+    from bertctl import files
+
+    out, model, csv = tmp_path / "out", tmp_path / "model", tmp_path / "p.csv"
+    for link in (out, model, csv):
+        link.symlink_to(tmp_path / "nowhere")
+        assert files.check_new_out(link, folder=link != csv) == link
+    (tmp_path / "work" / "corpus").mkdir(parents=True)
+    (tmp_path / "work" / "corpus" / "x").write_text("new")
+    files.replace_folder(tmp_path / "work" / "corpus", out, retire=tmp_path / "work", overwrite=False)
+    with files.building_folder(model, overwrite=False) as tmp:
+        (tmp / "x").write_text("new")
+    files.write_texts_atomic({csv: "new\n"}, overwrite=False)
+    assert [(out / "x").read_text(), (model / "x").read_text(), csv.read_text()] == ["new", "new", "new\n"]
+    assert not any(path.is_symlink() for path in (out, model, csv))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out", "p.csv"]
+
+
 def test_an_out_that_can_never_be_written_is_refused_before_any_work(tmp_path, monkeypatch):
     (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
     (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
