@@ -286,8 +286,11 @@ def make_folder(folder: Path | str) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        dangling = next((path for path in (folder, *folder.parents) if path.is_symlink() and not path.exists()),
+                        None)
         blocker = folder if folder.exists() else file_above(folder)
-        reason = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror
+        reason = (f"{dangling} is a link to {os.readlink(dangling)}, which does not exist" if dangling is not None
+                  else f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror)
         raise UsageError(f"--out: cannot create the folder {folder}: {reason}; choose another path") from None
     return folder
 

@@ -130,6 +130,16 @@ def test_writes_below_a_file_fail_in_one_line_not_errno(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
 
 
+def test_a_folder_at_or_below_a_link_to_nothing_says_where_the_link_points(tmp_path):
+    """mkdir onto a link to nothing says only `File exists`, of a path that does not exist to ls either."""
+    (tmp_path / "dl").symlink_to(tmp_path / "gone")
+    for folder in (tmp_path / "dl", tmp_path / "dl" / "run"):
+        with pytest.raises(UsageError, match=f"^--out: cannot create the folder {folder}: {tmp_path / 'dl'} is a "
+                                             f"link to {tmp_path / 'gone'}, which does not exist; choose"):
+            make_folder(folder)
+    assert not (tmp_path / "gone").exists()
+
+
 # --- an existing output --------------------------------------------------------------------------------
 
 def test_predict_classify_keeps_an_existing_file_unless_overwrite(models, tmp_path):
