@@ -140,6 +140,16 @@ def test_convert_keeps_the_mlm_head_of_an_encoder_config_as_a_masked_lm(odd_conf
     assert result.exit_code == 0 and "(BertForMaskedLM: mlm; tokenizer: none)" in result.stdout, result.output
     assert json.loads((tmp_path / "conv" / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     assert max_diff("BertForMaskedLM", tmp_path / "conv", odd_config, reference) <= TOLERANCE
+    mlm = load_file(tmp_path / "hf" / "model.safetensors")  # a classifier whose file kept the MLM head: its class
+    folder_with_config("BertForSequenceClassification", odd_config, tmp_path / "clf",
+                       {**HUB_CONFIGS["bert-base-uncased"], "architectures": ["BertForSequenceClassification"]})
+    weights = load_file(tmp_path / "clf" / "model.safetensors")
+    weights.update({k: v for k, v in mlm.items() if k.startswith("cls.")})
+    save_file(weights, tmp_path / "clf" / "model.safetensors", metadata={"format": "pt"})
+    result = CliRunner().invoke(app, ["convert", str(tmp_path / "clf"), "--out", str(tmp_path / "conv2")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "conv2" / "config.json").read_text())["architectures"] == [
+        "BertForSequenceClassification"], result.stdout
 
 
 def test_info_reports_half_precision_weights(odd_config, tmp_path):

@@ -275,7 +275,9 @@ class _Killed(BaseException):
 @contextmanager
 def _killed_as_out_is_put_in_place(target: Path, tag: str = "tmp", retire: Path | None = None,
                                    overwrite: bool = True) -> Iterator[Path]:
-    """building_folder killed once OUT's temp folder is filled, before it is renamed into place."""
+    """building_folder killed once OUT's temp folder is filled, before it is renamed into place. The runs it stands
+    in for have no --overwrite: an OUT made meanwhile would be kept (publish)."""
+    assert overwrite is False
     tmp = files.temp_folder_beside(target, tag)
     yield tmp
     shutil.rmtree(tmp)  # a killed writer's goes at the next run; this process lives on, so it takes its own

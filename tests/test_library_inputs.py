@@ -275,7 +275,7 @@ def test_a_table_or_mapping_for_names_or_a_list_is_one_line_naming_the_argument(
     for number, (call, said) in enumerate(calls):
         assert "a DataFrame" in str(_one_line_error(lambda call=call: call(frame), f"^{said}"))
         lists = number >= len(calls) - 3  # texts and targets: a Series or an array is their list
-        for other in ({"cold": 1}, np.array([["cold"]])) if lists else (frame["y"],):
+        for other in ({"cold": 1}, np.array([["cold"]]), "cold", b"cold") if lists else (frame["y"],):
             _one_line_error(lambda call=call, other=other: call(other), f"^{said}")
     expected = fill(["a [MASK]"], mlm, targets=["cat"])  # each row's last word
     assert fill(pd.Series(["a [MASK]"]), mlm, targets=frame["premise"].str.split().str[-1].to_numpy()) == expected

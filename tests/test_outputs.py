@@ -5,6 +5,7 @@ own source, --batch-size / --max-seq-length below what a forward pass needs."""
 from __future__ import annotations
 
 import csv
+import errno
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import never_called
 from glue_fixtures import write_glue_data
 from typer.testing import CliRunner
 
@@ -301,7 +303,7 @@ def test_the_smallest_scoring_flags_still_score(models):
 
 def test_a_linked_out_is_replaced_as_a_link_so_inputs_in_its_target_are_not_refused(tmp_path):
     """`--out latest` linking to `real/`: --overwrite replaces the link, never real/ and the input in it."""
-    from bertctl.files import refuse_inputs_inside
+    from bertctl.files import building_folder, refuse_inputs_inside
 
     (tmp_path / "real").mkdir()
     (tmp_path / "real" / "a.txt").write_text("x")
@@ -309,6 +311,12 @@ def test_a_linked_out_is_replaced_as_a_link_so_inputs_in_its_target_are_not_refu
     refuse_inputs_inside(tmp_path / "latest", [tmp_path / "real" / "a.txt"])
     with pytest.raises(UsageError, match="holds the input"):
         refuse_inputs_inside(tmp_path / "real", [tmp_path / "latest" / "a.txt"])
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")  # a dangling link is replaced as a link too
+    for link in ("latest", "gone"):
+        with building_folder(tmp_path / link) as tmp:
+            (tmp / "b.txt").write_text("new")
+        assert not (tmp_path / link).is_symlink() and os.listdir(tmp_path / link) == ["b.txt"]
+    assert os.listdir(tmp_path / "real") == ["a.txt"]
 
 
 # --- a write that fails: one line naming the output, the old output kept ------------------------------
@@ -339,6 +347,10 @@ def test_a_failed_overwrite_names_the_output_and_keeps_the_old_one(models, tmp_p
 def test_a_text_output_that_cannot_be_written_is_named_and_left_as_it_was(tmp_path, monkeypatch):
     from bertctl.files import WriteFailed
 
+    (tmp_path / "q.csv").mkdir()  # a folder made there after the command's check: the rename refuses it (EISDIR)
+    with pytest.raises(WriteFailed, match=f"^cannot write {tmp_path / 'q.csv'}: Is a directory; choose another"):
+        write_text_atomic(tmp_path / "q.csv", "new\n")
+    (tmp_path / "q.csv").rmdir()
     (tmp_path / "p.csv").write_text("old\n")
     real = open
 
@@ -521,9 +533,10 @@ def test_an_out_made_by_another_program_while_the_command_ran_is_kept_without_ov
     if raced:
         monkeypatch.setattr(files.os, "replace", appearing(os.replace))
         monkeypatch.setattr(files.os, "link", appearing(os.link))
-    else:
+    else:  # found by the first look: none of the new files is put in place, not even for a moment
         for path in (out, model, taken):
             theirs(path)
+        monkeypatch.setattr(files.os, "link", never_called("os.link"))
     (work / "corpus").mkdir(parents=True)
     (work / "corpus" / "x").write_text("new")
     with pytest.raises(files.OutAppeared) as appeared:
@@ -561,6 +574,54 @@ def test_a_link_to_nothing_at_out_is_replaced_without_overwrite_as_check_new_out
     assert [(out / "x").read_text(), (model / "x").read_text(), csv.read_text()] == ["new", "new", "new\n"]
     assert not any(path.is_symlink() for path in (out, model, csv))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out", "p.csv"]
+
+
+def test_without_hard_links_a_file_made_meanwhile_is_kept_and_a_free_name_written(tmp_path, monkeypatch):
+    """Where the file system has no hard links (os.link fails), a look just before the rename keeps a file another
+    program made after the first look (OutAppeared), and a free name is still written; write_text_atomic passes
+    its `overwrite` on."""
+    from bertctl import files
+
+    taken, free = tmp_path / "taken.txt", tmp_path / "free.txt"
+
+    def no_links(src: str, dst: Path) -> None:
+        if Path(dst) == taken:
+            taken.write_text("theirs\n")
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(files.os, "link", no_links)
+    files.write_text_atomic(free, "new\n", overwrite=False)
+    with pytest.raises(files.OutAppeared, match=f"^--out {taken} appeared"):
+        files.write_text_atomic(taken, "new\n", overwrite=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["free.txt", "taken.txt"]
+    assert free.read_text() == "new\n" and taken.read_text() == "theirs\n"
+
+
+@pytest.mark.parametrize("appears", ["empty folder", "file"])
+def test_a_folder_out_taken_by_an_empty_folder_or_a_file_is_kept_without_overwrite(tmp_path, monkeypatch, appears):
+    """An empty folder made before the last look (the rename alone would replace it) and a file made after it (the
+    rename refuses it: ENOTDIR) are kept too: OutAppeared, the work folder as it was."""
+    from bertctl import files
+
+    out, work = tmp_path / "out", tmp_path / "out.partial"
+    (work / "corpus").mkdir(parents=True)
+    (work / "corpus" / "x").write_text("new")
+    if appears == "empty folder":
+        out.mkdir()
+    else:
+        replace = os.replace
+
+        def appearing(src: Path, dst: Path) -> None:
+            if Path(dst) == out:
+                out.write_text("theirs\n")
+            replace(src, dst)
+
+        monkeypatch.setattr(files.os, "replace", appearing)
+    with pytest.raises(files.OutAppeared, match=f"^--out {out} appeared"):
+        files.replace_folder(work / "corpus", out, retire=work, overwrite=False)
+    assert os.listdir(out) == [] if appears == "empty folder" else out.read_text() == "theirs\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.partial"]
+    assert (work / "corpus" / "x").read_text() == "new"
 
 
 def test_an_out_that_can_never_be_written_is_refused_before_any_work(tmp_path, monkeypatch):

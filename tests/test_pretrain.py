@@ -386,6 +386,10 @@ def test_a_failed_quick_start_keeps_only_complete_data_and_no_empty_run_folder(t
         patched.setattr(BertTokenizer, "save", raising(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
         quickstart.prepare_quickstart(cfg, env)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["novels.txt"]
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):  # Ctrl-C as it saves: the same
+        patched.setattr(BertTokenizer, "save", raising(KeyboardInterrupt()))
+        quickstart.prepare_quickstart(cfg, env)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["novels.txt"]
     with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
         patched.setattr(corpus, "build_corpus", raising(KeyboardInterrupt()))
         quickstart.prepare_quickstart(cfg, env)

@@ -14,7 +14,7 @@ import pytest
 
 from bertctl.config import TokenizerTrainConfig
 from bertctl.errors import UsageError
-from bertctl.tokenizer import SPECIAL_TOKENS, BertTokenizer, encode_rows
+from bertctl.tokenizer import SPECIAL_TOKENS, Added, BertTokenizer, TokenizerOptions, encode_rows
 from bertctl.tokenizer_folder import has_tokenizer, load_tokenizer
 from bertctl.tokenizer_train import train_tokenizer
 
@@ -347,6 +347,17 @@ def test_bad_tokenizer_paths_and_vocabularies_are_refused(tmp_path: Path) -> Non
     (tmp_path / "config.json").write_text('{"model_type": "bert", "hidden_size": 8}', encoding="utf-8")
     with pytest.raises(UsageError, match=r"config.json is not a tokenizer.json \(no \"model\" in it\); give a "):
         load_tokenizer(tmp_path / "config.json")  # a model's config.json, not "cannot read ...: expected `,`"
+
+
+def test_the_default_options_decode_as_transformers_bert_tokenizer(trained: dict[bool, Path]) -> None:
+    """Options a Python caller builds leave the decoder as transformers 5's BertTokenizer has it: WordPiece's,
+    joining `##` pieces, and skip_special_tokens leaving out every token flagged special, not only the named."""
+    vocab = load_tokenizer(trained[True]).vocab()
+    built = BertTokenizer.from_vocab(vocab)
+    assert len(built.encode("a" * 100).ids) > 3 and built.decode(built.encode("a" * 100).ids) == "a" * 100
+    flagged = BertTokenizer.from_vocab(vocab, options=TokenizerOptions(added=(Added("<x>", len(vocab), True),)))
+    ids = flagged.encode("pride <x>").ids
+    assert ids[-2] == len(vocab) and flagged.decode(ids) == "pride"
 
 
 def test_words_over_100_characters_are_unknown_and_batches_check_pairs(trained: dict[bool, Path]) -> None:
