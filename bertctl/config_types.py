@@ -26,6 +26,7 @@ from typing import Any
 
 from bertctl.errors import UsageError, quoted
 from bertctl.hub import path_as_given
+from bertctl.worker_processes import refuse_script_rerun
 
 # Fields naming a model or tokenizer, which may be a hub id: Path("./x") and Path("x/") are `x`, which reads like
 # one, so a str is checked while it is still spelt as given (a flag, a --config value, a Python argument).
@@ -184,7 +185,9 @@ def is_bool(value: Any) -> bool:
 
 def take_config(function: str, cfg: Any, cls: type) -> None:
     """A command function's config: a dict, None or another command's config failed deep inside with an
-    AttributeError that named a field, not the argument."""
+    AttributeError that named a field, not the argument. Called by a worker re-running a script without the
+    `__main__` guard, the command ends that worker instead (worker_processes)."""
+    refuse_script_rerun(function)
     if not isinstance(cfg, cls):
         given = "None" if cfg is None else f"a {type(cfg).__name__}"
         raise UsageError(f"{function}: give a bertctl.{cls.__name__}, not {given}")

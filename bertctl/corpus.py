@@ -57,6 +57,7 @@ from bertctl.files import (
     write_json_atomic,
 )
 from bertctl.output_locks import output_lock
+from bertctl.worker_processes import unreadable_main_skipped
 
 FORMAT = "bertctl-corpus"
 FORMAT_VERSION = 1
@@ -252,9 +253,6 @@ def _run_pool(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int,
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    if getattr(multiprocessing.current_process(), "_inheriting", False):  # what spawn itself checks
-        raise UsageError("corpus build started in a worker process that was re-running your script; "
-                         "put the call under `if __name__ == \"__main__\":`")
     context = multiprocessing.get_context("spawn")  # never fork a process that holds tokenizer threads
     pending: deque[tuple[_Progress, Any]] = deque()
 
@@ -265,7 +263,7 @@ def _run_pool(jobs: Iterator[ShardJob], settings: ShardSettings, workers: int,
         finish(progress, future.result())
 
     try:
-        with ProcessPoolExecutor(workers, context, initializer=init_worker) as pool:
+        with unreadable_main_skipped(), ProcessPoolExecutor(workers, context, initializer=init_worker) as pool:
             for job in jobs:
                 result = reused(job.index)
                 if result is not None:

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from bertctl.data.shards import init_worker
-from bertctl.errors import BertctlError, UsageError
+from bertctl.errors import BertctlError
+from bertctl.worker_processes import unreadable_main_skipped
 
 __all__ = ["FileJob", "Report", "run_files"]
 
@@ -34,6 +35,7 @@ Report = Callable[[int, int], None]  # (rows done, bytes read) of one file so fa
 _shared: Any = None  # a worker's view of the progress counters: rows and bytes, two per input file
 
 
+@unreadable_main_skipped()  # the pool's workers start while the jobs are submitted
 def run_files(work: Callable[[Job, Report], Result], jobs: Iterable[Job], workers: int, files: int,
               progress: Callable[[int, int], None], command: str) -> list[Result]:
     """`work(job, report)` for each job, in `workers` processes, their results in the jobs' order; `progress` gets
@@ -43,9 +45,6 @@ def run_files(work: Callable[[Job, Report], Result], jobs: Iterable[Job], worker
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    if getattr(multiprocessing.current_process(), "_inheriting", False):  # what spawn itself checks
-        raise UsageError(f"{command} started in a worker process that was re-running your script; put the call "
-                         "under `if __name__ == \"__main__\":`")
     context = multiprocessing.get_context("spawn")
     shared = context.Array("q", 2 * files, lock=False)
     pool = ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=(shared,))

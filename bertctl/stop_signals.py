@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from bertctl.errors import Terminated
+from bertctl.worker_processes import unreadable_main_skipped
 
 DUPLICATE_SIGNAL_SECONDS = 1.0  # a stop signal this soon after the first is the same request, passed on
 
@@ -91,7 +92,7 @@ def loader_batches(loader: Iterable[Any]) -> Iterator[Iterator[Any]]:
     and multiprocessing would send them SIGTERM and wait for them without a timeout. So they are shut down
     here (torch's own shutdown, which joins them), and any left alive by an interrupted shutdown get SIGKILL.
     """
-    with _stop_signals_blocked():  # the workers start here
+    with _stop_signals_blocked(), unreadable_main_skipped():  # the workers start here
         batches = iter(loader)
     try:
         yield batches

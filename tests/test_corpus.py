@@ -795,6 +795,45 @@ def test_a_script_that_builds_without_the_main_guard_fails_instead_of_hanging(da
                             cwd=tmp_path)
     assert result.returncode == 1
     assert 'if __name__ == "__main__":' in result.stderr.strip().splitlines()[-1]
+    said = ("bertctl: error: build_corpus called by a worker process while it runs your script again (as spawned "
+            'workers do); put the call under `if __name__ == "__main__":`')
+    assert said in result.stderr.splitlines() and result.stderr.count("Traceback") == 1, result.stderr  # no worker's
+
+
+def test_a_script_piped_to_python_builds_what_one_worker_builds(data, tmp_path) -> None:
+    """`python - < build.py` leaves `__main__.__file__` at `<stdin>`, a file spawned workers could not run again:
+    every worker died as it started. They now skip it, as under `python -c`, and the corpus is the same bytes."""
+    build(data, "stdin-reference", "small", workers=1, shard_size_mb=0.02)
+    reference, out = data["root"] / "stdin-reference", tmp_path / "piped"
+    script = ("from pathlib import Path\nimport bertctl\n"
+              f"bertctl.build_corpus(bertctl.CorpusConfig(inputs=({str(data['small'])!r},), "
+              f"tokenizer=Path({str(data['tok'])!r}), out=Path({str(out)!r}), max_seq_length=64, workers=2, "
+              "shard_size_mb=0.02))\n")
+    result = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    files = sorted(p.relative_to(reference) for p in reference.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    for name in files:
+        assert (reference / name).read_bytes() == (out / name).read_bytes(), name
+
+
+@pytest.mark.parametrize(("main_file", "skipped"), [("<stdin>", True), ("gone.py", True), (__file__, False)])
+def test_workers_skip_only_a_main_file_they_could_not_read(monkeypatch, tmp_path, main_file, skipped) -> None:
+    """What spawn sends a worker (get_preparation_data) names no main file to run while the block lasts, where
+    that file cannot be read; a readable script is still run, as its guarded top level may be needed there."""
+    from multiprocessing import spawn
+    from types import ModuleType
+
+    from bertctl.worker_processes import unreadable_main_skipped
+
+    main = ModuleType("__main__")
+    main.__file__ = main_file
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.chdir(tmp_path)
+    with unreadable_main_skipped():
+        assert ("init_main_from_path" not in spawn.get_preparation_data("w")) is skipped
+    assert main.__file__ == main_file
 
 
 def test_a_shard_of_one_large_document_holds_a_few_bytes_a_token(data, tmp_path) -> None:

@@ -504,6 +504,26 @@ def test_a_stop_signal_reaching_a_loader_worker_before_its_init_fn_leaves_it_run
     assert gone(worker)
 
 
+def test_loader_workers_start_without_running_a_main_file_they_could_not_read(monkeypatch):
+    """Under spawn or forkserver (macOS; Linux from Python 3.14) a loader worker runs `__main__`'s file again:
+    from `python - < train.py` that is `<stdin>`, and every worker died as it started. What the workers are
+    sent as they start (get_preparation_data) now names no main file to run, as under `python -c`."""
+    from multiprocessing import spawn
+    from types import ModuleType
+
+    main = ModuleType("__main__")
+    main.__file__ = "<stdin>"
+    monkeypatch.setitem(sys.modules, "__main__", main)
+
+    class Loader:
+        def __iter__(self) -> Iterator[dict]:
+            return iter([spawn.get_preparation_data("worker")])  # what each worker started here gets
+
+    with stop_signals.loader_batches(Loader()) as batches:
+        assert "init_main_from_path" not in next(batches)
+    assert main.__file__ == "<stdin>"
+
+
 def test_workers_an_interrupted_shutdown_leaves_alive_are_killed():
     """A second Ctrl-C inside torch's own shutdown of the workers: those it left alive get SIGKILL, so none outlives
     the loop (multiprocessing would wait for them at exit without a timeout)."""
