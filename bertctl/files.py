@@ -349,7 +349,7 @@ def write_texts_atomic(texts: dict[Path, str | Iterable[str]], overwrite: bool =
 
 def _put_files_in_place(written: list[tuple[str, Path]], overwrite: bool) -> None:
     """Rename each temp file onto its path; without `overwrite`, only onto a path still free, and when one is
-    taken the ones already put in place (this call's own new files) are taken back."""
+    taken or cannot be written the ones already put in place (this call's own new files) are taken back."""
     if not overwrite:  # a link to nothing is no output to check_new_out: replaced, as it always was
         taken = next((path for _, path in written if path.exists()), None)
         if taken is not None:
@@ -365,9 +365,10 @@ def _put_files_in_place(written: list[tuple[str, Path]], overwrite: bool) -> Non
             except OSError as exc:
                 raise WriteFailed(path, exc) from None
             placed.append(path)
-    except OutAppeared:
-        for path in placed:
-            path.unlink(missing_ok=True)
+    except (OutAppeared, WriteFailed):
+        if not overwrite:  # with it, the placed files replaced older ones, which are gone
+            for path in placed:
+                path.unlink(missing_ok=True)
         raise
 
 

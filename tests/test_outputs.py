@@ -576,6 +576,28 @@ def test_a_link_to_nothing_at_out_is_replaced_without_overwrite_as_check_new_out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out", "p.csv"]
 
 
+def test_a_set_of_new_files_that_cannot_all_be_put_in_place_leaves_none(tmp_path, monkeypatch):
+    """Without --overwrite (the files were not there at the start), a rename failing part way takes back the files
+    of the set already in place: none of them is left, as the docstring of write_texts_atomic promises."""
+    from bertctl import files
+
+    first, second = tmp_path / "predictions.json", tmp_path / "nbest_predictions.json"
+    link, replace = os.link, os.replace
+
+    def failing(call):
+        def fail_on_second(src: str, dst: Path) -> None:
+            if Path(dst) == second:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            call(src, dst)
+        return fail_on_second
+
+    monkeypatch.setattr(files.os, "link", failing(link))
+    monkeypatch.setattr(files.os, "replace", failing(replace))
+    with pytest.raises(files.WriteFailed):
+        files.write_texts_atomic({first: "{}\n", second: "{}\n"}, overwrite=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_without_hard_links_a_file_made_meanwhile_is_kept_and_a_free_name_written(tmp_path, monkeypatch):
     """Where the file system has no hard links (os.link fails), a look just before the rename keeps a file another
     program made after the first look (OutAppeared), and a free name is still written; write_text_atomic passes
