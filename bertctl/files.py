@@ -300,15 +300,27 @@ def folder_undone_on_failure(folder: Path | str) -> Iterator[Path]:
     """`make_folder` undone when the block fails: a command that cannot start (its first record cannot be
     written, the disk already full) leaves no empty folder behind, and a folder that was there stays as it was."""
     folder = Path(folder)
-    made = [path for path in (folder, *folder.parents) if not path.exists()]
-    make_folder(folder)
+    made = not folder.exists()
+    with empty_folders_undone(folder):
+        make_folder(folder)
+        try:
+            yield folder
+        except BaseException:
+            if made:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+
+@contextmanager
+def empty_folders_undone(folder: Path | str) -> Iterator[None]:
+    """The folders from `folder` up that do not exist yet are removed again if the block fails and leaves them
+    empty: one another process has written in since, or that holds complete work, stays."""
+    made = [path for path in (Path(folder), *Path(folder).parents) if not path.exists()]
     try:
-        yield folder
+        yield
     except BaseException:
-        if made and made[0] == folder:
-            shutil.rmtree(folder, ignore_errors=True)
-        for path in made[1:]:
-            with suppress(OSError):  # one another process has written in since stays
+        for path in made:
+            with suppress(OSError):  # not empty
                 path.rmdir()
         raise
 
@@ -378,14 +390,10 @@ def _link_new(tmp: str, path: Path) -> None:
     the rename leaves a window of microseconds."""
     try:
         os.link(tmp, path)  # the temp name goes as the others do (write_texts_atomic)
-    except FileExistsError:
+    except OSError:  # the name taken, or no hard links on this file system
         if path.exists():
             raise OutAppeared(path) from None
-        os.replace(tmp, path)  # a link to nothing, there when check_new_out took the name for free
-    except OSError:  # no hard links on this file system
-        if path.exists():
-            raise OutAppeared(path) from None
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # free, or a link to nothing, which check_new_out took for a free name
 
 
 def json_ready(data: Any) -> Any:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from importlib import resources
 from pathlib import Path
 
 from bertctl.config import CorpusConfig, PretrainConfig, TokenizerTrainConfig
 from bertctl.errors import say
+from bertctl.files import empty_folders_undone
 from bertctl.tokenizer_folder import has_tokenizer
 from bertctl.training import Distributed, barrier
 
@@ -41,7 +40,7 @@ def prepare_quickstart(cfg: PretrainConfig, env: Distributed) -> PretrainConfig:
     tokenizer, corpus = data / "tokenizer", data / "corpus"
     text = str(bundled_text())
     if env.is_main:
-        with _empty_folders_undone(data):
+        with empty_folders_undone(data):  # a failure keeps only complete work: the tokenizer, the shards
             if not has_tokenizer(tokenizer):
                 say(f"quick start: training a {VOCAB_SIZE}-token WordPiece vocabulary on {text}")
                 train_tokenizer(TokenizerTrainConfig(inputs=(text,), out=tokenizer, vocab_size=VOCAB_SIZE))
@@ -55,17 +54,3 @@ def prepare_quickstart(cfg: PretrainConfig, env: Distributed) -> PretrainConfig:
     barrier(env)
     return dataclasses.replace(cfg, corpus=corpus)
 
-
-@contextmanager
-def _empty_folders_undone(data: Path) -> Iterator[None]:
-    """RUN and RUN/data made here go again, when left empty, if building fails (the tokenizer's save made them,
-    then failed): what a failed quick start keeps is only complete work a rerun reuses (the tokenizer) or
-    resumes (the corpus's shards in RUN/data/corpus.partial/)."""
-    made = [folder for folder in (data, *data.parents) if not folder.exists()]
-    try:
-        yield
-    except BaseException:
-        for folder in made:
-            with suppress(OSError):  # not empty: it holds work to keep
-                folder.rmdir()
-        raise
