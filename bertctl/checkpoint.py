@@ -353,18 +353,19 @@ def _head_options(ckpt: Checkpoint, name: str, head_kwargs: dict[str, Any]) -> d
         head_kwargs["num_labels"] = take_int("num_labels", head_kwargs["num_labels"], minimum=1)
     elif "num_labels" in params:
         head_kwargs["num_labels"] = ckpt.num_labels
-    folder_dropout = ckpt.raw_config.get("classifier_dropout")
-    if "classifier_dropout" in params and folder_dropout is not None and "classifier_dropout" not in head_kwargs:
-        head_kwargs["classifier_dropout"] = _dropout_rate(folder_dropout, ckpt.config_file)
+    if "classifier_dropout" not in head_kwargs and (folder_dropout := folder_head_dropout(ckpt, name)) is not None:
+        head_kwargs["classifier_dropout"] = folder_dropout
     return head_kwargs
 
 
-def check_head_dropout(ckpt: Checkpoint, architecture: str) -> None:
-    """config.json's classifier_dropout checked as `build_model` checks it where `architecture`'s head uses it: a
-    fine-tuning run builds its head after reading and encoding the data, too late to refuse the folder."""
+def folder_head_dropout(ckpt: Checkpoint, architecture: str) -> float | None:
+    """config.json's classifier_dropout, checked, where `architecture`'s head takes one (else None): what
+    `build_model` gives the head unless told otherwise. A fine-tuning run asks first, since it builds its head
+    after reading and encoding the data, too late to refuse the folder."""
     folder_dropout = ckpt.raw_config.get("classifier_dropout")
-    if folder_dropout is not None and "classifier_dropout" in inspect.signature(ARCHITECTURES[architecture]).parameters:
-        _dropout_rate(folder_dropout, ckpt.config_file)
+    if folder_dropout is None or "classifier_dropout" not in inspect.signature(ARCHITECTURES[architecture]).parameters:
+        return None
+    return _dropout_rate(folder_dropout, ckpt.config_file)
 
 
 def _dropout_rate(value: Any, config_file: Path | None = None) -> float:

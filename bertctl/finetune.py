@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import optim, run_metrics, stop_signals, training
-from bertctl.checkpoint import Checkpoint, check_head_dropout, model_tokenizer, read_checkpoint
+from bertctl.checkpoint import Checkpoint, folder_head_dropout, model_tokenizer, read_checkpoint
 from bertctl.config import FinetuneConfig
 from bertctl.config_types import take_config
 from bertctl.data.batches import rank_micro_batches, train_batches
@@ -366,7 +366,7 @@ def load_base(cfg: FinetuneConfig, precision: str, architecture: str | None = No
     model = Path(cfg.model)
     ckpt = read_checkpoint(model)
     if cfg.dropout is None and architecture is not None:
-        check_head_dropout(ckpt, architecture)
+        folder_head_dropout(ckpt, architecture)  # refused here, not after the data is encoded
     tokenizer = model_tokenizer(ckpt)
     if cfg.max_seq_length > ckpt.config.max_position_embeddings:
         raise UsageError(f"--max-seq-length {cfg.max_seq_length}: {model} takes at most "

@@ -19,7 +19,7 @@ from glue_fixtures import FILLER, KEYWORDS_3, write_glue_data
 from typer.testing import CliRunner
 
 from bertctl import finetune, finetune_classifier
-from bertctl.checkpoint import check_head_dropout, read_checkpoint, save_model
+from bertctl.checkpoint import folder_head_dropout, read_checkpoint, save_model
 from bertctl.cli import app
 from bertctl.config import BertConfig, FinetuneConfig
 from bertctl.data.batches import train_batches
@@ -718,7 +718,7 @@ def test_a_bad_classifier_dropout_kept_from_the_folder_is_refused_before_a_text_
         with pytest.raises(UsageError, match=r"config.json: classifier_dropout must be a number in \[0, 1\] or null"):
             run(FinetuneConfig(model=model, out=tmp_path / "out", dropout=None, **fields, **FAST))
     assert not (tmp_path / "out").exists()
-    check_head_dropout(read_checkpoint(model), "BertForQuestionAnswering")  # its head has none, as transformers'
+    assert folder_head_dropout(read_checkpoint(model), "BertForQuestionAnswering") is None  # its head has none
     given = FinetuneConfig(model=model, out=tmp_path / "out", dropout=0.1, **runs[1][1], **FAST)
     assert finetune.load_base(given, "fp32", "BertForSequenceClassification").ckpt.path == model  # --dropout's
 
