@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import numbers
 import reprlib
 import shutil
 from collections.abc import Callable
@@ -30,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from bertctl import __version__, nvidia_checkpoint
-from bertctl.checkpoint_checks import PROBLEM_TYPES, check_encoder, check_heads, check_other_keys
+from bertctl.checkpoint_checks import PROBLEM_TYPES, check_encoder, check_heads, check_other_keys, dropout_rate
 from bertctl.checkpoint_names import (
     DECODER_BIAS,
     DECODER_KEY,
@@ -348,7 +347,7 @@ def _head_options(ckpt: Checkpoint, name: str, head_kwargs: dict[str, Any]) -> d
     if "add_pooler" in head_kwargs:  # "no" would read as true
         head_kwargs["add_pooler"] = take_bool("add_pooler", head_kwargs["add_pooler"])
     if head_kwargs.get("classifier_dropout") is not None:  # a str fails deep in torch
-        head_kwargs["classifier_dropout"] = _dropout_rate(head_kwargs["classifier_dropout"])
+        head_kwargs["classifier_dropout"] = dropout_rate(head_kwargs["classifier_dropout"])
     if "num_labels" in head_kwargs:
         head_kwargs["num_labels"] = take_int("num_labels", head_kwargs["num_labels"], minimum=1)
     elif "num_labels" in params:
@@ -365,17 +364,7 @@ def folder_head_dropout(ckpt: Checkpoint, architecture: str) -> float | None:
     folder_dropout = ckpt.raw_config.get("classifier_dropout")
     if folder_dropout is None or "classifier_dropout" not in inspect.signature(ARCHITECTURES[architecture]).parameters:
         return None
-    return _dropout_rate(folder_dropout, ckpt.config_file)
-
-
-def _dropout_rate(value: Any, config_file: Path | None = None) -> float:
-    """A classifier_dropout argument, or config.json's: a number in [0, 1], or a one-line error (torch's is a
-    TypeError naming no file; `true` would drop every input)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
-        where, fix = (f"{config_file}: ", f"; fix {config_file.name}") if config_file else ("", "")
-        raise UsageError(f"{where}classifier_dropout must be a number in [0, 1]{' or null' if config_file else ''}, "
-                         f"got {reprlib.repr(value)}{fix}")
-    return float(value)
+    return dropout_rate(folder_dropout, ckpt.config_file)
 
 
 def load_model(path: Path | str, architecture: str | None = None, **head_kwargs: Any) -> BertTaskModel:

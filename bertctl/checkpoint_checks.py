@@ -8,7 +8,9 @@ stays the one entry point that reads and writes model folders.
 
 from __future__ import annotations
 
+import numbers
 import re
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,20 @@ def check_other_keys(config_file: Path, raw: dict[str, Any]) -> None:
     if problem_type is not None and problem_type not in PROBLEM_TYPES:  # transformers 4 refuses it too
         raise UsageError(f"{config_file}: problem_type {problem_type!r} is not one of {', '.join(PROBLEM_TYPES)}; "
                          f"fix or remove it")
+    if raw.get("classifier_dropout") is not None:  # transformers 5's config refuses "x" or true for every head
+        dropout_rate(raw["classifier_dropout"], config_file, any_number=True)
+
+
+def dropout_rate(value: Any, config_file: Path | None = None, *, any_number: bool = False) -> float:
+    """A classifier_dropout argument, or config.json's: a number in [0, 1] (any number with `any_number`: a head
+    without dropout never checks the range), or a one-line error (torch's is a TypeError naming no file; `true`
+    would drop every input)."""
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not number or not (any_number or 0 <= value <= 1):
+        where, fix = (f"{config_file}: ", f"; fix {config_file.name}") if config_file else ("", "")
+        raise UsageError(f"{where}classifier_dropout must be a number in [0, 1]{' or null' if config_file else ''}, "
+                         f"got {reprlib.repr(value)}{fix}")
+    return float(value)
 
 
 def check_encoder(config_file: Path, weights_file: Path, in_file: set[str], config: BertConfig,

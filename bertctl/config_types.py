@@ -124,15 +124,16 @@ def any_case(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
-def take_int(name: str, value: Any, minimum: int | None = None) -> int:
+def take_int(name: str, value: Any, minimum: int | None = None, own_range: bool = False) -> int:
     """A whole-number argument of a plain function, taken as a config field takes it (8.0 is 8), so that a
     Python caller gets the CLI's one-line error rather than a TypeError deep in torch; `name` is how the
-    message names it: the CLI flag where there is one (`--top-k`)."""
+    message names it: the CLI flag where there is one (`--top-k`). `own_range`: the caller checks the range
+    (a seed, whose message gives it whole), as a config's seed fields."""
     try:
         number = _coerce(int, value)
     except (ValueError, OverflowError):
         raise UsageError(f"{name} must be a whole number, got {_shown(value)}") from None
-    if _too_large(number):
+    if _too_large(number) and not own_range:
         raise UsageError(f"{name} must be below 2^32, got {number}")
     if minimum is not None and number < minimum:
         raise UsageError(f"{name} must be at least {minimum}, got {number}")

@@ -90,7 +90,7 @@ def _checked_numbers(samples: int | None, batch_size: int | None, seed: int | No
     """--samples (0: all rows), --batch-size and --seed as whole numbers, their defaults for None."""
     samples = DEFAULT_SAMPLES if samples is None else take_int("--samples", samples, minimum=0)
     batch_size = DEFAULT_BATCH_SIZE if batch_size is None else take_int("--batch-size", batch_size, minimum=1)
-    seed = DEFAULT_SEED if seed is None else take_int("--seed", seed)
+    seed = DEFAULT_SEED if seed is None else take_int("--seed", seed, own_range=True)
     check_seeds("--seed", (seed,))
     return samples, batch_size, seed
 

@@ -18,7 +18,7 @@ import torch
 
 from bertctl.config_types import take_bool
 from bertctl.data.glue import TASKS, Examples, GlueTask, get_task, read_split
-from bertctl.data.tabular import example_chunks
+from bertctl.data.tabular import example_chunks, known_rows
 from bertctl.errors import UsageError
 from bertctl.evaluate import (
     ClassifyRun,
@@ -129,7 +129,8 @@ def predict_classify(model: Path | str, data: str | Path, out: str | Path,
 def _read_encoded(run: ClassifyRun, data: str | Path) -> tuple[list[str] | range, str, Features]:
     """The file's row ids (positions: a range, not a string per row), what names them, and its rows encoded:
     read ENCODE_CHUNK rows at a time, each part's texts dropped once encoded, so that memory never holds the
-    texts of a whole big table."""
+    texts of a whole big table. The encoding bar's total is the rows a parquet file or saved split says it
+    holds; a text file's are known only once read."""
     ids: list[str] = []
     id_name = "index"
 
@@ -141,5 +142,5 @@ def _read_encoded(run: ClassifyRun, data: str | Path) -> tuple[list[str] | range
                 ids.extend(examples.ids)
             yield examples
 
-    features = run.scorer.encode_parts(parts())
+    features = run.scorer.encode_parts(parts(), known_rows(data))
     return ids if id_name != "index" else range(len(features)), id_name, features

@@ -201,8 +201,10 @@ def test_classifier_dropout_is_the_folders_unless_given(odd_config, tmp_path):
 def test_a_malformed_classifier_dropout_in_config_json_is_blamed_in_one_line(odd_config, tmp_path, value):
     """config.json's classifier_dropout went to torch unchecked: "0.3" or [0.1] stopped with "TypeError: '<' not
     supported between instances of 'str' and 'int'", 2 with torch's ValueError (neither naming the file), and true
-    built a head that drops every input in training. Now one line naming config.json (exit 2); a value the head
-    does not use (an encoder, a given classifier_dropout) is left alone, as transformers leaves it."""
+    built a head that drops every input in training. Now one line naming config.json (exit 2). A number out of
+    range that the head does not use (an encoder, a QA head, a given classifier_dropout) is left alone, as
+    transformers 5 leaves it; anything but a number is refused whatever the head, as its strict BertConfig does
+    (a QA head took "0.3" or true)."""
     from bertctl.model import BertForSequenceClassification
 
     folder = save_model(BertForSequenceClassification(odd_config, num_labels=2), tmp_path / "clf")
@@ -213,8 +215,15 @@ def test_a_malformed_classifier_dropout_in_config_json_is_blamed_in_one_line(odd
         load_model(folder)
     result = CliRunner().invoke(app, ["convert", str(folder), "-o", str(tmp_path / "out")])
     assert result.exit_code == 2 and "classifier_dropout must be a number" in result.stderr, result.output
-    assert load_model(folder, classifier_dropout=0.2).dropout.p == 0.2
-    assert load_model(folder, "BertModel").fresh_heads == ()
+    unused = [lambda: load_model(folder, classifier_dropout=0.2).dropout.p == 0.2,
+              lambda: load_model(folder, "BertModel").fresh_heads == (),
+              lambda: load_model(folder, "BertForQuestionAnswering").fresh_heads == ("question_answering",)]
+    for load in unused:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            with pytest.raises(UsageError, match=f"^{re.escape(str(folder / 'config.json'))}: classifier_dropout"):
+                load()
+        else:
+            assert load()
 
 
 def test_save_is_atomic_and_refuses_to_overwrite(odd_config, tmp_path):

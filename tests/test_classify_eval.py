@@ -566,7 +566,10 @@ def test_evaluate_classify_refuses_a_precision_the_device_cannot_run_before_a_te
 
 def test_the_encoding_bar_knows_its_total_from_the_first_read(pair_run, encoder, tmp_path, monkeypatch):
     """The rows counted by the read for labels are the encoding bar's total (it had none: no ETA), in evaluate and
-    in finetune alike."""
+    in finetune alike; predict, which reads its file once, takes a parquet file's from its footer."""
+    import pyarrow.csv
+    import pyarrow.parquet
+
     from bertctl import evaluate
 
     totals: list[int | None] = []
@@ -580,6 +583,14 @@ def test_the_encoding_bar_knows_its_total_from_the_first_read(pair_run, encoder,
     finetune_classify(FinetuneConfig(model=encoder, train=_write_csv(tmp_path / "t.csv", ("text", "label"), rows),
                                      text_columns=("text",), out=tmp_path / "run", epochs=1, **FAST))
     assert totals[0] == 3
+    totals.clear()
+    table = tmp_path / "dev.parquet"
+    pyarrow.parquet.write_table(pyarrow.csv.read_csv(dev), table)
+    predict_classify(run, table, tmp_path / "p.csv")
+    assert totals[0] == 32
+    totals.clear()
+    predict_classify(run, dev, tmp_path / "q.csv")
+    assert totals[0] is None  # a csv's rows are known once read: not read twice for a bar
 
 
 def test_evaluate_refuses_a_label_the_model_lacks_before_it_encodes_a_text(tmp_path: Path) -> None:

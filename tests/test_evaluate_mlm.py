@@ -220,6 +220,7 @@ def test_the_python_function_is_exported_where_evaluate_glue_is():
     ("bad_split", "--split 'test': choose validation or train"),
     ("bad_samples", "--samples must be at least 0"),
     ("negative_seed", "--seed -1: give a whole number from 0 to 4294967295"),
+    ("huge_seed", "--seed 4294967296: give a whole number from 0 to 4294967295"),  # the other commands' words
     ("empty_precision", "--precision '': choose one of auto, fp32, bf16, fp16"),
 ])
 def test_refusals_are_one_line(corpora, tmp_path, case, said):
@@ -238,7 +239,7 @@ def test_refusals_are_one_line(corpora, tmp_path, case, said):
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
     flags = {"bad_split": ["--split", "test"], "bad_samples": ["--samples", "-1"], "negative_seed": ["--seed", "-1"],
-             "empty_precision": ["--precision", ""]}.get(case, [])
+             "huge_seed": ["--seed", "4294967296"], "empty_precision": ["--precision", ""]}.get(case, [])
     code, out, err = _cli("--model", str(folder), "--corpus", str(corpus), "--device", "cpu", *flags)
     assert code == 2, (out, err)
     assert said in err and len(err.strip().splitlines()) == 1, err

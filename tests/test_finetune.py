@@ -700,8 +700,10 @@ def test_a_one_segment_model_on_two_text_columns_is_refused_before_the_files_are
 def test_a_bad_classifier_dropout_kept_from_the_folder_is_refused_before_a_text_is_tokenized(
         encoder, small_glue, tmp_path, monkeypatch):
     """With `dropout: null` the head takes config.json's classifier_dropout (transformers refuses "x" and 2 too):
-    it was checked when the head was built, after every file had been read and tokenized."""
+    it was checked when the head was built, after every file had been read and tokenized. SQuAD's head has no
+    dropout, yet transformers 5's strict config refuses "x" for it too (bertctl took it); 2 it leaves alone."""
     from bertctl.finetune_multiple_choice import finetune_choice
+    from bertctl.finetune_qa import finetune_squad
     from bertctl.finetune_tagging import finetune_ner
 
     model = shutil.copytree(encoder, tmp_path / "model")
@@ -711,13 +713,18 @@ def test_a_bad_classifier_dropout_kept_from_the_folder_is_refused_before_a_text_
     table = _table(tmp_path / "t.csv", [("a", "yes"), ("b", "no")])
     (tmp_path / "ner.txt").write_text("EU B-ORG\nrejects O\n\nPeter B-PER\n")
     (tmp_path / "swag.csv").write_text("sent1,sent2,ending0,ending1,label\na,b,c,d,0\n")
+    (tmp_path / "squad.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": "EU rejects", "qas": [{"id": "1", "question": "who?", "answers": [
+            {"text": "EU", "answer_start": 0}]}]}]}]}))
     runs = [(finetune_glue, {"task": "rte", "data": small_glue}),
             (finetune_classify, {"train": table, "text_columns": ("text",)}),
-            (finetune_ner, {"train": tmp_path / "ner.txt"}), (finetune_choice, {"train": tmp_path / "swag.csv"})]
+            (finetune_ner, {"train": tmp_path / "ner.txt"}), (finetune_choice, {"train": tmp_path / "swag.csv"}),
+            (finetune_squad, {"train": tmp_path / "squad.json", "max_query_length": 8})]
     for run, fields in runs:
         with pytest.raises(UsageError, match=r"config.json: classifier_dropout must be a number in \[0, 1\] or null"):
             run(FinetuneConfig(model=model, out=tmp_path / "out", dropout=None, **fields, **FAST))
     assert not (tmp_path / "out").exists()
+    (model / "config.json").write_text(json.dumps({**config, "classifier_dropout": 2}))
     assert folder_head_dropout(read_checkpoint(model), "BertForQuestionAnswering") is None  # its head has none
     given = FinetuneConfig(model=model, out=tmp_path / "out", dropout=0.1, **runs[1][1], **FAST)
     assert finetune.load_base(given, "fp32", "BertForSequenceClassification").ckpt.path == model  # --dropout's

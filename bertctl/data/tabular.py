@@ -176,6 +176,25 @@ def _saved_rows(path: Path, columns: Sequence[str], flag: str) -> Iterator[tuple
     yield from _numbered(iter(table.to_batches(ARROW_BATCH)))
 
 
+def known_rows(path: str | Path, flag: str = "--data") -> int | None:
+    """How many rows a .parquet file (its footer says) or a saved split (its arrow table) holds, found without
+    reading a row: a progress bar's total. None for a text file, whose rows are known only once read (a big
+    one is not read twice for a bar), and for one that cannot be read, which the read then refuses."""
+    try:
+        path = user_path(path, flag)
+        if path.is_dir():
+            from bertctl.data.hub_copies import read_saved
+
+            return read_saved(path, flag)[0].num_rows
+        if path.suffix.lower() == ".parquet" and path.is_file():  # a pipe's bytes come once: left to the read
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(path).metadata.num_rows
+    except (OSError, ValueError, UsageError):  # pyarrow's ArrowInvalid is a ValueError
+        return None
+    return None
+
+
 _READERS = {".csv": _csv_rows, ".tsv": _tsv_rows, ".jsonl": _jsonl_rows, ".parquet": _parquet_rows}
 
 
