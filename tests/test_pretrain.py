@@ -74,11 +74,12 @@ def losses(run: Path) -> dict[int, float]:
 def test_loss_falls_and_run_writes_its_files(corpus, tmp_path):
     from bertctl.pretrain import pretrain
 
-    final = pretrain(small_run(corpus, tmp_path / "run", steps=40, save_every=20, eval_every=20, eval_samples=64))
+    final = pretrain(small_run(corpus, tmp_path / "run", steps=40, save_every=10, keep=2, eval_every=20,
+                               eval_samples=64))
     curve = losses(tmp_path / "run")
     assert np.mean([curve[s] for s in range(36, 41)]) < np.mean([curve[s] for s in range(1, 6)]) - 0.5
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["final", "metrics.jsonl", "run.json",
-                                                                     "step-000020"]
+                                                                     "step-000020", "step-000030"]  # --keep 2
     assert sorted(p.name for p in final.iterdir()) == [
         "config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
         "trainer_state.json", "training_state.safetensors", "vocab.txt"]
@@ -108,16 +109,17 @@ def test_run_json_records_the_cpu_threads_that_round_the_sums(corpus, tmp_path):
 
 
 def test_resume_mid_epoch_reproduces_the_uninterrupted_run(corpus, tmp_path):
+    """With accumulation (two micro-batches a step): the data position is counted in global batches."""
     from bertctl.pretrain import pretrain
 
-    pretrain(small_run(corpus, tmp_path / "full"))
+    pretrain(small_run(corpus, tmp_path / "full", micro_batch_size=4))
     shutil.copytree(tmp_path / "full", tmp_path / "resumed")
     for name in ("final", "step-000008"):  # as if killed between step 5 and step 8
         shutil.rmtree(tmp_path / "resumed" / name)
     metrics = tmp_path / "resumed" / "metrics.jsonl"
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     metrics.write_text("".join(json.dumps({**r, "elapsed": 1000.0 + r["step"]}) + "\n" for r in rows))
-    pretrain(small_run(corpus, tmp_path / "resumed", resume=True))
+    pretrain(small_run(corpus, tmp_path / "resumed", resume=True, micro_batch_size=4))
     full, resumed = losses(tmp_path / "full"), losses(tmp_path / "resumed")
     assert sorted(resumed) == list(range(1, 13))
     assert max(abs(full[s] - resumed[s]) for s in range(5, 13)) < 1e-5
@@ -1235,15 +1237,19 @@ def test_nan_steps_are_skipped_then_the_run_stops_with_one_line(corpus, tmp_path
 
 
 def test_a_resume_goes_on_counting_the_nan_steps_in_a_row_its_checkpoint_ended_with(corpus, tmp_path):
-    """Saved after its first NaN step (step 2), the run resumed from there stops at step 4, as it did unstopped."""
+    """Saved after its first NaN step (step 2), the run resumed from there stops at step 4, as it did unstopped,
+    and its metrics rows go on counting the skipped steps."""
     from bertctl.pretrain import pretrain
 
     flags = {"steps": 10, "lr": 1e30, "warmup_steps": 0, "clip": 0, "max_bad_steps": 3, "save_every": 1}
     with pytest.raises(BertctlError, match="NaN/inf for 3 steps in a row at step 4;"):
         pretrain(small_run(corpus, tmp_path / "run", **flags))
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    skipped = [json.loads(line)["skipped_steps"] for line in metrics.read_text().splitlines()]
     shutil.rmtree(tmp_path / "run" / "step-000003")
     with pytest.raises(BertctlError, match="NaN/inf for 3 steps in a row at step 4;"):
         pretrain(small_run(corpus, tmp_path / "run", resume=True, **flags))
+    assert [json.loads(line)["skipped_steps"] for line in metrics.read_text().splitlines()] == skipped == [0, 1, 2]
 
 
 def test_fp16_loss_scaler_skips_count_as_skipped_steps_and_never_stop_the_run(corpus, tmp_path, monkeypatch):

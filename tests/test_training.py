@@ -240,15 +240,18 @@ def test_pythons_and_numpys_generators_come_back_through_the_json_of_a_checkpoin
 
     import numpy as np
 
+    def draws() -> tuple:
+        return random.random(), np.random.rand(3).tolist(), np.random.normal(), torch.rand(3).tolist()
+
     training_state.seed_everything(11)
     tensors, info = training_state.rng_state()
     info = json.loads(json.dumps(info))  # as training_state.json stores it
-    expected = (random.random(), np.random.rand(3).tolist(), np.random.normal())
+    expected = draws()
     training_state.seed_everything(12)
     training_state.set_rng_state(tensors, info, rank=0)
-    assert (random.random(), np.random.rand(3).tolist(), np.random.normal()) == expected
-    training_state.seed_everything(11)  # and a new run with the same seed draws them too
-    assert (random.random(), np.random.rand(3).tolist(), np.random.normal()) == expected
+    assert draws() == expected
+    training_state.seed_everything(11)  # and a new run with the same seed draws them too, torch's dropout included
+    assert draws() == expected
 
 
 def test_a_gpu_runs_rng_state_resumed_on_the_cpu_opens_no_cuda_context(monkeypatch):
@@ -938,6 +941,24 @@ def test_clip_0_turns_clipping_off():
     assert result.grad_norm > 1
     for old, new, gradient in zip(before, model.parameters(), gradients, strict=True):
         torch.testing.assert_close(old - new.detach(), gradient, rtol=1e-6, atol=1e-6)
+
+
+def test_a_loss_scaler_clips_and_reports_the_unscaled_gradients():
+    """fp16's scaled gradients are unscaled before the clip: clipped while still scaled, the update would be 1/scale
+    of the clipped one and the logged grad_norm `scale` times the true one."""
+    batch = {"x": torch.randn(3, 4, generator=torch.Generator().manual_seed(0)) * 10, "scale": torch.tensor(1.0)}
+    stepped = []
+    for scaler in (None, torch.amp.GradScaler("cpu", init_scale=2.0**10)):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        sgd = torch.optim.SGD(model.parameters(), lr=1.0, fused=True)
+        [result] = training.resolve_steps([training.optimizer_step(model, [batch], sgd, _terms, _weights,
+                                                                   training.Distributed(), "fp32", scaler, 0.5)])
+        stepped.append((result.grad_norm, [p.detach().clone() for p in model.parameters()]))
+    (plain_norm, plain), (scaled_norm, scaled) = stepped
+    assert plain_norm > 0.5 and scaled_norm == pytest.approx(plain_norm, rel=1e-6)
+    for a, b in zip(plain, scaled, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("fp16", torch.float16),
