@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertctl.data.batches import BatchPlan, pad_batch, pair_rows, shuffled_index
+from bertctl.data.batches import BatchPlan, Collator, pad_batch, pair_rows, shuffled_index
 from bertctl.data.masking import row_keys
 
 
@@ -68,6 +68,26 @@ def test_pad_batch_keeps_the_segments_and_masks_only_the_padding() -> None:
     assert padded["token_type_ids"].tolist() == [[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]
     assert padded["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
     assert pad_batch([[2, 3]], None, pad_id=0, width=4)["attention_mask"].tolist() == [[1, 1, 0, 0]]
+
+
+def test_the_collator_feeds_the_masked_ids_labels_the_originals_and_masks_each_epoch_afresh() -> None:
+    """Dynamic masking: the model must read the masked ids (mostly [MASK] where a label is, the originals
+    elsewhere), the NSP labels pass as they came, and the same row is masked anew in the next epoch."""
+    draw = np.random.default_rng(0)
+    ids = [[2, *draw.integers(5, 60, 40), 3], [2, *draw.integers(5, 60, 25), 3]]
+    rows = {"input_ids": ids, "token_type_ids": [[0] * len(row) for row in ids], "next_sentence_label": [1, 0]}
+    masking = {"special_ids": (2, 3, 0), "pad_id": 0, "vocab_size": 60, "mask_id": 4, "masked_lm_prob": 0.15,
+               "max_predictions_per_seq": 20}
+    collate, row_ids = Collator(0, masking, seed=7), np.array([5, 9])
+    batch = collate(rows, np.zeros(2, np.int64), row_ids)
+    original = pad_batch(ids, None, pad_id=0)["input_ids"]
+    labelled = batch["mlm_labels"].numpy() != -100
+    assert labelled.sum() >= 8 and (batch["mlm_labels"].numpy()[labelled] == original[labelled]).all()
+    assert (batch["input_ids"].numpy()[~labelled] == original[~labelled]).all()
+    assert (batch["input_ids"].numpy()[labelled] == 4).sum() >= labelled.sum() // 2
+    assert batch["next_sentence_label"].tolist() == [1, 0]
+    next_epoch = collate(rows, np.ones(2, np.int64), row_ids)["mlm_labels"].numpy() != -100
+    assert not np.array_equal(next_epoch, labelled)
 
 
 def test_pair_rows_give_segment_0_to_cls_a_sep_and_1_to_b_sep() -> None:

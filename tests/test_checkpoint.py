@@ -477,9 +477,12 @@ def test_a_classifier_may_have_another_number_of_outputs_but_not_another_width(o
         read_checkpoint(tmp_path / "mnli")
 
 
-@pytest.mark.parametrize(("architecture", "options"), [("BertForSequenceClassification", {"num_labels": 3}),
-                                                       ("BertForPreTraining", {}), ("BertForQuestionAnswering", {})])
-def test_fresh_heads_are_drawn_as_transformers_draws_them(tmp_path, architecture, options):
+@pytest.mark.parametrize(("source", "architecture", "options"), [
+    ("BertForMaskedLM", "BertForSequenceClassification", {"num_labels": 3}),
+    ("BertForMaskedLM", "BertForPreTraining", {}), ("BertForMaskedLM", "BertForQuestionAnswering", {}),
+    ("BertModel", "BertForMaskedLM", {}),  # a fresh MLM head: its LayerNorm starts at 1 and 0 too
+])
+def test_fresh_heads_are_drawn_as_transformers_draws_them(tmp_path, source, architecture, options):
     """transformers' from_pretrained draws only the heads a folder lacks from the caller's RNG. bertctl initialised
     the whole model at random first, so for one seed a new head differed from transformers' (and the caller's RNG
     had moved on by a whole model's draws)."""
@@ -488,7 +491,7 @@ def test_fresh_heads_are_drawn_as_transformers_draws_them(tmp_path, architecture
     torch.manual_seed(1)
     config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=64)
-    transformers.BertForMaskedLM(config).save_pretrained(tmp_path)  # no pooler, no NSP head
+    getattr(transformers, source)(config).save_pretrained(tmp_path)  # no NSP head; no pooler or no MLM head
     torch.manual_seed(0)
     theirs = getattr(transformers, architecture).from_pretrained(tmp_path, **options).state_dict()
     after_theirs = torch.rand(4)

@@ -1338,7 +1338,7 @@ def test_compiled_training_builds_one_graph(corpus, tmp_path, monkeypatch):
     torch._dynamo.reset()
 
 
-def test_the_mlm_head_reads_fixed_slots_when_compiled_and_on_cuda():
+def test_the_mlm_head_reads_fixed_slots_when_compiled_and_on_cuda(odd_config):
     """Compiled graphs want fixed shapes, and on a GPU picking the masked positions (a boolean index) would make the
     host wait for the device every forward pass: both read max_predictions_per_seq slots per row; the CPU's eager
     runs the masked positions as they fall."""
@@ -1350,6 +1350,18 @@ def test_the_mlm_head_reads_fixed_slots_when_compiled_and_on_cuda():
     assert _mlm_slots(manifest, compiled=False, device=torch.device("cpu")) is None
     assert _mlm_slots(manifest, compiled=True, device=torch.device("cpu")) == 20
     assert _mlm_slots(manifest, compiled=False, device=torch.device("cuda", 1)) == 20
+
+    from bertctl.model import BertForMaskedLM
+    from bertctl.pretraining_objective import loss_terms
+
+    model, shapes = BertForMaskedLM(odd_config), []
+    model.register_forward_hook(lambda module, args, kwargs, out: shapes.append(tuple(out.logits.shape)),
+                                with_kwargs=True)
+    ids = torch.randint(5, odd_config.vocab_size, (2, 9))
+    labels = torch.full_like(ids, -100)
+    labels[:, 3] = 7
+    loss_terms(model, {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "mlm_labels": labels}, 4)
+    assert shapes == [(2 * 4, odd_config.vocab_size)]  # the step's loss terms run the head on those slots
 
 
 def test_a_warmup_as_long_as_the_run_is_warned_about(corpus, tmp_path, caplog):
