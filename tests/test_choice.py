@@ -137,6 +137,9 @@ def test_reading_swag_csv_and_jsonl(tmp_path):
     data = read_choice(jsonl, "--train")
     assert data.choices == [["to paris", "to york", "to city"], ["a", "b", "c"]] and data.labels == [1, 0]
     assert data.ids == ["0", "q7"] and data.num_choices == 3
+    bare = tmp_path / "bare.csv"  # SWAG's columns without fold-ind: rows named by their number from 0
+    bare.write_text("sent1,sent2,ending0,ending1,label\na,b,c,d,0\ne,f,g,h,1\n", encoding="utf-8")
+    assert read_choice(bare, "--train").ids == ["0", "1"]
 
 
 

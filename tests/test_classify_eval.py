@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -230,7 +231,7 @@ def test_finetuning_a_head_that_orders_its_labels_otherwise_keeps_its_prediction
     for item in run.iterdir():
         if item.is_file() and item.name not in ("run.json", "model.safetensors", "config.json"):
             (swapped / item.name).write_bytes(item.read_bytes())
-    weights = load_file(run / "model.safetensors")
+    weights, original = load_file(run / "model.safetensors"), load_file(run / "model.safetensors")
     weights.update({k: weights[k].flip(0).contiguous() for k in ("classifier.weight", "classifier.bias")})
     save_file(weights, swapped / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((run / "config.json").read_text())
@@ -243,6 +244,9 @@ def test_finetuning_a_head_that_orders_its_labels_otherwise_keeps_its_prediction
     assert json.loads((again / "config.json").read_text())["id2label"] == {"0": "no", "1": "yes"}
     after = evaluate_classify(again, dev)
     assert after["accuracy"] == before["accuracy"] >= 0.8
+    kept = load_file(again / "model.safetensors")  # every row moved back: the bias as well as the weight
+    for name in ("classifier.weight", "classifier.bias"):
+        torch.testing.assert_close(kept[name], original[name], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize(("command", "extra", "edit", "code", "expected"), [
@@ -505,6 +509,10 @@ def test_a_model_with_generic_labels_is_scored_on_class_ids(pair_run, tmp_path, 
     result = _cli("evaluate", "classify", "--model", bare, "--data", bad, "--text-columns", "premise,answer",
                   "--label-column", "y")
     assert result.exit_code == 2 and "bad.csv:2: label '2' is not one of LABEL_0, LABEL_1" in result.stderr
+    record = json.loads((run / "run.json").read_text())
+    (bare / "run.json").write_text(json.dumps({**record, "labels": ["LABEL_0", "LABEL_1"]}))
+    result = _cli("evaluate", "classify", "--model", bare, "--data", ids)  # a run's own classes: names, not ids
+    assert result.exit_code == 2 and "is not one of LABEL_0, LABEL_1" in result.stderr
 
 
 def test_sentence_pairs_are_refused_for_a_model_with_one_segment_embedding(tmp_path):
@@ -717,3 +725,35 @@ def test_a_tie_goes_to_the_models_first_output_whatever_the_task_order():
     assert to_predictions(raw[:, order], False, order).tolist() == [1, 2, 1]
     assert to_predictions(raw, False).tolist() == [0, 1, 0]
     assert np.isnan(to_predictions(np.array([[np.nan, 1.0, 0.0]]), False, order)).all()
+
+
+def test_a_regression_is_scored_on_its_single_output_as_stsb_is(monkeypatch):
+    """STS-B's head has one output, the score itself: never an argmax over it (always class 0)."""
+    from scipy.stats import pearsonr, spearmanr
+
+    from bertctl import evaluate
+    from bertctl.data.glue import get_task
+
+    logits = np.array([[0.5], [2.0], [-1.0], [4.5]], dtype=np.float32)
+    gold = np.array([1.0, 2.5, 0.0, 5.0])
+    assert to_predictions(logits, True).tolist() == [0.5, 2.0, -1.0, 4.5]
+    monkeypatch.setattr(evaluate, "predict_logits", lambda *args, **kwargs: logits)
+    split = SimpleNamespace(labels=gold)
+    results = evaluate.score(get_task("stsb"), None, {"dev": split}, 0, 4, torch.device("cpu"), "fp32")
+    assert results["dev"] == pytest.approx({"pearson": pearsonr(logits[:, 0], gold)[0],
+                                            "spearman": spearmanr(logits[:, 0], gold)[0]})
+
+
+def test_scoring_flags_win_over_the_runs_settings_which_win_over_the_defaults(tmp_path):
+    from bertctl.evaluate import run_scorer
+
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=512))
+
+    def settings(max_seq_length, batch_size):
+        scorer = run_scorer(tmp_path, model, None, max_seq_length, batch_size)[0]
+        return scorer.max_seq_length, scorer.batch_size
+
+    assert settings(None, None) == (FinetuneConfig.max_seq_length, FinetuneConfig.eval_batch_size)
+    (tmp_path / "run.json").write_text(json.dumps({"config": {"max_seq_length": 64, "eval_batch_size": 8}}))
+    assert settings(None, None) == (64, 8)
+    assert settings(32, 4) == (32, 4)

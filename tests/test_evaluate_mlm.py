@@ -31,11 +31,12 @@ def _corpus(root: Path, name: str, **settings) -> Path:
 
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory) -> dict[str, Path]:
-    """MLM+NSP corpora with dynamic and static masks, and one without a validation split."""
+    """MLM+NSP corpora with dynamic (not the default 15%) and static masks, and one without a validation split."""
     root = tmp_path_factory.mktemp("evaluate_mlm")
     BertTokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *WORDS]).save(root / "tok")
     _write_text(root / "docs.txt", documents=60, seed=3)
-    return {"dynamic": _corpus(root, "dynamic"), "static": _corpus(root, "static", masking="static"),
+    return {"dynamic": _corpus(root, "dynamic", masked_lm_prob=0.3),
+            "static": _corpus(root, "static", masking="static"),
             "no_validation": _corpus(root, "no_validation", validation_fraction=0.0)}
 
 

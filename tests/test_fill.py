@@ -54,10 +54,10 @@ def mlm_folder(tmp_path_factory):
     return _saved_mlm(tmp_path_factory.mktemp("mlm"))
 
 
-def reference_fill(folder, text, k):
+def reference_fill(folder, text, k, **encode):
     tokenizer = transformers.BertTokenizer.from_pretrained(folder)
     model = transformers.BertForMaskedLM.from_pretrained(folder).eval()
-    encoded = tokenizer(text, return_tensors="pt")
+    encoded = tokenizer(text, return_tensors="pt", **encode)
     with torch.no_grad():
         logits = model(**encoded).logits[0]
     positions = (encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten()
@@ -234,8 +234,18 @@ def test_a_tokenizer_larger_than_the_embedding_matrix_is_refused(padded_folder, 
 
 
 def test_fill_truncate_keeps_early_masks(mlm_folder):
-    [result] = fill(["[MASK] " + "word " * 40], mlm_folder, top_k=2, truncate=True)
+    """Cut as the tokenizer's truncation=True cuts: the last of the model's 24 positions is [SEP]."""
+    text = "[MASK] " + "word " * 40
+    [result] = fill([text], mlm_folder, top_k=2, truncate=True)
     assert len(result.predictions) == 1
+    ids, scores = reference_fill(mlm_folder, text, 2, truncation=True, max_length=24)
+    assert [[p.token_id for p in mask] for mask in result.predictions] == ids
+    got = torch.tensor([[p.score for p in mask] for mask in result.predictions])
+    assert (got - torch.tensor(scores)).abs().max().item() < 1e-4
+    tokenizer = transformers.BertTokenizer.from_pretrained(mlm_folder)
+    cut = tokenizer(text, truncation=True, max_length=24)["input_ids"]  # 21 words kept, not 22
+    assert result.filled == tokenizer.decode([ids[0][0] if t == tokenizer.mask_token_id else t for t in cut],
+                                             skip_special_tokens=True)
 
 
 def test_fill_truncate_keeps_a_list_for_every_mask_it_cut_off(mlm_folder):

@@ -311,6 +311,12 @@ def test_logits_and_loss_equal_transformers(tmp_path):
     torch.testing.assert_close(loss, b.loss, atol=1e-5, rtol=0)
     assert right == (b.logits.argmax(-1) == labels).sum() and _labelled(batch)["task"] == 6
     assert _labelled({**batch, "real": torch.tensor([True, False])})["task"] == 4  # a row flagged off weighs 0
+    per_row = (b.logits.argmax(-1) == labels).sum(-1)
+    assert per_row.min() < per_row.sum()  # so a row flagged off that is counted shows
+    for row in (0, 1):  # nor counts as right
+        with torch.no_grad():
+            flagged = _loss_terms(ours, {**batch, "real": torch.arange(2) == row})["task"][1]
+        assert flagged == per_row[row]
 
 
 # --- end to end ---------------------------------------------------------------------------------------------
