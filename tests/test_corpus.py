@@ -228,6 +228,15 @@ def test_validation_documents_are_numbered_over_all_shards(data, shard_size_mb: 
     held = {(i - FIRST_BASE) // 48 for row in rows(corpus["validation"]) for i in row["input_ids"]
             if FIRST_BASE <= i < FIRST_BASE + len(BASES)}
     assert held == {0, 5, 10, 15, 20, 25, 30, 35}
+    import pyarrow as pa
+
+    files = sorted((data["root"] / f"held{shard_size_mb}" / "train").glob("*.arrow"))
+    spans = []  # each data file's documents: the shards in input order, never another
+    for file in files:
+        ids = pa.ipc.open_stream(pa.OSFile(str(file))).read_all().column("input_ids").combine_chunks().flatten()
+        documents = (ids.to_numpy()[ids.to_numpy() >= FIRST_BASE] - FIRST_BASE) // 48
+        spans.append((documents.min(), documents.max()))
+    assert all(before[1] <= after[0] for before, after in itertools.pairwise(spans))
 
 
 @pytest.mark.parametrize("fraction", [0.0, 0.25])
@@ -320,6 +329,11 @@ def test_neighbours_are_the_nearest_documents_and_a_bounded_sample() -> None:
     unspaced = _sample(["字" * 1_000_000])  # text without spaces is cut where the runs fall
     assert len(unspaced) == SAMPLE_CHARS // RUN_CHARS and sum(len(line) + 1 for line in unspaced) == SAMPLE_CHARS
     assert _sample(sample) == sample  # a sample fits its own size: cutting again changes nothing
+    many = [ShardJob(0, 0, [["first"]], 100, 0), ShardJob(1, 1, [[f"many{d}"] for d in range(6)], 60, 0),
+            ShardJob(2, 7, [["last"]], 100, 0)]  # a shard of more documents than NEIGHBOURS between two lone ones
+    head, _, tail = sorted(with_neighbours(many, 0.0), key=lambda job: job.index)
+    assert [n[0] for n in head.neighbours[0]] == ["many0", "many1", "many2", "many3"]  # the nearest after it
+    assert [n[0] for n in tail.neighbours[0]] == ["many5", "many4", "many3", "many2"]  # the nearest before it
 
 
 def test_same_bytes_for_any_worker_count(data) -> None:
@@ -345,6 +359,8 @@ def test_static_is_dynamic_plus_masks(data) -> None:
             restored[position] = original
         assert restored == plain["input_ids"] and masked["token_type_ids"] == plain["token_type_ids"]
         assert masked["next_sentence_label"] == plain["next_sentence_label"]
+    drawn = [tuple(row["input_ids"]) for row in rows(dynamic["train"])]
+    assert len(set(drawn)) > 0.75 * len(drawn)  # each dupe draws instances of its own, not the first one's again
 
 
 def test_whole_word_masking_keeps_words_whole(data) -> None:
@@ -434,6 +450,15 @@ def test_resume_takes_the_same_files_named_another_way_and_says_when_it_starts_o
     (data["root"] / "changed.partial" / "build.json").write_text('{"key": "another build"}')
     build(data, "changed", "small", shard_size_mb=0.02)
     assert "changed.partial holds an interrupted build of other inputs, tokenizer or settings" in caplog.text
+    other = data["root"] / "tok-other"  # another vocabulary with the same settings: another build as well
+    BertTokenizer.from_vocab([*VOCAB, "##extra"], lowercase=True).save(other)
+    _interrupt_after(monkeypatch, 0)
+    with pytest.raises(KeyboardInterrupt):
+        build(data, "revocab", "small", shard_size_mb=0.02)
+    with pytest.raises(KeyboardInterrupt):
+        build_corpus(CorpusConfig(inputs=(str(data["small"]),), tokenizer=other, out=data["root"] / "revocab",
+                                  max_seq_length=64, workers=1, shard_size_mb=0.02))
+    assert "revocab.partial holds an interrupted build of other inputs, tokenizer or settings" in caplog.text
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -449,9 +474,9 @@ def test_resume_rebuilds_damaged_shards(data, monkeypatch, caplog, workers: int)
     shards = data["root"] / f"damaged-{workers}.partial" / "shards"
     with open(shards / "train-000000.arrow", "r+b") as handle:
         handle.truncate(1000)
-    spoiled = bytearray((shards / "train-000001.arrow").read_bytes())
+    spoiled = bytearray((shards / "validation-000001.arrow").read_bytes())  # a validation file is checked too
     spoiled[-100] ^= 1
-    (shards / "train-000001.arrow").write_bytes(spoiled)
+    (shards / "validation-000001.arrow").write_bytes(spoiled)
     (shards / "000002.json").write_text("{", encoding="utf-8")
     calls.clear()
     monkeypatch.setattr(ShardBuilder, "build", lambda self, job: calls.append(job.index) or
@@ -469,6 +494,27 @@ def test_resume_rebuilds_damaged_shards(data, monkeypatch, caplog, workers: int)
     assert files == sorted(p.relative_to(resumed) for p in resumed.rglob("*") if p.is_file())
     for name in files:
         assert (whole / name).read_bytes() == (resumed / name).read_bytes(), name
+
+
+def test_open_partial_removes_the_temp_files_an_interrupted_build_left(tmp_path) -> None:
+    """A shard file cut short by a kill (its .tmp) is never kept: only recorded shards are resumed."""
+    from bertctl.corpus import open_partial
+
+    shards = open_partial(tmp_path / "out", "key") / "shards"
+    (shards / "train-000003.arrow.tmp").write_bytes(b"half")
+    (shards / "000002.json").write_text("{}")
+    assert open_partial(tmp_path / "out", "key") / "shards" == shards
+    assert sorted(p.name for p in shards.iterdir()) == ["000002.json"]
+
+
+def test_every_generator_of_a_build_has_a_seed_of_its_own(data, monkeypatch) -> None:
+    """Instances, their shuffle and their masks, per shard, split and dupe, each draw from a generator seeded
+    apart: two sharing a seed would draw the same numbers (dupes alike, shuffles tied to masks)."""
+    real, seeds = np.random.default_rng, []
+    monkeypatch.setattr(np.random, "default_rng", lambda seed=None: seeds.append(tuple(seed)) or real(seed))
+    build(data, "seeded", "ordered", objective="mlm", masking="static", max_seq_length=16, dupe_factor=2,
+          shard_size_mb=0.001, validation_fraction=0.25, seed=7)
+    assert len(seeds) > 20 and len(set(seeds)) == len(seeds) and {seed[0] for seed in seeds} == {7}
 
 
 def test_inspect_counts_over_every_batch_even_one_that_starts_inside_its_arrays() -> None:
@@ -772,7 +818,7 @@ def test_shard_schema_is_the_one_datasets_writes():
     start); it must equal, metadata included, what datasets.Features gives for the same columns."""
     from datasets import Features, List, Value
 
-    from bertctl.data.shards import arrow_schema
+    from bertctl.data.shards import arrow_schema, corpus_schema
 
     ours = arrow_schema({"input_ids": ["uint16"], "token_type_ids": ["int8"], "next_sentence_label": "int8",
                          "masked_lm_positions": ["uint16"], "masked_lm_ids": ["int32"]})
@@ -780,6 +826,9 @@ def test_shard_schema_is_the_one_datasets_writes():
                        "next_sentence_label": Value("int8"), "masked_lm_positions": List(Value("uint16")),
                        "masked_lm_ids": List(Value("int32"))}).arrow_schema
     assert ours.equals(theirs, check_metadata=True)
+    for vocab_size, id_type in ((65536, "uint16"), (65537, "int32")):  # ids 0..65535 fit uint16, 65536 does not
+        schema = corpus_schema(vocab_size, sentence_labels=True, static=True)
+        assert {str(schema.field(name).type.value_type) for name in ("input_ids", "masked_lm_ids")} == {id_type}
 
 
 def test_a_script_that_builds_without_the_main_guard_fails_instead_of_hanging(data, tmp_path) -> None:

@@ -227,6 +227,19 @@ def test_validation_fraction_holds_out_every_nth_record_as_build_does(built) -> 
     assert manifest["splits"] == ["train", "validation"] and manifest["validation_fraction"] == 0.25
 
 
+def test_the_predictions_are_the_slots_masked_lm_weights_marks_even_at_position_0(built, tmp_path) -> None:
+    """Google's loss weighs each slot by masked_lm_weights: a prediction of the [CLS] at position 0 (kept as it
+    is) is one, though Google's writer never makes it; its 0 is no padding."""
+    row = dict(built["rows"][0])
+    row["masked_lm_positions"] = [0, *row["masked_lm_positions"][1:]]
+    row["masked_lm_ids"] = [row["input_ids"][0], *row["masked_lm_ids"][1:]]
+    (tmp_path / "zero.tfrecord").write_bytes(tfrecord([google_example(row)]))
+    cfg = CorpusImportConfig(inputs=(str(tmp_path / "zero.tfrecord"),), tokenizer=built["tok"], out=tmp_path / "out",
+                             workers=1)
+    import_corpus(cfg)
+    assert load_corpus(cfg.out)[0]["train"].to_list() == [row]
+
+
 def test_zlib_files_and_folders(built) -> None:
     folder = built["root"] / "zlib"
     folder.mkdir()
@@ -362,6 +375,11 @@ def _broken(kind: str, columns: list[np.ndarray], r: int, n: int) -> str:
     if kind == "id of the vocabulary's size":
         ids[r, 1] = len(VOCAB)
         return f"input id {len(VOCAB)} is {fix}"
+    if kind in ("no [CLS] first", "no [SEP] last"):
+        first, last = (5, 3) if kind == "no [CLS] first" else (2, 5)
+        ids[r, 0], ids[r, n - 1] = first, last
+        return (f"the tokens run from id {first} to id {last}, not from [CLS] (2) to [SEP] (3) of vocab: give the "
+                "vocabulary the records were made with")
     if kind == "segment 2":
         types[r, 1] = 2
         return "segment_ids holds a value other than 0 or 1"
@@ -383,7 +401,8 @@ def _broken(kind: str, columns: list[np.ndarray], r: int, n: int) -> str:
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["one token", "id of the vocabulary's size", "segment 2", "a weight's hole",
+@pytest.mark.parametrize("kind", ["one token", "id of the vocabulary's size", "no [CLS] first", "no [SEP] last",
+                                  "segment 2", "a weight's hole",
                                   "position of the token count", "position 0 twice", "label of the vocabulary's size",
                                   "next sentence label 2"])
 def test_a_blocks_check_names_its_first_bad_record(built, kind) -> None:
@@ -495,6 +514,24 @@ def test_max_seq_length_past_65535_is_refused_whatever_the_tokenizer_declares(bu
         import_corpus(cfg)
         corpus, manifest = load_corpus(cfg.out)
         assert corpus["train"].to_list() == built["rows"][:1] and manifest["max_seq_length"] == seq
+
+
+def test_an_arrow_file_is_written_once_its_rows_reach_the_token_limit(tmp_path) -> None:
+    """A file is written as soon as its pending rows hold SHARD_TOKENS tokens, not one block later."""
+    from bertctl.corpus_import import _Shards
+    from bertctl.data.instances import Packed
+    from bertctl.data.shards import corpus_schema
+
+    shards = _Shards(tmp_path, corpus_schema(100, sentence_labels=True, static=True), 4, first=7, tokens=10)
+    packed = Packed(input_ids=np.arange(10, dtype=np.int32), offsets=np.array([0, 4, 10]),
+                    token_type_ids=np.zeros(10, np.int8), labels=np.array([0, 1], np.int8), short=np.zeros(2, bool),
+                    masked_positions=np.array([1, 2]), masked_ids=np.array([50, 60]),
+                    masked_offsets=np.array([0, 1, 2]))
+    shards.add("train", packed)
+    assert [p.name for p in tmp_path.iterdir()] == ["train-000007.arrow"] and not shards.pending["train"]
+    assert shards.stats == {7: {"train": {"instances": 2, "instance_tokens": 10, "label_1": 1, "masked": 2,
+                                          "masked_as_mask": 0, "masked_as_kept": 0, "masked_as_random": 2},
+                                "validation": {}}}
 
 
 def test_crc32c_of_many_buffers_at_once() -> None:

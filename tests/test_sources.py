@@ -45,6 +45,11 @@ def test_expand_folders_globs_and_files_in_order_without_repeats(tree: Path) -> 
     assert found == [tree / "a.txt", tree / "sub" / "b.txt.gz", tree / "sub" / "d.txt.xz",
                      tree / "sub" / "deeper" / "c.txt.bz2"]
     assert expand_inputs([str(tree / "**" / "*.bz2")]) == [tree / "sub" / "deeper" / "c.txt.bz2"]
+    names = [f"{n:02d}.txt" for n in (7, 3, 11, 0, 9, 5, 1, 10, 4, 8, 2, 6)]  # made out of order
+    (tree / "many").mkdir()
+    for name in names:
+        (tree / "many" / name).write_text("x\n", encoding="utf-8")
+    assert expand_inputs([tree / "many"]) == [tree / "many" / name for name in sorted(names)]
 
 
 def test_expand_keeps_dataset_names_and_refuses_what_matches_nothing(tree: Path) -> None:
@@ -102,12 +107,13 @@ def test_tables_give_their_text_column(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [{"id": 1, "text": "one\ntwo"}, {"id": 2, "text": "three"}]
+    rows = [{"id": 1, "text": "one\ntwo", "n": "x"}, {"id": 2, "text": "three", "n": "y"}]  # text in the middle
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n", encoding="utf-8")
     (tmp_path / "t.jsonl.gz").write_bytes(gzip.compress((tmp_path / "t.jsonl").read_bytes()))
     (tmp_path / "t.json").write_text(json.dumps(rows), encoding="utf-8")
-    (tmp_path / "t.csv").write_text('id,text\n1,"one\ntwo"\n2,three\n', encoding="utf-8")
-    pq.write_table(pa.table({"id": [1, 2, 3], "text": ["one\ntwo", "three", None]}), tmp_path / "t.parquet")
+    (tmp_path / "t.csv").write_text('id,text,n\n1,"one\ntwo",x\n2,three,y\n', encoding="utf-8")
+    table = pa.table({"id": [1, 2, 3], "text": ["one\ntwo", "three", None], "n": ["x", "y", "z"]})
+    pq.write_table(table, tmp_path / "t.parquet")
     for name in ("t.jsonl", "t.jsonl.gz", "t.json", "t.csv", "t.parquet"):
         assert is_table(tmp_path / name)
         assert list(iter_records(tmp_path / name, "text")) == ["one\ntwo", "three"], name
