@@ -116,6 +116,19 @@ def test_predict_writes_every_row_in_order_agreeing_with_evaluate(pair_run, tmp_
     assert set(lines[0]["probabilities"]) == {"no", "yes"}
 
 
+def test_prediction_rows_keep_six_decimals_and_positions_as_numbers(tmp_path):
+    """Probabilities and scores are rounded to 6 decimals in both formats; row positions are numbers in jsonl
+    however they are given."""
+    from bertctl.submission import write_predictions
+
+    probabilities = np.array([[0.12345678, 0.87654322], [0.5, 0.5]])
+    path = write_predictions(tmp_path / "p.jsonl", "index", ["0", "1"], ["no", "yes"], [1, 0], probabilities)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows[0] == {"index": 0, "prediction": "yes", "probabilities": {"no": 0.123457, "yes": 0.876543}}
+    path = write_predictions(tmp_path / "s.csv", "id", ["a"], [], [2.1234567])
+    assert path.read_text() == "id,prediction\na,2.123457\n"
+
+
 def test_predict_needs_no_labels_and_keeps_the_files_ids(pair_run, tmp_path):
     run, _ = pair_run
     data = tmp_path / "new.jsonl"

@@ -289,6 +289,45 @@ def test_summaries_by_hand_sample_std_median_first_split_and_the_average_without
     assert columns["Average"]["mean"] == pytest.approx(0.45) and columns["RTE"]["mean"] == 0.9  # WNLI's 0.0 left out
 
 
+def test_the_best_epoch_is_the_first_with_the_highest_main_metric(tmp_path, monkeypatch):
+    """A later epoch replaces the kept one only when it scores higher: a tie keeps the earlier one (as the
+    Trainer's load_best_model_at_end does), and a NaN epoch is worse than any number."""
+    from types import SimpleNamespace
+
+    from bertctl import finetune_seed
+
+    saved = []
+    monkeypatch.setattr(finetune_seed, "_save_folder", lambda model, folder, prep, env, extra=None:
+                        saved.append(folder.name))
+    prep, progress = SimpleNamespace(task=get_task("sst2")), finetune_seed.Progress()
+    for epoch, accuracy in enumerate([float("nan"), 0.5, 0.5, 0.25, float("nan"), 0.75, 0.75], start=1):
+        finetune_seed.keep_if_best(None, prep, epoch, {"dev": {"accuracy": accuracy}}, progress, tmp_path,
+                                   SimpleNamespace(is_main=False), 0)
+    assert saved == ["best-001", "best-002", "best-006"] and progress.best["epoch"] == 6
+
+
+def test_a_finished_seed_is_saved_with_its_best_epochs_weights_not_its_last(tmp_path, monkeypatch):
+    """done/ holds the weights of the best dev epoch read back from best-EEE/, with that epoch's scores."""
+    from types import SimpleNamespace
+
+    from bertctl import finetune_seed
+
+    model = torch.nn.Linear(2, 2)
+    best = {name: torch.full_like(value, 0.5) for name, value in model.state_dict().items()}
+    monkeypatch.setattr(finetune_seed, "read_checkpoint",
+                        lambda folder: SimpleNamespace(state=best if folder == tmp_path / "best-001" else None))
+    saved = {}
+    monkeypatch.setattr(finetune_seed, "_save_folder", lambda model, folder, prep, env, extra=None:
+                        saved.update({folder.name: {k: v.clone() for k, v in model.state_dict().items()}}))
+    monkeypatch.setattr(finetune_seed, "drop_checkpoints", lambda work: None)
+    progress = finetune_seed.Progress(30, {"epoch": 1, "step": 10, "scores": {"dev": {"accuracy": 0.75}}})
+    results = finetune_seed.finish_seed(SimpleNamespace(epochs=3), model, SimpleNamespace(task=get_task("sst2")),
+                                        progress, 5, tmp_path, SimpleNamespace(is_main=True))
+    assert results == {"task": "sst2", "dev": {"accuracy": 0.75}, "main_metric": "accuracy", "best_epoch": 1,
+                       "best_step": 10, "seed": 5}
+    assert list(saved) == ["done"] and all(torch.equal(saved["done"][k], best[k]) for k in best)
+
+
 def test_seeds_give_mean_std_median_and_the_best_seed_is_evaluated(encoder, small_glue, tmp_path):
     out = finetune_glue(FinetuneConfig(model=encoder, data=str(small_glue), task="mrpc", out=tmp_path / "mrpc",
                                        epochs=1, seeds=(1, 2, 3), **FAST))

@@ -388,6 +388,24 @@ def test_training_labels_read_a_chunk_at_a_time_are_still_the_whole_files(tmp_pa
         labelled("text,y\na,yes\nb,no\nc,\nd,\n")
 
 
+def test_rows_without_an_id_column_are_numbered_from_0_across_every_chunk(tmp_path):
+    """A file read a chunk at a time names its rows by their position in the whole file, in every chunk."""
+    from bertctl.data.tabular import example_chunks
+
+    path = tmp_path / "rows.csv"
+    path.write_text("text\n" + "".join(f"t{i}\n" for i in range(5)), encoding="utf-8")
+    chunks = [(examples.ids, name) for examples, name in example_chunks(path, ["text"], size=2)]
+    assert chunks == [(["0", "1"], "index"), (["2", "3"], "index"), (["4"], "index")]
+
+
+def test_a_json_whole_float_label_names_the_class_as_a_csv_spells_it(tmp_path):
+    """JSON's 1.0 (a label column a gap made floats) is the class `1`, as the csv's and the JSON integer's."""
+    path = tmp_path / "floats.jsonl"
+    path.write_text('{"text": "a", "y": 1.0}\n{"text": "b", "y": 0.0}\n{"text": "c", "y": 1}\n', encoding="utf-8")
+    task = load_labelled_data(path, None, ["text"], "y")
+    assert task.label_names == ("0", "1") and task.train.labels == [1, 0, 1]
+
+
 def test_a_saved_dataset_dict_is_refused_naming_the_split_folder_to_give(tmp_path):
     split = datasets.Dataset.from_list([{"text": "a", "label": 0}, {"text": "b", "label": 1}])
     datasets.DatasetDict({"train": split, "test": split}).save_to_disk(str(tmp_path / "dict"))

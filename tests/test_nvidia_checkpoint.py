@@ -192,6 +192,16 @@ def test_ngc_question_answering_checkpoint_with_a_ddp_prefix(odd_config, tmp_pat
     assert max_diff("BertForQuestionAnswering", load_model(folder).eval(), reference, odd_config) == 0
 
 
+def test_an_older_run_squads_bare_state_dict_saved_from_a_ddp_wrapper_is_read_as_nvidias(odd_config, tmp_path):
+    """Older run_squad.py saved the bare state dict as pytorch_model.bin; from a DDP wrapper every name starts with
+    `module.` (so no name starts as NVIDIA's fused ones do), which alone says whose file it is."""
+    reference = reference_model("BertForQuestionAnswering", padded(odd_config))
+    folder = nvidia_folder(tmp_path / "qa", reference, "pytorch_model.bin", container=False, prefix="module.",
+                           config_vocab=PADDED)
+    assert read_checkpoint(folder).from_nvidia
+    assert max_diff("BertForQuestionAnswering", load_model(folder).eval(), reference, odd_config) == 0
+
+
 def test_run_glue_output_folder_is_a_classifier(odd_config, tmp_path):
     """run_glue.py's output: pytorch_model.bin holding {"model": state_dict}, and the bert_config.json it writes
     (the padded vocab_size, no id2label); evaluate and finetune take it."""

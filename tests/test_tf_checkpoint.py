@@ -223,6 +223,15 @@ def test_crc32c_known_answers():
         assert crc32c(data[:size]) == fast_crc(data[:size].tobytes()), size
 
 
+def test_protobuf_fields_of_every_wire_type_are_read():
+    """The encoding guide's bytes for each wire type (a fixed64 is 8 bytes, a tag past field 15 two bytes): a field
+    misread shifts every field after it."""
+    from bertctl.tf_format import message_fields
+
+    message = bytes.fromhex("089601" "110100000000000080" "1a026162" "2578563412" "a00101" "0800")
+    assert message_fields(message) == {1: [150, 0], 2: [0x8000000000000001], 3: [b"ab"], 4: [0x12345678], 20: [1]}
+
+
 def test_google_release_gives_transformers_outputs_exactly(odd_config, tmp_path):
     """Google's release layout (bert_config.json, vocab.txt, bert_model.ckpt.*): MLM and NSP logits identical to
     transformers' model with the same weights; convert writes a folder transformers reads to the same numbers."""
@@ -361,6 +370,29 @@ def test_a_shape_whose_size_overflows_int64_is_a_damaged_entry(odd_config, tmp_p
     result = info(folder)
     assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
     assert "bert_model.ckpt.index: the entry of bert/pooler/dense/bias is inconsistent" in result.stderr
+
+
+@pytest.mark.parametrize(("big_endian", "slices", "message"), [
+    (1, b"", "the checkpoint was written big-endian"),
+    (0, field(7, field(1, field(2, 2))), "bert/pooler/dense/bias is a partitioned variable"),
+], ids=["big-endian", "sliced"])
+def test_a_big_endian_or_partitioned_checkpoint_is_refused(tmp_path, big_endian, slices, message):
+    """A big-endian machine's bytes (header field 2) or a variable saved in slices (entry field 7, the first slice's
+    bytes at the entry's place) would read as wrong weights without a word."""
+    from bertctl.tf_checkpoint import read_weights
+
+    raw = np.arange(4, dtype=np.float32).tobytes()
+    entry = (field(1, 1) + field(2, field(2, field(1, 4))) + field(5, len(raw))
+             + field(6, mask(fast_crc(raw)), fixed32=True) + slices)
+    header = field(1, 1) + field(2, big_endian) + field(3, field(1, 1))
+    (tmp_path / "bert_model.ckpt.index").write_bytes(table([(b"", header), (b"bert/pooler/dense/bias", entry)]))
+    (tmp_path / "bert_model.ckpt.data-00000-of-00001").write_bytes(raw)
+    with pytest.raises(UsageError, match=message):
+        read_weights(tmp_path / "bert_model.ckpt")
+    if not big_endian:  # the same entry without its slices is read
+        entry = entry.removesuffix(slices)
+        (tmp_path / "bert_model.ckpt.index").write_bytes(table([(b"", header), (b"bert/pooler/dense/bias", entry)]))
+        assert read_weights(tmp_path / "bert_model.ckpt")["bert.pooler.dense.bias"].tolist() == [0, 1, 2, 3]
 
 
 def test_what_bertctl_cannot_read_is_refused_by_name(odd_config, tmp_path):

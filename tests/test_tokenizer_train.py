@@ -254,3 +254,18 @@ def test_only_pairs_seen_min_frequency_times_are_merged(tmp_path: Path, flags: t
     assert result.exit_code == 0, result.output
     tokens = vocab_lines(tmp_path / "tok")
     assert tokens[13:13 + len(learned) + 1] == [*learned, "[unused0]"]
+
+
+@pytest.mark.parametrize(("flags", "word", "absent"), [
+    (("--keep-accents",), "café", "cafe"),  # lowercased, accents kept: pieces are learned with their accents
+    (("--cased", "--strip-accents"), "Cafe", "café"),  # cased, accents stripped
+])
+def test_pieces_are_learned_from_text_normalised_as_the_flags_say(tmp_path: Path, flags: tuple[str, ...],
+                                                                    word: str, absent: str) -> None:
+    """The trainer sees the text as the saved tokenizer encodes it: a piece learned from text normalised
+    otherwise would never be produced (and a word the saved tokenizer sees would go unlearned)."""
+    (tmp_path / "x.txt").write_text("Café Café Café\n", encoding="utf-8")
+    result = run("tokenizer", "train", tmp_path / "x.txt", "--out", tmp_path / "tok", "--vocab-size", "40", *flags)
+    assert result.exit_code == 0, result.output
+    tokens = vocab_lines(tmp_path / "tok")
+    assert word in tokens and absent not in tokens and absent.lower() not in tokens
