@@ -308,8 +308,12 @@ def test_convert_and_info_cli(minilm, tmp_path):
     table = runner.invoke(app, ["info", str(minilm)])
     assert table.exit_code == 0 and "transformers" in table.stdout
     transformers.BertModel.from_pretrained(tmp_path / "conv").save_pretrained(tmp_path / "resaved")
-    assert json.loads(runner.invoke(app, ["info", str(tmp_path / "resaved"), "--json"]).stdout)["format"] == \
-        "transformers"  # though its config.json keeps our block
+    config = json.loads((tmp_path / "resaved" / "config.json").read_text())
+    (tmp_path / "resaved" / "config.json").write_text(json.dumps({**config, "id2label": {"0": "LABEL_0",
+                                                                                         "1": "LABEL_1"}}))
+    resaved = json.loads(runner.invoke(app, ["info", str(tmp_path / "resaved"), "--json"]).stdout)
+    assert resaved["format"] == "transformers"  # though its config.json keeps our block
+    assert resaved["labels"] is None  # the id2label transformers 4 wrote for any model names no classes of an encoder
     again = runner.invoke(app, ["convert", str(minilm), "--out", str(tmp_path / "conv")])
     assert again.exit_code == 2 and "--overwrite" in again.stderr
 

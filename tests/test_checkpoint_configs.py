@@ -170,6 +170,9 @@ _SUMMARY = {"path": "m", "format": "transformers", "architecture": "BertForSeque
     ({"heads": ["mlm", "nsp"], "pooler": False, "labels": None, "problem_type": None,
       "tokenizer": {"kind": "tokenizer.json", "vocab_size": 30, "lowercase": False, "sha256": "x"}},
      {"heads": "mlm, nsp", "pooler": "no", "tokenizer": "tokenizer.json, 30 tokens, cased"}),
+    ({"labels": None, "problem_type": None, "weights_dtype": "bfloat16"},
+     {"heads": "none (encoder only)", "pooler": "yes", "tokenizer": "vocab.txt, 30 tokens, uncased",
+      "weights dtype": "bfloat16 (loaded as float32)"}),
 ])
 def test_info_table_shows_each_row_docs_info_names(capsys, changes, rows):
     """The table `bertctl info` prints: labels and problem type only where there are some, then the config."""

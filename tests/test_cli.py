@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from typer.testing import CliRunner
 from bertctl import __version__
 from bertctl.cli import app
 from bertctl.cli_base import LOST_PEER, lost_peer
+from bertctl.config import PretrainConfig
 from bertctl.errors import Terminated, UsageError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -100,11 +103,13 @@ def test_the_command_leaves_its_objects_out_of_the_interpreters_last_collection(
     assert out.returncode == 0 and out.stderr.strip() == "True"
 
 
-@pytest.mark.parametrize("args", [["info", "/no/such/model"], ["fill", "--model", "/no/such", "a [MASK]"]])
+@pytest.mark.parametrize("args", [["info", "/no/such/model"], ["fill", "--model", "/no/such", "a [MASK]"],
+                                  ["tokenizer", "encode", "-t", "/no/such"]])
 def test_user_mistakes_give_one_line_and_exit_2(args):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
-    assert len(result.stderr.strip().splitlines()) == 1 and "/no/such" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and ("/no/such" in result.stderr or
+                                                            "tokenizer encode: give TEXT" in result.stderr)
     assert "Traceback" not in result.output
 
 
@@ -833,6 +838,32 @@ def test_the_options_of_commands_built_from_a_config_are_unset_unless_given():
     set_by_default = [(name, p.name, p.default) for name in CONFIG_COMMANDS for p in commands[name].params
                       if p.name != "help" and p.default is not None]
     assert set_by_default == []
+
+
+def test_every_option_of_a_config_command_is_spelt_as_its_field():
+    """Errors name a field's flag (`flag_name`): an option spelt otherwise would be named by a flag that is not
+    there, and --help and the docs would show a flag the error lines never name."""
+    from bertctl.config_types import flag_name
+
+    commands = dict(every_command())
+    spelt = [(name, p.name, p.opts[0]) for name in CONFIG_COMMANDS for p in commands[name].params
+             if p.param_type_name == "option" and p.name != "help" and flag_name(p.name) not in p.opts]
+    assert spelt == []
+
+
+def test_every_whole_number_option_of_pretrain_reaches_its_own_field(monkeypatch, tmp_path):
+    import bertctl.pretrain
+
+    given = []
+    monkeypatch.setattr(bertctl.pretrain, "pretrain", lambda cfg: given.append(cfg) or tmp_path)
+    hints = typing.get_type_hints(PretrainConfig)
+    whole = [f.name for f in dataclasses.fields(PretrainConfig)
+             if int in (hints[f.name], *typing.get_args(hints[f.name]))]
+    values = {name: 11 + i for i, name in enumerate(whole)}
+    args = [arg for name, value in values.items() for arg in (f"--{name.replace('_', '-')}", str(value))]
+    result = CliRunner().invoke(app, ["pretrain", "--corpus", "c", *args])
+    assert result.exit_code == 0, result.output
+    assert {name: getattr(given[0], name) for name in values} == values and len(values) >= 10
 
 
 # library function each evaluate/predict/fill/convert/info command calls (module, function, printer or None)

@@ -139,6 +139,31 @@ def test_presets_follow_the_papers_shapes():
                       "medium": (8, 512, 8, 2048), "base": (12, 768, 12, 3072), "large": (24, 1024, 16, 4096)}
 
 
+def test_a_config_json_that_leaves_fields_out_reads_them_as_transformers_does():
+    """transformers' BertConfig defaults fill what a config.json omits; different ones build another model."""
+    assert BertConfig.from_dict({"hidden_size": 768}).to_dict() == {
+        "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+        "intermediate_size": 3072, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
+        "initializer_range": 0.02, "layer_norm_eps": 1e-12, "pad_token_id": 0, "tie_word_embeddings": True}
+
+
+def test_given_values_beat_a_presets_and_a_config_json_beats_the_defaults_it_leaves_out(tmp_path):
+    assert preset("tiny", num_hidden_layers=1).num_hidden_layers == 1
+    assert model_config("tiny", {"vocab_size": 99}).vocab_size == 99  # the tokenizer's size over the preset's
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 2, "vocab_size": 120}))
+    assert model_config(str(path), {"vocab_size": 99, "num_hidden_layers": 3}).to_dict() == {
+        **BertConfig().to_dict(), "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 120,
+        "num_hidden_layers": 3}
+
+
+def test_a_tasks_defaults_yield_to_the_values_given():
+    for make in (FinetuneConfig.squad, FinetuneConfig.ner, FinetuneConfig.choice):
+        cfg = make(lr=1e-5, batch_size=8, epochs=5, max_seq_length=64)
+        assert (cfg.lr, cfg.batch_size, cfg.epochs, cfg.max_seq_length) == (1e-5, 8, 5, 64)
+
+
 def test_flags_beat_the_config_file_which_beats_defaults(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("steps: 50\nlr: 1\nout: runs/x\n")
@@ -502,6 +527,8 @@ def test_optimizer_settings_at_their_bounds_are_accepted(cls):
 
 
 def test_micro_batches_make_up_the_global_batch_exactly():
+    assert PretrainConfig(batch_size=8).micro_batches(2) == (4, 1)  # a rank's whole share at once
+    assert FinetuneConfig(batch_size=5).micro_batch(2) == 3  # rounded up: no example left out
     assert PretrainConfig(batch_size=8, micro_batch_size=2).micro_batches(2) == (2, 2)
     with pytest.raises(UsageError, match=r"^--micro-batch-size 3 does not divide the per-process batch 8$"):
         PretrainConfig(batch_size=8, micro_batch_size=3).micro_batches(1)
@@ -678,6 +705,8 @@ def test_a_resumed_run_may_name_its_folders_otherwise_but_not_change_them(tmp_pa
                                          r"resume it with the same settings, or start again$"):
         refuse_changed_settings(FinetuneConfig(model="../base/final", data="glue"), started, compared, "run",
                                 "start again", started_in=str(tmp_path))
+    with pytest.raises(UsageError, match=r"started with --dropout not given \(now 0\.2\)"):
+        refuse_changed_settings(FinetuneConfig(dropout=0.2), {"dropout": None}, ("dropout",), "run", "again")
     del started["data"]  # an older run's record without the setting: not compared
     refuse_changed_settings(FinetuneConfig(model="../base/final", data="glue"), started, compared, "run", "again",
                             started_in=str(tmp_path))

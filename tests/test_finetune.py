@@ -29,7 +29,7 @@ from bertctl.evaluate import Features, collate, encode_examples, evaluate_glue, 
 from bertctl.finetune import finetune_classify, finetune_glue
 from bertctl.model import BertForMaskedLM
 from bertctl.predict import predict_glue
-from bertctl.results_summary import PAPER_COLUMNS, glue_table, main_score, summarize
+from bertctl.results_summary import PAPER_COLUMNS, glue_markdown, glue_table, main_score, seeds_markdown, summarize
 from bertctl.tokenizer import BertTokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "'", "s", '"',
@@ -285,8 +285,21 @@ def test_summaries_by_hand_sample_std_median_first_split_and_the_average_without
                  for _, task, _ in PAPER_COLUMNS}
     for header, task, split in PAPER_COLUMNS:
         summaries[task]["runs"]["42"][split] = {get_task(task).main_metric: scores[header]}
-    columns = glue_table(summaries, {}, "bert")["columns"]
+    sizes = {"mnli": 393_000, "qqp": 364_000, "qnli": 105_000, "sst2": 67_000, "cola": 8_500, "stsb": 5_700,
+             "mrpc": 3_700, "rte": 2_500, "wnli": 634}
+    table = glue_table(summaries, sizes, "bert")
+    columns = table["columns"]
     assert columns["Average"]["mean"] == pytest.approx(0.45) and columns["RTE"]["mean"] == 0.9  # WNLI's 0.0 left out
+    assert glue_markdown(table).splitlines()[2:5] == [
+        "|  | 393k | 364k | 105k | 67k | 8.5k | 5.7k | 3.7k | 2.5k | 634 | - |",
+        "| bert | 10.0/20.0 | 30.0 | 40.0 | 50.0 | 15.0 | 70.0 | 80.0 | 90.0 | 0.0 | 45.0 |", ""]  # one seed: one row
+
+
+def test_a_seeds_table_gives_mean_std_median_min_max_and_one_seed_names_no_best_model():
+    runs = {seed: {"dev": {"f1": f1, "accuracy": 0.5}} for seed, f1 in ((1, 0.4), (2, 0.9), (3, 0.6))}
+    summary = summarize(get_task("mrpc"), runs)
+    assert "| dev | f1 | 63.3±25.2 | 60.0 | 40.0 | 90.0 |" in seeds_markdown(summary).splitlines()
+    assert "best_model" in summary and "best_model" not in summarize(get_task("mrpc"), {1: runs[1]})
 
 
 def test_the_best_epoch_is_the_first_with_the_highest_main_metric(tmp_path, monkeypatch):

@@ -826,6 +826,44 @@ def test_an_out_locked_by_a_live_process_is_refused_naming_it_and_free_once_it_i
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and list(out.iterdir()) == []
 
 
+def test_a_stale_lock_files_longer_content_does_not_hide_the_holder(tmp_path):
+    """A lock file a killed run left behind (a longer pid and host name) is taken and rewritten whole: its tail
+    would have made the next refusal lose the holder's name."""
+    out = tmp_path / "new" / "out"
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / ".out.lock").write_text("4194303 a-long-host-name-of-an-earlier-run.example.org\n")
+    with output_lock(out), pytest.raises(BertctlError, match=rf"\(pid {os.getpid()} on {socket.gethostname()}\)"), \
+            output_lock(out):
+        pass
+
+
+def test_a_refused_command_leaves_no_folder_made_for_its_lock(tmp_path):
+    with output_lock(tmp_path / "a" / "b" / "out"), pytest.raises(BertctlError, match="in use"), \
+            output_lock(tmp_path / "a" / "b" / "out"):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_file_its_holder_removed_as_it_let_go_is_not_taken_for_the_lock(tmp_path, monkeypatch):
+    """Opened just before the holder removed it, the old file locks, but locks nothing another process sees:
+    the lock is taken again on the file now at that path."""
+    import fcntl
+
+    from bertctl import output_locks
+
+    real, removed = fcntl.flock, []
+
+    def let_go_meanwhile(fd, operation):
+        if not removed:
+            removed.append(True)
+            os.unlink(tmp_path / ".out.lock")
+        return real(fd, operation)
+
+    monkeypatch.setattr(output_locks.fcntl, "flock", let_go_meanwhile)
+    with output_lock(tmp_path / "out"), pytest.raises(BertctlError, match="in use"), output_lock(tmp_path / "out"):
+        pass
+
+
 # the worker says its pid itself: then it has run the fork hooks (the parent's start() returns before that)
 HOLD_FORKING = ("import multiprocessing, os, sys, time\nfrom bertctl.output_locks import output_lock\n"
                 "def work():\n    print(os.getpid(), flush=True)\n    time.sleep(60)\n"

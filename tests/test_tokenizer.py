@@ -296,6 +296,19 @@ def test_a_finetune_work_folder_is_not_called_a_run_folder_without_a_checkpoint(
             assert "no checkpoint yet" not in str(refusal.value), str(refusal.value)
 
 
+def test_a_best_seed_whose_model_is_not_there_is_not_pointed_to(tmp_path: Path) -> None:
+    """results.json names the best seed before its folder is complete (or after it was removed): the hint
+    then offers the seed folders that hold a model, and evaluate reads the run folder as given."""
+    from bertctl.run_folder import best_seed_folder, run_folder_hint
+
+    for seed in ("seed-1", "seed-2"):
+        (tmp_path / seed).mkdir()
+    (tmp_path / "seed-1" / "config.json").write_text("{}")
+    (tmp_path / "results.json").write_text(json.dumps({"best_model": "seed-2"}))
+    assert best_seed_folder(tmp_path) is None
+    assert run_folder_hint(tmp_path) == f"it holds one model per seed: give one, e.g. {tmp_path / 'seed-1'}"
+
+
 @pytest.mark.parametrize("record", ['{"config": {}, "corpus_', "[1]"])
 def test_a_damaged_run_json_gives_no_run_folder_hint_and_no_error_of_its_own(tmp_path: Path, record: str) -> None:
     """The hint is a guess from run.json: a truncated or non-object one leaves the folder's own refusal alone."""
